@@ -1,0 +1,137 @@
+"""Position embeddings: big_vision's fixed 2D sin-cos table and learned-table resampling."""
+from typing import Dict, List, Optional, Tuple
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from timm.layers import register_notrace_module
+
+__all__ = ['sincos_2d', 'RESAMPLE_RULES', 'resample_pos_embed', 'SinCos2dPosEmbed', 'LearnedPosResampler']
+
+# How each ecosystem resizes a learned table: (mode, align_corners, antialias).
+# big_vision / vit_jax use scipy.ndimage.zoom(order=1) == bilinear with align_corners=True.
+RESAMPLE_RULES: Dict[str, Tuple[str, Optional[bool], bool]] = {
+    'bigvision': ('bilinear', True, False),
+    'timm': ('bicubic', None, True),
+    'hf': ('bicubic', False, False),
+}
+
+
+def sincos_2d(
+        grid_h: int,
+        grid_w: int,
+        dim: int,
+        temperature: float = 10000.,
+        device: Optional[torch.device] = None,
+) -> torch.Tensor:
+    """big_vision's ``posemb_sincos_2d`` as a (grid_h * grid_w, dim) float32 table.
+
+    Row-major tokens, channels ``[sin(x w) | cos(x w) | sin(y w) | cos(y w)]`` with
+    ``w_k = T ** -(k / (q - 1))``, q = dim // 4. timm's ``build_sincos2d_pos_embed``
+    uses ``k / q`` and puts y first, so it cannot be reused here.
+    """
+    if dim % 4 != 0:
+        raise ValueError(f'sin-cos position embedding needs a width divisible by 4, got {dim}')
+    q = dim // 4
+    y, x = torch.meshgrid(
+        torch.arange(grid_h, dtype=torch.float32, device=device),
+        torch.arange(grid_w, dtype=torch.float32, device=device),
+        indexing='ij',
+    )
+    omega = torch.arange(q, dtype=torch.float32, device=device) / max(q - 1, 1)
+    omega = 1. / (temperature ** omega)
+    x = x.reshape(-1, 1) * omega.reshape(1, -1)
+    y = y.reshape(-1, 1) * omega.reshape(1, -1)
+    return torch.cat([x.sin(), x.cos(), y.sin(), y.cos()], dim=1)
+
+
+def resample_pos_embed(
+        pos_embed: torch.Tensor,
+        new_grid: Tuple[int, int],
+        old_grid: Tuple[int, int],
+        num_prefix_tokens: int = 0,
+        rule: str = 'bigvision',
+) -> torch.Tensor:
+    """Resize a learned (1, prefix + H*W, D) table to a new grid, keeping prefix slots as they are."""
+    mode, align_corners, antialias = RESAMPLE_RULES[rule]
+    if tuple(new_grid) == tuple(old_grid):
+        return pos_embed
+    prefix, grid = pos_embed[:, :num_prefix_tokens], pos_embed[:, num_prefix_tokens:]
+    dim = grid.shape[-1]
+    orig_dtype = grid.dtype
+    grid = grid.float().reshape(1, old_grid[0], old_grid[1], dim).permute(0, 3, 1, 2)
+    grid = F.interpolate(grid, size=new_grid, mode=mode, align_corners=align_corners, antialias=antialias)
+    grid = grid.permute(0, 2, 3, 1).reshape(1, -1, dim).to(orig_dtype)
+    return torch.cat([prefix, grid], dim=1) if num_prefix_tokens else grid
+
+
+@register_notrace_module
+class SinCos2dPosEmbed(nn.Module):
+    """Fixed sin-cos table: a non-persistent buffer for the nominal grid, recomputed for any other grid."""
+
+    def __init__(
+            self,
+            dim: int,
+            grid_size: Tuple[int, int],
+            temperature: float = 10000.,
+            device: Optional[torch.device] = None,
+    ) -> None:
+        super().__init__()
+        self.dim = dim
+        self.temperature = temperature
+        self.grid_size = tuple(grid_size)
+        self.register_buffer('table', sincos_2d(*self.grid_size, dim, temperature, device=device), persistent=False)
+
+    def set_grid_size(self, grid_size: Tuple[int, int]) -> None:
+        self.grid_size = tuple(grid_size)
+        self.init_non_persistent_buffers()
+
+    def init_non_persistent_buffers(self) -> None:
+        """Rebuild the table, e.g. after materialising a model created on the meta device."""
+        self.table = sincos_2d(*self.grid_size, self.dim, self.temperature, device=self.table.device)
+
+    def forward(self, grid_h: int, grid_w: int) -> torch.Tensor:
+        if grid_h == self.grid_size[0] and grid_w == self.grid_size[1]:
+            return self.table
+        return sincos_2d(grid_h, grid_w, self.dim, self.temperature, device=self.table.device)
+
+
+@register_notrace_module
+class LearnedPosResampler(nn.Module):
+    """Resamples a learned table to the runtime grid; in inference, each grid is resampled once and cached."""
+
+    def __init__(self, num_prefix_tokens: int = 0, rule: str = 'bigvision') -> None:
+        super().__init__()
+        if rule not in RESAMPLE_RULES:
+            raise ValueError(f'unknown position-embedding resample rule {rule!r}, expected one of {list(RESAMPLE_RULES)}')
+        self.num_prefix_tokens = num_prefix_tokens
+        self.rule = rule
+        self._cache: Dict[Tuple[int, int], Tuple[tuple, torch.Tensor]] = {}
+
+    def forward(
+            self,
+            pos_embed: torch.Tensor,
+            grid_h: int,
+            grid_w: int,
+            old_grid_h: int,
+            old_grid_w: int,
+    ) -> torch.Tensor:
+        if grid_h == old_grid_h and grid_w == old_grid_w:
+            return pos_embed
+        if not torch.jit.is_scripting():
+            if not torch.compiler.is_compiling() and not (torch.is_grad_enabled() and pos_embed.requires_grad):
+                return self._cached(pos_embed, grid_h, grid_w, old_grid_h, old_grid_w)
+        return resample_pos_embed(
+            pos_embed, (grid_h, grid_w), (old_grid_h, old_grid_w), self.num_prefix_tokens, self.rule)
+
+    @torch.jit.ignore
+    def _cached(self, pos_embed: torch.Tensor, grid_h: int, grid_w: int, old_h: int, old_w: int) -> torch.Tensor:
+        # The tag holds the parameter's identity and version, so an optimizer step, reload or .to() invalidates it.
+        tag = (id(pos_embed), pos_embed._version, pos_embed.data_ptr(), pos_embed.dtype, pos_embed.device, old_h, old_w)
+        hit = self._cache.get((grid_h, grid_w))
+        if hit is not None and hit[0] == tag:
+            return hit[1]
+        out = resample_pos_embed(
+            pos_embed.detach(), (grid_h, grid_w), (old_h, old_w), self.num_prefix_tokens, self.rule)
+        self._cache[(grid_h, grid_w)] = (tag, out)
+        return out

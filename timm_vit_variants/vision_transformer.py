@@ -1,0 +1,374 @@
+"""SimpleVisionTransformer: the plain-ViT recipe of Beyer, Zhai & Kolesnikov (2022) on timm's layers.
+
+One class covers both input pipelines:
+  * big_vision's plain ViT: fixed 2D sin-cos position embedding, no class token,
+    final LayerNorm on every token then global average pooling, zero-init head;
+  * the original ViT / vit_jax / timm pipeline: Conv2d patchifier, [CLS] token and a
+    learned position table (with or without a cls slot) resampled when the grid changes.
+State-dict names follow timm's VisionTransformer, so timm ViT checkpoints map one to one.
+"""
+from collections import OrderedDict
+from functools import partial
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple, Union
+
+import torch
+import torch.nn as nn
+from timm.layers import LayerNorm, Mlp, get_act_layer, to_2tuple, trunc_normal_
+from timm.models import checkpoint_seq, named_apply
+from timm.models._features import feature_take_indices
+from timm.models._input import update_model_args, update_model_input_size
+from timm.models.vision_transformer import Block, init_weights_vit_jax
+from torch.utils.checkpoint import checkpoint
+
+from .patch_embed import AdaptivePatchEmbed
+from .posemb import RESAMPLE_RULES, LearnedPosResampler, SinCos2dPosEmbed, resample_pos_embed
+
+__all__ = ['SimpleVisionTransformer']
+
+_POS_EMBED_TYPES = ('sincos', 'learn', 'none')
+_POOL_TYPES = ('avg', 'token', '')
+
+
+def _exact_width_mlp(in_features: int, hidden_features: Optional[int] = None, *, width: int, **kwargs) -> Mlp:
+    # timm's Block sizes the MLP as int(dim * ratio); checkpoints need an exact width.
+    return Mlp(in_features, width, **kwargs)
+
+
+class SimpleVisionTransformer(nn.Module):
+    """Plain ViT with a resolution-adaptive patch embedding and timm's complete model interface."""
+
+    def __init__(
+            self,
+            img_size: Union[int, Tuple[int, int]] = 224,
+            patch_size: Union[int, Tuple[int, int]] = 16,
+            in_chans: int = 3,
+            num_classes: int = 1000,
+            global_pool: str = 'avg',
+            embed_dim: int = 768,
+            depth: int = 12,
+            num_heads: int = 12,
+            mlp_dim: Optional[int] = None,
+            qkv_bias: bool = True,
+            class_token: bool = False,
+            pos_embed: str = 'sincos',
+            pos_embed_cls_slot: bool = False,
+            pos_embed_resample: str = 'bigvision',
+            sincos_temperature: float = 10000.,
+            rep_size: Optional[int] = None,
+            act_layer: Union[str, Callable] = 'gelu_tanh',
+            norm_eps: float = 1e-6,
+            dynamic_img_pad: bool = True,
+            drop_rate: float = 0.,
+            pos_drop_rate: float = 0.,
+            proj_drop_rate: float = 0.,
+            attn_drop_rate: float = 0.,
+            drop_path_rate: float = 0.,
+            weight_init: str = 'jax',
+            device=None,
+            dtype=None,
+    ) -> None:
+        """
+        Args:
+            img_size: Nominal input size; any other size also works at forward time.
+            patch_size: Patch size; change it later with ``set_input_size(patch_size=...)``.
+            global_pool: 'avg' (big_vision 'gap': norm every token, then mean), 'token' or ''.
+            mlp_dim: MLP hidden width, 4 * embed_dim by default.
+            class_token: Prepend a learned [CLS] token (needed for 'token' pooling).
+            pos_embed: 'sincos' (fixed big_vision table, never saved), 'learn' or 'none'.
+            pos_embed_cls_slot: A learned table carries a cls slot (vit_jax / timm) rather than
+                being added before the cls token is prepended (big_vision).
+            pos_embed_resample: How a learned table is resized for another grid: 'bigvision', 'timm' or 'hf'.
+            rep_size: Width of the optional pre-logits layer (Linear + tanh).
+            act_layer: MLP activation; flax ``nn.gelu`` is the tanh approximation.
+            norm_eps: LayerNorm epsilon (big_vision/timm 1e-6, transformers 1e-12).
+            dynamic_img_pad: Pad inputs right/bottom to a patch multiple; if False, such sizes raise.
+            weight_init: 'jax' (big_vision initialisers, zero head) or 'skip'.
+        """
+        super().__init__()
+        if global_pool not in _POOL_TYPES:
+            raise ValueError(f'global_pool must be one of {_POOL_TYPES}, got {global_pool!r}')
+        if pos_embed not in _POS_EMBED_TYPES:
+            raise ValueError(f'pos_embed must be one of {_POS_EMBED_TYPES}, got {pos_embed!r}')
+        if pos_embed_resample not in RESAMPLE_RULES:
+            raise ValueError(f'pos_embed_resample must be one of {tuple(RESAMPLE_RULES)}, got {pos_embed_resample!r}')
+        if global_pool == 'token' and not class_token:
+            raise ValueError("global_pool='token' needs class_token=True")
+        if weight_init not in ('jax', 'skip'):
+            raise ValueError(f"weight_init must be 'jax' or 'skip', got {weight_init!r}")
+        dd = {'device': device, 'dtype': dtype}
+        norm_layer = partial(LayerNorm, eps=norm_eps)
+        act_layer = get_act_layer(act_layer) if isinstance(act_layer, str) else act_layer
+        mlp_dim = mlp_dim or 4 * embed_dim
+
+        self.num_classes = num_classes
+        self.global_pool = global_pool
+        self.in_chans = in_chans
+        self.embed_dim = self.num_features = embed_dim
+        self.head_hidden_size = rep_size or embed_dim
+        self.num_prefix_tokens = 1 if class_token else 0
+        self.has_class_token = class_token
+        self.pos_embed_type = pos_embed
+        self.pos_embed_cls_slot = pos_embed_cls_slot and class_token and pos_embed == 'learn'
+        self.grad_checkpointing = False
+
+        self.patch_embed = AdaptivePatchEmbed(
+            img_size=img_size, patch_size=patch_size, in_chans=in_chans, embed_dim=embed_dim,
+            dynamic_img_pad=dynamic_img_pad, **dd)
+        grid = self.patch_embed.grid_size
+
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, embed_dim, **dd)) if class_token else None
+        if pos_embed == 'learn':
+            slots = grid[0] * grid[1] + (1 if self.pos_embed_cls_slot else 0)
+            self.pos_embed = nn.Parameter(torch.zeros(1, slots, embed_dim, **dd))
+            self.pos_resampler = LearnedPosResampler(1 if self.pos_embed_cls_slot else 0, pos_embed_resample)
+        else:
+            self.pos_embed = None
+            self.pos_resampler = None
+        # The fixed table is deliberately not called pos_embed: it is not a parameter.
+        self.pos_sincos = SinCos2dPosEmbed(embed_dim, grid, sincos_temperature, device=device) \
+            if pos_embed == 'sincos' else None
+        self.pos_drop = nn.Dropout(pos_drop_rate)
+
+        dpr = [x.item() for x in torch.linspace(0, drop_path_rate, depth, device='cpu')]
+        self.blocks = nn.Sequential(*[
+            Block(
+                dim=embed_dim,
+                num_heads=num_heads,
+                mlp_ratio=mlp_dim / embed_dim,
+                qkv_bias=qkv_bias,
+                proj_drop=proj_drop_rate,
+                attn_drop=attn_drop_rate,
+                drop_path=dpr[i],
+                act_layer=act_layer,
+                norm_layer=norm_layer,
+                mlp_layer=partial(_exact_width_mlp, width=mlp_dim),
+                depth=i,
+                **dd,
+            )
+            for i in range(depth)])
+        reduction = self.patch_embed.patch_size[0]
+        self.feature_info = [dict(module=f'blocks.{i}', num_chs=embed_dim, reduction=reduction) for i in range(depth)]
+        self.norm = norm_layer(embed_dim, **dd)
+
+        if rep_size:
+            self.pre_logits = nn.Sequential(OrderedDict([
+                ('fc', nn.Linear(embed_dim, rep_size, **dd)),
+                ('act', nn.Tanh()),
+            ]))
+        else:
+            self.pre_logits = nn.Identity()
+        self.head_drop = nn.Dropout(drop_rate)
+        self.head = nn.Linear(self.head_hidden_size, num_classes, **dd) if num_classes > 0 else nn.Identity()
+
+        if weight_init != 'skip':
+            self.init_weights()
+
+    def init_weights(self) -> None:
+        """big_vision initialisers: xavier-uniform Dense, lecun-normal patchifier, zero head."""
+        if self.pos_embed is not None:
+            trunc_normal_(self.pos_embed, std=.02)
+        if self.cls_token is not None:
+            nn.init.zeros_(self.cls_token)
+        named_apply(init_weights_vit_jax, self)
+
+    @torch.jit.ignore
+    def load_pretrained(self, checkpoint_path: str, prefix: str = '') -> None:
+        """Load any supported checkpoint file (big_vision/vit_jax .npz, timm, transformers) into this model.
+
+        timm calls this for ``custom_load`` pretrained sources, e.g. the big_vision .npz URLs.
+        """
+        from .checkpoints import load_into_model
+        load_into_model(self, checkpoint_path, prefix=prefix)
+
+    @torch.jit.ignore
+    def no_weight_decay(self) -> Set[str]:
+        return {'pos_embed', 'cls_token'}
+
+    @torch.jit.ignore
+    def group_matcher(self, coarse: bool = False) -> Dict[str, Any]:
+        return dict(
+            stem=r'^cls_token|pos_embed|patch_embed',
+            blocks=[(r'^blocks\.(\d+)', None), (r'^norm', (99999,))],
+        )
+
+    @torch.jit.ignore
+    def set_grad_checkpointing(self, enable: bool = True) -> None:
+        self.grad_checkpointing = enable
+
+    @torch.jit.ignore
+    def get_classifier(self) -> nn.Module:
+        return self.head
+
+    def reset_classifier(self, num_classes: int, global_pool: Optional[str] = None) -> None:
+        """Replace the head with a zero-initialised one (``num_classes=0`` removes it)."""
+        if global_pool is not None:
+            if global_pool not in _POOL_TYPES:
+                raise ValueError(f'global_pool must be one of {_POOL_TYPES}, got {global_pool!r}')
+            if global_pool == 'token' and not self.has_class_token:
+                raise ValueError("global_pool='token' needs a class token")
+            self.global_pool = global_pool
+            update_model_args(self, global_pool=global_pool)
+        self.num_classes = num_classes
+        ref = self.norm.weight
+        if num_classes > 0:
+            self.head = nn.Linear(self.head_hidden_size, num_classes, device=ref.device, dtype=ref.dtype)
+            nn.init.zeros_(self.head.weight)
+            nn.init.zeros_(self.head.bias)
+        else:
+            self.head = nn.Identity()
+        self.head.train(self.training)
+
+    def set_input_size(
+            self,
+            img_size: Optional[Union[int, Tuple[int, int]]] = None,
+            patch_size: Optional[Union[int, Tuple[int, int]]] = None,
+    ) -> None:
+        """Change the nominal resolution and/or patch size in place.
+
+        The patchifier kernel is PI-resized (FlexiViT), a learned table is resampled once
+        with this model's rule, and a sin-cos table is regenerated, never interpolated.
+        """
+        prev_grid = self.patch_embed.grid_size
+        self.patch_embed.set_input_size(img_size=img_size, patch_size=patch_size)
+        grid = self.patch_embed.grid_size
+        if self.pos_embed is not None and grid != prev_grid:
+            with torch.no_grad():
+                table = resample_pos_embed(
+                    self.pos_embed.detach(), grid, prev_grid, 1 if self.pos_embed_cls_slot else 0,
+                    self.pos_resampler.rule)
+            self.pos_embed = nn.Parameter(table, requires_grad=self.pos_embed.requires_grad)
+        if self.pos_sincos is not None:
+            self.pos_sincos.set_grid_size(grid)
+        for info in self.feature_info:
+            info['reduction'] = self.patch_embed.patch_size[0]
+        update_model_input_size(
+            self, self.patch_embed.img_size,
+            patch_size=self.patch_embed.patch_size if patch_size is not None else None)
+
+    def _embed(self, x: torch.Tensor) -> Tuple[torch.Tensor, int, int]:
+        """Patchify, add position information and prepend the class token; returns tokens and grid."""
+        x = self.patch_embed(x)
+        batch, grid_h, grid_w, dim = x.shape
+        x = x.reshape(batch, grid_h * grid_w, dim)
+        pos: Optional[torch.Tensor] = None
+        if self.pos_sincos is not None:
+            x = x + self.pos_sincos(grid_h, grid_w).to(x.dtype)
+        elif self.pos_embed is not None and self.pos_resampler is not None:
+            nominal = self.patch_embed.grid_size
+            pos = self.pos_resampler(self.pos_embed, grid_h, grid_w, nominal[0], nominal[1])
+            if not self.pos_embed_cls_slot:
+                x = x + pos
+        if self.cls_token is not None:
+            x = torch.cat([self.cls_token.expand(batch, -1, -1), x], dim=1)
+        if pos is not None and self.pos_embed_cls_slot:
+            x = x + pos
+        return self.pos_drop(x), grid_h, grid_w
+
+    def forward_intermediates(
+            self,
+            x: torch.Tensor,
+            indices: Optional[Union[int, List[int]]] = None,
+            return_prefix_tokens: bool = False,
+            norm: bool = False,
+            stop_early: bool = False,
+            output_fmt: str = 'NCHW',
+            intermediates_only: bool = False,
+            output_dict: bool = False,
+    ) -> Union[List[torch.Tensor], Tuple[torch.Tensor, List[torch.Tensor]], Dict[str, Any]]:
+        """Final features plus the outputs of selected blocks (timm's contract, NCHW or NLC)."""
+        if output_fmt not in ('NCHW', 'NLC'):
+            raise ValueError(f"output_fmt must be 'NCHW' or 'NLC', got {output_fmt!r}")
+        reshape = output_fmt == 'NCHW'
+        intermediates = []
+        take_indices, max_index = feature_take_indices(len(self.blocks), indices)
+
+        batch = x.shape[0]
+        x, grid_h, grid_w = self._embed(x)
+        if torch.jit.is_scripting() or not stop_early:
+            blocks = self.blocks
+        else:
+            blocks = self.blocks[:max_index + 1]
+        for i, blk in enumerate(blocks):
+            if self.grad_checkpointing and not torch.jit.is_scripting():
+                x = checkpoint(blk, x, use_reentrant=False)
+            else:
+                x = blk(x)
+            if i in take_indices:
+                intermediates.append(self.norm(x) if norm else x)
+
+        prefix_tokens: Optional[List[torch.Tensor]] = None
+        if self.num_prefix_tokens:
+            prefix_tokens = [y[:, 0:self.num_prefix_tokens] for y in intermediates]
+            intermediates = [y[:, self.num_prefix_tokens:] for y in intermediates]
+        if reshape:
+            intermediates = [
+                y.reshape(batch, grid_h, grid_w, -1).permute(0, 3, 1, 2).contiguous() for y in intermediates]
+
+        if output_dict:
+            result: Dict[str, Any] = {'image_intermediates': intermediates}
+            if prefix_tokens is not None and return_prefix_tokens:
+                result['image_intermediates_prefix'] = prefix_tokens
+            if not intermediates_only:
+                result['image_features'] = self.norm(x)
+            return result
+        if not torch.jit.is_scripting() and return_prefix_tokens and prefix_tokens is not None:
+            intermediates = list(zip(intermediates, prefix_tokens))
+        if intermediates_only:
+            return intermediates
+        return self.norm(x), intermediates
+
+    def prune_intermediate_layers(
+            self,
+            indices: Union[int, List[int]] = 1,
+            prune_norm: bool = False,
+            prune_head: bool = True,
+    ) -> List[int]:
+        """Drop blocks (and optionally norm/head) not needed for the given intermediates."""
+        take_indices, max_index = feature_take_indices(len(self.blocks), indices)
+        self.blocks = self.blocks[:max_index + 1]
+        self.feature_info = self.feature_info[:max_index + 1]
+        if prune_norm:
+            self.norm = nn.Identity()
+        if prune_head:
+            self.pre_logits = nn.Identity()
+            self.head_hidden_size = self.embed_dim
+            self.reset_classifier(0, '')
+        return take_indices
+
+    def get_intermediate_layers(
+            self,
+            x: torch.Tensor,
+            n: Union[int, List[int]] = 1,
+            reshape: bool = False,
+            return_prefix_tokens: bool = False,
+            norm: bool = False,
+    ) -> List[torch.Tensor]:
+        """DINO-style alias of ``forward_intermediates(..., intermediates_only=True)``."""
+        return self.forward_intermediates(
+            x, n, return_prefix_tokens=return_prefix_tokens, norm=norm,
+            output_fmt='NCHW' if reshape else 'NLC', intermediates_only=True)
+
+    def forward_features(self, x: torch.Tensor) -> torch.Tensor:
+        x, _, _ = self._embed(x)
+        if self.grad_checkpointing and not torch.jit.is_scripting():
+            x = checkpoint_seq(self.blocks, x)
+        else:
+            x = self.blocks(x)
+        return self.norm(x)
+
+    def pool(self, x: torch.Tensor, pool_type: Optional[str] = None) -> torch.Tensor:
+        pool_type = self.global_pool if pool_type is None else pool_type
+        if pool_type == 'avg':
+            return x[:, self.num_prefix_tokens:].mean(dim=1)
+        if pool_type == 'token':
+            return x[:, 0]
+        return x
+
+    def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
+        x = self.pool(x)
+        x = self.pre_logits(x)
+        x = self.head_drop(x)
+        return x if pre_logits else self.head(x)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.forward_head(self.forward_features(x))
