@@ -6,7 +6,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from timm.layers import register_notrace_module
 
-__all__ = ['sincos_2d', 'RESAMPLE_RULES', 'resample_pos_embed', 'SinCos2dPosEmbed', 'LearnedPosResampler']
+__all__ = ['sincos_2d', 'RESAMPLE_RULES', 'resample_pos_embed', 'interpolate_pos_grid', 'SinCos2dPosEmbed', 'LearnedPosResampler']
 
 # How each ecosystem resizes a learned table: (mode, align_corners, antialias).
 # big_vision / vit_jax use scipy.ndimage.zoom(order=1) == bilinear with align_corners=True.
@@ -52,17 +52,38 @@ def resample_pos_embed(
         num_prefix_tokens: int = 0,
         rule: str = 'bigvision',
 ) -> torch.Tensor:
-    """Resize a learned (1, prefix + H*W, D) table to a new grid, keeping prefix slots as they are."""
+    """Resize a learned (1, prefix + H*W, D) table to a new grid with an ecosystem's rule, keeping prefix slots."""
+    if rule not in RESAMPLE_RULES:
+        raise ValueError(f'unknown resample rule {rule!r}, expected one of {list(RESAMPLE_RULES)}')
     mode, align_corners, antialias = RESAMPLE_RULES[rule]
-    if tuple(new_grid) == tuple(old_grid):
+    return interpolate_pos_grid(
+        pos_embed, new_grid[0], new_grid[1], old_grid[0], old_grid[1], num_prefix_tokens,
+        mode, align_corners, antialias)
+
+
+def interpolate_pos_grid(
+        pos_embed: torch.Tensor,
+        new_h: int,
+        new_w: int,
+        old_h: int,
+        old_w: int,
+        num_prefix_tokens: int,
+        mode: str,
+        align_corners: Optional[bool],
+        antialias: bool,
+) -> torch.Tensor:
+    """TorchScript-friendly core of :func:`resample_pos_embed` (interpolation done in float32)."""
+    if new_h == old_h and new_w == old_w:
         return pos_embed
     prefix, grid = pos_embed[:, :num_prefix_tokens], pos_embed[:, num_prefix_tokens:]
     dim = grid.shape[-1]
     orig_dtype = grid.dtype
-    grid = grid.float().reshape(1, old_grid[0], old_grid[1], dim).permute(0, 3, 1, 2)
-    grid = F.interpolate(grid, size=new_grid, mode=mode, align_corners=align_corners, antialias=antialias)
-    grid = grid.permute(0, 2, 3, 1).reshape(1, -1, dim).to(orig_dtype)
-    return torch.cat([prefix, grid], dim=1) if num_prefix_tokens else grid
+    grid = grid.float().reshape(1, old_h, old_w, dim).permute(0, 3, 1, 2)
+    grid = F.interpolate(grid, size=[new_h, new_w], mode=mode, align_corners=align_corners, antialias=antialias)
+    grid = grid.permute(0, 2, 3, 1).reshape(1, new_h * new_w, dim).to(orig_dtype)
+    if num_prefix_tokens > 0:
+        return torch.cat([prefix, grid], dim=1)
+    return grid
 
 
 @register_notrace_module
@@ -106,6 +127,7 @@ class LearnedPosResampler(nn.Module):
             raise ValueError(f'unknown position-embedding resample rule {rule!r}, expected one of {list(RESAMPLE_RULES)}')
         self.num_prefix_tokens = num_prefix_tokens
         self.rule = rule
+        self.mode, self.align_corners, self.antialias = RESAMPLE_RULES[rule]
         self._cache: Dict[Tuple[int, int], Tuple[tuple, torch.Tensor]] = {}
 
     def forward(
@@ -121,8 +143,9 @@ class LearnedPosResampler(nn.Module):
         if not torch.jit.is_scripting():
             if not torch.compiler.is_compiling() and not (torch.is_grad_enabled() and pos_embed.requires_grad):
                 return self._cached(pos_embed, grid_h, grid_w, old_grid_h, old_grid_w)
-        return resample_pos_embed(
-            pos_embed, (grid_h, grid_w), (old_grid_h, old_grid_w), self.num_prefix_tokens, self.rule)
+        return interpolate_pos_grid(
+            pos_embed, grid_h, grid_w, old_grid_h, old_grid_w, self.num_prefix_tokens,
+            self.mode, self.align_corners, self.antialias)
 
     @torch.jit.ignore
     def _cached(self, pos_embed: torch.Tensor, grid_h: int, grid_w: int, old_h: int, old_w: int) -> torch.Tensor:

@@ -13,7 +13,8 @@ from typing import Any, Callable, Dict, List, Optional, Set, Tuple, Union
 
 import torch
 import torch.nn as nn
-from timm.layers import LayerNorm, Mlp, get_act_layer, to_2tuple, trunc_normal_
+from timm.layers import LayerNorm, Mlp, get_act_layer, trunc_normal_
+from timm.layers.helpers import get_device_dtype
 from timm.models import checkpoint_seq, named_apply
 from timm.models._features import feature_take_indices
 from timm.models._input import update_model_args, update_model_input_size
@@ -209,9 +210,8 @@ class SimpleVisionTransformer(nn.Module):
             self.global_pool = global_pool
             update_model_args(self, global_pool=global_pool)
         self.num_classes = num_classes
-        ref = self.norm.weight
         if num_classes > 0:
-            self.head = nn.Linear(self.head_hidden_size, num_classes, device=ref.device, dtype=ref.dtype)
+            self.head = nn.Linear(self.head_hidden_size, num_classes, **get_device_dtype(self))
             nn.init.zeros_(self.head.weight)
             nn.init.zeros_(self.head.bias)
         else:
