@@ -1,0 +1,261 @@
+"""timm's model-interface contract (the checks timm's tests/test_models.py applies) over every simple_vit_*.
+
+Structural checks run on the meta device for every variant at its full size. Numerical
+checks run on real tensors for every variant at a small input size, built once per session;
+ViT-L and ViT-H keep their width, heads and MLP but run 2 blocks there, so the suite fits
+the CI budget on 2 cores (their full depth is covered by the meta-device checks).
+"""
+import fnmatch
+import functools
+import inspect
+
+import pytest
+import torch
+import timm
+from timm.models import get_notrace_functions, get_notrace_modules
+from timm.models._manipulate import group_parameters
+
+import timm_vit_variants  # noqa: F401
+
+MODEL_NAMES = sorted(timm.list_models('simple_vit_*'))
+EXPECTED = {
+    'simple_vit_tiny', 'simple_vit_small', 'simple_vit_base', 'simple_vit_large', 'simple_vit_huge',
+    'simple_vit_tiny_patch16_224', 'simple_vit_small_patch16_224', 'simple_vit_base_patch16_224',
+    'simple_vit_large_patch16_224', 'simple_vit_huge_patch16_224',
+    'simple_vit_small_patch32_224', 'simple_vit_base_patch32_224', 'simple_vit_tiny_patch4_32',
+}
+
+
+def _small_input(name: str, batch: int = 2) -> torch.Tensor:
+    size = timm.get_pretrained_cfg_value(name, 'input_size')
+    side = min(size[-1], 64)
+    return torch.randn(batch, 3, side, side, generator=torch.Generator().manual_seed(0))
+
+
+def _real_kwargs(name: str) -> dict:
+    return dict(depth=2) if 'large' in name or 'huge' in name else {}
+
+
+@functools.lru_cache(maxsize=None)
+def _real_model(name: str) -> torch.nn.Module:
+    torch.manual_seed(0)
+    model = timm.create_model(name, num_classes=7, **_real_kwargs(name)).eval()
+    # a zero-init head makes every logit 0; give it values so comparisons mean something
+    with torch.no_grad():
+        model.head.weight.normal_(std=0.02)
+        model.head.bias.normal_(std=0.02)
+    return model
+
+
+def test_registry_lists_family():
+    assert EXPECTED == set(MODEL_NAMES)
+    tagged = set(timm.list_models('simple_vit*', pretrained=True))
+    assert {f'simple_vit_small_patch16_224.bv_i1k_{e}ep' for e in (90, 150, 300)} <= tagged
+    assert timm.list_modules() and 'simple_vit' in timm.list_modules()
+
+
+@pytest.mark.parametrize('name', MODEL_NAMES)
+def test_default_cfg_and_api_contract(name):
+    with torch.device('meta'):
+        model = timm.create_model(name, device='meta', dtype=torch.float32).eval()
+    cfg = model.pretrained_cfg
+    assert cfg['input_size'][0] == model.in_chans == 3
+    assert cfg['mean'] == cfg['std'] == (0.5, 0.5, 0.5)
+    for key in ('crop_pct', 'interpolation', 'first_conv', 'classifier'):
+        assert cfg.get(key) is not None, key
+    state_dict = model.state_dict()
+    assert cfg['first_conv'] + '.weight' in state_dict
+    assert cfg['classifier'] + '.weight' in state_dict
+    assert not any('sincos' in k for k in state_dict), 'the fixed table must not be saved'
+
+    with pytest.raises(TypeError):
+        timm.create_model(name, device='meta', not_a_model_arg=1)
+    assert inspect.signature(model.reset_classifier).parameters['global_pool'].default is None
+    groups = group_parameters(model, model.group_matcher(coarse=False), reverse=True)
+    assert len(set(groups.values())) > 1
+    param_names = [n for n, _ in model.named_parameters()]
+    for pattern in model.no_weight_decay():
+        if not any(fnmatch.fnmatch(n, pattern) for n in param_names):
+            assert getattr(model, pattern, None) is None, pattern
+
+    assert model.num_classes == 1000 and model.num_features > 0 and model.head_hidden_size > 0
+    x = torch.randn(1, *cfg['input_size'], device='meta')
+    feats = model.forward_features(x)
+    grid = model.patch_embed.grid_size
+    assert feats.shape == (1, model.num_prefix_tokens + grid[0] * grid[1], model.num_features)
+    pre = model.forward_head(feats, pre_logits=True)
+    assert pre.shape == (1, model.head_hidden_size)
+
+    model.to(torch.bfloat16)
+    assert model(x.to(torch.bfloat16)).dtype == torch.bfloat16
+    model.to(torch.float32)
+
+    model.reset_classifier(0)
+    assert model.num_classes == 0 and model(x).shape == pre.shape
+    model.reset_classifier(0, '')
+    assert model(x).shape == feats.shape
+    headless = timm.create_model(name, num_classes=0, device='meta')
+    assert headless(x).shape == pre.shape
+    unpooled = timm.create_model(name, num_classes=0, global_pool='', device='meta')
+    assert unpooled(x).shape == feats.shape
+
+    # reset_classifier keeps the parent's device, dtype and train/eval state
+    model.to(device='meta', dtype=torch.float64)
+    model.reset_classifier(2)
+    assert all(p.device.type == 'meta' and p.dtype == torch.float64 for p in model.head.parameters())
+    assert not model.head.training
+
+    # create_model(device=...) places everything; frozen params survive reset and resize
+    frozen = timm.create_model(name, device='meta', dtype=torch.float32)
+    assert all(t.device.type == 'meta' for t in [*frozen.parameters(), *frozen.buffers()])
+    frozen.requires_grad_(False)
+    frozen.reset_classifier(0)
+    frozen.reset_classifier(0, '')
+    frozen.set_input_size(img_size=tuple(2 * s for s in cfg['input_size'][-2:]))
+    assert not [n for n, p in frozen.named_parameters() if p.requires_grad]
+
+
+@pytest.mark.parametrize('name', MODEL_NAMES)
+def test_forward_and_grad_checkpointing(name):
+    model = _real_model(name)
+    x = _small_input(name)
+    with torch.no_grad():
+        out = model(x)
+        assert out.shape == (2, 7) and not torch.isnan(out).any()
+        model.set_grad_checkpointing(True)
+        try:
+            out_ckpt = model(x)
+        finally:
+            model.set_grad_checkpointing(False)
+    torch.testing.assert_close(out, out_ckpt, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize('name', MODEL_NAMES)
+def test_backward_reaches_every_parameter(name):
+    model = _real_model(name)
+    model.train()
+    try:
+        out = model(_small_input(name))
+        out.mean().backward()
+        missing = [n for n, p in model.named_parameters() if p.grad is None]
+        assert not missing, missing
+    finally:
+        model.zero_grad(set_to_none=True)
+        model.eval()
+
+
+@pytest.mark.parametrize('name', MODEL_NAMES)
+def test_torchscript_matches_eager(name):
+    model = _real_model(name)
+    x = _small_input(name, batch=1)
+    scripted = torch.jit.script(model)
+    with torch.no_grad():
+        torch.testing.assert_close(scripted(x), model(x))
+
+
+@pytest.mark.parametrize('name', MODEL_NAMES)
+def test_fx_trace_matches_eager(name):
+    from torchvision.models.feature_extraction import create_feature_extractor, get_graph_node_names
+    model = _real_model(name)
+    tracer_kwargs = dict(leaf_modules=get_notrace_modules(), autowrap_functions=get_notrace_functions())
+    _, eval_nodes = get_graph_node_names(model, tracer_kwargs=tracer_kwargs)
+    fx_model = create_feature_extractor(model, return_nodes=[eval_nodes[-1]], tracer_kwargs=tracer_kwargs)
+    x = _small_input(name, batch=1)
+    with torch.no_grad():
+        torch.testing.assert_close(fx_model(x)[eval_nodes[-1]], model(x))
+
+
+@pytest.mark.parametrize('name', MODEL_NAMES)
+def test_forward_intermediates_parity(name):
+    model = _real_model(name)
+    x = _small_input(name, batch=1)
+    depth = len(model.blocks)
+    with torch.no_grad():
+        final, inter = model.forward_intermediates(x)
+        torch.testing.assert_close(final, model.forward_features(x))
+        assert len(inter) == depth
+        grid = model.patch_embed.feat_size(tuple(x.shape[-2:]))
+        assert all(t.shape == (1, model.embed_dim, *grid) for t in inter)
+        nlc = model.forward_intermediates(x, indices=[0, depth - 1], output_fmt='NLC', intermediates_only=True)
+        torch.testing.assert_close(nlc[-1].transpose(1, 2).reshape(inter[-1].shape), inter[-1])
+        early = model.forward_intermediates(x, indices=1, stop_early=True, norm=True, intermediates_only=True)
+        torch.testing.assert_close(early[0], model.norm(nlc[-1]).transpose(1, 2).reshape(inter[-1].shape))
+        as_dict = model.forward_intermediates(x, indices=2, output_dict=True)
+        assert set(as_dict) == {'image_intermediates', 'image_features'}
+
+
+@pytest.mark.parametrize('name', MODEL_NAMES)
+def test_features_only(name):
+    torch.manual_seed(0)
+    feat_model = timm.create_model(name, features_only=True, out_indices=(0, 1), **_real_kwargs(name)).eval()
+    x = _small_input(name, batch=1)
+    with torch.no_grad():
+        feats = feat_model(x)
+    assert len(feats) == 2
+    for f, ch, red in zip(feats, feat_model.feature_info.channels(), feat_model.feature_info.reduction()):
+        assert f.shape[1] == ch
+        assert f.shape[-1] == -(-x.shape[-1] // red)
+
+
+def test_features_only_equals_forward_intermediates():
+    torch.manual_seed(0)
+    full = timm.create_model('simple_vit_tiny', depth=3, num_classes=0).eval()
+    feat = timm.create_model('simple_vit_tiny', depth=3, features_only=True, out_indices=(0, 2)).eval()
+    # features_only prunes the final norm (norm=False) and wraps the model as `.model`
+    feat.model.load_state_dict({k: v for k, v in full.state_dict().items() if not k.startswith('norm.')})
+    x = torch.randn(1, 3, 48, 64)
+    with torch.no_grad():
+        expected = full.forward_intermediates(x, indices=[0, 2], intermediates_only=True)
+        got = feat(x)
+    for e, g in zip(expected, got):
+        torch.testing.assert_close(e, g)
+
+
+def test_prune_intermediate_layers_keeps_outputs():
+    torch.manual_seed(0)
+    model = timm.create_model('simple_vit_small_patch16_224', depth=4).eval()
+    x = torch.randn(1, 3, 64, 64)
+    with torch.no_grad():
+        before = model.forward_intermediates(x, indices=[1], intermediates_only=True)
+        kept = model.prune_intermediate_layers([1], prune_head=True)
+        after = model.forward_intermediates(x, indices=kept, intermediates_only=True)
+    assert len(model.blocks) == 2 and model.num_classes == 0 and model.head_hidden_size == model.embed_dim
+    torch.testing.assert_close(before[0], after[0])
+
+
+def test_model_args_are_recorded_for_reconstruction():
+    model = timm.create_model('simple_vit_tiny', num_classes=3, img_size=48, patch_size=8)
+    model.set_input_size(img_size=(64, 96), patch_size=16)
+    rebuilt = timm.create_model('simple_vit_tiny', **{**model._model_args, 'num_classes': 3})
+    assert rebuilt.patch_embed.patch_size == (16, 16) and rebuilt.patch_embed.img_size == (64, 96)
+
+
+@pytest.mark.parametrize('pos_embed', ['sincos', 'learn'])
+def test_torch_compile_fullgraph_dynamic(pos_embed):
+    torch.manual_seed(0)
+    kwargs = dict(embed_dim=32, depth=2, num_heads=2, mlp_dim=64, patch_size=8, img_size=32, num_classes=5,
+                  pos_embed=pos_embed)
+    if pos_embed == 'learn':
+        kwargs.update(class_token=True, pos_embed_cls_slot=True, global_pool='token')
+    model = timm.create_model('simple_vit_tiny', **kwargs).eval()
+    compiled = torch.compile(model, fullgraph=True, dynamic=True, backend='eager')
+    with torch.no_grad():
+        for shape in [(2, 3, 32, 32), (1, 3, 48, 40), (1, 3, 37, 30)]:
+            x = torch.randn(*shape)
+            torch.testing.assert_close(compiled(x), model(x))
+
+
+def test_bf16_forward_close_to_fp32():
+    torch.manual_seed(0)
+    model = timm.create_model('simple_vit_tiny', depth=2, num_classes=0).eval()
+    x = torch.randn(2, 3, 64, 64)
+    with torch.no_grad():
+        ref = model(x)
+        out = model.to(torch.bfloat16)(x.bfloat16())
+    assert out.dtype == torch.bfloat16
+    assert (out.float() - ref).abs().max() < 0.1 * ref.abs().max()
+
+
+def test_unknown_kwarg_raises_type_error():
+    with pytest.raises(TypeError):
+        timm.create_model('simple_vit_tiny', no_such_arg=True)
