@@ -105,9 +105,13 @@ def load_into_model(model: nn.Module, path: 'str | os.PathLike', prefix: str = '
 
     Tensors are streamed one at a time; nothing is copied unless the whole checkpoint fits.
     """
-    from . import open_checkpoint  # the package entry point; imported late to avoid a cycle
+    from . import detect_format, open_checkpoint  # the package entry points; imported late to avoid a cycle
 
-    with open_checkpoint(path, fmt, prefix=prefix or None) as ckpt:
+    fmt = fmt or detect_format(path)
+    hints = {}
+    if fmt == 'timm' and len(model.blocks):
+        hints['num_heads'] = model.blocks[0].attn.num_heads  # bare timm state dicts do not record it
+    with open_checkpoint(path, fmt, prefix=prefix or None, **hints) as ckpt:
         plan = _plan_fit(model, ckpt)
         targets = model.state_dict()
         with torch.no_grad():

@@ -247,7 +247,10 @@ class TimmCheckpoint(SourceCheckpoint):
         if unknown:
             raise self._error(f'unknown key for a timm ViT ({len(unknown)} unexpected)', key=local[unknown[0]])
 
-        num_heads = hints.get('num_heads') or arch.get('num_heads')
+        num_heads = arch.get('num_heads') or hints.get('num_heads')
+        if hints.get('num_heads') not in (None, num_heads):
+            raise ViTVariantsError(f"num_heads={hints['num_heads']} contradicts the architecture in config.json "
+                                   f'({num_heads} heads)', path=self._config_path, key='num_heads')
         if not num_heads:
             raise self._error(
                 'a timm state dict does not record the number of attention heads; pass --num-heads '
