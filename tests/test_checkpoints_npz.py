@@ -219,3 +219,25 @@ def test_timm_create_model_pretrained_npz(tmp_path):
                               pretrained_cfg_overlay=dict(file=path))
     assert torch.count_nonzero(other.head.weight) == 0
     torch.testing.assert_close(other.blocks[0].attn.qkv.weight, src.blocks[0].attn.qkv.weight)
+
+
+def test_bigvision_non_square_grid_resampling_matches_scipy_zoom(tmp_path):
+    """A 4x3 learned table (needs --img-size to be read) resampled to 6x5 equals scipy.ndimage.zoom(order=1)."""
+    scipy_ndimage = pytest.importorskip('scipy.ndimage')
+    ref = tiny_timm_vit(img_size=(16, 12), **BV_GAP)
+    path = write_npz(tmp_path / 'bv.npz', jax_params(ref, 'bigvision'), prefix='params/')
+    _assert_timm_loads(ref, path, img_size=(16, 12), **BV_GAP)
+    from timm_vit_variants import ViTVariantsError
+    with pytest.raises(ViTVariantsError, match='--img-size'):
+        open_checkpoint(path)
+    model, ckpt = _ours(path, img_size=(16, 12))
+    assert ckpt.grid == (4, 3) and ckpt.model_args['img_size'] == (16, 12)
+    x = _images()[..., :12]
+    with torch.no_grad():
+        assert _max_diff(model(x), ref(x)) <= TOL
+    with open_checkpoint(path, img_size=(16, 12)) as ckpt:
+        target = SimpleVisionTransformer(**dict(ckpt.model_args, img_size=(24, 20)))
+    load_into_model(target, path, img_size=(16, 12))  # the source size is a hint: the table alone is ambiguous
+    grid = ref.pos_embed.detach().numpy()[0].reshape(4, 3, 32)
+    zoomed = scipy_ndimage.zoom(grid, (6 / 4, 5 / 3, 1), order=1)
+    np.testing.assert_allclose(target.pos_embed.detach().numpy()[0], zoomed.reshape(30, 32), atol=1e-6)

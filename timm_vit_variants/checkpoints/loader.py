@@ -7,7 +7,7 @@ Everything else must match; all checks run on shapes before any weight is copied
 """
 import os
 import warnings
-from typing import Callable, Dict, Optional
+from typing import Any, Callable, Dict, Optional
 
 import torch
 import torch.nn as nn
@@ -100,16 +100,23 @@ def _identity(t: torch.Tensor) -> torch.Tensor:
     return t
 
 
-def load_into_model(model: nn.Module, path: 'str | os.PathLike', prefix: str = '', fmt: Optional[str] = None) -> None:
+def load_into_model(
+        model: nn.Module,
+        path: 'str | os.PathLike',
+        prefix: str = '',
+        fmt: Optional[str] = None,
+        **hints: Any,
+) -> None:
     """Load a big_vision/vit_jax/timm/transformers checkpoint (or our own Hub folder) into ``model``.
 
-    Tensors are streamed one at a time; nothing is copied unless the whole checkpoint fits.
+    ``hints`` describe the *source* (see ``checkpoints.HINTS``), e.g. ``img_size`` for a
+    non-square learned table. Tensors are streamed one at a time; nothing is copied
+    unless the whole checkpoint fits.
     """
     from . import detect_format, open_checkpoint  # the package entry points; imported late to avoid a cycle
 
     fmt = fmt or detect_format(path)
-    hints = {}
-    if fmt == 'timm' and len(model.blocks):
+    if fmt == 'timm' and len(model.blocks) and 'num_heads' not in hints:
         hints['num_heads'] = model.blocks[0].attn.num_heads  # bare timm state dicts do not record it
     with open_checkpoint(path, fmt, prefix=prefix or None, **hints) as ckpt:
         plan = _plan_fit(model, ckpt)

@@ -4,6 +4,7 @@
 ``inventory``) and it leaks zip/zlib exceptions; this reads each member's ``.npy``
 header on its own and turns every failure into ``ViTVariantsError``.
 """
+import math
 import zipfile
 import zlib
 from typing import Dict, Iterator, List, Tuple
@@ -58,11 +59,17 @@ class NpzArchive:
                     shape, _, dtype = np.lib.format.read_array_header_1_0(fp)
                 else:
                     shape, _, dtype = np.lib.format.read_array_header_2_0(fp)
+                header_len = fp.tell()
         except _READ_ERRORS as e:
             raise ViTVariantsError(f'unreadable .npy header: {e}', path=self.path, key=key) from e
         if dtype.hasobject:
             raise ViTVariantsError('object arrays need pickle, which is never loaded', path=self.path, key=key)
-        return tuple(int(s) for s in shape), dtype
+        shape = tuple(int(s) for s in shape)
+        # Checked before any data is read, so a damaged header cannot trigger a huge allocation.
+        if self._members[key].file_size != header_len + math.prod(shape) * dtype.itemsize:
+            raise ViTVariantsError(f'array size does not match its header {shape} {dtype} (truncated or corrupt)',
+                                   path=self.path, key=key)
+        return shape, dtype
 
     def keys(self) -> List[str]:
         return list(self._headers)
