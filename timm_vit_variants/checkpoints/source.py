@@ -5,6 +5,7 @@ plan: one ``PlanItem`` per tensor of our (timm-layout) state dict, naming the so
 arrays it is made from. ``iter_tensors`` then executes the plan one item at a time,
 so only the arrays of the current item are in memory.
 """
+import abc
 import os
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
@@ -32,7 +33,7 @@ def as_is(x: torch.Tensor) -> torch.Tensor:
     return x
 
 
-class SourceCheckpoint:
+class SourceCheckpoint(abc.ABC):
     """An opened source checkpoint: inferred architecture plus streamed, converted tensors.
 
     Attributes:
@@ -54,15 +55,16 @@ class SourceCheckpoint:
         self.source_config: Dict[str, Any] = {}
         self._plan: List[PlanItem] = []
 
-    # -- to be provided by each format ---------------------------------------------------------
+    # -- provided by each format -----------------------------------------------------------------
+    @abc.abstractmethod
     def inventory(self) -> Inventory:
         """Raw source tensor names, shapes and dtypes, read without loading data."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def _read(self, name: str) -> torch.Tensor:
         """One raw source array as a float32 tensor."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def close(self) -> None:
         """Release open files."""
 

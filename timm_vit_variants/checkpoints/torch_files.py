@@ -3,6 +3,7 @@
 Both open without reading tensor data (safetensors by header, zip pickles memory-mapped),
 and every failure, including a pickle that asks for code, becomes ``ViTVariantsError``.
 """
+import abc
 import argparse
 import zipfile
 from typing import Any, Dict, Iterator, List, Sequence, Tuple
@@ -21,7 +22,7 @@ _WRAPPER_KEYS = ('state_dict_ema', 'model_ema', 'state_dict', 'model')
 _ST_DTYPES = {'F64': 'float64', 'F32': 'float32', 'F16': 'float16', 'BF16': 'bfloat16'}
 
 
-class TensorStore:
+class TensorStore(abc.ABC):
     """Named tensors spread over one or more files; data is read one tensor at a time."""
 
     def __init__(self, files: Sequence[str]) -> None:
@@ -38,14 +39,17 @@ class TensorStore:
     def file_of(self, name: str) -> str:
         return self.files[self._where[name]]
 
+    @abc.abstractmethod
     def shape(self, name: str) -> Tuple[int, ...]:
-        raise NotImplementedError
+        """Shape from metadata, without reading data."""
 
+    @abc.abstractmethod
     def dtype(self, name: str) -> str:
-        raise NotImplementedError
+        """dtype name from metadata, without reading data."""
 
+    @abc.abstractmethod
     def get(self, name: str) -> torch.Tensor:
-        raise NotImplementedError
+        """The stored tensor (may be a view of a memory-mapped file)."""
 
     def get_float32(self, name: str) -> torch.Tensor:
         tensor = self.get(name)
