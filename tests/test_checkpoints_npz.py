@@ -241,3 +241,16 @@ def test_bigvision_non_square_grid_resampling_matches_scipy_zoom(tmp_path):
     grid = ref.pos_embed.detach().numpy()[0].reshape(4, 3, 32)
     zoomed = scipy_ndimage.zoom(grid, (6 / 4, 5 / 3, 1), order=1)
     np.testing.assert_allclose(target.pos_embed.detach().numpy()[0], zoomed.reshape(30, 32), atol=1e-6)
+
+
+def test_vitjax_gap_classifier_without_cls(tmp_path):
+    """vit_jax classifier='gap': no cls token, table without a slot, mean of encoder_norm outputs."""
+    kwargs = dict(class_token=False, global_pool='avg', fc_norm=False, act_layer='gelu_tanh')
+    ref = tiny_timm_vit(**kwargs)
+    path = write_npz(tmp_path / 'gap.npz', jax_params(ref, 'vitjax'))
+    _assert_timm_loads(ref, path, **kwargs)
+    model, ckpt = _ours(path)
+    assert not ckpt.model_args['class_token'] and ckpt.model_args['global_pool'] == 'avg'
+    x = _images()
+    with torch.no_grad():
+        assert _max_diff(model(x), ref(x)) <= TOL
