@@ -254,3 +254,19 @@ def test_vitjax_gap_classifier_without_cls(tmp_path):
     x = _images()
     with torch.no_grad():
         assert _max_diff(model(x), ref(x)) <= TOL
+
+
+@pytest.mark.parametrize('scan', [False, True])
+def test_iter_tensors_streams_each_array_once(tmp_path, monkeypatch, scan):
+    """Opening reads headers only; iterating reads every source array exactly once (scan arrays too)."""
+    from timm_vit_variants.checkpoints.npz_archive import NpzArchive
+    ref = tiny_timm_vit(depth=3, **VITJAX)
+    path = write_npz(tmp_path / 'a.npz', jax_params(ref, 'vitjax', scan=scan))
+    reads = []
+    original = NpzArchive.read
+    monkeypatch.setattr(NpzArchive, 'read', lambda self, key: reads.append(key) or original(self, key))
+    with open_checkpoint(path) as ckpt:
+        assert reads == []  # opening reads headers only
+        keys = [key for key, _ in ckpt.iter_tensors()]
+        raw = [name for name, _, _ in ckpt.inventory()]
+    assert sorted(reads) == sorted(raw) and len(keys) == len(ckpt.tensor_shapes)
