@@ -1,0 +1,159 @@
+"""Throughput of simple_vit vs timm's own ViT, built equivalently, measured alternately in one process.
+
+Reports ratios (ours / timm; > 1.0 means we are faster) for inference and a training step,
+at the native 224x224 and at 288x288 (timm with dynamic_img_size=True), and the fraction
+of plain torch.matmul throughput the model reaches on the same GEMM shapes.
+
+    python benchmarks/bench_models.py                      # CPU, fp32
+    python benchmarks/bench_models.py --device cuda --dtype bfloat16 --batch 256   # GPU, one call
+"""
+import argparse
+import statistics
+import time
+from typing import Callable, Dict, List, Tuple
+
+import torch
+import timm
+
+import timm_vit_variants  # noqa: F401
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == 'cuda':
+        torch.cuda.synchronize()
+
+
+def _time(fn: Callable[[], None], device: torch.device, iters: int) -> float:
+    _sync(device)
+    start = time.perf_counter()
+    for _ in range(iters):
+        fn()
+    _sync(device)
+    return (time.perf_counter() - start) / iters
+
+
+def build_pair(size: str, device: torch.device, dtype: torch.dtype) -> Tuple[torch.nn.Module, torch.nn.Module]:
+    """Ours and timm's ViT with the same compute: no class token, GAP after the final norm, tanh GELU."""
+    ours = timm.create_model(f'simple_vit_{size}', num_classes=1000)
+    ref = timm.create_model(
+        f'vit_{size}_patch16_224', class_token=False, global_pool='avg', fc_norm=False,
+        act_layer='gelu_tanh', dynamic_img_size=True, num_classes=1000)
+    return ours.to(device, dtype), ref.to(device, dtype)
+
+
+def vit_gemm_shapes(tokens: int, batch: int, dim: int, mlp: int, depth: int, heads: int, patch: int,
+                    classes: int) -> List[Tuple[str, Tuple[int, ...], int]]:
+    """(kind, shape, count) for every matmul in one forward; attention as batched matmuls."""
+    rows, hd = batch * tokens, dim // heads
+    return [
+        ('mm', (rows, 3 * patch * patch, dim), 1),
+        ('mm', (rows, dim, 3 * dim), depth),
+        ('bmm', (batch * heads, tokens, hd, tokens), depth),
+        ('bmm', (batch * heads, tokens, tokens, hd), depth),
+        ('mm', (rows, dim, dim), depth),
+        ('mm', (rows, dim, mlp), depth),
+        ('mm', (rows, mlp, dim), depth),
+        ('mm', (batch, dim, classes), 1),
+    ]
+
+
+def gemm_flops(shapes) -> float:
+    total = 0.
+    for kind, shape, count in shapes:
+        if kind == 'mm':
+            m, k, n = shape
+            total += 2. * m * k * n * count
+        else:
+            b, m, k, n = shape
+            total += 2. * b * m * k * n * count
+    return total
+
+
+def matmul_seconds(shapes, device: torch.device, dtype: torch.dtype, iters: int) -> float:
+    """Time the model's GEMMs alone with torch.matmul (the roofline this code path can reach)."""
+    ops = []
+    for kind, shape, count in shapes:
+        if kind == 'mm':
+            m, k, n = shape
+            a, b = torch.randn(m, k, device=device, dtype=dtype), torch.randn(k, n, device=device, dtype=dtype)
+        else:
+            bt, m, k, n = shape
+            a = torch.randn(bt, m, k, device=device, dtype=dtype)
+            b = torch.randn(bt, k, n, device=device, dtype=dtype)
+        ops.append((a, b, count))
+
+    def run() -> None:
+        for a, b, count in ops:
+            for _ in range(count):
+                torch.matmul(a, b)
+    run()
+    return _time(run, device, iters)
+
+
+def compare(ours: torch.nn.Module, ref: torch.nn.Module, x: torch.Tensor, train: bool, rounds: int,
+            iters: int) -> Dict[str, float]:
+    """Alternate ours/timm each round; median seconds per step of each."""
+    device = x.device
+    steps = {}
+    for name, model in (('ours', ours), ('timm', ref)):
+        if train:
+            model.train()
+            opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+            target = torch.randint(0, 1000, (x.shape[0],), device=device)
+
+            def step(model=model, opt=opt, target=target) -> None:
+                loss = torch.nn.functional.cross_entropy(model(x).float(), target)
+                loss.backward()
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+        else:
+            model.eval()
+
+            def step(model=model) -> None:
+                with torch.inference_mode():
+                    model(x)
+        step()  # warm-up (allocations, caches, optimizer state)
+        steps[name] = step
+    times = {'ours': [], 'timm': []}
+    for _ in range(rounds):
+        for name in ('ours', 'timm'):
+            times[name].append(_time(steps[name], device, iters))
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument('--size', default='small', choices=['tiny', 'small', 'base'])
+    parser.add_argument('--batch', type=int, default=8)
+    parser.add_argument('--rounds', type=int, default=5)
+    parser.add_argument('--iters', type=int, default=2)
+    parser.add_argument('--device', default='cpu')
+    parser.add_argument('--dtype', default='float32', choices=['float32', 'bfloat16'])
+    args = parser.parse_args()
+    device, dtype = torch.device(args.device), getattr(torch, args.dtype)
+    torch.manual_seed(0)
+    ours, ref = build_pair(args.size, device, dtype)
+    dim, depth, heads = ours.embed_dim, len(ours.blocks), ours.blocks[0].attn.num_heads
+    mlp = ours.blocks[0].mlp.fc1.out_features
+    print(f'simple_vit_{args.size} vs timm vit_{args.size}_patch16_224 (class_token=False, global_pool=avg, '
+          f'fc_norm=False, gelu_tanh) | device={device} dtype={args.dtype} batch={args.batch} '
+          f'threads={torch.get_num_threads()} torch={torch.__version__} timm={timm.__version__}')
+    print(f'{"case":<22}{"ours img/s":>12}{"timm img/s":>12}{"ratio":>8}{"ours GFLOP/s":>14}{"matmul frac":>13}')
+    for side in (224, 288):
+        x = torch.randn(args.batch, 3, side, side, device=device, dtype=dtype)
+        tokens = (side // 16) ** 2
+        shapes = vit_gemm_shapes(tokens, args.batch, dim, mlp, depth, heads, 16, 1000)
+        flops = gemm_flops(shapes)
+        mm_s = matmul_seconds(shapes, device, dtype, args.iters)
+        for train in (False, True):
+            t = compare(ours, ref, x, train, args.rounds, args.iters)
+            step_flops = flops * (3 if train else 1)  # backward ~ 2x forward
+            gflops = step_flops / t['ours'] / 1e9
+            frac = (mm_s * (3 if train else 1)) / t['ours']
+            case = f'{"train" if train else "infer"} {side}x{side}'
+            print(f'{case:<22}{args.batch / t["ours"]:>12.1f}{args.batch / t["timm"]:>12.1f}'
+                  f'{t["timm"] / t["ours"]:>8.3f}{gflops:>14.1f}{frac:>13.2f}')
+
+
+if __name__ == '__main__':
+    main()
