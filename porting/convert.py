@@ -133,7 +133,7 @@ def convert(
         patch_size: Optional[Sequence[int]] = None,
         num_classes: Optional[int] = None,
         resample_like: Optional[str] = None,
-        num_heads: Optional[int] = None,
+        hints: Optional[Dict[str, Any]] = None,
         overwrite: bool = False,
         tol: float = DEFAULT_TOL,
         verify: bool = True,
@@ -146,11 +146,13 @@ def convert(
 ) -> ConvertResult:
     """Convert ``source`` into the Hub folder ``out``; nothing is left behind on failure.
 
+    ``hints`` go to the reader (e.g. ``num_heads``, ``img_size``; see ``checkpoints.HINTS``).
+
     Raises ViTVariantsError for bad input, an unusable OUT and a failed verification.
     """
     out_path = check_output(out, overwrite, sources=[source])
     shard_bytes = parse_size(max_shard_size)
-    with open_source(source, fmt, num_heads=num_heads) as src, ThreadPoolExecutor(max_workers=1) as hasher:
+    with open_source(source, fmt, **(hints or {})) as src, ThreadPoolExecutor(max_workers=1) as hasher:
         plan = make_plan(src.path, source_model_args(src), src.grid, img_size=img_size, patch_size=patch_size,
                          num_classes=num_classes, resample_like=resample_like)
         # Hashing is a full read of the source: run it beside the conversion (hashlib releases the GIL).
