@@ -1,7 +1,7 @@
 """Fill a model from a tensor stream, and rebuild a model from a converted Hub folder.
 
-Both copy tensor by tensor into an already-allocated model, so loading never holds a second
-full copy of the weights. Unlike timm's ``local-dir:`` loader (which only reads
+Both copy tensor by tensor into an already-allocated model (a folder is read straight into the
+parameters' storage), so loading never holds a second copy of the weights. Unlike timm's ``local-dir:`` loader (which only reads
 ``model.safetensors``), ``load_folder`` also reads sharded folders.
 """
 from pathlib import Path
@@ -14,7 +14,7 @@ from timm_vit_variants import SimpleVisionTransformer
 from timm_vit_variants.errors import ViTVariantsError
 
 from .hub_config import read_config
-from .shards import iter_folder_tensors
+from .shards import read_folder_into
 
 __all__ = ['build_empty', 'fill_model', 'load_folder']
 
@@ -61,5 +61,5 @@ def load_folder(folder: Union[str, Path]) -> SimpleVisionTransformer:
     """The model saved in a converted folder (single-file or sharded safetensors), in eval mode."""
     cfg = read_config(folder)
     model = build_empty(cfg.get('model_args', {}), cfg['architecture'])
-    fill_model(model, iter_folder_tensors(folder), folder)
+    read_folder_into(folder, model.state_dict())
     return model.eval()

@@ -13,12 +13,10 @@ from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 import torch
-from safetensors import safe_open
-
 from timm_vit_variants.errors import ViTVariantsError
 
 __all__ = [
-    'SINGLE_FILE', 'INDEX_FILE', 'ShardedSafetensorsWriter', 'parse_size', 'weight_files', 'iter_folder_tensors',
+    'SINGLE_FILE', 'INDEX_FILE', 'ShardedSafetensorsWriter', 'parse_size', 'weight_files', 'read_folder_into',
 ]
 
 SINGLE_FILE = 'model.safetensors'
@@ -174,16 +172,62 @@ def weight_files(folder: Union[str, Path]) -> List[Path]:
     raise ViTVariantsError(f'no {SINGLE_FILE} or {INDEX_FILE} in the folder', path=str(folder))
 
 
-def iter_folder_tensors(folder: Union[str, Path]) -> Iterable[Tuple[str, torch.Tensor]]:
-    """Yield (name, tensor) from a Hub folder's safetensors files, one tensor at a time."""
+_TORCH_DTYPES = {v: k for k, v in _DTYPES.items()}
+
+
+def _read_header(path: Path, fh) -> Tuple[int, Dict[str, dict]]:
+    """(data start offset, tensor entries) of an open safetensors file."""
+    raw = fh.read(8)
+    if len(raw) != 8:
+        raise ViTVariantsError('truncated safetensors header', path=str(path))
+    (length,) = struct.unpack('<Q', raw)
+    size = os.fstat(fh.fileno()).st_size
+    if length > size - 8:
+        raise ViTVariantsError('safetensors header runs past the end of the file', path=str(path))
+    try:
+        header = json.loads(fh.read(length))
+    except ValueError as e:
+        raise ViTVariantsError(f'unreadable safetensors header: {e}', path=str(path)) from None
+    header.pop('__metadata__', None)
+    for name, entry in header.items():
+        begin, end = entry['data_offsets']
+        if entry.get('dtype') not in _TORCH_DTYPES or end > size - 8 - length or begin > end:
+            raise ViTVariantsError('bad tensor entry (dtype or offsets out of range)', path=str(path), key=name)
+    return 8 + length, header
+
+
+def read_folder_into(folder: Union[str, Path], targets: Dict[str, torch.Tensor]) -> None:
+    """Read every tensor of a Hub folder straight into ``targets`` (e.g. a model's state dict).
+
+    Bytes go from the file into the target's own storage with ``readinto``: no intermediate
+    tensor and no memory map, so loading costs no memory beyond the model itself.
+    """
+    missing = set(targets)
     for path in weight_files(folder):
         if not path.is_file():
             raise ViTVariantsError('shard named by the index is missing', path=str(path))
-        try:
-            with safe_open(str(path), framework='pt') as f:
-                for name in f.keys():
-                    yield name, f.get_tensor(name)
-        except (OSError, RuntimeError, ValueError) as e:
-            if isinstance(e, ViTVariantsError):
-                raise
-            raise ViTVariantsError(f'unreadable safetensors file: {e}', path=str(path)) from None
+        with open(path, 'rb') as fh:
+            start, header = _read_header(path, fh)
+            for name, entry in sorted(header.items(), key=lambda kv: kv[1]['data_offsets'][0]):
+                target = targets.get(name)
+                if target is None:
+                    raise ViTVariantsError('tensor has no place in the model', path=str(path), key=name)
+                if tuple(entry['shape']) != tuple(target.shape):
+                    raise ViTVariantsError('tensor does not fit the model', path=str(path), key=name,
+                                           shapes=(entry['shape'], target.shape))
+                dtype = _TORCH_DTYPES[entry['dtype']]
+                begin, end = entry['data_offsets']
+                if end - begin != _nbytes(entry['shape'], dtype):
+                    raise ViTVariantsError('tensor byte size does not match its shape', path=str(path), key=name)
+                fh.seek(start + begin)
+                direct = dtype == target.dtype and target.is_contiguous() and target.device.type == 'cpu'
+                buffer = target.detach() if direct else torch.empty(tuple(entry['shape']), dtype=dtype)
+                view = memoryview(buffer.reshape(-1).view(torch.uint8).numpy())
+                if fh.readinto(view) != end - begin:
+                    raise ViTVariantsError('file ends inside a tensor', path=str(path), key=name)
+                if not direct:
+                    with torch.no_grad():
+                        target.copy_(buffer)
+                missing.discard(name)
+    if missing:
+        raise ViTVariantsError(f'folder lacks {len(missing)} tensor(s): {sorted(missing)[:5]}', path=str(folder))

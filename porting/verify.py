@@ -12,6 +12,7 @@ timm has no pre-logits (``rep_size``) layer and its npz loader skips it, so for 
 features come from timm and the logits from an explicit ``head(tanh(pre_logits(x)))`` computed in
 numpy straight from the archive's arrays. Comparison runs at the SOURCE geometry, before any resize.
 """
+import ctypes
 import gc
 import json
 import tempfile
@@ -311,6 +312,19 @@ def reference_outputs(path: str, fmt: str, model_args: Dict[str, Any], x: torch.
         raise _Skip(f'the reference implementation could not load the source: {type(e).__name__}: {e}') from None
 
 
+def _release_memory() -> None:
+    """Return freed tensor memory to the OS, so the reference and our model do not add up in RSS.
+
+    glibc keeps freed heap blocks (tensors under its mmap threshold) for reuse; ``malloc_trim``
+    hands them back. Elsewhere this is a no-op.
+    """
+    gc.collect()
+    try:
+        ctypes.CDLL('libc.so.6').malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
 def compare(
         path: str,
         fmt: str,
@@ -324,13 +338,13 @@ def compare(
         ref = reference_outputs(path, fmt, model_args, x)
     except _Skip as e:
         return Verification('skipped', reason=str(e), tolerance=tol)
-    gc.collect()
+    _release_memory()
     ours = build_ours().eval()
     with torch.no_grad():
         feats = ours.forward_features(x)
         logits = ours.forward_head(feats) if ours.num_classes else None
     del ours
-    gc.collect()
+    _release_memory()
     if ref.features is None or tuple(ref.features.shape) != tuple(feats.shape):
         return Verification('failed', reference=ref.name, tolerance=tol, reason=(
             f'feature shapes differ: reference {tuple(ref.features.shape) if ref.features is not None else None} '
