@@ -178,6 +178,14 @@ def test_new_head_is_zero(sources, tmp_path):
     assert model.num_classes == 3 and not model.head.weight.any() and not model.head.bias.any()
     assert 'label_names' not in json.loads((out / 'config.json').read_text())
 
+    # A headless folder gets a zero head too (the source has no head tensors to transform).
+    headless = tmp_path / 'headless'
+    assert main(['convert', str(sources['hf']), str(headless), '--num-classes', '0']) == 0
+    again = tmp_path / 'again'
+    assert main(['convert', str(headless), str(again), '--num-classes', '4']) == 0
+    model = _local_dir(again)
+    assert model.head.weight.shape == (4, F.WIDTH) and not model.head.weight.any()
+
 
 def test_sharded_output(sources, tmp_path, capsys):
     single, sharded = tmp_path / 'single', tmp_path / 'sharded'

@@ -123,3 +123,13 @@ def test_numpy_sincos_matches_big_vision_formula():
         + [torch.sin(torch.tensor(1 * w)) for w in omega] + [torch.cos(torch.tensor(1 * w)) for w in omega]
     assert table.shape == (15, 4 * q)
     assert torch.allclose(torch.from_numpy(table[token]), torch.stack(expected).float(), atol=1e-6)
+
+
+def test_truncated_converted_folder(tmp_path, capsys):
+    model = SimpleVisionTransformer(img_size=16, patch_size=8, embed_dim=32, depth=1, num_heads=2, num_classes=3)
+    out = save_pretrained_folder(model, tmp_path / 'm')
+    weights = out / 'model.safetensors'
+    weights.write_bytes(weights.read_bytes()[:-100])
+    from porting.loading import load_folder
+    with pytest.raises(ViTVariantsError, match='model.safetensors'):
+        load_folder(out)
