@@ -140,6 +140,7 @@ class _Exploit:
         return os.system, (f'touch {self.marker}',)
 
 
+@pytest.mark.filterwarnings('ignore:Detected pickle protocol')  # torch's note on the raw pickle
 @pytest.mark.parametrize('kind', ['zip', 'legacy', 'raw_pickle', 'npz_object'])
 def test_malicious_pickle_never_runs(tmp_path, kind):
     marker = tmp_path / 'pwned'

@@ -104,3 +104,14 @@ def test_config_contradicting_tensors(tmp_path):
     from timm_vit_variants import ViTVariantsError
     with pytest.raises(ViTVariantsError, match=r"intermediate\.dense\.weight.*\(64, 32\) vs \(48, 32\)"):
         open_checkpoint(tmp_path / 'hf')
+
+
+def test_no_qkv_bias_and_non_square_image(tmp_path):
+    ref = randomize(transformers.ViTForImageClassification(_config(qkv_bias=False, image_size=[16, 12])))
+    ref.save_pretrained(tmp_path / 'hf')
+    model, ckpt = _ours(tmp_path / 'hf')
+    assert not ckpt.model_args['qkv_bias'] and ckpt.grid == (4, 3) and ckpt.model_args['img_size'] == (16, 12)
+    assert 'blocks.0.attn.qkv.bias' not in ckpt.tensor_shapes
+    x = _images(16, 12)
+    with torch.no_grad():
+        assert (model(x) - ref(pixel_values=x).logits).abs().max().item() <= TOL

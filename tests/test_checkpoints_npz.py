@@ -241,3 +241,32 @@ def test_bigvision_non_square_grid_resampling_matches_scipy_zoom(tmp_path):
     grid = ref.pos_embed.detach().numpy()[0].reshape(4, 3, 32)
     zoomed = scipy_ndimage.zoom(grid, (6 / 4, 5 / 3, 1), order=1)
     np.testing.assert_allclose(target.pos_embed.detach().numpy()[0], zoomed.reshape(30, 32), atol=1e-6)
+
+
+def test_vitjax_gap_classifier_without_cls(tmp_path):
+    """vit_jax classifier='gap': no cls token, table without a slot, mean of encoder_norm outputs."""
+    kwargs = dict(class_token=False, global_pool='avg', fc_norm=False, act_layer='gelu_tanh')
+    ref = tiny_timm_vit(**kwargs)
+    path = write_npz(tmp_path / 'gap.npz', jax_params(ref, 'vitjax'))
+    _assert_timm_loads(ref, path, **kwargs)
+    model, ckpt = _ours(path)
+    assert not ckpt.model_args['class_token'] and ckpt.model_args['global_pool'] == 'avg'
+    x = _images()
+    with torch.no_grad():
+        assert _max_diff(model(x), ref(x)) <= TOL
+
+
+@pytest.mark.parametrize('scan', [False, True])
+def test_iter_tensors_streams_each_array_once(tmp_path, monkeypatch, scan):
+    """Opening reads headers only; iterating reads every source array exactly once (scan arrays too)."""
+    from timm_vit_variants.checkpoints.npz_archive import NpzArchive
+    ref = tiny_timm_vit(depth=3, **VITJAX)
+    path = write_npz(tmp_path / 'a.npz', jax_params(ref, 'vitjax', scan=scan))
+    reads = []
+    original = NpzArchive.read
+    monkeypatch.setattr(NpzArchive, 'read', lambda self, key: reads.append(key) or original(self, key))
+    with open_checkpoint(path) as ckpt:
+        assert reads == []  # opening reads headers only
+        keys = [key for key, _ in ckpt.iter_tensors()]
+        raw = [name for name, _, _ in ckpt.inventory()]
+    assert sorted(reads) == sorted(raw) and len(keys) == len(ckpt.tensor_shapes)

@@ -53,7 +53,10 @@ class JaxNpzCheckpoint(SourceCheckpoint):
     # Whether the learned table includes a slot for the class token.
     POS_CLS_SLOT = False
     # Names that mean a head this package cannot express.
-    UNSUPPORTED = {'MAPHead_0': "big_vision 'map' pooling (MAPHead) is not supported by SimpleVisionTransformer"}
+    UNSUPPORTED = {
+        'MAPHead_0': "big_vision 'map' pooling (MAPHead) is not supported by SimpleVisionTransformer",
+        'conv_root': 'hybrid ResNet-ViT checkpoints (ResNet stem) are not supported',
+    }
 
     def __init__(self, path: str, **hints: Any) -> None:
         super().__init__(path)
@@ -80,7 +83,8 @@ class JaxNpzCheckpoint(SourceCheckpoint):
             if f'{prefix}embedding/kernel' in self._npz:
                 return prefix
         raise self._error(
-            'not a ViT parameter archive: no patch embedding found', key=f'{candidates[0]}embedding/kernel')
+            'not a ViT parameter archive: no patch embedding found (if the ViT sits deeper, e.g. in a two-tower '
+            "model, pass its key prefix such as --prefix 'params/img/')", key=f'{candidates[0]}embedding/kernel')
 
     def _plan_conversion(self, hints: Dict[str, Any]) -> None:
         prefix = self._find_prefix(hints.get('prefix'))

@@ -15,7 +15,7 @@ import torch.nn as nn
 from ..errors import ViTVariantsError
 from ..patch_embed import pi_resize_patch_kernel
 from ..posemb import resample_pos_embed
-from .source import SourceCheckpoint
+from .source import SourceCheckpoint, as_is
 from .timm_format import activation_name
 
 __all__ = ['load_into_model']
@@ -71,7 +71,7 @@ def _plan_fit(model: nn.Module, ckpt: SourceCheckpoint) -> Dict[str, Adapter]:
             src = (1, slot + new_grid[0] * new_grid[1], src[-1])
         if tuple(src) != dst:
             raise mismatch('shape differs between checkpoint and model', key, src, dst)
-        plan[key] = adapter if adapter is not None else _identity
+        plan[key] = adapter if adapter is not None else as_is
     missing = [k for k in targets if k not in shapes and not (skip_head and k in _HEAD_KEYS)]
     if missing:
         raise mismatch(f'the model needs {len(missing)} tensor(s) the checkpoint does not have', missing[0],
@@ -94,10 +94,6 @@ def _plan_fit(model: nn.Module, ckpt: SourceCheckpoint) -> Dict[str, Adapter]:
         warnings.warn(f'{ckpt.path}: the checkpoint was trained with ' + ', '.join(notes)
                       + '; outputs will differ from the source network', stacklevel=3)
     return plan
-
-
-def _identity(t: torch.Tensor) -> torch.Tensor:
-    return t
 
 
 def load_into_model(
