@@ -8,6 +8,7 @@ then runs each contender in its own subprocess and reads that child's wall time 
   raw copy       copy the .npz bytes to a new file and fsync (the floor for any conversion)
   import only    ``python -c 'import porting.convert'`` (interpreter + torch/timm start-up)
   vit-port       ``python -m porting convert SRC OUT --no-verify`` (the streaming pipeline)
+  convert() timed  the same pipeline timed inside the process, i.e. without interpreter/import start-up
   vit-port+check the same with numerical verification (reference model + ours, one after the other)
   naive timm     timm ``VisionTransformer.load_pretrained(npz)`` then ``timm.models.save_for_hf``
 
@@ -46,6 +47,14 @@ model = timm.create_model('vit_base_patch16_224', img_size=img, patch_size=p, em
                           no_embed_class=True, fc_norm=False, act_layer='gelu_tanh', weight_init='skip')
 model.load_pretrained(src)
 save_for_hf(model, out, safe_serialization=True)
+'''
+
+_TIMED = '''
+import sys, time
+import porting.convert, timm_vit_variants.checkpoints
+start = time.perf_counter()
+porting.convert.convert(sys.argv[1], sys.argv[2], verify=False)
+print(f'{time.perf_counter() - start:.3f}')
 '''
 
 _COPY = '''
@@ -137,6 +146,7 @@ def main() -> None:
             'raw copy': [py, '-c', _COPY, str(src), str(work / 'copy.npz')],
             'import only': [py, '-c', 'import porting.convert, timm_vit_variants.checkpoints'],
             'vit-port': [py, '-m', 'porting', 'convert', str(src), str(work / 'out'), '--no-verify'],
+            'convert() timed': [py, '-c', _TIMED, str(src), str(work / 'out_timed')],
             'vit-port+check': [py, '-m', 'porting', 'convert', str(src), str(work / 'out_checked')],
         }
         if not args.skip_naive:
@@ -155,12 +165,14 @@ def main() -> None:
         print(f'\nratios (checkpoint {file_size / 1e9:.3f} GB, raw copy {copy_s:.2f} s, '
               f'imports {base_s:.2f} s / {base_rss / 1e9:.3f} GB):')
         for name, r in results.items():
-            if name in ('raw copy', 'import only'):
+            if name in ('raw copy', 'import only', 'convert() timed'):
                 continue
             print(f'  {name:15s} time {r["wall_s"] / copy_s:5.2f}x copy '
                   f'({(r["wall_s"] - base_s) / copy_s:5.2f}x without imports)   '
                   f'peak RSS {r["peak_rss_bytes"] / file_size:4.2f}x checkpoint '
                   f'({(r["peak_rss_bytes"] - base_rss) / file_size:4.2f}x above imports)')
+        timed = float(results['convert() timed']['stdout'])
+        print(f'  convert() alone (in-process timer, imports excluded): {timed:.2f} s = {timed / copy_s:.2f}x copy')
         if 'vit-port+check' in results:
             print(f'  verification: {results["vit-port+check"]["stdout"].splitlines()[-1]}')
         if args.json:

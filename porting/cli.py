@@ -50,7 +50,7 @@ def add_geometry_args(parser: argparse.ArgumentParser) -> None:
 
 
 def add_source_args(parser: argparse.ArgumentParser) -> None:
-    """--from and --num-heads: how to read a source checkpoint."""
+    """--from and the reader hints: how to read a source checkpoint."""
     parser.add_argument('--from', dest='fmt', choices=('bigvision', 'vitjax', 'timm', 'hf'),
                         help='source format (default: detected from the file)')
     parser.add_argument('--num-heads', type=size_arg,
@@ -58,6 +58,14 @@ def add_source_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument('--source-img-size', nargs='+', type=size_arg, metavar=('H', 'W'),
                         help='image size the source was trained at, for sources that do not record it: splits a '
                              'non-square learned table into its grid; sets the sin-cos source size (default 224)')
+    parser.add_argument('--prefix', help="key prefix inside the source, e.g. 'params/img/' for a two-tower model")
+    parser.add_argument('--act-layer', choices=('gelu', 'gelu_tanh', 'quick_gelu', 'silu', 'relu'),
+                        help="override the inferred MLP activation (e.g. 'gelu' to match timm's exact-GELU AugReg port)")
+    parser.add_argument('--norm-eps', type=float, help='override the inferred LayerNorm epsilon')
+    parser.add_argument('--pos-embed', choices=('sincos', 'none'),
+                        help="for a checkpoint without a position table: big_vision sin-cos (default) or none")
+    parser.add_argument('--no-ema', dest='use_ema', action='store_false', default=None,
+                        help='timm training checkpoints: use state_dict rather than the EMA weights')
 
 
 def check_sizes(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
@@ -116,7 +124,9 @@ def command_line(argv: Sequence[str]) -> str:
 
 
 def source_hints(args: argparse.Namespace) -> dict:
-    """Reader hints from --num-heads / --source-img-size (absent options are left out)."""
+    """Reader hints (``timm_vit_variants.checkpoints.HINTS``) from the source options; unset ones are None."""
     size = getattr(args, 'source_img_size', None)
-    return dict(num_heads=getattr(args, 'num_heads', None),
-                img_size=None if size is None else (size[0], size[-1]))
+    hints = {name: getattr(args, name, None) for name in ('num_heads', 'prefix', 'act_layer', 'norm_eps',
+                                                          'pos_embed', 'use_ema')}
+    hints['img_size'] = None if size is None else (size[0], size[-1])
+    return hints

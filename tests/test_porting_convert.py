@@ -224,3 +224,11 @@ def test_non_square_source_grid(tmp_path, capsys):
     table = arrays['pos_embedding'].reshape(4, 6, F.WIDTH)
     expected = ndimage.zoom(table, (5 / 4, 5 / 6, 1), order=1).reshape(1, 25, F.WIDTH)
     np.testing.assert_allclose(model.pos_embed.detach().numpy(), expected, atol=1e-5)
+
+
+def test_reader_hints_reach_the_reader(sources, tmp_path, capsys):
+    """--act-layer overrides the inferred flax tanh-GELU (timm's AugReg port uses exact GELU)."""
+    out = tmp_path / 'exact_gelu'
+    assert main(['convert', str(sources['vitjax']), str(out), '--act-layer', 'gelu']) == 0
+    assert 'verification passed' in capsys.readouterr().out
+    assert json.loads((out / 'config.json').read_text())['model_args']['act_layer'] == 'gelu'
