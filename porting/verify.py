@@ -71,6 +71,7 @@ class Outputs:
     logits: Optional[torch.Tensor]
     name: str
     note: Optional[str] = None
+    pre_logits: Optional[torch.Tensor] = None  # pooled pre-logits output (transformers ViTModel pooler)
 
 
 def bigvision_posemb_sincos_2d(h: int, w: int, width: int, temperature: float = 10_000.) -> np.ndarray:
@@ -274,17 +275,18 @@ def _hf_reference(path: str, model_args: Dict[str, Any], x: torch.Tensor) -> Out
     cfg = json.loads((folder / 'config.json').read_text()) if (folder / 'config.json').is_file() else {}
     classify = any('ForImageClassification' in a for a in cfg.get('architectures') or [])
     cls = transformers.ViTForImageClassification if classify else transformers.ViTModel
-    kwargs = {} if classify else {'add_pooling_layer': False}
+    # A bare ViTModel's pooler (Dense + tanh) is our pre-logits layer when the reader found one.
+    kwargs = {} if classify else {'add_pooling_layer': bool(model_args.get('rep_size'))}
     model = cls.from_pretrained(str(folder), attn_implementation='eager', **kwargs).eval().float()
+    pooled = None
     with torch.no_grad():
         if classify:
-            out = model(pixel_values=x, output_hidden_states=False)
             feats = model.vit(pixel_values=x).last_hidden_state
-            logits = out.logits
+            logits = model(pixel_values=x).logits
         else:
-            feats = model(pixel_values=x).last_hidden_state
-            logits = None
-    return Outputs(feats, logits, f'transformers {cls.__name__}.from_pretrained')
+            out = model(pixel_values=x)
+            feats, logits, pooled = out.last_hidden_state, None, out.pooler_output
+    return Outputs(feats, logits, f'transformers {cls.__name__}.from_pretrained', pre_logits=pooled)
 
 
 class _Skip(Exception):
@@ -343,6 +345,8 @@ def compare(
     with torch.no_grad():
         feats = ours.forward_features(x)
         logits = ours.forward_head(feats) if ours.num_classes else None
+        pre_logits = ours.forward_head(feats, pre_logits=True) if ref.pre_logits is not None else None
+    has_pre_logits = not isinstance(ours.pre_logits, nn.Identity)
     del ours
     _release_memory()
     if ref.features is None or tuple(ref.features.shape) != tuple(feats.shape):
@@ -359,7 +363,13 @@ def compare(
         d_logit = (ref.logits - logits).abs().max().item()
     elif logits is not None:
         notes.append('logits not compared: the reference has no classifier')
-    worst = max(d for d in (d_feat, d_logit) if d is not None)
+    d_pre = None
+    if pre_logits is not None:
+        d_pre = (ref.pre_logits - pre_logits).abs().max().item()
+        notes.append(f'pre-logits (pooler output) max|d|={d_pre:.2e}')
+    elif has_pre_logits and d_logit is None:
+        notes.append('the pre-logits layer was not covered: neither logits nor pooled output were compared')
+    worst = max(d for d in (d_feat, d_logit, d_pre) if d is not None)
     status = 'passed' if worst <= tol else 'failed'
     return Verification(status, reference=ref.name, max_abs_logits=d_logit, max_abs_features=d_feat,
                         tolerance=tol, notes=notes)

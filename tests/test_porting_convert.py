@@ -232,3 +232,19 @@ def test_reader_hints_reach_the_reader(sources, tmp_path, capsys):
     assert main(['convert', str(sources['vitjax']), str(out), '--act-layer', 'gelu']) == 0
     assert 'verification passed' in capsys.readouterr().out
     assert json.loads((out / 'config.json').read_text())['model_args']['act_layer'] == 'gelu'
+
+
+def test_hf_vitmodel_pooler_is_verified(tmp_path, capsys):
+    """A bare ViTModel with a pooler: the pooler (our pre-logits layer) is compared too."""
+    from transformers import ViTConfig, ViTModel
+
+    config = ViTConfig(hidden_size=F.WIDTH, num_hidden_layers=1, num_attention_heads=F.HEADS,
+                       intermediate_size=F.MLP, image_size=F.IMG, patch_size=F.PATCH)
+    model = ViTModel(config, add_pooling_layer=True)
+    F._randomize(model, 3)
+    model.save_pretrained(str(tmp_path / 'vitmodel'))
+    out = tmp_path / 'out'
+    assert main(['convert', str(tmp_path / 'vitmodel'), str(out)]) == 0
+    line = capsys.readouterr().out.splitlines()[1]
+    assert line.startswith('verification passed') and 'pre-logits (pooler output) max|d|=' in line
+    assert _local_dir(out).pre_logits.fc.out_features == F.WIDTH
