@@ -152,9 +152,10 @@ def _timm_reference(path: str, model_args: Dict[str, Any], x: torch.Tensor) -> O
 
     folder = Path(path)
     if folder.is_dir():
-        cfg_file = folder / 'config.json'
-        if not cfg_file.is_file() or not (folder / 'model.safetensors').is_file() and not any(
-                (folder / n).is_file() for n in ('pytorch_model.bin', 'model.pth', 'pytorch_model.pth')):
+        single_files = ('model.safetensors', 'pytorch_model.bin', 'model.pth', 'pytorch_model.pth')
+        if not (folder / 'config.json').is_file():
+            raise _Skip('timm loads a folder only through its config.json, and this folder has none')
+        if not any((folder / name).is_file() for name in single_files):
             raise _Skip('timm can only load an unsharded Hub folder (config.json + model.safetensors)')
         import timm_vit_variants  # noqa: F401  (simple_vit folders need the plugin)
         model = timm.create_model(f'local-dir:{folder}', pretrained=True).eval()
