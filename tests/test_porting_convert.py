@@ -248,3 +248,17 @@ def test_hf_vitmodel_pooler_is_verified(tmp_path, capsys):
     line = capsys.readouterr().out.splitlines()[1]
     assert line.startswith('verification passed') and 'pre-logits (pooler output) max|d|=' in line
     assert _local_dir(out).pre_logits.fc.out_features == F.WIDTH
+
+
+def test_bfloat16_npz(tmp_path, capsys):
+    """flax bfloat16 arrays stored as 2-byte void: timm's reference reads a float32-widened copy."""
+    arrays = F.bigvision_arrays('sincos', 'gap')
+    bf16 = {k: (v.view(np.uint32) >> 16).astype(np.uint16).view('V2') for k, v in arrays.items()}
+    src = F.write_npz(tmp_path, 'bf16.npz', bf16)
+    out = tmp_path / 'out'
+    assert main(['convert', str(src), str(out), '--source-img-size', '32']) == 0
+    line = capsys.readouterr().out.splitlines()[1]
+    assert line.startswith('verification passed') and 'archive copy' in line
+    model = load_folder(out)
+    expected = (bf16['embedding/bias'].view(np.uint16).astype(np.uint32) << 16).view(np.float32)
+    assert np.array_equal(model.patch_embed.proj.bias.detach().numpy(), expected)
