@@ -262,3 +262,16 @@ def test_bfloat16_npz(tmp_path, capsys):
     model = load_folder(out)
     expected = (bf16['embedding/bias'].view(np.uint16).astype(np.uint32) << 16).view(np.float32)
     assert np.array_equal(model.patch_embed.proj.bias.detach().numpy(), expected)
+
+
+def test_scan_layout_npz(tmp_path, capsys):
+    """big_vision scan checkpoints stack every block under Transformer/encoderblock/ (leading depth axis)."""
+    arrays = F.bigvision_arrays('sincos', 'gap')
+    scanned = {k: v for k, v in arrays.items() if not k.startswith('Transformer/encoderblock_')}
+    suffixes = {k.split('/', 2)[2] for k in arrays if k.startswith('Transformer/encoderblock_0/')}
+    for suffix in suffixes:
+        scanned[f'Transformer/encoderblock/{suffix}'] = np.stack(
+            [arrays[f'Transformer/encoderblock_{i}/{suffix}'] for i in range(F.DEPTH)])
+    src = F.write_npz(tmp_path, 'scan.npz', {f'params/{k}': v for k, v in scanned.items()})
+    assert main(['convert', str(src), str(tmp_path / 'out'), '--source-img-size', '32']) == 0
+    assert capsys.readouterr().out.splitlines()[1].startswith('verification passed')
