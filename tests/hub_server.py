@@ -63,7 +63,7 @@ class Recorded:
     method: str
     path: str
     query: dict
-    headers: dict
+    headers: dict  # lower-case names
     body: bytes
 
 
@@ -216,7 +216,7 @@ class _Handler(BaseHTTPRequestHandler):
         body = self.rfile.read(length) if length else b''
         query = {k: v[-1] for k, v in parse_qs(split.query).items()}
         hub = self.hub
-        hub.requests.append(Recorded(method, split.path, query, dict(self.headers.items()), body))
+        hub.requests.append(Recorded(method, split.path, query, {k.lower(): v for k, v in self.headers.items()}, body))
         route, handler, args = self._route(method, split.path)
         failure = self._take_failure(route, method)
         if failure is not None:
@@ -248,6 +248,8 @@ class _Handler(BaseHTTPRequestHandler):
             return 'create', self._create, ()
         if method == 'POST' and path == '/api/validate-yaml':
             return 'validate-yaml', self._validate_yaml, ()
+        if method == 'GET' and path == '/api/agent-harnesses':  # the client's daily, token-less registry fetch
+            return 'agent-harnesses', lambda **_: (200, {'standardEnvVars': [], 'harnesses': {}}, {}), ()
         if m:
             repo_id = f'{unquote(m.group(1))}/{unquote(m.group(2))}'
             rest = [unquote(s) for s in (m.group(3) or '').split('/')] if m.group(3) else []
