@@ -72,6 +72,14 @@ def resolve_token(token: Optional[str] = None) -> Optional[str]:
     return token or get_token()
 
 
+def require_token(token: Optional[str] = None) -> str:
+    """The token ``resolve_token`` finds; a clear error (before any request) when there is none."""
+    resolved = resolve_token(token)
+    if not resolved:
+        raise ViTVariantsError('no Hub token: pass --token, set HF_TOKEN or log in with `hf auth login`')
+    return resolved
+
+
 def check_repo_id(repo_id: str) -> None:
     """A Hub model id ``ORG/NAME`` (the namespace is required so ``hf-hub:ORG/NAME`` names it exactly)."""
     try:
@@ -144,9 +152,7 @@ def push_folder(
         _print_plan(out, result, private, create_pr)
         return result
 
-    token = resolve_token(token)
-    if not token:
-        raise ViTVariantsError('no Hub token: pass --token, set HF_TOKEN or log in with `hf auth login`')
+    token = require_token(token)
     api = HfApi(endpoint=endpoint, token=token)
     where = f'{api.endpoint}/{repo_id}'
     with _translated('creating the repo', where, token):

@@ -21,7 +21,7 @@ from huggingface_hub import ModelCard, constants
 
 import timm_vit_variants  # noqa: F401  (registers simple_vit_*)
 from porting.hub import collect_folder, push_folder
-from porting.push_command import main as push_main
+from porting.cli import main as cli_main
 from timm_vit_variants.errors import ViTVariantsError
 
 from hub_server import FakeHub, git_blob_sha1
@@ -77,8 +77,13 @@ def run_cli(args, endpoint, token_env=None, tmp_home=None):
     env.update(PYTHONPATH=str(ROOT), OMP_NUM_THREADS='1', HF_ENDPOINT=endpoint, HF_HOME=str(tmp_home))
     if token_env:
         env['HF_TOKEN'] = token_env
-    return subprocess.run([sys.executable, '-m', 'porting.push_command', *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, '-m', 'porting', 'push', *args], capture_output=True, text=True,
                           env=env, cwd=ROOT, timeout=120)
+
+
+def push_main(args) -> int:
+    """``vit-port push ARGS`` in this process (exit status back)."""
+    return cli_main(['push', *args])
 
 
 def write_requests(hub):
@@ -116,25 +121,13 @@ def test_cli_push_uploads_files_byte_for_byte(hub, folder, tmp_path):
     assert snapshot(folder) == before
 
 
-def test_cli_failure_exits_nonzero_without_traceback(hub, folder, tmp_path):
-    hub.fail('commit', 500)
+def test_cli_dry_run_lists_files_and_sends_nothing(hub, folder, tmp_path):
     before = snapshot(folder)
-    proc = run_cli([str(folder), REPO, '--token', TOKEN], hub.url, tmp_home=tmp_path / 'home')
-    assert proc.returncode == 1
-    assert 'HTTP 500' in proc.stderr and 'committing' in proc.stderr
-    assert 'Traceback' not in proc.stderr
+    proc = run_cli([str(folder), REPO, '--dry-run'], hub.url, token_env=TOKEN, tmp_home=tmp_path / 'home')
+    assert proc.returncode == 0, proc.stderr
+    assert hub.requests == []  # no HTTP at all, not even the client's own housekeeping calls
     assert TOKEN not in proc.stdout + proc.stderr
-    assert len(hub.history(REPO)) == 1
-    assert snapshot(folder) == before
-
-
-def test_dry_run_lists_files_and_sends_nothing(hub, folder, capsys):
-    rc = push_main([str(folder), REPO, '--dry-run', '--endpoint', hub.url, '--token', TOKEN])
-    out = capsys.readouterr()
-    assert rc == 0
-    assert hub.requests == []
-    assert TOKEN not in out.out + out.err
-    lines = out.out.splitlines()
+    lines = proc.stdout.splitlines()
     for name in ('config.json', 'model.safetensors'):
         data = (folder / name).read_bytes()
         row = next(line for line in lines if line.split()[0] == name)
@@ -142,7 +135,8 @@ def test_dry_run_lists_files_and_sends_nothing(hub, folder, capsys):
         assert f'sha256:{hashlib.sha256(data).hexdigest()}' in row
     card_row = next(line for line in lines if line.split()[0] == 'README.md')
     assert 'ORG/NAME filled in' in card_row
-    assert 'nothing was sent' in out.out
+    assert 'nothing was sent' in proc.stdout
+    assert snapshot(folder) == before
 
 
 def test_dry_run_needs_no_token(folder, capsys):
@@ -284,7 +278,7 @@ def test_injected_failures(hub, folder, capsys, route, kind, words):
         args += ['--revision', 'dev']
     assert push_main(args) == 1
     out = capsys.readouterr()
-    assert out.err.startswith('error: ') and words in out.err
+    assert out.err.startswith('error: ') and words in out.err and 'Traceback' not in out.err
     assert TOKEN not in out.out + out.err
     assert snapshot(folder) == before
     repo = hub.repos.get(REPO)
@@ -334,3 +328,12 @@ def test_blob_ids_match_git(folder):
         if f.data is None:  # as on disk (the card may be sent with its repo id filled in)
             out = subprocess.run([git, 'hash-object', str(f.local_path)], capture_output=True, text=True, check=True)
             assert f.git_sha1 == out.stdout.strip() == git_blob_sha1(f.local_path.read_bytes())
+
+
+@pytest.mark.parametrize('extra, words', [(['--push-to', 'no-namespace'], 'ORG/NAME'),
+                                          (['--push-to', REPO], 'no Hub token')])
+def test_convert_push_to_fails_before_converting(model_dir, tmp_path, capsys, extra, words):
+    out_dir = tmp_path / 'converted'
+    assert cli_main(['convert', str(model_dir), str(out_dir), *extra]) == 1
+    assert words in capsys.readouterr().err
+    assert not out_dir.exists()

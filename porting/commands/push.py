@@ -1,10 +1,7 @@
 """``vit-port push OUT_DIR REPO_ID`` and the ``--push-to`` options of ``vit-port convert``."""
-from __future__ import annotations
-
 import argparse
-from typing import Optional
 
-from .hub import PushResult, push_folder
+from ..hub import PushResult, check_repo_id, push_folder, require_token
 
 _DESCRIPTION = """\
 Upload a converted model folder (model.safetensors or shards + index, config.json, README.md) to the
@@ -57,27 +54,14 @@ def push_from_args(args: argparse.Namespace, out_dir: str, repo_id: str) -> Push
                        dry_run=args.dry_run, overwrite_card=args.overwrite_card)
 
 
+def check_push_args(args: argparse.Namespace, repo_id: str) -> None:
+    """Fail before any long work (conversion) when the push could not start: bad repo id, no token."""
+    check_repo_id(repo_id)
+    if not args.dry_run:
+        require_token(args.token)
+
+
 def run(args: argparse.Namespace) -> int:
-    """Entry for ``vit-port push``; errors propagate as ViTVariantsError for the CLI to print."""
+    """Entry for ``vit-port push``; a ViTVariantsError propagates for the CLI to print."""
     push_from_args(args, args.out_dir, args.repo_id)
     return 0
-
-
-def main(argv: Optional[list] = None) -> int:
-    """Stand-alone ``python -m porting.push_command OUT_DIR REPO_ID ...`` (same as ``vit-port push``)."""
-    import sys
-
-    from timm_vit_variants.errors import ViTVariantsError
-
-    parser = argparse.ArgumentParser(prog='vit-port')
-    add_parser(parser.add_subparsers(dest='command', required=True))
-    args = parser.parse_args(['push', *(sys.argv[1:] if argv is None else argv)])
-    try:
-        return args.func(args)
-    except ViTVariantsError as e:
-        print(f'error: {e}', file=sys.stderr)
-        return 1
-
-
-if __name__ == '__main__':
-    raise SystemExit(main())
