@@ -137,7 +137,8 @@ def push_folder(
     """Upload ``folder`` to ``repo_id`` in one commit (or pull request) and print its URL.
 
     Args:
-        revision: branch to commit to (created from ``main`` when missing); the PR target with ``create_pr``.
+        revision: branch to commit to (created from ``main`` when missing), or ``refs/pr/N`` to add to an open
+            pull request; the pull request's target branch with ``create_pr``.
         token: Hub token; defaults to ``HF_TOKEN``, then the login cache.
         endpoint: Hub URL; defaults to ``HF_ENDPOINT`` or https://huggingface.co.
         dry_run: print what would be uploaded (path, size, sha256) and make no request at all.
@@ -157,7 +158,7 @@ def push_folder(
     where = f'{api.endpoint}/{repo_id}'
     with _translated('creating the repo', where, token):
         api.create_repo(repo_id, private=private, exist_ok=True)
-    if branch != DEFAULT_BRANCH:
+    if branch != DEFAULT_BRANCH and not branch.startswith('refs/pr/'):  # a PR ref already exists; push onto it
         with _translated(f'creating branch {branch!r}', where, token):
             api.create_branch(repo_id, branch=branch, exist_ok=True)
     with _translated('listing the files already on the Hub', where, token):

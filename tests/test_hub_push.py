@@ -337,3 +337,14 @@ def test_convert_push_to_fails_before_converting(model_dir, tmp_path, capsys, ex
     assert cli_main(['convert', str(model_dir), str(out_dir), *extra]) == 1
     assert words in capsys.readouterr().err
     assert not out_dir.exists()
+
+
+def test_push_onto_open_pull_request(hub, folder):
+    hub.add_repo(REPO)
+    push_folder(folder, REPO, token=TOKEN, endpoint=hub.url, create_pr=True)
+    main_before = hub.files(REPO)
+    (folder / 'config.json').write_text((folder / 'config.json').read_text() + '\n')
+    push_folder(folder, REPO, token=TOKEN, endpoint=hub.url, revision='refs/pr/1', commit_message='Fix config')
+    assert hub.files(REPO, 'refs/pr/1')['config.json'] == (folder / 'config.json').read_bytes()
+    assert hub.history(REPO, 'refs/pr/1')[0].message == 'Fix config'
+    assert hub.files(REPO) == main_before and len(hub.repos[REPO].pulls) == 1
