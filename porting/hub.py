@@ -150,7 +150,7 @@ def push_folder(
     files = collect_folder(folder, repo_id)
     result = PushResult(repo_id=repo_id, revision=branch, files=files, dry_run=dry_run)
     if dry_run:
-        _print_plan(out, result, private, create_pr)
+        print('\n'.join(_describe_plan(result, private, create_pr)), file=out)
         return result
 
     token = require_token(token)
@@ -195,7 +195,7 @@ def push_folder(
     return result
 
 
-def describe_plan(result: PushResult, private: bool, create_pr: bool) -> list[str]:
+def _describe_plan(result: PushResult, private: bool, create_pr: bool) -> list[str]:
     """Lines listing every file a push would send, with size and sha256."""
     target = f'{result.repo_id}@{result.revision}' + (' as a pull request' if create_pr else '')
     total = sum(f.size for f in result.files)
@@ -203,14 +203,10 @@ def describe_plan(result: PushResult, private: bool, create_pr: bool) -> list[st
              + (' (private repo if created)' if private else '')]
     width = max(len(f.path_in_repo) for f in result.files)
     for f in result.files:
-        lines.append(f'  {f.path_in_repo:<{width}}  {f.size:>12d}  sha256:{f.sha256}' + (f'  ({f.note})' if f.note else ''))
+        note = f'  ({f.note})' if f.note else ''
+        lines.append(f'  {f.path_in_repo:<{width}}  {f.size:>12d}  sha256:{f.sha256}{note}')
     lines.append('nothing was sent; files the Hub already holds are skipped at push time')
     return lines
-
-
-def _print_plan(out: TextIO, result: PushResult, private: bool, create_pr: bool) -> None:
-    for line in describe_plan(result, private, create_pr):
-        print(line, file=out)
 
 
 def _read_config(root: Path) -> dict:

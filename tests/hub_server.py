@@ -332,7 +332,8 @@ class _Handler(BaseHTTPRequestHandler):
         if not isinstance(meta, dict):
             errors.append({'message': 'metadata must be a mapping'})
         else:
-            if 'tags' in meta and not (isinstance(meta['tags'], list) and all(isinstance(t, str) for t in meta['tags'])):
+            tags = meta.get('tags', [])
+            if not (isinstance(tags, list) and all(isinstance(t, str) for t in tags)):
                 errors.append({'message': '"tags" must be an array of strings'})
             if 'library_name' in meta and not isinstance(meta['library_name'], str):
                 errors.append({'message': '"library_name" must be a string'})
@@ -388,7 +389,8 @@ class _Handler(BaseHTTPRequestHandler):
             pr_url = f'{self.hub.url}/{repo_id}/discussions/{num}'
         else:
             commit = self.hub._commit(repo, revision, files, summary, header.get('description', ''))
-        payload = {'success': True, 'commitOid': commit.oid, 'commitUrl': f'{self.hub.url}/{repo_id}/commit/{commit.oid}'}
+        payload = {'success': True, 'commitOid': commit.oid,
+                   'commitUrl': f'{self.hub.url}/{repo_id}/commit/{commit.oid}'}
         if pr_url:
             payload['pullRequestUrl'] = pr_url
         return 200, payload, {}
@@ -455,7 +457,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     # ----- responses -----
     def _send_json(self, status: int, payload, method: str, headers: Optional[dict] = None) -> None:
-        self._send(status, json.dumps(payload).encode(), {'Content-Type': 'application/json', **(headers or {})}, method)
+        headers = {'Content-Type': 'application/json', **(headers or {})}
+        self._send(status, json.dumps(payload).encode(), headers, method)
 
     def _send(self, status: int, data: bytes, headers: dict, method: str) -> None:
         self.send_response(status)

@@ -89,6 +89,11 @@ def lay_out_cache(cache: Path, hub: FakeHub, refs: dict, extra_commits=()) -> No
         (repo_dir / 'refs' / ref).write_text(oid)
 
 
+def with_local(names, pushed) -> list:
+    """The hub names plus the local folders, loaded in the same process as the exact reference."""
+    return [*names, *(f'local-dir:{f}' for f in pushed['folders'].values())]
+
+
 def assert_versions(out, pushed, by_name):
     for name, version in by_name.items():
         local = out[f'local-dir:{pushed["folders"][version]}']
@@ -104,7 +109,7 @@ def test_offline_hf_hub_roundtrip_from_cache(pushed, tmp_path):
     assert len((cache / f'models--org--tiny-vit/refs/main').read_text()) == 40
     n_requests = len(pushed['hub'].requests)
     names = {f'hf-hub:{REPO}': 'v2', f'hf-hub:{REPO}@{pushed["c1"]}': 'v1', f'hf-hub:{REPO}@stable': 'v1'}
-    out = load_logits([*names, *(f'local-dir:{f}' for f in pushed['folders'].values())], pushed['root'] / 'x.pt', tmp_path,
+    out = load_logits(with_local(names, pushed), pushed['root'] / 'x.pt', tmp_path,
                       {'HF_HUB_OFFLINE': '1', 'HF_HUB_CACHE': str(cache), 'HF_ENDPOINT': pushed['hub'].url})
     assert_versions(out, pushed, names)
     assert len(pushed['hub'].requests) == n_requests  # offline: the Hub was not asked anything
@@ -113,7 +118,7 @@ def test_offline_hf_hub_roundtrip_from_cache(pushed, tmp_path):
 def test_download_through_loopback_hub(pushed, tmp_path):
     cache = tmp_path / 'cache'
     names = {f'hf-hub:{REPO}': 'v2', f'hf-hub:{REPO}@{pushed["c1"]}': 'v1', f'hf-hub:{REPO}@stable': 'v1'}
-    out = load_logits([*names, *(f'local-dir:{f}' for f in pushed['folders'].values())], pushed['root'] / 'x.pt', tmp_path,
+    out = load_logits(with_local(names, pushed), pushed['root'] / 'x.pt', tmp_path,
                       {'HF_HUB_CACHE': str(cache), 'HF_ENDPOINT': pushed['hub'].url})
     assert_versions(out, pushed, names)
     repo_dir = cache / 'models--org--tiny-vit'
