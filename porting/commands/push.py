@@ -24,12 +24,13 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     return parser
 
 
-def add_push_options(parser: argparse.ArgumentParser) -> None:
+def add_push_options(parser: argparse.ArgumentParser, title: str = 'Hub upload') -> None:
     """Options shared by ``push`` and ``convert --push-to``."""
-    g = parser.add_argument_group('Hub upload')
+    g = parser.add_argument_group(title)
     g.add_argument('--private', action='store_true', help='create the repo as private (if it does not exist)')
     g.add_argument('--revision', metavar='BRANCH', default=None,
-                   help='branch to commit to, created from main when missing (PR target with --create-pr)')
+                   help='branch to commit to, created from main when missing, or refs/pr/N to add to an open '
+                        'pull request (the PR target with --create-pr)')
     g.add_argument('--create-pr', action='store_true', help='open a pull request instead of committing')
     g.add_argument('--commit-message', metavar='MSG', default=None, help='commit title')
     g.add_argument('--token', metavar='TOKEN', default=None, help='Hub token (default: HF_TOKEN, then login cache)')
@@ -44,7 +45,7 @@ def add_push_to_option(parser: argparse.ArgumentParser) -> None:
     """``--push-to REPO_ID`` plus the upload options, for ``vit-port convert``."""
     parser.add_argument('--push-to', metavar='REPO_ID', default=None,
                         help='after converting, push OUT_DIR to this Hub repo (see `vit-port push --help`)')
-    add_push_options(parser)
+    add_push_options(parser, title='Hub upload (with --push-to)')
 
 
 def push_from_args(args: argparse.Namespace, out_dir: str, repo_id: str) -> PushResult:
