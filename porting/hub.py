@@ -109,7 +109,7 @@ def collect_folder(folder, repo_id: str) -> list[UploadFile]:
         text = str(build_model_card(architecture=config['architecture'], model_args=config.get('model_args') or {},
                                     num_classes=config.get('num_classes', 0), repo_id=repo_id,
                                     label_names=config.get('label_names')))
-        files.append(_hash_bytes(CARD_NAME, text.encode(), 'generated from config.json (no README.md in folder)'))
+        files.append(_hash_bytes(CARD_NAME, text.encode(), 'no README.md in folder: card built from config.json'))
     else:
         text = card.local_path.read_text(encoding='utf-8')
         if f'hf-hub:{REPO_PLACEHOLDER}' in text:
@@ -289,7 +289,7 @@ def _translated(action: str, where: str, token: Optional[str], committing: bool 
         raise
     except HfHubHTTPError as e:
         status = e.response.status_code if e.response is not None else None
-        detail = e.server_message or str(e).splitlines()[0]
+        detail = (e.server_message or str(e).splitlines()[0]).rstrip('.!')
         if status == 401:
             msg = (f'the Hub rejected the credentials (HTTP 401) while {action}: '
                    'check the token (--token, HF_TOKEN or `hf auth login`)')
@@ -301,14 +301,15 @@ def _translated(action: str, where: str, token: Optional[str], committing: bool 
             msg = f'the Hub failed (HTTP {status}) while {action}: {detail}'
         else:
             msg = f'HTTP {status} while {action}: {detail}'
-        raise ViTVariantsError(redact(f'{where}: ' + _suffix(msg, committing), [token])) from None
+        unsure = committing and (status is None or status >= 500)  # the server may have committed anyway
+        raise ViTVariantsError(redact(f'{where}: ' + _suffix(msg, unsure), [token])) from None
     except Exception as e:  # connection refused or dropped, timeouts, invalid card metadata, ...
         kind = 'connection failed' if type(e).__module__.split('.')[0].startswith('httpx') else 'failed'
-        msg = f'{kind} while {action}: {type(e).__name__}: {e}'
+        msg = f'{kind} while {action}: {type(e).__name__}: {str(e).rstrip(".")}'
         raise ViTVariantsError(redact(f'{where}: ' + _suffix(msg, committing), [token])) from None
 
 
-def _suffix(msg: str, committing: bool) -> str:
-    if committing:
+def _suffix(msg: str, unsure: bool) -> str:
+    if unsure:
         return msg + '. Run the push again: files already on the Hub are skipped'
     return msg + '. Nothing was committed'
