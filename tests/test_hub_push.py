@@ -348,3 +348,18 @@ def test_push_onto_open_pull_request(hub, folder):
     assert hub.files(REPO, 'refs/pr/1')['config.json'] == (folder / 'config.json').read_bytes()
     assert hub.history(REPO, 'refs/pr/1')[0].message == 'Fix config'
     assert hub.files(REPO) == main_before and len(hub.repos[REPO].pulls) == 1
+
+
+def test_client_own_noop_detection_agrees_with_server(hub, folder):
+    # huggingface_hub 2.4 drops files whose preupload `oid` equals their git blob id and skips an empty commit.
+    # The loopback server must answer preupload the way the client relies on.
+    from huggingface_hub import CommitOperationAdd, HfApi
+    push_folder(folder, REPO, token=TOKEN, endpoint=hub.url)
+    head = hub.history(REPO)[0].oid
+    n_requests = len(hub.requests)
+    api = HfApi(endpoint=hub.url, token=TOKEN)
+    ops = [CommitOperationAdd('config.json', str(folder / 'config.json'))]
+    info = api.create_commit(REPO, operations=ops, commit_message='same again')
+    assert info.oid == head and hub.history(REPO)[0].oid == head
+    calls = [f'{r.method} {r.path}' for r in hub.requests[n_requests:]]
+    assert calls == [f'POST /api/models/{REPO}/preupload/main', f'GET /api/models/{REPO}/revision/main']
