@@ -90,6 +90,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     try:
         return int(args.func(args) or 0)
+    except SystemExit as e:  # a usage error found after parsing (parser.error)
+        return int(e.code or 0)
     except ViTVariantsError as e:
         print(f'error: {e}', file=sys.stderr)
         return 1

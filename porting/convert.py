@@ -9,7 +9,7 @@
 """
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, Optional, Sequence, Union
+from typing import Any, Dict, List, Optional, Sequence, Union
 
 from timm_vit_variants.errors import ViTVariantsError
 
@@ -48,6 +48,27 @@ def open_source(path: Union[str, Path], fmt: Optional[str] = None, **hints: Any)
     if not Path(path).exists():
         raise ViTVariantsError('source not found', path=str(path))
     return open_checkpoint(str(path), fmt=fmt, **{k: v for k, v in hints.items() if v is not None})
+
+
+# Constructor settings no tensor records; a simple_vit Hub folder's config.json keeps them.
+_CONFIG_ONLY_ARGS = ('dynamic_img_pad', 'sincos_temperature')
+
+
+def source_model_args(src: Any) -> Dict[str, Any]:
+    """The reader's model_args, plus config-only settings of a simple_vit folder the reader left out."""
+    args = dict(src.model_args)
+    saved = (src.source_config or {}).get('model_args') or {}
+    if str((src.source_config or {}).get('architecture', '')).startswith('simple_vit'):
+        args.update({k: saved[k] for k in _CONFIG_ONLY_ARGS if k in saved and k not in args})
+    return args
+
+
+def source_label_names(src: Any) -> Optional[List[str]]:
+    """Class names from the reader, or from a timm Hub folder's ``config.json`` (list form only)."""
+    if src.label_names:
+        return list(src.label_names)
+    names = (src.source_config or {}).get('label_names')
+    return [str(n) for n in names] if isinstance(names, (list, tuple)) else None
 
 
 def write_weights(src: Any, plan: ConversionPlan, folder: Path, max_shard_size: int, progress: bool = False) -> int:
@@ -129,10 +150,10 @@ def convert(
     out_path = check_output(out, overwrite, sources=[source])
     shard_bytes = parse_size(max_shard_size)
     with open_source(source, fmt, num_heads=num_heads) as src:
-        plan = make_plan(src.path, src.model_args, src.grid, img_size=img_size, patch_size=patch_size,
+        plan = make_plan(src.path, source_model_args(src), src.grid, img_size=img_size, patch_size=patch_size,
                          num_classes=num_classes, resample_like=resample_like)
         sha256 = file_sha256(src.path)
-        labels = None if plan.changes_head else src.label_names
+        labels = None if plan.changes_head else source_label_names(src)
         data_cfg = source_pretrained_cfg(src.format, src.path, src.source_config)
         license = license or data_cfg.pop('license', None)
         architecture = architecture_for(plan.target_args)

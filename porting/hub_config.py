@@ -15,7 +15,7 @@ from timm.models._hub import save_config_for_hf
 
 from timm_vit_variants import VARIANT_DIMS, SimpleVisionTransformer
 
-__all__ = ['architecture_for', 'model_args_of', 'source_pretrained_cfg', 'write_config', 'read_config']
+__all__ = ['architecture_for', 'model_args_of', 'complete_args', 'source_pretrained_cfg', 'write_config', 'read_config']
 
 # Activation names SimpleVisionTransformer accepts, tried in order when describing a built model.
 _ACT_NAMES = ('gelu_tanh', 'gelu', 'quick_gelu', 'silu', 'relu')
@@ -74,6 +74,23 @@ def model_args_of(model: SimpleVisionTransformer) -> Dict[str, Any]:
     if model.pos_sincos is not None:
         args['sincos_temperature'] = model.pos_sincos.temperature
     return args
+
+
+def complete_args(model_args: Dict[str, Any]) -> Dict[str, Any]:
+    """Every constructor argument spelled out (defaults filled in), via a meta-device instance.
+
+    Needed because ``config.json`` is rebuilt through a registered entrypoint whose own defaults
+    (e.g. ``mlp_dim``) would otherwise replace the class defaults.
+    """
+    from timm_vit_variants.errors import ViTVariantsError
+
+    try:
+        meta = SimpleVisionTransformer(**dict(model_args, device='meta'))
+    except (TypeError, ValueError) as e:
+        if isinstance(e, ViTVariantsError):
+            raise
+        raise ViTVariantsError(f'cannot build the model from {model_args}: {e}') from None
+    return model_args_of(meta)
 
 
 def _json_safe(value: Any) -> Any:

@@ -90,10 +90,13 @@ def plot_position_similarity(src: Any, plan: ConversionPlan, path: Union[str, Pa
     if after is not None:
         how = 'regenerated sin-cos' if plan.source_args.get('pos_embed') == 'sincos' else f'{plan.rule} resample'
         panels.append((after, plan.target_grid, f'{plan.target_grid[0]}x{plan.target_grid[1]} ({how})'))
-    fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 6), squeeze=False)
+    mosaics = [similarity_mosaic(table, grid) for table, grid, _ in panels]
+    # At least one screen pixel per mosaic pixel (dpi 100), so large grids do not alias.
+    side = max(5.0, 1.1 * max(max(m.shape) for m in mosaics) / 100)
+    fig, axes = plt.subplots(1, len(panels), figsize=(side * len(panels) + 1.5, side + 1), squeeze=False)
     image = None
-    for ax, (table, grid, title) in zip(axes[0], panels):
-        image = ax.imshow(similarity_mosaic(table, grid), cmap='viridis', vmin=-1, vmax=1, interpolation='nearest')
+    for ax, mosaic, (_, _, title) in zip(axes[0], mosaics, panels):
+        image = ax.imshow(mosaic, cmap='viridis', vmin=-1, vmax=1, interpolation='nearest')
         ax.set_title(title)
         ax.set_xticks([])
         ax.set_yticks([])

@@ -16,6 +16,8 @@ from timm_vit_variants.errors import ViTVariantsError
 from timm_vit_variants.patch_embed import grid_size_for, pi_resize_patch_kernel
 from timm_vit_variants.posemb import RESAMPLE_RULES, resample_pos_embed
 
+from .hub_config import complete_args
+
 __all__ = ['ConversionPlan', 'make_plan', 'pair']
 
 
@@ -143,8 +145,8 @@ def make_plan(
     tgt['patch_size'] = tgt_patch[0] if tgt_patch[0] == tgt_patch[1] else list(tgt_patch)
     return ConversionPlan(
         source_path=str(source_path),
-        source_args=src,
-        target_args=tgt,
+        source_args=complete_args(src),
+        target_args=complete_args(tgt),
         source_grid=src_grid,
         target_grid=grid_size_for(tgt_img, tgt_patch, pad),
         source_patch=src_patch,

@@ -202,7 +202,7 @@ def _timm_readable_npz(path: str, model_args: Dict[str, Any], tmp: Path) -> str:
     prefix = next((p for p in ('opt/target/', 'params/img/', 'params/') if f'{p}embedding/kernel' in headers), '')
     new_prefix = prefix or 'params/'
     out_path = tmp / 'timm_reference.npz'
-    with np.load(path, allow_pickle=False) as src, zipfile.ZipFile(out_path, 'w', allow_zip64=True) as dst:
+    with np.load(path, allow_pickle=False) as src, zipfile.ZipFile(out_path, 'w', allowZip64=True) as dst:
         for name in src.files:
             array = src[name]
             if array.dtype.kind == 'V' and array.dtype.itemsize == 2:
@@ -268,6 +268,7 @@ def _hf_reference(path: str, model_args: Dict[str, Any], x: torch.Tensor) -> Out
         import transformers
     except ImportError:
         raise _Skip('transformers is not installed') from None
+    transformers.utils.logging.disable_progress_bar()
     folder = Path(path) if Path(path).is_dir() else Path(path).parent
     cfg = json.loads((folder / 'config.json').read_text()) if (folder / 'config.json').is_file() else {}
     classify = any('ForImageClassification' in a for a in cfg.get('architectures') or [])

@@ -19,7 +19,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
-    from ..convert import open_source
+    from ..convert import open_source, source_model_args
     from ..inspect import config_table, plot_position_similarity, tensor_table
     from ..transforms import make_plan
 
@@ -29,9 +29,9 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     with open_source(args.src, args.fmt, num_heads=args.num_heads) as src:
         print(tensor_table(src.inventory()))
         print()
-        print(config_table(src.format, src.model_args, src.grid))
+        print(config_table(src.format, source_model_args(src), src.grid))
         if args.plot:
-            plan = make_plan(src.path, src.model_args, src.grid, img_size=args.img_size,
+            plan = make_plan(src.path, source_model_args(src), src.grid, img_size=args.img_size,
                              patch_size=args.patch_size, resample_like=args.resample_like)
             print(f'plot: {plot_position_similarity(src, plan, args.plot)}')
     return 0

@@ -20,20 +20,21 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..convert import open_source
+    from ..convert import open_source, source_model_args
     from ..hub_config import read_config
     from ..loading import load_folder
     from ..verify import Verification, compare
 
     cfg = read_config(args.converted)
     with open_source(args.src, args.fmt, num_heads=args.num_heads) as src:
-        mismatch = _geometry_mismatch(src.model_args, cfg.get('model_args', {}))
+        source_args = source_model_args(src)
+        mismatch = _geometry_mismatch(source_args, cfg.get('model_args', {}))
         if mismatch:
             result = Verification('skipped', tolerance=args.tol, reason=(
                 f'{mismatch}: a resized or re-headed folder cannot equal its source; '
                 'verify the unresized conversion instead'))
         else:
-            result = compare(src.path, src.format, src.model_args, lambda: load_folder(args.converted), args.tol)
+            result = compare(src.path, src.format, source_args, lambda: load_folder(args.converted), args.tol)
     print(result.summary(), file=sys.stdout if result.status == 'passed' else sys.stderr)
     return 0 if result.status == 'passed' else 1
 
