@@ -363,3 +363,21 @@ def test_client_own_noop_detection_agrees_with_server(hub, folder):
     assert info.oid == head and hub.history(REPO)[0].oid == head
     calls = [f'{r.method} {r.path}' for r in hub.requests[n_requests:]]
     assert calls == [f'POST /api/models/{REPO}/preupload/main', f'GET /api/models/{REPO}/revision/main']
+
+
+def test_convert_then_push_in_one_command(hub, model_dir, tmp_path, capsys):
+    out_dir = tmp_path / 'converted'
+    rc = cli_main(['convert', str(model_dir), str(out_dir), '--push-to', REPO, '--endpoint', hub.url,
+                   '--token', TOKEN, '--commit-message', 'Convert and push'])
+    out = capsys.readouterr()
+    assert rc == 0, out.err
+    head = hub.history(REPO)[0]
+    assert f'{hub.url}/{REPO}/commit/{head.oid}' in out.out.splitlines()
+    assert head.message == 'Convert and push'
+    remote = hub.files(REPO)
+    for name in ('model.safetensors', 'config.json'):
+        assert remote[name] == (out_dir / name).read_bytes()
+    card = remote['README.md'].decode()
+    assert f"timm.create_model('hf-hub:{REPO}', pretrained=True)" in card
+    assert '--token ***' in card and 'passed' in card
+    assert TOKEN not in out.out + out.err + card + (out_dir / 'README.md').read_text()
