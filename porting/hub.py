@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Optional, TextIO
 
+import timm
 from huggingface_hub import CommitOperationAdd, HfApi, get_token
 from huggingface_hub.errors import HfHubHTTPError, HFValidationError, RevisionNotFoundError
 from huggingface_hub.utils import validate_repo_id
@@ -25,11 +26,10 @@ from timm_vit_variants.errors import ViTVariantsError
 
 from .card import REPO_PLACEHOLDER, build_model_card, fill_repo_id
 from .redact import redact
+from .shards import INDEX_FILE, SINGLE_FILE, weight_files
 
 CONFIG_NAME = 'config.json'
 CARD_NAME = 'README.md'
-WEIGHTS_NAME = 'model.safetensors'
-INDEX_NAME = 'model.safetensors.index.json'
 DEFAULT_BRANCH = 'main'
 _CHUNK = 8 << 20
 
@@ -149,6 +149,9 @@ def push_folder(
     branch = revision or DEFAULT_BRANCH
     files = collect_folder(folder, repo_id)
     result = PushResult(repo_id=repo_id, revision=branch, files=files, dry_run=dry_run)
+    if any(f.path_in_repo == INDEX_FILE for f in files):
+        print(f'note: sharded weights; timm {timm.__version__} loads hf-hub: repos only from a single '
+              f'{SINGLE_FILE}, so `timm.create_model("hf-hub:{repo_id}")` will not find these', file=err)
     if dry_run:
         print('\n'.join(_describe_plan(result, private, create_pr)), file=out)
         return result
@@ -222,19 +225,13 @@ def _read_config(root: Path) -> dict:
     return config
 
 
-def _check_weights(root: Path) -> None:
-    if (root / WEIGHTS_NAME).is_file():
-        return
-    index = root / INDEX_NAME
-    if not index.is_file():
-        raise ViTVariantsError(f'no weights: expected {WEIGHTS_NAME} or {INDEX_NAME}', path=root)
-    try:
-        shards = set(json.loads(index.read_text(encoding='utf-8'))['weight_map'].values())
-    except (ValueError, KeyError, AttributeError, TypeError) as e:
-        raise ViTVariantsError(f'unreadable shard index: {e!r}', path=index, key='weight_map') from None
-    missing = sorted(s for s in shards if not (root / s).is_file())
+def _check_weights(root: Path) -> bool:
+    """Raise unless the weights are complete (the single file, or every shard the index names); True if sharded."""
+    files = weight_files(root)
+    missing = sorted(p.name for p in files if not p.is_file())
     if missing:
-        raise ViTVariantsError(f'shard index names missing files: {", ".join(missing)}', path=index)
+        raise ViTVariantsError(f'shard index names missing files: {", ".join(missing)}', path=root / INDEX_FILE)
+    return files[0].name != SINGLE_FILE
 
 
 def _walk(root: Path) -> Iterator[Path]:

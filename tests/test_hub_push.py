@@ -312,7 +312,7 @@ def test_missing_folder_and_files(hub, folder, tmp_path, capsys):
     assert 'does not exist' in capsys.readouterr().err
     (folder / 'model.safetensors').unlink()
     assert push_main([str(folder), REPO, '--endpoint', hub.url, '--token', TOKEN]) == 1
-    assert 'no weights' in capsys.readouterr().err
+    assert 'no model.safetensors or model.safetensors.index.json' in capsys.readouterr().err
     (folder / 'config.json').unlink()
     assert push_main([str(folder), REPO, '--endpoint', hub.url, '--token', TOKEN]) == 1
     assert 'missing config.json' in capsys.readouterr().err
@@ -381,3 +381,19 @@ def test_convert_then_push_in_one_command(hub, model_dir, tmp_path, capsys):
     assert f"timm.create_model('hf-hub:{REPO}', pretrained=True)" in card
     assert '--token ***' in card and 'passed' in card
     assert TOKEN not in out.out + out.err + card + (out_dir / 'README.md').read_text()
+
+
+def test_sharded_folder(hub, model_dir, tmp_path, capsys):
+    out_dir = tmp_path / 'sharded'
+    assert cli_main(['convert', str(model_dir), str(out_dir), '--max-shard-size', '100KB', '--no-verify']) == 0
+    shards = sorted(p.name for p in out_dir.glob('model-*-of-*.safetensors'))
+    assert len(shards) > 1
+    capsys.readouterr()
+    result = push_folder(out_dir, REPO, token=TOKEN, endpoint=hub.url)
+    assert 'note: sharded weights' in capsys.readouterr().err
+    assert set(result.uploaded) == {*shards, 'model.safetensors.index.json', 'config.json', 'README.md'}
+    for name in shards:
+        assert hub.files(REPO)[name] == (out_dir / name).read_bytes()
+    (out_dir / shards[-1]).unlink()
+    with pytest.raises(ViTVariantsError, match=f'missing files: {shards[-1]}'):
+        push_folder(out_dir, REPO, token=TOKEN, endpoint=hub.url)
