@@ -18,15 +18,29 @@ import json
 import re
 import threading
 from dataclasses import dataclass, field
+from pathlib import Path
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Optional
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import yaml
 
+EMPTY_AGENT_REGISTRY = {'standardEnvVars': [], 'harnesses': {}}
 GITATTRIBUTES = b'*.safetensors filter=lfs diff=lfs merge=lfs -text\n*.bin filter=lfs diff=lfs merge=lfs -text\n'
 FAILURE_KINDS = (500, 401, 403, 'drop')
 _API_REPO_RE = re.compile(r'^/api/models/([^/]+)/([^/]+)(?:/(.*))?$')
+
+
+def keep_client_local(monkeypatch, folder) -> None:
+    """Stop in-process huggingface_hub from contacting huggingface.co on its own.
+
+    On its first request the client fetches an agent registry from the *default* endpoint (not the one given to
+    HfApi) unless a copy younger than a day is cached; point that cache at a fresh local copy.
+    """
+    from huggingface_hub import constants
+    path = Path(folder) / 'agent_harnesses.json'
+    path.write_text(json.dumps(EMPTY_AGENT_REGISTRY))
+    monkeypatch.setattr(constants, 'AGENT_HARNESSES_PATH', str(path))
 
 
 def git_blob_sha1(data: bytes) -> str:
@@ -249,7 +263,7 @@ class _Handler(BaseHTTPRequestHandler):
         if method == 'POST' and path == '/api/validate-yaml':
             return 'validate-yaml', self._validate_yaml, ()
         if method == 'GET' and path == '/api/agent-harnesses':  # the client's daily, token-less registry fetch
-            return 'agent-harnesses', lambda **_: (200, {'standardEnvVars': [], 'harnesses': {}}, {}), ()
+            return 'agent-harnesses', lambda **_: (200, EMPTY_AGENT_REGISTRY, {}), ()
         if m:
             repo_id = f'{unquote(m.group(1))}/{unquote(m.group(2))}'
             rest = [unquote(s) for s in (m.group(3) or '').split('/')] if m.group(3) else []

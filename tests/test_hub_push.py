@@ -24,7 +24,7 @@ from porting.hub import collect_folder, push_folder
 from porting.cli import main as cli_main
 from timm_vit_variants.errors import ViTVariantsError
 
-from hub_server import FakeHub, git_blob_sha1
+from hub_server import FakeHub, git_blob_sha1, keep_client_local
 
 TOKEN = 'hf_' + 'LoopbackSecret' * 3
 REPO = 'org/tiny-vit'
@@ -59,8 +59,9 @@ def hub():
 
 
 @pytest.fixture(autouse=True)
-def no_ambient_token(monkeypatch, tmp_path):
-    """Tests decide the token; the developer's own HF_TOKEN or login cache must never be picked up."""
+def isolated_client(monkeypatch, tmp_path):
+    """Tests decide the token (never the developer's HF_TOKEN or login cache) and the client stays on loopback."""
+    keep_client_local(monkeypatch, tmp_path)
     monkeypatch.delenv('HF_TOKEN', raising=False)
     monkeypatch.delenv('HUGGING_FACE_HUB_TOKEN', raising=False)
     monkeypatch.setattr(constants, 'HF_TOKEN_PATH', str(tmp_path / 'no-login' / 'token'))

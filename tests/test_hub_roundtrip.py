@@ -17,7 +17,7 @@ import torch
 import timm_vit_variants  # noqa: F401  (registers simple_vit_*)
 from porting.hub import push_folder
 
-from hub_server import FakeHub, git_blob_sha1
+from hub_server import FakeHub, git_blob_sha1, keep_client_local
 
 TOKEN = 'hf_' + 'RoundTripSecret' * 2
 REPO = 'org/tiny-vit'
@@ -54,7 +54,8 @@ def pushed(tmp_path_factory):
             logits[name] = model(x)
         folders[name] = root / name
         timm.models.save_for_hf(model, folders[name], model_args=MODEL_ARGS, safe_serialization=True)
-    with FakeHub(token=TOKEN, max_lifetime=600) as hub:
+    with FakeHub(token=TOKEN, max_lifetime=600) as hub, pytest.MonkeyPatch.context() as mp:
+        keep_client_local(mp, root)
         push_folder(folders['v1'], REPO, token=TOKEN, endpoint=hub.url)
         push_folder(folders['v2'], REPO, token=TOKEN, endpoint=hub.url)
         push_folder(folders['v1'], REPO, token=TOKEN, endpoint=hub.url, revision='stable')
