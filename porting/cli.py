@@ -56,10 +56,14 @@ def add_source_args(parser: argparse.ArgumentParser) -> None:
                         help='source format (default: detected from the file)')
     parser.add_argument('--num-heads', type=size_arg,
                         help='attention heads, for sources that do not record them (e.g. a bare timm state dict)')
+    parser.add_argument('--source-img-size', nargs='+', type=size_arg, metavar=('H', 'W'),
+                        help='image size the source was trained at, for sources that do not record it: splits a '
+                             'non-square learned table into its grid; sets the sin-cos source size (default 224)')
 
 
 def check_sizes(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    for name in ('img_size', 'patch_size'):
+    """Size options take one (square) or two (H W) values."""
+    for name in ('img_size', 'patch_size', 'source_img_size'):
         value = getattr(args, name, None)
         if value is not None and len(value) > 2:
             parser.error(f'--{name.replace("_", "-")} takes one or two values, got {len(value)}')
@@ -110,3 +114,10 @@ def command_line(argv: Sequence[str]) -> str:
     import shlex
 
     return 'vit-port ' + shlex.join(argv)
+
+
+def source_hints(args: argparse.Namespace) -> dict:
+    """Reader hints from --num-heads / --source-img-size (absent options are left out)."""
+    size = getattr(args, 'source_img_size', None)
+    return dict(num_heads=getattr(args, 'num_heads', None),
+                img_size=None if size is None else (size[0], size[-1]))

@@ -7,6 +7,7 @@
 3. write timm's ``config.json``, verify against the source's reference implementation at the
    source geometry, write the model card, and rename the folder into place.
 """
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Union
@@ -132,7 +133,7 @@ def convert(
         patch_size: Optional[Sequence[int]] = None,
         num_classes: Optional[int] = None,
         resample_like: Optional[str] = None,
-        num_heads: Optional[int] = None,
+        hints: Optional[Dict[str, Any]] = None,
         overwrite: bool = False,
         tol: float = DEFAULT_TOL,
         verify: bool = True,
@@ -145,14 +146,17 @@ def convert(
 ) -> ConvertResult:
     """Convert ``source`` into the Hub folder ``out``; nothing is left behind on failure.
 
+    ``hints`` go to the reader (e.g. ``num_heads``, ``img_size``; see ``checkpoints.HINTS``).
+
     Raises ViTVariantsError for bad input, an unusable OUT and a failed verification.
     """
     out_path = check_output(out, overwrite, sources=[source])
     shard_bytes = parse_size(max_shard_size)
-    with open_source(source, fmt, num_heads=num_heads) as src:
+    with open_source(source, fmt, **(hints or {})) as src, ThreadPoolExecutor(max_workers=1) as hasher:
         plan = make_plan(src.path, source_model_args(src), src.grid, img_size=img_size, patch_size=patch_size,
                          num_classes=num_classes, resample_like=resample_like)
-        sha256 = file_sha256(src.path)
+        # Hashing is a full read of the source: run it beside the conversion (hashlib releases the GIL).
+        sha_future = hasher.submit(file_sha256, src.path)
         labels = None if plan.changes_head else source_label_names(src)
         data_cfg = source_pretrained_cfg(src.format, src.path, src.source_config)
         license = license or data_cfg.pop('license', None)
@@ -167,6 +171,7 @@ def convert(
                 verification = Verification('skipped', reason='--no-verify was given', tolerance=tol)
             if verification.status == 'failed':
                 raise ViTVariantsError(verification.summary(), path=src.path)
+            sha256 = sha_future.result()
             write_card(
                 tmp, architecture=architecture, model_args=plan.target_args,
                 num_classes=plan.target_args['num_classes'],

@@ -85,7 +85,7 @@ def complete_args(model_args: Dict[str, Any]) -> Dict[str, Any]:
     from timm_vit_variants.errors import ViTVariantsError
 
     try:
-        meta = SimpleVisionTransformer(**dict(model_args, device='meta'))
+        meta = SimpleVisionTransformer(**dict(model_args, device='meta', weight_init='skip'))
     except (TypeError, ValueError) as e:
         if isinstance(e, ViTVariantsError):
             raise
@@ -147,7 +147,8 @@ def write_config(
 
     architecture = architecture or architecture_for(model_args)
     model_args = {k: _json_safe(v) for k, v in model_args.items() if v is not None}
-    meta = timm.create_model(architecture, device='meta', **model_args)
+    meta = timm.create_model(architecture, device='meta', weight_init='skip', **model_args)
+    meta._model_args.pop('weight_init')  # a load-time shortcut, not an architecture argument
     meta.pretrained_cfg = {k: v for k, v in meta.pretrained_cfg.items() if k not in ('tag', 'license')}
     img = model_args.get('img_size', 224)
     img = (img, img) if isinstance(img, int) else tuple(img)

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from timm_vit_variants.errors import ViTVariantsError
-from timm_vit_variants.posemb import resample_pos_embed, sincos_2d
+from timm_vit_variants.posemb import sincos_2d
 
 from .transforms import ConversionPlan
 

@@ -111,7 +111,7 @@ def tensor_specs(model_args: Dict[str, Any]) -> List[Tuple[str, Tuple[int, ...],
     from timm_vit_variants import SimpleVisionTransformer
 
     try:
-        meta = SimpleVisionTransformer(**dict(model_args, device='meta'))
+        meta = SimpleVisionTransformer(**dict(model_args, device='meta', weight_init='skip'))
     except (TypeError, ValueError) as e:
         if isinstance(e, ViTVariantsError):
             raise

@@ -98,10 +98,10 @@ def _flax_block(gen, names: Dict[str, str], prefix: str) -> Dict[str, np.ndarray
 
 
 def bigvision_arrays(posemb: str = 'sincos', pool: str = 'gap', rep_size: Optional[int] = None,
-                     seed: int = 0) -> Dict[str, np.ndarray]:
+                     seed: int = 0, grid: Optional[tuple] = None) -> Dict[str, np.ndarray]:
     """big_vision ``vit.py`` parameters: LayerNorm_0/1, MultiHeadDotProductAttention_0, MlpBlock_0."""
     gen = np.random.default_rng(seed)
-    grid = IMG // PATCH
+    rows, cols = grid or (IMG // PATCH, IMG // PATCH)
     arrays = {
         'embedding/kernel': _rand(gen, (PATCH, PATCH, 3, WIDTH), PATCH * PATCH * 3),
         'embedding/bias': _rand(gen, (WIDTH,)),
@@ -109,7 +109,7 @@ def bigvision_arrays(posemb: str = 'sincos', pool: str = 'gap', rep_size: Option
         'Transformer/encoder_norm/bias': _rand(gen, (WIDTH,)),
     }
     if posemb == 'learn':
-        arrays['pos_embedding'] = _rand(gen, (1, grid * grid, WIDTH), 1)
+        arrays['pos_embedding'] = _rand(gen, (1, rows * cols, WIDTH), 1)
     if pool == 'tok':
         arrays['cls'] = _rand(gen, (1, 1, WIDTH), 1)
     names = {'ln1': 'LayerNorm_0', 'ln2': 'LayerNorm_1', 'attn': 'MultiHeadDotProductAttention_0', 'mlp': 'MlpBlock_0'}

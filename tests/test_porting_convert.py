@@ -200,3 +200,19 @@ def test_sharded_output(sources, tmp_path, capsys):
     x = _x()
     with torch.no_grad():
         assert torch.equal(load_folder(sharded)(x), load_folder(single)(x))
+
+
+def test_non_square_source_grid(tmp_path, capsys):
+    """A 4x6 learned big_vision table: the grid comes from --source-img-size, and resizes to any grid."""
+    from scipy import ndimage
+
+    arrays = F.bigvision_arrays('learn', 'gap', grid=(4, 6))
+    src = F.write_npz(tmp_path, 'wide.npz', arrays)
+    out = tmp_path / 'wide'
+    assert main(['convert', str(src), str(out), '--source-img-size', '32', '48', '--img-size', '40']) == 0
+    assert 'verification passed' in capsys.readouterr().out
+    model = _local_dir(out)
+    assert model.patch_embed.grid_size == (5, 5) and model.pos_embed.shape == (1, 25, F.WIDTH)
+    table = arrays['pos_embedding'].reshape(4, 6, F.WIDTH)
+    expected = ndimage.zoom(table, (5 / 4, 5 / 6, 1), order=1).reshape(1, 25, F.WIDTH)
+    np.testing.assert_allclose(model.pos_embed.detach().numpy(), expected, atol=1e-5)

@@ -2,7 +2,7 @@
 import argparse
 import sys
 
-from ..cli import add_geometry_args, add_source_args, check_sizes, command_line
+from ..cli import add_geometry_args, add_source_args, check_sizes, command_line, source_hints
 from .push import add_push_to_option, check_push_args, push_from_args
 
 
@@ -48,7 +48,7 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace, fmt: str = No
     result = convert(
         args.src, args.out, fmt=fmt or getattr(args, 'fmt', None), img_size=args.img_size, patch_size=args.patch_size,
         num_classes=getattr(args, 'num_classes', None), resample_like=args.resample_like,
-        num_heads=getattr(args, 'num_heads', None), overwrite=args.overwrite, tol=args.tol,
+        hints=source_hints(args), overwrite=args.overwrite, tol=args.tol,
         verify=not args.no_verify, max_shard_size=args.max_shard_size, license=args.license,
         base_model=args.base_model, datasets=args.datasets, command=command_line(args.argv),
         progress=sys.stderr.isatty())

@@ -1,7 +1,7 @@
 """``vit-port inspect SRC``: tensor table, inferred config and an optional position-similarity plot."""
 import argparse
 
-from ..cli import add_geometry_args, add_source_args, check_sizes
+from ..cli import add_geometry_args, add_source_args, check_sizes, source_hints
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -26,7 +26,7 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     check_sizes(parser, args)
     if args.plot is None and (args.img_size or args.patch_size or args.resample_like):
         parser.error('--img-size/--patch-size/--resample-like only apply to --plot')
-    with open_source(args.src, args.fmt, num_heads=args.num_heads) as src:
+    with open_source(args.src, args.fmt, **source_hints(args)) as src:
         print(tensor_table(src.inventory()))
         print()
         print(config_table(src.format, source_model_args(src), src.grid))

@@ -2,7 +2,7 @@
 import argparse
 import sys
 
-from ..cli import add_source_args
+from ..cli import add_source_args, source_hints
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -26,7 +26,7 @@ def run(args: argparse.Namespace) -> int:
     from ..verify import Verification, compare
 
     cfg = read_config(args.converted)
-    with open_source(args.src, args.fmt, num_heads=args.num_heads) as src:
+    with open_source(args.src, args.fmt, **source_hints(args)) as src:
         source_args = source_model_args(src)
         mismatch = _geometry_mismatch(source_args, cfg.get('model_args', {}))
         if mismatch:
