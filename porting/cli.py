@@ -16,6 +16,7 @@ COMMANDS = (
     'porting.commands.resize',
     'porting.commands.inspect',
     'porting.commands.verify',
+    'porting.commands.push',
 )
 
 

@@ -3,6 +3,7 @@ import argparse
 import sys
 
 from ..cli import add_geometry_args, add_source_args, check_sizes, command_line, source_hints
+from .push import add_push_to_option, check_push_args, push_from_args
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -21,6 +22,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument('--tol', type=float, default=1e-4,
                         help='verification tolerance on max |delta| of logits and features, float32 (default 1e-4)')
     parser.add_argument('--no-verify', action='store_true', help='skip the numerical check against the source')
+    add_push_to_option(parser)
     parser.set_defaults(func=lambda args: run(parser, args))
     return parser
 
@@ -41,6 +43,8 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace, fmt: str = No
     from ..convert import convert
 
     check_sizes(parser, args)
+    if getattr(args, 'push_to', None):
+        check_push_args(args, args.push_to)
     result = convert(
         args.src, args.out, fmt=fmt or getattr(args, 'fmt', None), img_size=args.img_size, patch_size=args.patch_size,
         num_classes=getattr(args, 'num_classes', None), resample_like=args.resample_like,
@@ -49,6 +53,8 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace, fmt: str = No
         base_model=args.base_model, datasets=args.datasets, command=command_line(args.argv),
         progress=sys.stderr.isatty())
     report(result)
+    if getattr(args, 'push_to', None):
+        push_from_args(args, args.out, args.push_to)
     return 0
 
 
