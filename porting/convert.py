@@ -103,7 +103,8 @@ def write_weights(src: Any, plan: ConversionPlan, folder: Path, max_shard_size: 
     return len(writer.files)
 
 
-def verify_source(src: Any, plan: ConversionPlan, folder: Optional[Path], tol: float) -> Verification:
+def verify_source(src: Any, plan: ConversionPlan, folder: Optional[Path], tol: float,
+                  progress: bool = False) -> Verification:
     """Compare the source's reference implementation with our model at the SOURCE geometry.
 
     Without a resize or head change the written folder itself is checked; otherwise the same
@@ -118,7 +119,7 @@ def verify_source(src: Any, plan: ConversionPlan, folder: Optional[Path], tol: f
             model = build_empty(plan.source_args)
             fill_model(model, src.iter_tensors(), src.path)
             return model
-    result = compare(src.path, src.format, plan.source_args, build, tol)
+    result = compare(src.path, src.format, plan.source_args, build, tol, progress)
     if not plan.is_identity and result.status != 'skipped':
         result.notes.append(f'verified at the source geometry before conversion; then applied: {plan.describe()}')
     return result
@@ -166,7 +167,7 @@ def convert(
             write_config(tmp / 'config.json', plan.target_args, architecture=architecture, label_names=labels,
                          pretrained_cfg=dict(data_cfg, license=license))
             if verify:
-                verification = verify_source(src, plan, tmp, tol)
+                verification = verify_source(src, plan, tmp, tol, progress)
             else:
                 verification = Verification('skipped', reason='--no-verify was given', tolerance=tol)
             if verification.status == 'failed':

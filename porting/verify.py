@@ -334,22 +334,28 @@ def compare(
         model_args: Dict[str, Any],
         build_ours: Callable[[], nn.Module],
         tol: float = DEFAULT_TOL,
+        progress: bool = False,
 ) -> Verification:
     """Reference first (then freed), then ours, so both networks are never in memory together."""
+    from tqdm import tqdm
+
     x = verification_inputs(model_args)
-    try:
-        ref = reference_outputs(path, fmt, model_args, x)
-    except _Skip as e:
-        return Verification('skipped', reason=str(e), tolerance=tol)
-    _release_memory()
-    ours = build_ours().eval()
-    with torch.no_grad():
-        feats = ours.forward_features(x)
-        logits = ours.forward_head(feats) if ours.num_classes else None
-        pre_logits = ours.forward_head(feats, pre_logits=True) if ref.pre_logits is not None else None
-    has_pre_logits = not isinstance(ours.pre_logits, nn.Identity)
-    del ours
-    _release_memory()
+    with tqdm(total=2, desc='verify', unit='model', disable=not progress, leave=False) as bar:
+        try:
+            ref = reference_outputs(path, fmt, model_args, x)
+        except _Skip as e:
+            return Verification('skipped', reason=str(e), tolerance=tol)
+        _release_memory()
+        bar.update(1)
+        ours = build_ours().eval()
+        with torch.no_grad():
+            feats = ours.forward_features(x)
+            logits = ours.forward_head(feats) if ours.num_classes else None
+            pre_logits = ours.forward_head(feats, pre_logits=True) if ref.pre_logits is not None else None
+        has_pre_logits = not isinstance(ours.pre_logits, nn.Identity)
+        del ours
+        _release_memory()
+        bar.update(1)
     if ref.features is None or tuple(ref.features.shape) != tuple(feats.shape):
         return Verification('failed', reference=ref.name, tolerance=tol, reason=(
             f'feature shapes differ: reference {tuple(ref.features.shape) if ref.features is not None else None} '

@@ -34,7 +34,8 @@ def run(args: argparse.Namespace) -> int:
                 f'{mismatch}: a resized or re-headed folder cannot equal its source; '
                 'verify the unresized conversion instead'))
         else:
-            result = compare(src.path, src.format, source_args, lambda: load_folder(args.converted), args.tol)
+            result = compare(src.path, src.format, source_args, lambda: load_folder(args.converted), args.tol,
+                             progress=sys.stderr.isatty())
     print(result.summary(), file=sys.stdout if result.status == 'passed' else sys.stderr)
     return 0 if result.status == 'passed' else 1
 
