@@ -21,7 +21,9 @@ from .transforms import ConversionPlan, make_plan
 from .verify import DEFAULT_TOL, Verification, compare
 from .writer import DEFAULT_MAX_SHARD_SIZE, atomic_folder, check_output, file_sha256, tensor_specs, write_card
 
-__all__ = ['ConvertResult', 'convert', 'open_source', 'write_weights', 'verify_source']
+__all__ = [
+    'ConvertResult', 'convert', 'open_source', 'source_model_args', 'source_label_names', 'write_weights', 'verify_source',
+]
 
 
 @dataclass
