@@ -1,0 +1,312 @@
+"""Push a converted model folder to the Hugging Face Hub with ``huggingface_hub``.
+
+One commit per push (or one pull request with ``create_pr``). Files the Hub already holds byte for byte are
+left out, so pushing an unchanged folder makes no commit. An existing card on the Hub that differs from ours
+is kept unless ``overwrite_card``. The token is never printed, logged or put into an error message; every
+client error comes back as ``ViTVariantsError``. Nothing in the local folder is changed.
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator, Optional, TextIO
+
+import timm
+from huggingface_hub import CommitOperationAdd, HfApi, get_token
+from huggingface_hub.errors import HfHubHTTPError, HFValidationError, RevisionNotFoundError
+from huggingface_hub.utils import validate_repo_id
+from tqdm import tqdm
+
+from timm_vit_variants.errors import ViTVariantsError
+
+from .card import REPO_PLACEHOLDER, build_model_card, fill_repo_id
+from .redact import redact
+from .shards import INDEX_FILE, SINGLE_FILE, weight_files
+
+CONFIG_NAME = 'config.json'
+CARD_NAME = 'README.md'
+DEFAULT_BRANCH = 'main'
+_CHUNK = 8 << 20
+
+
+@dataclass
+class UploadFile:
+    """One file as it will be sent: where it lives in the repo, its bytes on disk (or in memory), its hashes."""
+    path_in_repo: str
+    size: int
+    sha256: str
+    git_sha1: str  # the git blob id, which the Hub reports as the oid of a regular file
+    local_path: Optional[Path] = None
+    data: Optional[bytes] = None  # set when the uploaded bytes differ from the disk (card with repo id filled in)
+    note: str = ''
+
+    def source(self):
+        return self.data if self.data is not None else str(self.local_path)
+
+
+@dataclass
+class PushResult:
+    repo_id: str
+    revision: str
+    files: list  # every UploadFile considered
+    uploaded: list = field(default_factory=list)   # paths sent in the commit
+    unchanged: list = field(default_factory=list)  # paths the Hub already held
+    kept_remote_card: bool = False
+    commit_url: Optional[str] = None
+    commit_oid: Optional[str] = None
+    pr_url: Optional[str] = None
+    dry_run: bool = False
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.uploaded)
+
+
+def resolve_token(token: Optional[str] = None) -> Optional[str]:
+    """``token`` if given, else ``HF_TOKEN``, else the login cache (``huggingface_hub.get_token`` order)."""
+    return token or get_token()
+
+
+def require_token(token: Optional[str] = None) -> str:
+    """The token ``resolve_token`` finds; a clear error (before any request) when there is none."""
+    resolved = resolve_token(token)
+    if not resolved:
+        raise ViTVariantsError('no Hub token: pass --token, set HF_TOKEN or log in with `hf auth login`')
+    return resolved
+
+
+def check_repo_id(repo_id: str) -> None:
+    """A Hub model id ``ORG/NAME`` (the namespace is required so ``hf-hub:ORG/NAME`` names it exactly)."""
+    try:
+        validate_repo_id(repo_id)
+    except HFValidationError as e:
+        raise ViTVariantsError(f'invalid repo id {repo_id!r}: {e}', key='repo_id') from None
+    if repo_id.count('/') != 1:
+        raise ViTVariantsError(f'repo id must be ORG/NAME, got {repo_id!r}', key='repo_id')
+
+
+def collect_folder(folder, repo_id: str) -> list[UploadFile]:
+    """Check ``folder`` is a converted model (config + weights) and hash every file that would be uploaded.
+
+    A card still carrying the ``ORG/NAME`` placeholder is uploaded with ``repo_id`` filled in; a folder without
+    a card gets one built from ``config.json``. Both happen in memory: the folder itself is only read.
+    """
+    root = Path(folder)
+    if not root.is_dir():
+        raise ViTVariantsError('output folder to push does not exist or is not a folder', path=root)
+    config = _read_config(root)
+    _check_weights(root)
+
+    files = [_hash_file(p, p.relative_to(root).as_posix()) for p in _walk(root)]
+    by_path = {f.path_in_repo: f for f in files}
+    card = by_path.get(CARD_NAME)
+    if card is None:
+        text = str(build_model_card(architecture=config['architecture'], model_args=config.get('model_args') or {},
+                                    num_classes=config.get('num_classes', 0), repo_id=repo_id,
+                                    label_names=config.get('label_names')))
+        files.append(_hash_bytes(CARD_NAME, text.encode(), 'no README.md in folder: card built from config.json'))
+    else:
+        text = card.local_path.read_text(encoding='utf-8')
+        if f'hf-hub:{REPO_PLACEHOLDER}' in text:
+            filled = _hash_bytes(CARD_NAME, fill_repo_id(text, repo_id).encode(), f'{REPO_PLACEHOLDER} filled in')
+            filled.local_path = card.local_path
+            files[files.index(card)] = filled
+    return sorted(files, key=lambda f: f.path_in_repo)
+
+
+def push_folder(
+        folder,
+        repo_id: str,
+        *,
+        private: bool = False,
+        revision: Optional[str] = None,
+        create_pr: bool = False,
+        commit_message: Optional[str] = None,
+        token: Optional[str] = None,
+        endpoint: Optional[str] = None,
+        dry_run: bool = False,
+        overwrite_card: bool = False,
+        stdout: Optional[TextIO] = None,
+        stderr: Optional[TextIO] = None,
+) -> PushResult:
+    """Upload ``folder`` to ``repo_id`` in one commit (or pull request) and print its URL.
+
+    Args:
+        revision: branch to commit to (created from ``main`` when missing), or ``refs/pr/N`` to add to an open
+            pull request; the pull request's target branch with ``create_pr``.
+        token: Hub token; defaults to ``HF_TOKEN``, then the login cache.
+        endpoint: Hub URL; defaults to ``HF_ENDPOINT`` or https://huggingface.co.
+        dry_run: print what would be uploaded (path, size, sha256) and make no request at all.
+        overwrite_card: replace a different ``README.md`` already on the Hub (kept otherwise).
+    """
+    out, err = stdout or sys.stdout, stderr or sys.stderr
+    check_repo_id(repo_id)
+    branch = revision or DEFAULT_BRANCH
+    files = collect_folder(folder, repo_id)
+    result = PushResult(repo_id=repo_id, revision=branch, files=files, dry_run=dry_run)
+    if any(f.path_in_repo == INDEX_FILE for f in files):
+        print(f'note: sharded weights; timm {timm.__version__} loads hf-hub: repos only from a single '
+              f'{SINGLE_FILE}, so `timm.create_model("hf-hub:{repo_id}")` will not find these', file=err)
+    if dry_run:
+        print('\n'.join(_describe_plan(result, private, create_pr)), file=out)
+        return result
+
+    token = require_token(token)
+    api = HfApi(endpoint=endpoint, token=token)
+    where = f'{api.endpoint}/{repo_id}'
+    with _translated('creating the repo', where, token):
+        api.create_repo(repo_id, private=private, exist_ok=True)
+    if branch != DEFAULT_BRANCH and not branch.startswith('refs/pr/'):  # a PR ref already exists; push onto it
+        with _translated(f'creating branch {branch!r}', where, token):
+            api.create_branch(repo_id, branch=branch, exist_ok=True)
+    with _translated('listing the files already on the Hub', where, token):
+        remote = _remote_files(api, repo_id, branch, [f.path_in_repo for f in files])
+
+    to_send = []
+    for f in files:
+        held = remote.get(f.path_in_repo)
+        if held is not None and _same(f, held):
+            result.unchanged.append(f.path_in_repo)
+        elif f.path_in_repo == CARD_NAME and held is not None and not overwrite_card:
+            result.kept_remote_card = True
+            print(f'kept the README.md already on {repo_id}@{branch} (it differs from the local card); '
+                  'pass --overwrite-card to replace it', file=err)
+        else:
+            to_send.append(f)
+
+    if not to_send:
+        with _translated('reading the repo head', where, token):
+            head = api.repo_info(repo_id, revision=branch).sha
+        result.commit_oid = head
+        print(f'nothing changed: {repo_id}@{branch} already holds these {len(result.unchanged)} files '
+              f'(commit {head}); no commit made', file=out)
+        return result
+
+    message = commit_message or f'Upload {Path(folder).name} with vit-port'
+    ops = [CommitOperationAdd(path_in_repo=f.path_in_repo, path_or_fileobj=f.source()) for f in to_send]
+    with _translated('opening a pull request' if create_pr else 'committing', where, token, committing=True):
+        info = api.create_commit(repo_id, operations=ops, commit_message=message,
+                                 revision=branch, create_pr=create_pr)
+    result.uploaded = [f.path_in_repo for f in to_send]
+    result.commit_url, result.commit_oid, result.pr_url = str(info.commit_url), info.oid, info.pr_url
+    print(result.pr_url if create_pr else result.commit_url, file=out)
+    return result
+
+
+def _describe_plan(result: PushResult, private: bool, create_pr: bool) -> list[str]:
+    """Lines listing every file a push would send, with size and sha256."""
+    target = f'{result.repo_id}@{result.revision}' + (' as a pull request' if create_pr else '')
+    total = sum(f.size for f in result.files)
+    lines = [f'dry run: would push {len(result.files)} files ({total} bytes) to {target}'
+             + (' (private repo if created)' if private else '')]
+    width = max(len(f.path_in_repo) for f in result.files)
+    for f in result.files:
+        note = f'  ({f.note})' if f.note else ''
+        lines.append(f'  {f.path_in_repo:<{width}}  {f.size:>12d}  sha256:{f.sha256}{note}')
+    lines.append('nothing was sent; files the Hub already holds are skipped at push time')
+    return lines
+
+
+def _read_config(root: Path) -> dict:
+    path = root / CONFIG_NAME
+    if not path.is_file():
+        raise ViTVariantsError(f'missing {CONFIG_NAME}: not a converted model folder', path=path)
+    try:
+        config = json.loads(path.read_text(encoding='utf-8'))
+    except (ValueError, UnicodeDecodeError) as e:
+        raise ViTVariantsError(f'{CONFIG_NAME} is not valid JSON: {e}', path=path) from None
+    if not isinstance(config, dict) or not config.get('architecture'):
+        raise ViTVariantsError(f'{CONFIG_NAME} has no "architecture"', path=path, key='architecture')
+    return config
+
+
+def _check_weights(root: Path) -> bool:
+    """Raise unless the weights are complete (the single file, or every shard the index names); True if sharded."""
+    files = weight_files(root)
+    missing = sorted(p.name for p in files if not p.is_file())
+    if missing:
+        raise ViTVariantsError(f'shard index names missing files: {", ".join(missing)}', path=root / INDEX_FILE)
+    return files[0].name != SINGLE_FILE
+
+
+def _walk(root: Path) -> Iterator[Path]:
+    """Regular files under ``root``; hidden names (``.git``, ``.cache``, temp files) are not uploaded."""
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith('.'))
+        for name in sorted(filenames):
+            path = Path(dirpath) / name
+            if not name.startswith('.') and path.is_file():
+                yield path
+
+
+def _hash_file(path: Path, path_in_repo: str) -> UploadFile:
+    size = path.stat().st_size
+    sha256, sha1 = hashlib.sha256(), hashlib.sha1(b'blob %d\0' % size)
+    with open(path, 'rb') as fh, tqdm(total=size, unit='B', unit_scale=True, desc=f'hashing {path_in_repo}',
+                                      disable=not sys.stderr.isatty() or size < _CHUNK, leave=False) as bar:
+        while chunk := fh.read(_CHUNK):
+            sha256.update(chunk)
+            sha1.update(chunk)
+            bar.update(len(chunk))
+    return UploadFile(path_in_repo, size, sha256.hexdigest(), sha1.hexdigest(), local_path=path)
+
+
+def _hash_bytes(path_in_repo: str, data: bytes, note: str) -> UploadFile:
+    return UploadFile(path_in_repo, len(data), hashlib.sha256(data).hexdigest(),
+                      hashlib.sha1(b'blob %d\0' % len(data) + data).hexdigest(), data=data, note=note)
+
+
+def _remote_files(api: HfApi, repo_id: str, revision: str, paths: list[str]) -> dict:
+    """Path -> RepoFile for those of ``paths`` the Hub holds at ``revision`` (none on a revision not yet made)."""
+    try:
+        entries = api.get_paths_info(repo_id, paths, revision=revision)
+    except RevisionNotFoundError:
+        return {}
+    return {e.path: e for e in entries if hasattr(e, 'blob_id')}
+
+
+def _same(local: UploadFile, remote) -> bool:
+    """Content equality against the Hub's record: LFS sha256 + size for LFS files, git blob id otherwise."""
+    if remote.lfs is not None:
+        return remote.lfs.sha256 == local.sha256 and remote.lfs.size == local.size
+    return remote.blob_id == local.git_sha1
+
+
+@contextlib.contextmanager
+def _translated(action: str, where: str, token: Optional[str], committing: bool = False):
+    """Turn any client failure into one ViTVariantsError with a plain message and no token in it."""
+    try:
+        yield
+    except ViTVariantsError:
+        raise
+    except HfHubHTTPError as e:
+        status = e.response.status_code if e.response is not None else None
+        detail = (e.server_message or str(e).splitlines()[0]).rstrip('.!')
+        if status == 401:
+            msg = (f'the Hub rejected the credentials (HTTP 401) while {action}: '
+                   'check the token (--token, HF_TOKEN or `hf auth login`)')
+        elif status == 403:
+            msg = f'permission denied (HTTP 403) while {action}: the token cannot write to this repo'
+        elif status == 404:
+            msg = f'not found (HTTP 404) while {action}: {detail}'
+        elif status is not None and status >= 500:
+            msg = f'the Hub failed (HTTP {status}) while {action}: {detail}'
+        else:
+            msg = f'HTTP {status} while {action}: {detail}'
+        unsure = committing and (status is None or status >= 500)  # the server may have committed anyway
+        raise ViTVariantsError(redact(f'{where}: ' + _suffix(msg, unsure), [token])) from None
+    except Exception as e:  # connection refused or dropped, timeouts, invalid card metadata, ...
+        kind = 'connection failed' if type(e).__module__.split('.')[0].startswith('httpx') else 'failed'
+        msg = f'{kind} while {action}: {type(e).__name__}: {str(e).rstrip(".")}'
+        raise ViTVariantsError(redact(f'{where}: ' + _suffix(msg, committing), [token])) from None
+
+
+def _suffix(msg: str, unsure: bool) -> str:
+    if unsure:
+        return msg + '. Run the push again: files already on the Hub are skipped'
+    return msg + '. Nothing was committed'
