@@ -3,6 +3,7 @@
 Every fixture is first loaded by timm's ``VisionTransformer.load_pretrained`` to prove it is a
 valid checkpoint of the published layout; our reader must then reproduce timm's logits.
 """
+from pathlib import Path
 import numpy as np
 import pytest
 import timm
@@ -270,3 +271,29 @@ def test_iter_tensors_streams_each_array_once(tmp_path, monkeypatch, scan):
         keys = [key for key, _ in ckpt.iter_tensors()]
         raw = [name for name, _, _ in ckpt.inventory()]
     assert sorted(reads) == sorted(raw) and len(keys) == len(ckpt.tensor_shapes)
+
+
+def test_registered_bv_tag_downloads_through_timm_url_path(tmp_path, monkeypatch):
+    """The bv_i1k tags use timm's url + custom_load path: download into the hub cache, then our reader."""
+    src = timm.create_model('simple_vit_small_patch16_224', depth=1, weight_init='skip')
+    from ckpt_fixtures import randomize
+    randomize(src)
+    timm_twin = tiny_timm_vit(img_size=224, patch_size=16, embed_dim=384, depth=1, num_heads=6, mlp_ratio=4.0,
+                              num_classes=0, **BV_GAP)
+    timm_twin.load_state_dict({k: v for k, v in src.state_dict().items()
+                               if not k.startswith(('head', 'pre_logits'))}, strict=False)
+    params = jax_params(timm_twin, 'bigvision', with_pos=False)
+    params['pre_logits/kernel'] = src.pre_logits.fc.weight.detach().numpy().T.copy()
+    params['pre_logits/bias'] = src.pre_logits.fc.bias.detach().numpy()
+    params['head/kernel'] = src.head.weight.detach().numpy().T.copy()
+    params['head/bias'] = src.head.bias.detach().numpy()
+    path = write_npz(tmp_path / 'vit_s16_i1k_300ep.npz', params)
+    cfg = timm.models.get_pretrained_cfg('simple_vit_small_patch16_224.bv_i1k_300ep')
+    assert cfg.custom_load and cfg.url == 'https://storage.googleapis.com/big_vision/vit_s16_i1k_300ep.npz'
+    monkeypatch.setattr(torch.hub, '_hub_dir', str(tmp_path / 'hub'))  # restored after the test
+    model = timm.create_model('simple_vit_small_patch16_224.bv_i1k_300ep', depth=1, pretrained=True,
+                              pretrained_cfg_overlay=dict(url=Path(path).as_uri())).eval()
+    assert (tmp_path / 'hub' / 'checkpoints' / 'vit_s16_i1k_300ep.npz').is_file()  # went through the download cache
+    x = torch.randn(2, 3, 224, 224)
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), src.eval()(x), rtol=0, atol=1e-5)

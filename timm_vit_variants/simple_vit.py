@@ -106,7 +106,7 @@ def checkpoint_filter_fn(state_dict: Dict[str, torch.Tensor], model: SimpleVisio
 
 def _create(variant: str, pretrained: bool = False, **kwargs: Any) -> SimpleVisionTransformer:
     overlay: Optional[Dict[str, Any]] = kwargs.get('pretrained_cfg_overlay')
-    if overlay and str(overlay.get('file') or '').endswith('.npz'):
+    if overlay and any(str(overlay.get(k) or '').endswith('.npz') for k in ('file', 'url')):
         # timm's generic loader cannot read .npz; route it to our reader (model.load_pretrained).
         kwargs['pretrained_cfg_overlay'] = dict(overlay, custom_load=overlay.get('custom_load', True))
     out_indices = kwargs.pop('out_indices', 3)
