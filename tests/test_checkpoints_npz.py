@@ -4,6 +4,7 @@ Every fixture is first loaded by timm's ``VisionTransformer.load_pretrained`` to
 valid checkpoint of the published layout; our reader must then reproduce timm's logits.
 """
 from pathlib import Path
+
 import numpy as np
 import pytest
 import timm
