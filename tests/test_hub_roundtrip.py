@@ -107,7 +107,7 @@ def test_offline_hf_hub_roundtrip_from_cache(pushed, tmp_path):
     cache = tmp_path / 'cache'
     refs = {'main': pushed['refs']['main'], 'stable': pushed['refs']['stable']}
     lay_out_cache(cache, pushed['hub'], refs, extra_commits=[pushed['c1']])
-    assert len((cache / f'models--org--tiny-vit/refs/main').read_text()) == 40
+    assert len((cache / 'models--org--tiny-vit/refs/main').read_text()) == 40
     n_requests = len(pushed['hub'].requests)
     names = {f'hf-hub:{REPO}': 'v2', f'hf-hub:{REPO}@{pushed["c1"]}': 'v1', f'hf-hub:{REPO}@stable': 'v1'}
     out = load_logits(with_local(names, pushed), pushed['root'] / 'x.pt', tmp_path,

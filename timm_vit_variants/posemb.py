@@ -1,5 +1,5 @@
 """Position embeddings: big_vision's fixed 2D sin-cos table and learned-table resampling."""
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, Optional, Tuple
 
 import torch
 import torch.nn as nn

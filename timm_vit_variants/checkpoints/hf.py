@@ -12,7 +12,7 @@ import torch
 from timm.layers import to_2tuple
 
 from ..errors import ViTVariantsError
-from .source import Inventory, PlanItem, SourceCheckpoint, as_is
+from .source import PlanItem, SourceCheckpoint, as_is
 from .timm_format import read_json
 from .torch_files import open_store
 
@@ -64,21 +64,7 @@ class HFCheckpoint(SourceCheckpoint):
             raise ViTVariantsError('a transformers ViT needs its config.json next to the weights', path=self.path,
                                    key='config.json')
         self.source_config = read_json(self._config_path)
-        self._store = open_store(files or _weight_files(folder))
-        try:
-            self._plan_conversion(hints)
-        except BaseException:
-            self._store.close()
-            raise
-
-    def inventory(self) -> Inventory:
-        return list(self._store.items())
-
-    def _read(self, name: str) -> torch.Tensor:
-        return self._store.get_float32(name)
-
-    def close(self) -> None:
-        self._store.close()
+        self._open(open_store(files or _weight_files(folder)), hints)
 
     def _config(self, name: str, default: Any = None, kind: type = int) -> Any:
         value = self.source_config.get(name, default)

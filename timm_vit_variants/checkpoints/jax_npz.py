@@ -11,7 +11,7 @@ import torch
 from timm.layers import to_2tuple
 
 from .npz_archive import NpzArchive
-from .source import Inventory, PlanItem, SourceCheckpoint, as_is
+from .source import PlanItem, SourceCheckpoint, as_is
 
 __all__ = ['JaxNpzCheckpoint']
 
@@ -60,27 +60,13 @@ class JaxNpzCheckpoint(SourceCheckpoint):
 
     def __init__(self, path: str, **hints: Any) -> None:
         super().__init__(path)
-        self._npz = NpzArchive(self.path)
-        try:
-            self._plan_conversion(hints)
-        except BaseException:
-            self._npz.close()
-            raise
-
-    def inventory(self) -> Inventory:
-        return list(self._npz.items())
-
-    def _read(self, name: str) -> torch.Tensor:
-        return self._npz.read_float32(name)
-
-    def close(self) -> None:
-        self._npz.close()
+        self._open(NpzArchive(self.path), hints)
 
     # -- planning ------------------------------------------------------------------------------------
     def _find_prefix(self, hint: Optional[str]) -> str:
         candidates = (hint,) if hint else self.PREFIXES
         for prefix in candidates:
-            if f'{prefix}embedding/kernel' in self._npz:
+            if f'{prefix}embedding/kernel' in self._store:
                 return prefix
         raise self._error(
             'not a ViT parameter archive: no patch embedding found (if the ViT sits deeper, e.g. in a two-tower '
@@ -88,7 +74,7 @@ class JaxNpzCheckpoint(SourceCheckpoint):
 
     def _plan_conversion(self, hints: Dict[str, Any]) -> None:
         prefix = self._find_prefix(hints.get('prefix'))
-        local = {key[len(prefix):]: key for key in self._npz.keys() if key.startswith(prefix)}
+        local = {key[len(prefix):]: key for key in self._store.keys() if key.startswith(prefix)}
         used: Set[str] = set()
         for name in local:
             for marker, reason in self.UNSUPPORTED.items():
@@ -101,7 +87,7 @@ class JaxNpzCheckpoint(SourceCheckpoint):
                 raise self._error('missing key', key=prefix + name)
             key = local[name]
             expected = ((layers,) if layers is not None else ()) + tuple(shape)
-            self._expect_shape(key, self._npz.shape(key), expected)
+            self._expect_shape(key, self._store.shape(key), expected)
             used.add(name)
             return key
 
@@ -109,7 +95,7 @@ class JaxNpzCheckpoint(SourceCheckpoint):
             self._plan.append(PlanItem(key, tuple(shape), sources, build, index))
 
         # Patch embedding fixes width, channels and patch size.
-        kernel_shape = self._npz.shape(local['embedding/kernel'])
+        kernel_shape = self._store.shape(local['embedding/kernel'])
         if len(kernel_shape) != 4:
             raise self._error('patch embedding kernel must be (P, P, C, D)', key=local['embedding/kernel'],
                               shapes=(kernel_shape,))
@@ -130,7 +116,7 @@ class JaxNpzCheckpoint(SourceCheckpoint):
                 raise self._error(f'the checkpoint has a learned position table, not pos_embed={pos_embed!r}',
                                   key=local[self.POS_KEY])
             pos_embed = 'learn'
-            pos_shape = self._npz.shape(local[self.POS_KEY])
+            pos_shape = self._store.shape(local[self.POS_KEY])
             if len(pos_shape) != 3 or pos_shape[0] != 1 or pos_shape[2] != dim:
                 raise self._error('position table must be (1, tokens, width)', key=local[self.POS_KEY],
                                   shapes=(pos_shape, (1, -1, dim)))
@@ -144,10 +130,10 @@ class JaxNpzCheckpoint(SourceCheckpoint):
         scanned = f'{_SCAN_PREFIX}{self.NORM1}/scale' in local
         if scanned:
             scale_key = local[f'{_SCAN_PREFIX}{self.NORM1}/scale']
-            if len(self._npz.shape(scale_key)) != 2:
+            if len(self._store.shape(scale_key)) != 2:
                 raise self._error('scanned parameters need a leading depth axis', key=scale_key,
-                                  shapes=(self._npz.shape(scale_key), ('depth', 'width')))
-            depth = self._npz.shape(scale_key)[0]
+                                  shapes=(self._store.shape(scale_key), ('depth', 'width')))
+            depth = self._store.shape(scale_key)[0]
             block_prefixes = [_SCAN_PREFIX] * depth
             layers: Optional[int] = depth
         else:
@@ -165,7 +151,7 @@ class JaxNpzCheckpoint(SourceCheckpoint):
         attn0 = f'{block_prefixes[0]}{self.ATTN}/query/kernel'
         if attn0 not in local:
             raise self._error('missing key', key=prefix + attn0)
-        q_shape = self._npz.shape(local[attn0])[1 if scanned else 0:]
+        q_shape = self._store.shape(local[attn0])[1 if scanned else 0:]
         if len(q_shape) != 3 or q_shape[0] != dim or q_shape[1] * q_shape[2] != dim:
             raise self._error('attention kernel must be (width, heads, head_dim) with heads * head_dim = width',
                               key=local[attn0], shapes=(q_shape, (dim, 'H', 'hd')))
@@ -176,7 +162,7 @@ class JaxNpzCheckpoint(SourceCheckpoint):
         fc1 = f'{block_prefixes[0]}{self.MLP}/Dense_0/kernel'
         if fc1 not in local:
             raise self._error('missing key', key=prefix + fc1)
-        mlp_dim = self._npz.shape(local[fc1])[-1]
+        mlp_dim = self._store.shape(local[fc1])[-1]
         qkv_bias = f'{block_prefixes[0]}{self.ATTN}/query/bias' in local
 
         for i, bp in enumerate(block_prefixes):
@@ -213,13 +199,13 @@ class JaxNpzCheckpoint(SourceCheckpoint):
         rep_size = None
         head_in = dim
         if 'pre_logits/kernel' in local:
-            rep_size = self._npz.shape(local['pre_logits/kernel'])[-1]
+            rep_size = self._store.shape(local['pre_logits/kernel'])[-1]
             plan('pre_logits.fc.weight', (rep_size, dim), (take('pre_logits/kernel', (dim, rep_size)),), _transpose)
             plan('pre_logits.fc.bias', (rep_size,), (take('pre_logits/bias', (rep_size,)),))
             head_in = rep_size
         num_classes = 0
         if 'head/kernel' in local:
-            num_classes = self._npz.shape(local['head/kernel'])[-1]
+            num_classes = self._store.shape(local['head/kernel'])[-1]
             plan('head.weight', (num_classes, head_in), (take('head/kernel', (head_in, num_classes)),), _transpose)
             plan('head.bias', (num_classes,), (take('head/bias', (num_classes,)),))
 

@@ -100,7 +100,7 @@ class NpzArchive:
                                    shapes=(array.shape, self.shape(key)))
         return array
 
-    def read_float32(self, key: str) -> torch.Tensor:
+    def get_float32(self, key: str) -> torch.Tensor:
         return to_float32(self.read(key), path=self.path, key=key)
 
     def close(self) -> None:

@@ -57,18 +57,31 @@ class SourceCheckpoint(abc.ABC):
 
     # -- provided by each format -----------------------------------------------------------------
     @abc.abstractmethod
-    def inventory(self) -> Inventory:
-        """Raw source tensor names, shapes and dtypes, read without loading data."""
-
-    @abc.abstractmethod
-    def _read(self, name: str) -> torch.Tensor:
-        """One raw source array as a float32 tensor."""
-
-    @abc.abstractmethod
-    def close(self) -> None:
-        """Release open files."""
+    def _plan_conversion(self, hints: Dict[str, Any]) -> None:
+        """Infer ``model_args`` and build the conversion plan from names and shapes only."""
 
     # -- shared ----------------------------------------------------------------------------------
+    def _open(self, store: Any, hints: Dict[str, Any]) -> None:
+        """Adopt an opened store (``items``, ``get_float32``, ``close``) and plan; close it if planning fails."""
+        self._store = store
+        try:
+            self._plan_conversion(hints)
+        except BaseException:
+            store.close()
+            raise
+
+    def inventory(self) -> Inventory:
+        """Raw source tensor names, shapes and dtypes, read without loading data."""
+        return list(self._store.items())
+
+    def _read(self, name: str) -> torch.Tensor:
+        """One raw source array as a float32 tensor."""
+        return self._store.get_float32(name)
+
+    def close(self) -> None:
+        """Release open files."""
+        self._store.close()
+
     @property
     def tensor_shapes(self) -> Dict[str, Tuple[int, ...]]:
         """Our state-dict keys and the shapes ``iter_tensors`` will yield, known before any data is read."""

@@ -18,7 +18,7 @@ import torch.nn as nn
 from timm.layers import to_2tuple
 
 from ..errors import ViTVariantsError
-from .source import Inventory, PlanItem, SourceCheckpoint, as_is
+from .source import PlanItem, SourceCheckpoint, as_is
 from .torch_files import open_store
 
 __all__ = ['TimmCheckpoint', 'read_json', 'activation_name']
@@ -95,21 +95,7 @@ class TimmCheckpoint(SourceCheckpoint):
     def __init__(self, path: str, **hints: Any) -> None:
         super().__init__(path)
         files, self.source_config, self._config_path = _locate(self.path)
-        self._store = open_store(files, unwrap=True, use_ema=hints.get('use_ema', True))
-        try:
-            self._plan_conversion(hints)
-        except BaseException:
-            self._store.close()
-            raise
-
-    def inventory(self) -> Inventory:
-        return list(self._store.items())
-
-    def _read(self, name: str) -> torch.Tensor:
-        return self._store.get_float32(name)
-
-    def close(self) -> None:
-        self._store.close()
+        self._open(open_store(files, unwrap=True, use_ema=hints.get('use_ema', True)), hints)
 
     # -- architecture from config.json ------------------------------------------------------------
     def _config_arch(self) -> Dict[str, Any]:
