@@ -1,0 +1,112 @@
+"""``vit-port inspect``: what is in a checkpoint, what model it implies, and how its position table looks.
+
+The plot shows, for every patch position, the cosine similarity of its position embedding to all
+other positions (Fig. 7 of the ViT paper), for the source grid and, when a new size/patch is
+requested, for the resized table. Sin-cos sources are plotted from the generated table.
+"""
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple, Union
+
+import numpy as np
+import torch
+
+from timm_vit_variants.errors import ViTVariantsError
+from timm_vit_variants.posemb import sincos_2d
+
+from .transforms import ConversionPlan
+
+__all__ = ['tensor_table', 'config_table', 'position_tables', 'similarity_mosaic', 'plot_position_similarity']
+
+
+def tensor_table(inventory: List[Tuple[str, Tuple[int, ...], Any]]) -> str:
+    """Aligned name / shape / dtype columns, one row per stored tensor, plus a parameter count."""
+    rows = [(str(n), 'x'.join(str(s) for s in shape) or 'scalar', str(dtype)) for n, shape, dtype in inventory]
+    header = ('name', 'shape', 'dtype')
+    widths = [max(len(r[i]) for r in rows + [header]) for i in range(3)]
+    lines = ['  '.join(c.ljust(w) for c, w in zip(header, widths)).rstrip()]
+    lines += ['  '.join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+    count = sum(int(np.prod(shape)) if len(shape) else 1 for _, shape, _ in inventory)
+    lines.append(f'{len(rows)} tensors, {count:,} values')
+    return '\n'.join(lines)
+
+
+def config_table(fmt: str, model_args: Dict[str, Any], grid: Optional[Tuple[int, int]]) -> str:
+    """The inferred SimpleVisionTransformer kwargs, one per line."""
+    lines = [f'format: {fmt}', 'inferred SimpleVisionTransformer kwargs:']
+    width = max(len(k) for k in model_args) if model_args else 0
+    lines += [f'  {k.ljust(width)} = {v!r}' for k, v in model_args.items()]
+    if grid is not None:
+        lines.append(f'  (learned position grid {grid[0]}x{grid[1]})')
+    return '\n'.join(lines)
+
+
+def position_tables(src: Any, plan: ConversionPlan) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """(source grid table, resized table or None) as (tokens, D), without any cls slot.
+
+    Learned tables are read from the checkpoint (the stream stops at ``pos_embed``) and resized
+    with the plan's rule; sin-cos tables are generated for each grid, as the model does.
+    """
+    kind = plan.source_args.get('pos_embed')
+    dim = plan.source_args['embed_dim']
+    resized = plan.source_grid != plan.target_grid
+    if kind == 'sincos':
+        temp = plan.source_args.get('sincos_temperature', 10000.)
+        before = sincos_2d(*plan.source_grid, dim, temp)
+        return before, sincos_2d(*plan.target_grid, dim, temp) if resized else None
+    if kind != 'learn':
+        raise ViTVariantsError('the source has no position embedding to plot', path=plan.source_path)
+    table = None
+    for key, tensor in src.iter_tensors():
+        if key == 'pos_embed':
+            table = tensor
+            break
+    if table is None:
+        raise ViTVariantsError('no pos_embed tensor in the checkpoint', path=plan.source_path, key='pos_embed')
+    slots = 1 if plan.source_args.get('pos_embed_cls_slot') and plan.source_args.get('class_token') else 0
+    after = plan.transform('pos_embed', table) if resized else None
+    return table[0, slots:], (after[0, slots:] if after is not None else None)
+
+
+def similarity_mosaic(table: torch.Tensor, grid: Tuple[int, int]) -> np.ndarray:
+    """An image tiling, for each position (r, c), the grid of its cosine similarities; NaN gutters."""
+    rows, cols = grid
+    unit = torch.nn.functional.normalize(table.float(), dim=-1)
+    sims = (unit @ unit.T).reshape(rows, cols, rows, cols).numpy()
+    mosaic = np.full((rows * (rows + 1) - 1, cols * (cols + 1) - 1), np.nan, dtype=np.float32)
+    for r in range(rows):
+        for c in range(cols):
+            mosaic[r * (rows + 1):r * (rows + 1) + rows, c * (cols + 1):c * (cols + 1) + cols] = sims[r, c]
+    return mosaic
+
+
+def plot_position_similarity(src: Any, plan: ConversionPlan, path: Union[str, Path]) -> Path:
+    """Draw the similarity mosaics (source, and resized when requested) into a PNG."""
+    import matplotlib
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+
+    before, after = position_tables(src, plan)
+    panels = [(before, plan.source_grid, f'source grid {plan.source_grid[0]}x{plan.source_grid[1]}')]
+    if after is not None:
+        how = 'regenerated sin-cos' if plan.source_args.get('pos_embed') == 'sincos' else f'{plan.rule} resample'
+        panels.append((after, plan.target_grid, f'{plan.target_grid[0]}x{plan.target_grid[1]} ({how})'))
+    mosaics = [similarity_mosaic(table, grid) for table, grid, _ in panels]
+    # At least one screen pixel per mosaic pixel (dpi 100), so large grids do not alias.
+    side = max(5.0, 1.1 * max(max(m.shape) for m in mosaics) / 100)
+    fig, axes = plt.subplots(1, len(panels), figsize=(side * len(panels) + 1.5, side + 1), squeeze=False)
+    image = None
+    for ax, mosaic, (_, _, title) in zip(axes[0], mosaics, panels):
+        image = ax.imshow(mosaic, cmap='viridis', vmin=-1, vmax=1, interpolation='nearest')
+        ax.set_title(title)
+        ax.set_xticks([])
+        ax.set_yticks([])
+    fig.suptitle('Position embedding similarity (each tile: one position vs all)')
+    fig.colorbar(image, ax=axes[0].tolist(), shrink=0.8, label='cosine similarity')
+    path = Path(path)
+    try:
+        fig.savefig(path, dpi=100)
+    except OSError as e:
+        raise ViTVariantsError(f'cannot write the plot: {e.strerror or e}', path=str(path)) from None
+    finally:
+        plt.close(fig)
+    return path

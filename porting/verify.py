@@ -1,0 +1,365 @@
+"""Numerical verification: the source in its own reference implementation against our model.
+
+References, never our own key mapping:
+  * timm sources: timm builds the network and loads the file itself (``local-dir:`` for a timm
+    Hub folder, ``load_checkpoint`` for a single file into an equivalent ``VisionTransformer``);
+  * big_vision / vit_jax ``.npz``: an equivalent timm ``VisionTransformer`` loaded with timm's own
+    ``load_pretrained(npz)``; for sin-cos sources timm's learned table is filled from an independent
+    numpy port of big_vision's ``posemb_sincos_2d`` (this module), handed to timm inside a
+    temporary copy of the archive;
+  * transformers folders: ``ViTForImageClassification`` / ``ViTModel`` ``.from_pretrained``.
+timm has no pre-logits (``rep_size``) layer and its npz loader skips it, so for such sources the
+features come from timm and the logits from an explicit ``head(tanh(pre_logits(x)))`` computed in
+numpy straight from the archive's arrays. Comparison runs at the SOURCE geometry, before any resize.
+"""
+import ctypes
+import gc
+import json
+import tempfile
+import zipfile
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any, Callable, Dict, Optional, Tuple
+
+import numpy as np
+import torch
+import torch.nn as nn
+
+from timm_vit_variants.errors import ViTVariantsError
+
+__all__ = ['Verification', 'bigvision_posemb_sincos_2d', 'reference_outputs', 'compare', 'DEFAULT_TOL']
+
+DEFAULT_TOL = 1e-4
+
+
+@dataclass
+class Verification:
+    """Outcome of one check, in the shape the model card records."""
+    status: str  # 'passed' | 'failed' | 'skipped'
+    reference: Optional[str] = None
+    max_abs_logits: Optional[float] = None
+    max_abs_features: Optional[float] = None
+    tolerance: Optional[float] = None
+    reason: Optional[str] = None
+    notes: list = field(default_factory=list)
+
+    def as_card_dict(self) -> Dict[str, Any]:
+        reason = '; '.join([r for r in [self.reason, *self.notes] if r]) or None
+        return dict(status=self.status, reference=self.reference, max_abs_logits=self.max_abs_logits,
+                    max_abs_features=self.max_abs_features, tolerance=self.tolerance, reason=reason)
+
+    def summary(self) -> str:
+        """One line for the terminal."""
+        if self.status == 'skipped':
+            return f'verification skipped: {self.reason}'
+        figures = []
+        if self.max_abs_logits is not None:
+            figures.append(f'max|dlogits|={self.max_abs_logits:.2e}')
+        if self.max_abs_features is not None:
+            figures.append(f'max|dfeatures|={self.max_abs_features:.2e}')
+        text = f'verification {self.status} vs {self.reference}: ' + ', '.join(figures) + f' (tol {self.tolerance:g})'
+        if self.reason:
+            text += f'; {self.reason}'
+        return text + ''.join(f'; {n}' for n in self.notes)
+
+
+@dataclass
+class Outputs:
+    """What a network produced on the verification inputs."""
+    features: Optional[torch.Tensor]  # final-norm tokens (B, T, D)
+    logits: Optional[torch.Tensor]
+    name: str
+    note: Optional[str] = None
+
+
+def bigvision_posemb_sincos_2d(h: int, w: int, width: int, temperature: float = 10_000.) -> np.ndarray:
+    """big_vision ``posemb_sincos_2d`` in numpy, shape (1, h*w, width).
+
+    Written from big_vision's formula and kept apart from ``timm_vit_variants.posemb`` so the
+    reference does not share code with the model under test.
+    """
+    if width % 4:
+        raise ViTVariantsError(f'sin-cos position embedding needs a width divisible by 4, got {width}')
+    y, x = np.mgrid[:h, :w]
+    quarter = width // 4
+    omega = np.arange(quarter) / (quarter - 1)
+    omega = 1.0 / (temperature ** omega)
+    y = np.einsum('m,d->md', y.flatten(), omega)
+    x = np.einsum('m,d->md', x.flatten(), omega)
+    table = np.concatenate([np.sin(x), np.cos(x), np.sin(y), np.cos(y)], axis=1)
+    return np.asarray(table, np.float32)[None]
+
+
+def _pair(v: Any) -> Tuple[int, int]:
+    return (int(v), int(v)) if isinstance(v, int) else (int(v[0]), int(v[-1]))
+
+
+def verification_inputs(model_args: Dict[str, Any], batch: int = 2, seed: int = 0) -> torch.Tensor:
+    """Fixed random images at the source geometry (image size rounded to the source grid)."""
+    h, w = _pair(model_args.get('img_size', 224))
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randn(batch, model_args.get('in_chans', 3), h, w, generator=generator)
+
+
+def timm_equivalent(model_args: Dict[str, Any], num_classes: Optional[int] = None) -> nn.Module:
+    """A timm ``VisionTransformer`` computing the same function as ``SimpleVisionTransformer(**model_args)``.
+
+    big_vision 'gap' (norm all tokens, then average) is timm's ``fc_norm=False`` + ``global_pool='avg'``;
+    a table without a cls slot is ``no_embed_class=True``; a sin-cos table becomes a learned one.
+    """
+    from timm.models.vision_transformer import VisionTransformer
+
+    embed_dim = model_args['embed_dim']
+    mlp_dim = model_args.get('mlp_dim') or 4 * embed_dim
+    pos = model_args.get('pos_embed', 'sincos')
+    class_token = bool(model_args.get('class_token', False))
+    model = VisionTransformer(
+        img_size=_pair(model_args.get('img_size', 224)),
+        patch_size=_pair(model_args.get('patch_size', 16)),
+        in_chans=model_args.get('in_chans', 3),
+        num_classes=model_args.get('num_classes', 0) if num_classes is None else num_classes,
+        global_pool=model_args.get('global_pool', 'avg'),
+        embed_dim=embed_dim,
+        depth=model_args['depth'],
+        num_heads=model_args['num_heads'],
+        mlp_ratio=mlp_dim / embed_dim,
+        qkv_bias=model_args.get('qkv_bias', True),
+        class_token=class_token,
+        pos_embed='none' if pos == 'none' else 'learn',
+        no_embed_class=not (model_args.get('pos_embed_cls_slot', False) and class_token),
+        fc_norm=False,
+        act_layer=model_args.get('act_layer', 'gelu_tanh'),
+        norm_layer=partial(nn.LayerNorm, eps=model_args.get('norm_eps', 1e-6)),
+    )
+    if model.blocks[0].mlp.fc1.out_features != mlp_dim:
+        raise ViTVariantsError(f'timm cannot express an MLP width of {mlp_dim} for width {embed_dim}')
+    return model.eval()
+
+
+# -- references per source format ---------------------------------------------------------------
+
+def _run_timm(model: nn.Module, x: torch.Tensor, with_logits: bool = True) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+    with torch.no_grad():
+        feats = model.forward_features(x)
+        logits = model.forward_head(feats) if with_logits and model.num_classes else None
+    return feats, logits
+
+
+def _timm_reference(path: str, model_args: Dict[str, Any], x: torch.Tensor) -> Outputs:
+    import timm
+
+    folder = Path(path)
+    if folder.is_dir():
+        cfg_file = folder / 'config.json'
+        if not cfg_file.is_file() or not (folder / 'model.safetensors').is_file() and not any(
+                (folder / n).is_file() for n in ('pytorch_model.bin', 'model.pth', 'pytorch_model.pth')):
+            raise _Skip('timm can only load an unsharded Hub folder (config.json + model.safetensors)')
+        import timm_vit_variants  # noqa: F401  (simple_vit folders need the plugin)
+        model = timm.create_model(f'local-dir:{folder}', pretrained=True).eval()
+        name = "timm.create_model('local-dir:...', pretrained=True)"
+    else:
+        from timm.models import load_checkpoint
+        model = timm_equivalent(model_args)
+        load_checkpoint(model, str(folder), strict=True)
+        name = 'timm VisionTransformer + timm.models.load_checkpoint'
+    feats, logits = _run_timm(model, x)
+    return Outputs(feats, logits, name)
+
+
+def _npz_headers(path: str) -> Dict[str, Tuple[Tuple[int, ...], np.dtype]]:
+    """Shapes and dtypes of every array in an .npz, read from the member headers only."""
+    out = {}
+    with zipfile.ZipFile(path) as zf:
+        for name in zf.namelist():
+            if not name.endswith('.npy'):
+                continue
+            with zf.open(name) as fh:
+                major, _ = np.lib.format.read_magic(fh)
+                read_header = np.lib.format.read_array_header_1_0 if major == 1 else np.lib.format.read_array_header_2_0
+                shape, _, dtype = read_header(fh)
+            out[name[:-4]] = (tuple(shape), dtype)
+    return out
+
+
+def _bf16_to_float32(raw: np.ndarray) -> np.ndarray:
+    """A 2-byte void/uint16 bfloat16 array as float32 (bfloat16 is the top half of a float32)."""
+    return (raw.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
+
+
+def _timm_readable_npz(path: str, model_args: Dict[str, Any], tmp: Path) -> str:
+    """The archive timm's ``load_pretrained`` can read: the original, or a rewritten copy.
+
+    timm needs a stored ``pos_embedding`` (a sin-cos model has none: the numpy big_vision table is
+    added), recognises big_vision block names only with a ``params/`` prefix or a stored table,
+    and cannot decode bfloat16 without jax (such arrays are widened to float32). Arrays are copied
+    one at a time, so this costs disk, not memory.
+    """
+    headers = _npz_headers(path)
+    bf16 = any(dtype.kind == 'V' and dtype.itemsize == 2 for _, dtype in headers.values())
+    sincos = model_args.get('pos_embed') == 'sincos'
+    if not sincos and not bf16:
+        return path
+    prefix = next((p for p in ('opt/target/', 'params/img/', 'params/') if f'{p}embedding/kernel' in headers), '')
+    new_prefix = prefix or 'params/'
+    out_path = tmp / 'timm_reference.npz'
+    with np.load(path, allow_pickle=False) as src, zipfile.ZipFile(out_path, 'w', allowZip64=True) as dst:
+        for name in src.files:
+            array = src[name]
+            if array.dtype.kind == 'V' and array.dtype.itemsize == 2:
+                array = _bf16_to_float32(array)
+            local = name[len(prefix):] if name.startswith(prefix) else name
+            with dst.open(f'{new_prefix}{local}.npy', 'w', force_zip64=True) as fh:
+                np.lib.format.write_array(fh, np.ascontiguousarray(array), allow_pickle=False)
+            del array
+        if sincos:
+            grid = _grid(model_args)
+            table = bigvision_posemb_sincos_2d(grid[0], grid[1], model_args['embed_dim'],
+                                               model_args.get('sincos_temperature', 10_000.))
+            with dst.open(f'{new_prefix}pos_embedding.npy', 'w', force_zip64=True) as fh:
+                np.lib.format.write_array(fh, table, allow_pickle=False)
+    return str(out_path)
+
+
+def _grid(model_args: Dict[str, Any]) -> Tuple[int, int]:
+    h, w = _pair(model_args.get('img_size', 224))
+    ph, pw = _pair(model_args.get('patch_size', 16))
+    return -(-h // ph), -(-w // pw)
+
+
+def _npz_pre_logits_head(path: str, pooled: torch.Tensor) -> torch.Tensor:
+    """``head(tanh(pre_logits(pooled)))`` in numpy from the archive's own flax Dense kernels (in, out)."""
+    with np.load(path, allow_pickle=False) as w:
+        prefix = next((p for p in ('opt/target/', 'params/img/', 'params/', '') if f'{p}pre_logits/kernel' in w.files))
+
+        def get(name: str) -> np.ndarray:
+            array = w[f'{prefix}{name}']
+            return _bf16_to_float32(array) if array.dtype.kind == 'V' else array.astype(np.float32)
+
+        hidden = np.tanh(pooled.numpy().astype(np.float64) @ get('pre_logits/kernel') + get('pre_logits/bias'))
+        logits = hidden @ get('head/kernel') + get('head/bias')
+    return torch.from_numpy(logits.astype(np.float32))
+
+
+def _npz_reference(path: str, model_args: Dict[str, Any], x: torch.Tensor) -> Outputs:
+    has_pre_logits = bool(model_args.get('rep_size'))
+    num_classes = model_args.get('num_classes', 0)
+    with tempfile.TemporaryDirectory(prefix='vit-port-verify-') as tmp:
+        readable = _timm_readable_npz(path, model_args, Path(tmp))
+        # timm has no pre-logits layer: build it headless and add the head in numpy below.
+        model = timm_equivalent(model_args, num_classes=0 if has_pre_logits else num_classes)
+        model.load_pretrained(readable)
+        name = 'timm VisionTransformer.load_pretrained(npz)'
+        if readable != path:
+            name += ' (archive copy with ' + ('the numpy big_vision sin-cos table' if model_args.get(
+                'pos_embed') == 'sincos' else 'bfloat16 widened to float32') + ')'
+        feats, logits = _run_timm(model, x)
+        note = None
+        if has_pre_logits and num_classes:
+            with torch.no_grad():
+                pooled = model.forward_head(feats, pre_logits=True)
+            logits = _npz_pre_logits_head(path, pooled)
+            note = 'logits via explicit numpy head(tanh(pre_logits(x))) from the archive (timm has no pre-logits layer)'
+        del model
+    return Outputs(feats, logits, name, note)
+
+
+def _hf_reference(path: str, model_args: Dict[str, Any], x: torch.Tensor) -> Outputs:
+    try:
+        import transformers
+    except ImportError:
+        raise _Skip('transformers is not installed') from None
+    transformers.utils.logging.disable_progress_bar()
+    folder = Path(path) if Path(path).is_dir() else Path(path).parent
+    cfg = json.loads((folder / 'config.json').read_text()) if (folder / 'config.json').is_file() else {}
+    classify = any('ForImageClassification' in a for a in cfg.get('architectures') or [])
+    cls = transformers.ViTForImageClassification if classify else transformers.ViTModel
+    kwargs = {} if classify else {'add_pooling_layer': False}
+    model = cls.from_pretrained(str(folder), attn_implementation='eager', **kwargs).eval().float()
+    with torch.no_grad():
+        if classify:
+            out = model(pixel_values=x, output_hidden_states=False)
+            feats = model.vit(pixel_values=x).last_hidden_state
+            logits = out.logits
+        else:
+            feats = model(pixel_values=x).last_hidden_state
+            logits = None
+    return Outputs(feats, logits, f'transformers {cls.__name__}.from_pretrained')
+
+
+class _Skip(Exception):
+    """No reference can run; the message says why."""
+
+
+_REFERENCES: Dict[str, Callable[[str, Dict[str, Any], torch.Tensor], Outputs]] = {
+    'timm': _timm_reference,
+    'bigvision': _npz_reference,
+    'vitjax': _npz_reference,
+    'hf': _hf_reference,
+}
+
+
+def reference_outputs(path: str, fmt: str, model_args: Dict[str, Any], x: torch.Tensor) -> Outputs:
+    """Run the source's reference implementation on ``x``; raises ``_Skip`` when none can run."""
+    runner = _REFERENCES.get(fmt)
+    if runner is None:
+        raise _Skip(f'no reference implementation for format {fmt!r}')
+    try:
+        return runner(path, model_args, x)
+    except (_Skip, ViTVariantsError):
+        raise
+    except Exception as e:  # the reference library refusing the file is a verification failure to report
+        raise _Skip(f'the reference implementation could not load the source: {type(e).__name__}: {e}') from None
+
+
+def _release_memory() -> None:
+    """Return freed tensor memory to the OS, so the reference and our model do not add up in RSS.
+
+    glibc keeps freed heap blocks (tensors under its mmap threshold) for reuse; ``malloc_trim``
+    hands them back. Elsewhere this is a no-op.
+    """
+    gc.collect()
+    try:
+        ctypes.CDLL('libc.so.6').malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
+def compare(
+        path: str,
+        fmt: str,
+        model_args: Dict[str, Any],
+        build_ours: Callable[[], nn.Module],
+        tol: float = DEFAULT_TOL,
+) -> Verification:
+    """Reference first (then freed), then ours, so both networks are never in memory together."""
+    x = verification_inputs(model_args)
+    try:
+        ref = reference_outputs(path, fmt, model_args, x)
+    except _Skip as e:
+        return Verification('skipped', reason=str(e), tolerance=tol)
+    _release_memory()
+    ours = build_ours().eval()
+    with torch.no_grad():
+        feats = ours.forward_features(x)
+        logits = ours.forward_head(feats) if ours.num_classes else None
+    del ours
+    _release_memory()
+    if ref.features is None or tuple(ref.features.shape) != tuple(feats.shape):
+        return Verification('failed', reference=ref.name, tolerance=tol, reason=(
+            f'feature shapes differ: reference {tuple(ref.features.shape) if ref.features is not None else None} '
+            f'vs ours {tuple(feats.shape)}'))
+    d_feat = (ref.features - feats).abs().max().item()
+    d_logit = None
+    notes = [ref.note] if ref.note else []
+    if ref.logits is not None and logits is not None:
+        if ref.logits.shape != logits.shape:
+            return Verification('failed', reference=ref.name, tolerance=tol, max_abs_features=d_feat,
+                                reason=f'logit shapes differ: {tuple(ref.logits.shape)} vs {tuple(logits.shape)}')
+        d_logit = (ref.logits - logits).abs().max().item()
+    elif logits is not None:
+        notes.append('logits not compared: the reference has no classifier')
+    worst = max(d for d in (d_feat, d_logit) if d is not None)
+    status = 'passed' if worst <= tol else 'failed'
+    return Verification(status, reference=ref.name, max_abs_logits=d_logit, max_abs_features=d_feat,
+                        tolerance=tol, notes=notes)

@@ -1,0 +1,172 @@
+"""timm-layout readers: .pth (raw and wrapped), .safetensors and Hub folders, against timm models."""
+import argparse
+import json
+
+import pytest
+import timm
+import torch
+from safetensors.torch import save_file
+from timm.layers import resample_abs_pos_embed
+from timm.models import save_for_hf
+from timm.models.vision_transformer import VisionTransformer
+
+from timm_vit_variants import SimpleVisionTransformer, ViTVariantsError
+from timm_vit_variants.checkpoints import detect_format, load_into_model, open_checkpoint
+
+from ckpt_fixtures import randomize
+
+TOL = 1e-5
+torch.set_num_threads(1)
+TINY = dict(img_size=32, patch_size=8, depth=2, num_classes=5)  # vit_tiny: width 192, 3 heads, exact GELU
+
+
+def _images(size=32):
+    return torch.randn(2, 3, size, size, generator=torch.Generator().manual_seed(3))
+
+
+def _timm_vit(seed=0, **kwargs):
+    return randomize(timm.create_model('vit_tiny_patch16_224', **dict(TINY, **kwargs)), seed=seed)
+
+
+def _ours(path, **hints):
+    with open_checkpoint(path, **hints) as ckpt:
+        model = SimpleVisionTransformer(**ckpt.model_args, weight_init='skip').eval()
+        model.load_state_dict(ckpt.state_dict(), strict=True)
+        return model, ckpt
+
+
+def _diff(model, ref, size=32):
+    x = _images(size)
+    with torch.no_grad():
+        return (model(x) - ref(x)).abs().max().item()
+
+
+@pytest.mark.parametrize('layout', ['raw.pth', 'state_dict.pth.tar', 'model_ddp.bin', 'weights.safetensors'])
+def test_timm_files(tmp_path, layout):
+    ref = _timm_vit()
+    state = ref.state_dict()
+    path = tmp_path / layout
+    if layout == 'raw.pth':
+        torch.save(state, path)
+    elif layout == 'state_dict.pth.tar':
+        torch.save({'epoch': 3, 'arch': 'vit_tiny_patch16_224', 'state_dict': state,
+                    'args': argparse.Namespace(lr=0.1)}, path)
+    elif layout == 'model_ddp.bin':
+        torch.save({'model': {f'module.{k}': v for k, v in state.items()}}, path)
+    else:
+        save_file(state, str(path))
+    assert detect_format(path) == 'timm'
+    model, ckpt = _ours(path, num_heads=3)
+    args = ckpt.model_args
+    assert (args['embed_dim'], args['depth'], args['num_heads'], args['mlp_dim']) == (192, 2, 3, 768)
+    assert args['act_layer'] == 'gelu' and args['pos_embed_cls_slot'] and args['pos_embed_resample'] == 'timm'
+    assert args['global_pool'] == 'token' and ckpt.grid == (4, 4)
+    assert _diff(model, ref) <= TOL
+
+
+def test_ema_weights_preferred_like_timm(tmp_path):
+    ref, ema = _timm_vit(seed=0), _timm_vit(seed=1)
+    path = tmp_path / 'train.pth.tar'
+    torch.save({'state_dict': ref.state_dict(), 'state_dict_ema': ema.state_dict()}, path)
+    assert _diff(_ours(path, num_heads=3)[0], ema) <= TOL
+    assert _diff(_ours(path, num_heads=3, use_ema=False)[0], ref) <= TOL
+
+
+def test_num_heads_required_without_config(tmp_path):
+    path = tmp_path / 'raw.pth'
+    torch.save(_timm_vit().state_dict(), path)
+    with pytest.raises(ViTVariantsError, match='--num-heads 3') as info:
+        open_checkpoint(path)
+    assert str(path) in str(info.value) and 'blocks.0.attn.qkv.weight' in str(info.value)
+
+
+@pytest.mark.parametrize('safe', [True, False])
+def test_timm_hub_folder(tmp_path, safe):
+    ref = _timm_vit()
+    save_for_hf(ref, tmp_path / 'hub', model_args=TINY, safe_serialization=safe)
+    assert detect_format(tmp_path / 'hub') == 'timm'
+    model, ckpt = _ours(tmp_path / 'hub')  # heads, pooling and GELU come from config.json
+    assert ckpt.model_args['num_heads'] == 3 and ckpt.source_config['architecture'] == 'vit_tiny_patch16_224'
+    assert _diff(model, ref) <= TOL
+    weights = tmp_path / 'hub' / ('model.safetensors' if safe else 'pytorch_model.bin')
+    assert _ours(weights)[1].model_args['num_heads'] == 3  # a file inside the folder finds its config too
+
+
+def test_no_embed_class_and_avg_pool_without_fc_norm(tmp_path):
+    for kwargs in (dict(no_embed_class=True), dict(class_token=False, global_pool='avg', fc_norm=False)):
+        ref = randomize(VisionTransformer(embed_dim=64, num_heads=4, **TINY, **kwargs))
+        path = tmp_path / 'w.safetensors'
+        save_file(ref.state_dict(), str(path))
+        model, ckpt = _ours(path, num_heads=4)
+        assert not ckpt.model_args['pos_embed_cls_slot']
+        assert _diff(model, ref) <= TOL, kwargs
+
+
+@pytest.mark.parametrize('kwargs, key', [
+    (dict(reg_tokens=2), 'reg_token'),
+    (dict(init_values=1e-5), 'ls1'),
+    (dict(qk_norm=True), 'qk_norm'),
+    (dict(pre_norm=True), 'norm_pre'),
+    (dict(class_token=False, global_pool='avg'), 'fc_norm'),
+    (dict(global_pool='map'), 'attn_pool'),
+])
+def test_inexpressible_timm_features_are_refused(tmp_path, kwargs, key):
+    ref = VisionTransformer(embed_dim=64, num_heads=4, **TINY, **kwargs)
+    path = tmp_path / 'w.safetensors'
+    save_file(ref.state_dict(), str(path))
+    with pytest.raises(ViTVariantsError, match=key) as info:
+        open_checkpoint(path, num_heads=4)
+    assert str(path) in str(info.value)
+
+
+def test_our_own_hub_folder_roundtrip(tmp_path):
+    """A simple_vit Hub folder (sin-cos, gap, pre-logits) reopens with its exact architecture."""
+    src = randomize(timm.create_model('simple_vit_tiny', img_size=32, patch_size=8, embed_dim=64, depth=2,
+                                      num_heads=4, mlp_dim=128, rep_size=48, num_classes=6))
+    args = dict(img_size=32, patch_size=8, embed_dim=64, depth=2, num_heads=4, mlp_dim=128, rep_size=48,
+                num_classes=6)
+    save_for_hf(src, tmp_path / 'ours', model_args=args, safe_serialization=True)
+    model, ckpt = _ours(tmp_path / 'ours')
+    assert ckpt.model_args['pos_embed'] == 'sincos' and ckpt.model_args['rep_size'] == 48
+    assert ckpt.model_args['act_layer'] == 'gelu_tanh' and ckpt.model_args['global_pool'] == 'avg'
+    assert _diff(model, src) <= TOL
+    other = timm.create_model('simple_vit_tiny', **args)
+    other.load_pretrained(str(tmp_path / 'ours'))
+    assert _diff(other.eval(), src) <= TOL
+
+
+def test_timm_rule_resampling_matches_timm(tmp_path):
+    ref = _timm_vit()
+    path = tmp_path / 'w.safetensors'
+    save_file(ref.state_dict(), str(path))
+    with open_checkpoint(path, num_heads=3) as ckpt:
+        args = dict(ckpt.model_args, img_size=(48, 40))
+    model = SimpleVisionTransformer(**args)
+    load_into_model(model, path)
+    expected = resample_abs_pos_embed(ref.pos_embed.detach(), new_size=(6, 5), old_size=(4, 4), num_prefix_tokens=1)
+    torch.testing.assert_close(model.pos_embed.detach(), expected, rtol=0, atol=1e-6)
+    # timm's own model at that size, with timm's resampled table, gives the same logits.
+    big = _timm_vit(img_size=(48, 40))
+    state = dict(ref.state_dict(), pos_embed=expected)
+    big.load_state_dict(state)
+    x = torch.randn(2, 3, 48, 40, generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        assert (model(x) - big(x)).abs().max().item() <= TOL
+
+
+def test_load_into_model_rejects_architecture_mismatch(tmp_path):
+    path = tmp_path / 'w.safetensors'
+    save_file(_timm_vit().state_dict(), str(path))
+    arch = dict(img_size=32, patch_size=8, embed_dim=192, depth=2, class_token=True, pos_embed='learn',
+                pos_embed_cls_slot=True, global_pool='token')
+    with pytest.raises(ViTVariantsError, match=r"blocks\.0\.mlp\.fc1\.weight.*\(768, 192\) vs \(512, 192\)"):
+        load_into_model(SimpleVisionTransformer(num_heads=3, mlp_dim=512, **arch), path)
+    with pytest.raises(ViTVariantsError, match="'pos_embed'.*cls slot"):
+        load_into_model(SimpleVisionTransformer(num_heads=3, mlp_dim=768, **dict(arch, pos_embed_cls_slot=False)),
+                        path)
+    # With a timm config.json beside the file, the recorded head count must agree with the model's.
+    (tmp_path / 'config.json').write_text(json.dumps({'architecture': 'vit_tiny_patch16_224', 'model_args': TINY}))
+    with pytest.raises(ViTVariantsError, match='num_heads=6 contradicts'):
+        load_into_model(SimpleVisionTransformer(num_heads=6, mlp_dim=768, **arch), path)
+    with pytest.warns(UserWarning, match="activation 'gelu' \\(model: 'gelu_tanh'\\)"):
+        load_into_model(SimpleVisionTransformer(num_heads=3, mlp_dim=768, **arch), path)
