@@ -13,11 +13,12 @@
    ``timm.create_model('local-dir:OUT', pretrained=True)`` and check the logits are identical.
 """
 import argparse
+import copy
 import os
 import sys
 import tempfile
 import time
-from typing import List, Sequence, Tuple
+from typing import Sequence, Tuple
 
 import numpy as np
 import timm
@@ -31,6 +32,7 @@ import timm_vit_variants  # noqa: F401  (registers simple_vit_* with timm)
 from timm_vit_variants.trainer import evaluate, parse_args, train
 
 TRAIN_SIZE = 32
+PATCH = 8
 EVAL_SIZES = (TRAIN_SIZE, 24, 48)
 
 
@@ -64,11 +66,13 @@ def digits_split(seed: int = 0) -> Tuple[DigitsDataset, DigitsDataset]:
 def recipe(epochs: int, extra: Sequence[str] = ()) -> argparse.Namespace:
     """Trainer flags for the digits fine-tune (the same flag names as timm's train.py)."""
     return parse_args([
-        '--model', 'simple_vit_tiny_patch4_32', '--model-kwargs', 'depth=4', 'patch_size=8',
+        '--model', 'simple_vit_tiny_patch4_32', '--model-kwargs', 'depth=4', f'patch_size={PATCH}',
         '--in-chans', '1', '--num-classes', '10', '--mean', '0.5', '--std', '0.5',
         '--img-size', str(TRAIN_SIZE), '--batch-size', '64', '--validation-batch-size', '180',
+        # Mixed-resolution batches (mostly 32px) teach the model to read other sizes too.
+        '--train-img-sizes', '24', str(TRAIN_SIZE), '40', '--train-size-probs', '1', '2', '1',
         '--opt', 'adamw', '--lr', '1e-3', '--weight-decay', '0.05', '--clip-grad', '1.0',
-        '--sched', 'cosine', '--epochs', str(epochs), '--warmup-epochs', '2', '--warmup-lr', '1e-5',
+        '--sched', 'cosine', '--epochs', str(epochs), '--warmup-epochs', '1', '--warmup-lr', '1e-5',
         '--min-lr', '1e-5', '--smoothing', '0.1',
         # Digits are not mirror-symmetric and have no colour: small crops and aspect jitter only.
         '--hflip', '0', '--color-jitter', '0', '--scale', '0.75', '1', '--ratio', '0.85', '1.18',
@@ -76,16 +80,19 @@ def recipe(epochs: int, extra: Sequence[str] = ()) -> argparse.Namespace:
     ])
 
 
-def accuracy_at_sizes(model: torch.nn.Module, dataset: DigitsDataset,
-                      sizes: Sequence[int]) -> List[float]:
-    """Validation top-1 (%) with the images resized to each square size."""
-    out = []
-    for size in sizes:
-        loader = create_loader(
-            dataset, input_size=(1, size, size), batch_size=180, is_training=False, interpolation='bilinear',
-            crop_pct=1.0, mean=(0.5,), std=(0.5,), num_workers=0, use_prefetcher=False, device=torch.device('cpu'))
-        out.append(evaluate(model, loader, torch.device('cpu'))['top1'])
-    return out
+def accuracy_at(model: torch.nn.Module, dataset: DigitsDataset, size: int) -> float:
+    """Validation top-1 (%) with the images resized to ``size`` x ``size``."""
+    loader = create_loader(
+        dataset, input_size=(1, size, size), batch_size=180, is_training=False, interpolation='bilinear',
+        crop_pct=1.0, mean=(0.5,), std=(0.5,), num_workers=0, use_prefetcher=False, device=torch.device('cpu'))
+    return evaluate(model, loader, torch.device('cpu'))['top1']
+
+
+def with_patch_for(model: torch.nn.Module, size: int) -> torch.nn.Module:
+    """A copy whose patch size scales with the image (FlexiViT PI-resize), so the token grid stays put."""
+    flexi = copy.deepcopy(model)
+    flexi.set_input_size(img_size=size, patch_size=PATCH * size // TRAIN_SIZE)
+    return flexi
 
 
 def save_hub_folder(model: torch.nn.Module, out_dir: str) -> None:
@@ -106,7 +113,7 @@ def reload_matches(model: torch.nn.Module, out_dir: str, dataset: DigitsDataset)
 
 def main(argv: Sequence[str] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    parser.add_argument('--epochs', type=int, default=30, help='training epochs (default: 30)')
+    parser.add_argument('--epochs', type=int, default=16, help='training epochs (default: 16)')
     parser.add_argument('--out', default='', help='Hub folder to write (default: a temporary folder)')
     opts = parser.parse_args(argv)
     torch.set_num_threads(max(1, min(4, os.cpu_count() or 1)))
@@ -118,11 +125,17 @@ def main(argv: Sequence[str] = None) -> int:
     minutes = (time.time() - start) / 60
     model = result.model.eval()
 
-    accs = accuracy_at_sizes(model, ds_val, EVAL_SIZES)
     print(f'trained {opts.epochs} epochs in {minutes:.1f} min')
-    for size, acc in zip(EVAL_SIZES, accs):
-        note = ' (training resolution)' if size == TRAIN_SIZE else ''
-        print(f'validation top-1 at {size}x{size}: {acc:.2f}%{note}')
+    for size in EVAL_SIZES:
+        line = f'validation top-1 at {size}x{size}: {accuracy_at(model, ds_val, size):.2f}%'
+        if size == TRAIN_SIZE:
+            line += f' (training resolution, patch {PATCH})'
+        else:
+            grid = -(-size // PATCH)
+            flexi = accuracy_at(with_patch_for(model, size), ds_val, size)
+            line += (f' (patch {PATCH}, {grid}x{grid} tokens); {flexi:.2f}% with the patch PI-resized to '
+                     f'{PATCH * size // TRAIN_SIZE} ({TRAIN_SIZE // PATCH}x{TRAIN_SIZE // PATCH} tokens)')
+        print(line)
 
     with tempfile.TemporaryDirectory() as tmp:
         out_dir = opts.out or os.path.join(tmp, 'simple_vit_digits')
