@@ -29,6 +29,8 @@ from sklearn.model_selection import train_test_split
 from timm.data import create_loader
 
 import timm_vit_variants  # noqa: F401  (registers simple_vit_* with timm)
+from porting.writer import save_pretrained_folder
+from timm_vit_variants.errors import ViTVariantsError
 from timm_vit_variants.trainer import evaluate, parse_args, train
 
 TRAIN_SIZE = 32
@@ -71,7 +73,7 @@ def recipe(epochs: int, extra: Sequence[str] = ()) -> argparse.Namespace:
         '--img-size', str(TRAIN_SIZE), '--batch-size', '64', '--validation-batch-size', '180',
         # Mixed-resolution batches (mostly 32px) teach the model to read other sizes too.
         '--train-img-sizes', '24', str(TRAIN_SIZE), '40', '--train-size-probs', '1', '2', '1',
-        '--opt', 'adamw', '--lr', '1e-3', '--weight-decay', '0.05', '--clip-grad', '1.0',
+        '--opt', 'adamw', '--lr', '5e-4', '--weight-decay', '0.05', '--clip-grad', '1.0',
         '--sched', 'cosine', '--epochs', str(epochs), '--warmup-epochs', '1', '--warmup-lr', '1e-5',
         '--min-lr', '1e-5', '--smoothing', '0.1',
         # Digits are not mirror-symmetric and have no colour: small crops and aspect jitter only.
@@ -95,9 +97,11 @@ def with_patch_for(model: torch.nn.Module, size: int) -> torch.nn.Module:
     return flexi
 
 
-def save_hub_folder(model: torch.nn.Module, out_dir: str) -> None:
-    """Write model.safetensors + config.json (timm's Hub layout) into a fresh folder."""
-    timm.models.save_for_hf(model, out_dir, safe_serialization=True)
+def save_hub_folder(model: torch.nn.Module, out_dir: str, overwrite: bool = False) -> None:
+    """Write a Hub folder (model.safetensors, config.json, README.md) with the porting writer, atomically."""
+    save_pretrained_folder(
+        model, out_dir, overwrite=overwrite, label_names=[str(d) for d in range(10)],
+        pretrained_cfg=dict(mean=(0.5,), std=(0.5,), crop_pct=1.0, interpolation='bilinear'))
 
 
 def reload_matches(model: torch.nn.Module, out_dir: str, dataset: DigitsDataset) -> float:
@@ -113,8 +117,9 @@ def reload_matches(model: torch.nn.Module, out_dir: str, dataset: DigitsDataset)
 
 def main(argv: Sequence[str] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    parser.add_argument('--epochs', type=int, default=16, help='training epochs (default: 16)')
+    parser.add_argument('--epochs', type=int, default=30, help='training epochs (default: 30)')
     parser.add_argument('--out', default='', help='Hub folder to write (default: a temporary folder)')
+    parser.add_argument('--overwrite', action='store_true', help='replace an existing --out folder')
     opts = parser.parse_args(argv)
     torch.set_num_threads(max(1, min(4, os.cpu_count() or 1)))
 
@@ -139,7 +144,11 @@ def main(argv: Sequence[str] = None) -> int:
 
     with tempfile.TemporaryDirectory() as tmp:
         out_dir = opts.out or os.path.join(tmp, 'simple_vit_digits')
-        save_hub_folder(model, out_dir)
+        try:
+            save_hub_folder(model, out_dir, overwrite=opts.overwrite)
+        except ViTVariantsError as e:
+            print(f'error: {e}', file=sys.stderr)
+            return 1
         diff = reload_matches(model, out_dir, ds_val)
         print(f'saved {out_dir} ({", ".join(sorted(os.listdir(out_dir)))}); '
               f'reloaded via local-dir:, max |logit diff| = {diff:.2e}')

@@ -9,6 +9,7 @@ create_dataset -> create_loader (scheduled sizes) -> loss -> ClassificationTask 
 Flags arrive as train.py's argparse would deliver them (``--model-kwargs`` through timm's ParseKwargs).
 """
 import argparse
+import shutil
 from contextlib import suppress
 from functools import partial
 from pathlib import Path
@@ -311,6 +312,7 @@ def test_train_img_sizes_multi_resolution(data_dir, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(not (shutil.which('g++') or shutil.which('c++')), reason="inductor's CPU backend needs a C++ compiler")
 def test_torchcompile_inductor(data_dir, tmp_path):
     # --torchcompile (inductor, train.py's default backend): one tiny model, one step, compiled eval.
     args = train_py_args(data_dir, 'embed_dim=16', 'depth=1', 'num_heads=1', 'mlp_dim=32', 'patch_size=8',

@@ -17,7 +17,6 @@ Pieces used from timm: ``create_model``, ``resolve_data_config``, ``create_datas
 ``dispatch_clip_grad`` and ``init_distributed_device_so``.
 """
 import argparse
-import logging
 import os
 import sys
 import time
@@ -43,8 +42,6 @@ __all__ = [
     'DistEnv', 'EpochResult', 'TrainResult', 'build_parser', 'parse_args', 'setup_distributed', 'wrap_ddp',
     'create_model_from_args', 'amp_context', 'evaluate', 'train', 'main',
 ]
-
-_logger = logging.getLogger(__name__)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -129,7 +126,6 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument('--output', default='', help='checkpoint folder (CheckpointSaver); nothing saved if empty')
     g.add_argument('--checkpoint-hist', type=int, default=3)
     g.add_argument('--eval-metric', default='top1')
-    g.add_argument('--log-interval', type=int, default=50)
     g.add_argument('--progress', action='store_true', default=False, help='show a tqdm bar on the primary process')
     return p
 
@@ -291,12 +287,14 @@ def train(
         dataset_train: Optional[Any] = None,
         dataset_eval: Optional[Any] = None,
         max_steps: Optional[int] = None,
+        on_epoch: Optional[Callable[[EpochResult], None]] = None,
 ) -> TrainResult:
     """Train as configured by ``args`` (from :func:`parse_args`); returns the model and figures.
 
     ``dataset_train``/``dataset_eval`` override ``--data-dir``: any map-style dataset whose
     ``transform`` attribute timm may set (returns ``(PIL image, label)``). Validation and
-    checkpointing run on the primary process only. ``max_steps`` stops early (for smoke tests).
+    checkpointing run on the primary process only. ``max_steps`` stops early (for smoke tests);
+    ``on_epoch`` is called with each epoch's figures as soon as they are known.
     """
     env = env or setup_distributed(args.device)
     random_seed(args.seed, env.rank)
@@ -307,10 +305,13 @@ def train(
     model.to(env.device)
     autocast = amp_context(args, env.device)
 
+    img_mode = 'RGB' if data_config['input_size'][0] == 3 else 'L'
     if dataset_train is None:
-        dataset_train = create_dataset(args.dataset, root=args.data_dir, split=args.train_split, is_training=True)
+        dataset_train = create_dataset(args.dataset, root=args.data_dir, split=args.train_split, is_training=True,
+                                       input_img_mode=img_mode)
     if dataset_eval is None and args.val_split and args.data_dir:
-        dataset_eval = create_dataset(args.dataset, root=args.data_dir, split=args.val_split, is_training=False)
+        dataset_eval = create_dataset(args.dataset, root=args.data_dir, split=args.val_split, is_training=False,
+                                      input_img_mode=img_mode)
     common = _loader_kwargs(args, data_config, env)
     loader_train = create_loader(
         dataset_train, input_size=data_config['input_size'], batch_size=args.batch_size, is_training=True,
@@ -344,7 +345,7 @@ def train(
             model=model, optimizer=optimizer, args=args, model_ema=ema, checkpoint_dir=args.output,
             recovery_dir=args.output, decreasing=args.eval_metric == 'loss', max_history=args.checkpoint_hist)
         with open(os.path.join(args.output, 'args.yaml'), 'w') as f:
-            yaml.safe_dump({k: v for k, v in vars(args).items()}, f)
+            yaml.safe_dump(vars(args), f)
 
     updates_per_epoch = len(loader_train)
     scheduler, num_epochs = create_scheduler_v2(
@@ -381,8 +382,6 @@ def train(
             seen += images.shape[0]
             bar.update(1)
             bar.set_postfix(epoch=epoch, loss=f'{loss_val:.3f}')
-            if env.is_primary and not bar.disable and num_updates % args.log_interval == 0:
-                _logger.debug('epoch %d step %d loss %.4f', epoch, num_updates, loss_val)
             if num_updates >= steps:
                 break
         train_loss = loss_sum / max(seen, 1)
@@ -397,11 +396,18 @@ def train(
             bar.set_postfix(epoch=epoch, loss=f'{train_loss:.3f}', val_top1=f'{eval_metrics["top1"]:.1f}')
         lr = optimizer.param_groups[0]['lr']
         result.epochs.append(EpochResult(epoch=epoch, train_loss=train_loss, lr=lr, eval=eval_metrics))
+        if on_epoch is not None:
+            on_epoch(result.epochs[-1])
         if saver is not None:
             saver.save_checkpoint(epoch, metric=eval_metrics[args.eval_metric] if eval_metrics else None)
         scheduler.step(epoch + 1, eval_metrics[args.eval_metric] if eval_metrics else None)
     bar.close()
     return result
+
+
+def _print_epoch(e: EpochResult) -> None:
+    val = f' val_loss {e.eval["loss"]:.4f} val_top1 {e.eval["top1"]:.2f}' if e.eval else ''
+    tqdm.write(f'epoch {e.epoch} train_loss {e.train_loss:.4f} lr {e.lr:.3e}{val}')
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -410,14 +416,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if not args.data_dir:
         print('trainer: error: --data-dir is required', file=sys.stderr)
         return 2
+    args.progress = args.progress or sys.stderr.isatty()
     env = setup_distributed(args.device)
     try:
         start = time.time()
-        result = train(args, env)
+        train(args, env, on_epoch=_print_epoch if env.is_primary else None)
         if env.is_primary:
-            for e in result.epochs:
-                val = f' val_loss {e.eval["loss"]:.4f} val_top1 {e.eval["top1"]:.2f}' if e.eval else ''
-                print(f'epoch {e.epoch} train_loss {e.train_loss:.4f} lr {e.lr:.3e}{val}')
             print(f'done in {time.time() - start:.1f}s on {env.world_size} process(es), device {env.device}')
     except (OSError, RuntimeError, ValueError) as e:
         print(f'trainer: error: {e}', file=sys.stderr)
