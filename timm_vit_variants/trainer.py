@@ -416,6 +416,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if not args.data_dir:
         print('trainer: error: --data-dir is required', file=sys.stderr)
         return 2
+    if not args.dataset and not os.path.isdir(args.data_dir):
+        print(f'trainer: error: --data-dir {args.data_dir}: not a folder', file=sys.stderr)
+        return 2
     args.progress = args.progress or sys.stderr.isatty()
     env = setup_distributed(args.device)
     try:
