@@ -293,7 +293,8 @@ def train(
 
     ``dataset_train``/``dataset_eval`` override ``--data-dir``: any map-style dataset whose
     ``transform`` attribute timm may set (returns ``(PIL image, label)``). Validation and
-    checkpointing run on the primary process only. ``max_steps`` stops early (for smoke tests);
+    checkpointing run on the primary process only, on the EMA weights when ``--model-ema`` is set.
+    ``max_steps`` stops early (for smoke tests);
     ``on_epoch`` is called with each epoch's figures as soon as they are known.
     """
     env = env or setup_distributed(args.device)
@@ -394,7 +395,7 @@ def train(
         if loader_eval is not None:
             eval_metrics = evaluate(result.ema if ema is not None else model, loader_eval, env.device, autocast)
             bar.set_postfix(epoch=epoch, loss=f'{train_loss:.3f}', val_top1=f'{eval_metrics["top1"]:.1f}')
-        lr = optimizer.param_groups[0]['lr']
+        lr = sum(g['lr'] for g in optimizer.param_groups) / len(optimizer.param_groups)  # mean, as train.py logs
         result.epochs.append(EpochResult(epoch=epoch, train_loss=train_loss, lr=lr, eval=eval_metrics))
         if on_epoch is not None:
             on_epoch(result.epochs[-1])
