@@ -1,16 +1,18 @@
-"""Quick start: fine-tune a plain ViT on real handwritten digits in a few CPU minutes.
+"""Quick start: train a plain ViT on real handwritten digits in a couple of CPU minutes.
 
-    python examples/quickstart.py [--epochs N] [--out DIR]
+    python examples/quickstart.py [--epochs N] [--out DIR [--overwrite]]
 
 1. Data: scikit-learn's ``load_digits`` (1,797 real 8x8 digits, shipped inside the package),
    upsampled to 32x32 by timm's transforms; a fixed, stratified 80/20 train/validation split.
-2. Model: ``simple_vit_tiny_patch4_32`` (patch 4, width 192, 3 heads) with 4 blocks, one input
-   channel and 10 classes, trained with AdamW, warmup + cosine, label smoothing and grad clipping
-   by ``timm_vit_variants.trainer`` (timm's loaders, optimizer and scheduler factories).
-3. Report: validation top-1 at the training resolution (32) and at 24 and 48 pixels; the same
-   weights run at every size because the patch embedding and the sin-cos table adapt.
-4. Save a Hub-ready folder (model.safetensors + config.json), reload it with
-   ``timm.create_model('local-dir:OUT', pretrained=True)`` and check the logits are identical.
+2. Model: ``simple_vit_tiny_patch4_32`` (width 192, 3 heads) cut to 4 blocks with patch 8 (4x4
+   tokens at 32 px), one input channel and 10 classes, trained from scratch by
+   ``timm_vit_variants.trainer`` (timm's loaders, optimizer and scheduler factories): AdamW,
+   warmup + cosine, label smoothing, grad clipping, batches mixing 24/32/40 px images.
+3. Report: validation top-1 at the training resolution (32) and at 24 and 48 pixels, with the
+   trained patch size and with the patch kernel PI-resized to keep the token grid (FlexiViT).
+4. Save a Hub-ready folder with the porting writer (model.safetensors, config.json, README.md),
+   reload it with ``timm.create_model('local-dir:OUT', pretrained=True)`` and check the logits
+   are identical.
 """
 import argparse
 import copy
@@ -18,7 +20,7 @@ import os
 import sys
 import tempfile
 import time
-from typing import Sequence, Tuple
+from typing import Optional, Sequence, Tuple
 
 import numpy as np
 import timm
@@ -29,7 +31,7 @@ from sklearn.model_selection import train_test_split
 from timm.data import create_loader
 
 import timm_vit_variants  # noqa: F401  (registers simple_vit_* with timm)
-from porting.writer import save_pretrained_folder
+from porting.writer import check_output, save_pretrained_folder
 from timm_vit_variants.errors import ViTVariantsError
 from timm_vit_variants.trainer import evaluate, parse_args, train
 
@@ -115,12 +117,18 @@ def reload_matches(model: torch.nn.Module, out_dir: str, dataset: DigitsDataset)
         return (model(batch) - reloaded(batch)).abs().max().item()
 
 
-def main(argv: Sequence[str] = None) -> int:
+def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--epochs', type=int, default=30, help='training epochs (default: 30)')
     parser.add_argument('--out', default='', help='Hub folder to write (default: a temporary folder)')
     parser.add_argument('--overwrite', action='store_true', help='replace an existing --out folder')
     opts = parser.parse_args(argv)
+    if opts.out:
+        try:
+            check_output(opts.out, opts.overwrite)  # refuse before training, not after
+        except ViTVariantsError as e:
+            print(f'error: {e}', file=sys.stderr)
+            return 1
     torch.set_num_threads(max(1, min(4, os.cpu_count() or 1)))
 
     ds_train, ds_val = digits_split()
