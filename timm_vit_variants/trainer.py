@@ -1,0 +1,440 @@
+"""A small data-parallel trainer for the ``simple_vit_*`` family, built from timm's components.
+
+Why it exists: timm's ``train.py`` wraps the model with
+``ClassificationTask.prepare_distributed(device_ids=[device])``. torch's DistributedDataParallel
+refuses ``device_ids`` for a CPU module (ValueError "device_ids and output_device arguments only
+work with single-device/multiple-device GPU modules or CPU modules"), so train.py cannot run more
+than one process on CPU. This entry point runs the same recipe (same flag names, same timm YAML
+configs) with ``device_ids=None`` on CPU (gloo) and ``[local_rank]`` on GPU (nccl).
+
+    torchrun --nproc-per-node 2 -m timm_vit_variants.trainer --data-dir DIR --model simple_vit_tiny_patch4_32 \
+        --device cpu --config configs/simple_vit_tiny_patch4_32.yaml
+
+Pieces used from timm: ``create_model``, ``resolve_data_config``, ``create_dataset``/``create_loader``
+(transforms, DistributedSampler, scheduled multi-resolution batches), ``create_optimizer_v2``
+(layer decay via ``group_matcher``), ``create_scheduler_v2``, ``LabelSmoothingCrossEntropy`` /
+``SoftTargetCrossEntropy`` with ``Mixup``, ``ModelEmaV3``, ``CheckpointSaver``,
+``dispatch_clip_grad`` and ``init_distributed_device_so``.
+"""
+import argparse
+import os
+import sys
+import time
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from typing import Any, Callable, ContextManager, Dict, List, Optional, Sequence
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import yaml
+from timm.data import Mixup, create_dataset, create_loader, resolve_data_config
+from timm.loss import LabelSmoothingCrossEntropy, SoftTargetCrossEntropy
+from timm.models import create_model
+from timm.optim import create_optimizer_v2, optimizer_kwargs
+from timm.scheduler import create_scheduler_v2, scheduler_kwargs
+from timm.utils import (
+    CheckpointSaver, ModelEmaV3, ParseKwargs, dispatch_clip_grad, random_seed)
+from timm.utils.distributed import init_distributed_device_so
+from tqdm import tqdm
+
+__all__ = [
+    'DistEnv', 'EpochResult', 'TrainResult', 'build_parser', 'parse_args', 'setup_distributed', 'wrap_ddp',
+    'create_model_from_args', 'amp_context', 'evaluate', 'train', 'main',
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Flags spelt as in timm's train.py (same dest names, so one YAML config serves both)."""
+    p = argparse.ArgumentParser(
+        prog='python -m timm_vit_variants.trainer',
+        description='Data-parallel fine-tuning of simple_vit_* models with timm components. '
+                    'Launch with torchrun for several processes (gloo on CPU, nccl on GPU).')
+    p.add_argument('-c', '--config', default='', metavar='FILE',
+                   help='timm train.py YAML config; its keys set the defaults of the flags below')
+    g = p.add_argument_group('data')
+    g.add_argument('--data-dir', metavar='DIR', help='ImageFolder root with train/ and validation/ splits')
+    g.add_argument('--dataset', default='', help='timm dataset spec ("" = ImageFolder)')
+    g.add_argument('--train-split', default='train')
+    g.add_argument('--val-split', default='validation', help='"" to skip validation')
+    g.add_argument('-b', '--batch-size', type=int, default=128, help='per-process batch size')
+    g.add_argument('-vb', '--validation-batch-size', type=int, default=None)
+    g.add_argument('-j', '--workers', type=int, default=0, help='DataLoader workers per process')
+    g.add_argument('--img-size', type=int, default=None, help='training resolution (the patch embedding adapts)')
+    g.add_argument('--input-size', type=int, nargs=3, default=None, metavar='N')
+    g.add_argument('--crop-pct', type=float, default=None)
+    g.add_argument('--mean', type=float, nargs='+', default=None)
+    g.add_argument('--std', type=float, nargs='+', default=None)
+    g.add_argument('--interpolation', default='')
+    g.add_argument('--train-interpolation', default='random')
+    g.add_argument('--train-img-sizes', type=int, nargs='+', default=None,
+                   help='per-batch square resolutions for multi-resolution training')
+    g.add_argument('--train-batch-sizes', type=int, nargs='+', default=None)
+    g.add_argument('--train-size-probs', type=float, nargs='+', default=None)
+    g = p.add_argument_group('model')
+    g.add_argument('--model', default='simple_vit_tiny_patch4_32')
+    g.add_argument('--model-kwargs', nargs='*', default={}, action=ParseKwargs)
+    g.add_argument('--pretrained', action='store_true', default=False)
+    g.add_argument('--pretrained-path', default=None, help='weights file used as the pretrained source')
+    g.add_argument('--initial-checkpoint', default='', help='checkpoint loaded with timm.models.load_checkpoint')
+    g.add_argument('--num-classes', type=int, default=None)
+    g.add_argument('--in-chans', type=int, default=None)
+    g.add_argument('--gp', default=None, help='global pool override')
+    g.add_argument('--drop', type=float, default=0.0)
+    g.add_argument('--drop-path', type=float, default=None)
+    g.add_argument('--grad-checkpointing', action='store_true', default=False)
+    g.add_argument('--torchcompile', nargs='?', default=None, const='inductor')
+    g.add_argument('--torchcompile-mode', default=None)
+    g = p.add_argument_group('optimisation')
+    g.add_argument('--opt', default='adamw')
+    g.add_argument('--opt-eps', type=float, default=None)
+    g.add_argument('--opt-betas', type=float, nargs='+', default=None)
+    g.add_argument('--momentum', type=float, default=0.9)
+    g.add_argument('--lr', type=float, default=3e-4)
+    g.add_argument('--weight-decay', type=float, default=0.05)
+    g.add_argument('--layer-decay', type=float, default=None)
+    g.add_argument('--clip-grad', type=float, default=None)
+    g.add_argument('--clip-mode', default='norm')
+    g.add_argument('--sched', default='cosine')
+    g.add_argument('--sched-on-updates', action='store_true', default=False)
+    g.add_argument('--epochs', type=int, default=10)
+    g.add_argument('--warmup-epochs', type=int, default=1)
+    g.add_argument('--warmup-lr', type=float, default=1e-5)
+    g.add_argument('--min-lr', type=float, default=0.0)
+    g.add_argument('--warmup-prefix', action='store_true', default=False)
+    g.add_argument('--cooldown-epochs', type=int, default=0)
+    g = p.add_argument_group('augmentation and regularisation')
+    g.add_argument('--no-aug', action='store_true', default=False)
+    g.add_argument('--scale', type=float, nargs='+', default=[0.08, 1.0])
+    g.add_argument('--ratio', type=float, nargs='+', default=[3. / 4., 4. / 3.])
+    g.add_argument('--hflip', type=float, default=0.5)
+    g.add_argument('--vflip', type=float, default=0.0)
+    g.add_argument('--color-jitter', type=float, default=0.4)
+    g.add_argument('--aa', default=None, help='AutoAugment / RandAugment spec')
+    g.add_argument('--reprob', type=float, default=0.0)
+    g.add_argument('--smoothing', type=float, default=0.1)
+    g.add_argument('--mixup', type=float, default=0.0)
+    g.add_argument('--cutmix', type=float, default=0.0)
+    g.add_argument('--model-ema', action='store_true', default=False)
+    g.add_argument('--model-ema-decay', type=float, default=0.9998)
+    g.add_argument('--model-ema-warmup', action='store_true', default=False)
+    g = p.add_argument_group('device and output')
+    g.add_argument('--device', default='cuda' if torch.cuda.is_available() else 'cpu')
+    g.add_argument('--amp', action='store_true', default=False)
+    g.add_argument('--amp-dtype', default='float16', choices=('float16', 'bfloat16'))
+    g.add_argument('--seed', type=int, default=42)
+    g.add_argument('--output', default='', help='checkpoint folder (CheckpointSaver); nothing saved if empty')
+    g.add_argument('--checkpoint-hist', type=int, default=3)
+    g.add_argument('--eval-metric', default='top1')
+    g.add_argument('--progress', action='store_true', default=False, help='show a tqdm bar on the primary process')
+    return p
+
+
+def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
+    """Parse flags after applying ``--config`` as defaults, the way train.py does.
+
+    Unlike train.py (which silently accepts any YAML key), a key this trainer does not know is an
+    error: a recipe must not appear to set something that is ignored.
+    """
+    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument('-c', '--config', default='')
+    known, _ = pre.parse_known_args(argv)
+    if known.config:
+        with open(known.config, 'r') as f:
+            cfg = yaml.safe_load(f) or {}
+        dests = {a.dest for a in parser._actions}
+        unknown = sorted(set(cfg) - dests)
+        if unknown:
+            parser.error(f'{known.config}: keys not supported by this trainer: {", ".join(unknown)}')
+        parser.set_defaults(**cfg)
+    return parser.parse_args(argv)
+
+
+@dataclass
+class DistEnv:
+    """Where this process sits: its device, rank and world size."""
+    device: torch.device
+    rank: int = 0
+    local_rank: int = 0
+    world_size: int = 1
+    distributed: bool = False
+
+    @property
+    def is_primary(self) -> bool:
+        return self.rank == 0
+
+
+def setup_distributed(device: str) -> DistEnv:
+    """Join the torchrun process group if one is set up in the environment (gloo on CPU, nccl on CUDA)."""
+    info = init_distributed_device_so(device=device)
+    return DistEnv(
+        device=torch.device(info['device']), rank=info['global_rank'], local_rank=info['local_rank'],
+        world_size=info['world_size'], distributed=info['distributed'])
+
+
+def wrap_ddp(model: nn.Module, env: DistEnv) -> nn.Module:
+    """DistributedDataParallel with the device_ids DDP accepts: None for CPU modules, [index] for GPUs."""
+    if not env.distributed:
+        return model
+    device_ids = [env.device.index] if env.device.type == 'cuda' else None
+    return nn.parallel.DistributedDataParallel(model, device_ids=device_ids)
+
+
+def create_model_from_args(args: argparse.Namespace) -> nn.Module:
+    """``create_model`` with the keyword arguments train.py passes (pretrained path, initial checkpoint...)."""
+    factory_kwargs: Dict[str, Any] = {}
+    if args.pretrained_path:
+        # As train.py: the file overrides url/hub, num_classes=-1 forces the head to be re-initialised.
+        factory_kwargs['pretrained_cfg_overlay'] = dict(file=args.pretrained_path, num_classes=-1)
+    in_chans = args.in_chans or (args.input_size[0] if args.input_size else 3)
+    model = create_model(
+        args.model,
+        pretrained=args.pretrained,
+        in_chans=in_chans,
+        num_classes=args.num_classes,
+        drop_rate=args.drop,
+        drop_path_rate=args.drop_path,
+        global_pool=args.gp,
+        checkpoint_path=args.initial_checkpoint,
+        **factory_kwargs,
+        **args.model_kwargs,
+    )
+    if args.grad_checkpointing:
+        model.set_grad_checkpointing(enable=True)
+    return model
+
+
+def amp_context(args: argparse.Namespace, device: torch.device) -> Callable[[], ContextManager]:
+    """Autocast factory: bf16/fp16 autocast on the model's device type when ``--amp``, else a no-op."""
+    if not args.amp:
+        return nullcontext
+    dtype = torch.bfloat16 if args.amp_dtype == 'bfloat16' else torch.float16
+    return lambda: torch.autocast(device_type=device.type, dtype=dtype)
+
+
+@torch.inference_mode()
+def evaluate(
+        model: nn.Module,
+        loader: Any,
+        device: torch.device,
+        autocast: Callable[[], ContextManager] = nullcontext,
+) -> Dict[str, float]:
+    """Mean cross-entropy and top-1 accuracy (%) of ``model`` over ``loader``."""
+    was_training = model.training
+    model.eval()
+    loss_sum, correct, count = 0.0, 0, 0
+    for images, target in loader:
+        images, target = images.to(device), target.to(device)
+        with autocast():
+            logits = model(images)
+        logits = logits.float()
+        loss_sum += nn.functional.cross_entropy(logits, target, reduction='sum').item()
+        correct += (logits.argmax(dim=-1) == target).sum().item()
+        count += target.shape[0]
+    model.train(was_training)
+    return {'loss': loss_sum / max(count, 1), 'top1': 100. * correct / max(count, 1)}
+
+
+@dataclass
+class EpochResult:
+    epoch: int
+    train_loss: float
+    lr: float
+    eval: Optional[Dict[str, float]] = None
+
+
+@dataclass
+class TrainResult:
+    """The trained (unwrapped, uncompiled) model, its EMA if any, and per-epoch figures."""
+    model: nn.Module
+    ema: Optional[nn.Module]
+    data_config: Dict[str, Any]
+    epochs: List[EpochResult] = field(default_factory=list)
+    step_losses: List[float] = field(default_factory=list)
+
+
+def _loader_kwargs(args: argparse.Namespace, data_config: Dict[str, Any], env: DistEnv) -> Dict[str, Any]:
+    return dict(
+        mean=data_config['mean'], std=data_config['std'], num_workers=args.workers, distributed=env.distributed,
+        use_prefetcher=False, device=env.device, persistent_workers=False)
+
+
+def _train_loss(args: argparse.Namespace, num_classes: int):
+    """timm's losses, chosen as train.py chooses them (soft targets under mixup, else label smoothing)."""
+    if args.mixup > 0 or args.cutmix > 0:
+        mixup = Mixup(mixup_alpha=args.mixup, cutmix_alpha=args.cutmix, label_smoothing=args.smoothing,
+                      num_classes=num_classes)
+        return SoftTargetCrossEntropy(), mixup
+    if args.smoothing:
+        return LabelSmoothingCrossEntropy(smoothing=args.smoothing), None
+    return nn.CrossEntropyLoss(), None
+
+
+def _set_epoch(loader: Any, epoch: int) -> None:
+    # The distributed / scheduled samplers reshuffle per epoch only when told the epoch.
+    for obj in (loader.batch_sampler, loader.sampler):
+        if hasattr(obj, 'set_epoch'):
+            obj.set_epoch(epoch)
+            return
+
+
+def train(
+        args: argparse.Namespace,
+        env: Optional[DistEnv] = None,
+        model: Optional[nn.Module] = None,
+        dataset_train: Optional[Any] = None,
+        dataset_eval: Optional[Any] = None,
+        max_steps: Optional[int] = None,
+        on_epoch: Optional[Callable[[EpochResult], None]] = None,
+) -> TrainResult:
+    """Train as configured by ``args`` (from :func:`parse_args`); returns the model and figures.
+
+    ``dataset_train``/``dataset_eval`` override ``--data-dir``: any map-style dataset whose
+    ``transform`` attribute timm may set (returns ``(PIL image, label)``). Validation and
+    checkpointing run on the primary process only, on the EMA weights when ``--model-ema`` is set.
+    ``max_steps`` stops early (for smoke tests);
+    ``on_epoch`` is called with each epoch's figures as soon as they are known.
+    """
+    env = env or setup_distributed(args.device)
+    random_seed(args.seed, env.rank)
+    model = model if model is not None else create_model_from_args(args)
+    if args.num_classes is None:
+        args.num_classes = model.num_classes
+    data_config = resolve_data_config(vars(args), model=model, verbose=env.is_primary)
+    model.to(env.device)
+    autocast = amp_context(args, env.device)
+
+    img_mode = 'RGB' if data_config['input_size'][0] == 3 else 'L'
+    if dataset_train is None:
+        dataset_train = create_dataset(args.dataset, root=args.data_dir, split=args.train_split, is_training=True,
+                                       input_img_mode=img_mode)
+    if dataset_eval is None and args.val_split and args.data_dir:
+        dataset_eval = create_dataset(args.dataset, root=args.data_dir, split=args.val_split, is_training=False,
+                                      input_img_mode=img_mode)
+    common = _loader_kwargs(args, data_config, env)
+    loader_train = create_loader(
+        dataset_train, input_size=data_config['input_size'], batch_size=args.batch_size, is_training=True,
+        no_aug=args.no_aug, re_prob=args.reprob, scale=args.scale, ratio=args.ratio, hflip=args.hflip,
+        vflip=args.vflip, color_jitter=args.color_jitter, auto_augment=args.aa,
+        interpolation=data_config['interpolation'] if args.no_aug or not args.train_interpolation
+        else args.train_interpolation,
+        input_size_choices=args.train_img_sizes, batch_size_choices=args.train_batch_sizes,
+        batch_choice_weights=args.train_size_probs, batch_choice_seed=args.seed, **common)
+    loader_eval = None
+    if dataset_eval is not None and env.is_primary:
+        loader_eval = create_loader(
+            dataset_eval, input_size=data_config['input_size'],
+            batch_size=args.validation_batch_size or args.batch_size, is_training=False,
+            interpolation=data_config['interpolation'], crop_pct=data_config['crop_pct'],
+            **dict(common, distributed=False))
+
+    loss_fn, mixup = _train_loss(args, args.num_classes)
+    optimizer = create_optimizer_v2(model, **optimizer_kwargs(cfg=args))
+    ema = ModelEmaV3(model, decay=args.model_ema_decay, use_warmup=args.model_ema_warmup) \
+        if args.model_ema else None
+    # Compile before DDP wrapping, as train.py does; evaluation uses the eager module (any resolution).
+    train_module = torch.compile(model, backend=args.torchcompile, mode=args.torchcompile_mode) \
+        if args.torchcompile else model
+    train_module = wrap_ddp(train_module, env)
+
+    saver = None
+    if args.output and env.is_primary:
+        os.makedirs(args.output, exist_ok=True)
+        saver = CheckpointSaver(
+            model=model, optimizer=optimizer, args=args, model_ema=ema, checkpoint_dir=args.output,
+            recovery_dir=args.output, decreasing=args.eval_metric == 'loss', max_history=args.checkpoint_hist)
+        with open(os.path.join(args.output, 'args.yaml'), 'w') as f:
+            yaml.safe_dump(vars(args), f)
+
+    updates_per_epoch = len(loader_train)
+    scheduler, num_epochs = create_scheduler_v2(
+        optimizer, **scheduler_kwargs(args), updates_per_epoch=updates_per_epoch)
+    result = TrainResult(model=model, ema=ema.module if ema is not None else None, data_config=data_config)
+    steps = num_epochs * updates_per_epoch if max_steps is None else min(max_steps, num_epochs * updates_per_epoch)
+    bar = tqdm(total=steps, desc='train', unit='step', disable=not (args.progress and env.is_primary),
+               dynamic_ncols=True)
+    num_updates = 0
+    for epoch in range(num_epochs):
+        if num_updates >= steps:
+            break
+        _set_epoch(loader_train, epoch)
+        train_module.train()
+        loss_sum, seen = 0.0, 0
+        for images, target in loader_train:
+            images, target = images.to(env.device), target.to(env.device)
+            if mixup is not None:
+                images, target = mixup(images, target)
+            with autocast():
+                loss = loss_fn(train_module(images), target)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            if args.clip_grad is not None:
+                dispatch_clip_grad(model.parameters(), value=args.clip_grad, mode=args.clip_mode)
+            optimizer.step()
+            num_updates += 1
+            scheduler.step_update(num_updates=num_updates)
+            if ema is not None:
+                ema.update(model, step=num_updates)
+            loss_val = loss.item()
+            result.step_losses.append(loss_val)
+            loss_sum += loss_val * images.shape[0]
+            seen += images.shape[0]
+            bar.update(1)
+            bar.set_postfix(epoch=epoch, loss=f'{loss_val:.3f}')
+            if num_updates >= steps:
+                break
+        train_loss = loss_sum / max(seen, 1)
+        if env.distributed:
+            # Every rank reports the mean over all ranks, as train.py does.
+            t = torch.tensor([train_loss], device=env.device)
+            dist.all_reduce(t)
+            train_loss = t.item() / env.world_size
+        eval_metrics = None
+        if loader_eval is not None:
+            eval_metrics = evaluate(result.ema if ema is not None else model, loader_eval, env.device, autocast)
+            bar.set_postfix(epoch=epoch, loss=f'{train_loss:.3f}', val_top1=f'{eval_metrics["top1"]:.1f}')
+        lr = sum(g['lr'] for g in optimizer.param_groups) / len(optimizer.param_groups)  # mean, as train.py logs
+        result.epochs.append(EpochResult(epoch=epoch, train_loss=train_loss, lr=lr, eval=eval_metrics))
+        if on_epoch is not None:
+            on_epoch(result.epochs[-1])
+        if saver is not None:
+            saver.save_checkpoint(epoch, metric=eval_metrics[args.eval_metric] if eval_metrics else None)
+        scheduler.step(epoch + 1, eval_metrics[args.eval_metric] if eval_metrics else None)
+    bar.close()
+    return result
+
+
+def _print_epoch(e: EpochResult) -> None:
+    val = f' val_loss {e.eval["loss"]:.4f} val_top1 {e.eval["top1"]:.2f}' if e.eval else ''
+    tqdm.write(f'epoch {e.epoch} train_loss {e.train_loss:.4f} lr {e.lr:.3e}{val}')
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """CLI: train, print one line per epoch on the primary process, exit non-zero with a message on failure."""
+    args = parse_args(argv)
+    if not args.data_dir:
+        print('trainer: error: --data-dir is required', file=sys.stderr)
+        return 2
+    if not args.dataset and not os.path.isdir(args.data_dir):
+        print(f'trainer: error: --data-dir {args.data_dir}: not a folder', file=sys.stderr)
+        return 2
+    args.progress = args.progress or sys.stderr.isatty()
+    env = setup_distributed(args.device)
+    try:
+        start = time.time()
+        train(args, env, on_epoch=_print_epoch if env.is_primary else None)
+        if env.is_primary:
+            print(f'done in {time.time() - start:.1f}s on {env.world_size} process(es), device {env.device}')
+    except (OSError, RuntimeError, ValueError) as e:
+        print(f'trainer: error: {e}', file=sys.stderr)
+        return 1
+    finally:
+        if env.distributed:
+            dist.destroy_process_group()
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
