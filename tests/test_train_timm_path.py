@@ -222,6 +222,18 @@ def test_pretrained_path_safetensors(data_dir, tmp_path):
     assert torch.isfinite(torch.tensor(result['losses'])).all()
 
 
+def test_pretrained_path_hub_folder(tmp_path):
+    # --pretrained-path DIR: a Hub folder is read through its model.safetensors.
+    source = timm.create_model('simple_vit_tiny', embed_dim=32, depth=2, num_heads=2, mlp_dim=64, num_classes=3)
+    with torch.no_grad():
+        for p in source.parameters():
+            p.normal_()
+    safetensors.torch.save_file(source.state_dict(), str(tmp_path / 'model.safetensors'))
+    model = create_model('simple_vit_tiny', pretrained=True, num_classes=3, embed_dim=32, depth=2, num_heads=2,
+                         mlp_dim=64, pretrained_cfg_overlay=dict(file=str(tmp_path), num_classes=-1))
+    assert torch.equal(model.blocks[1].mlp.fc2.weight, source.blocks[1].mlp.fc2.weight)
+
+
 def test_pretrained_path_big_vision_npz(data_dir, tmp_path):
     # --pretrained --pretrained-path FILE.npz: a big_vision archive (gap pooling, sin-cos, no stored table)
     # goes through the plugin's reader; the body matches the timm model it was written from.

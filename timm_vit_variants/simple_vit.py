@@ -3,6 +3,7 @@
 Widths, depths, MLP widths and heads follow big_vision's Ti/S/B/L/H variants.
 Importing this module registers every entrypoint with timm.
 """
+import os
 from typing import Any, Dict, Optional
 
 import torch
@@ -106,6 +107,10 @@ def checkpoint_filter_fn(state_dict: Dict[str, torch.Tensor], model: SimpleVisio
 
 def _create(variant: str, pretrained: bool = False, **kwargs: Any) -> SimpleVisionTransformer:
     overlay: Optional[Dict[str, Any]] = kwargs.get('pretrained_cfg_overlay')
+    if overlay and overlay.get('file') and os.path.isdir(overlay['file']):
+        # a Hub folder (e.g. train.py --pretrained-path DIR): timm's file loader wants its weights file
+        overlay = dict(overlay, file=os.path.join(overlay['file'], 'model.safetensors'))
+        kwargs['pretrained_cfg_overlay'] = overlay
     if overlay and any(str(overlay.get(k) or '').endswith('.npz') for k in ('file', 'url')):
         # timm's generic loader cannot read .npz; route it to our reader (model.load_pretrained).
         kwargs['pretrained_cfg_overlay'] = dict(overlay, custom_load=overlay.get('custom_load', True))
