@@ -14,6 +14,7 @@ from timm.layers import get_act_layer
 from timm.models._hub import save_config_for_hf
 
 from timm_vit_variants import VARIANT_DIMS, SimpleVisionTransformer
+from timm_vit_variants.errors import ViTVariantsError
 
 __all__ = ['architecture_for', 'model_args_of', 'complete_args', 'source_pretrained_cfg', 'write_config', 'read_config']
 
@@ -76,21 +77,23 @@ def model_args_of(model: SimpleVisionTransformer) -> Dict[str, Any]:
     return args
 
 
+def meta_model(model_args: Dict[str, Any]) -> SimpleVisionTransformer:
+    """The model on the meta device (no memory); bad arguments become ViTVariantsError."""
+    try:
+        return SimpleVisionTransformer(**dict(model_args, device='meta', weight_init='skip'))
+    except ViTVariantsError:
+        raise
+    except (TypeError, ValueError) as e:
+        raise ViTVariantsError(f'cannot build the model from {model_args}: {e}') from None
+
+
 def complete_args(model_args: Dict[str, Any]) -> Dict[str, Any]:
     """Every constructor argument spelled out (defaults filled in), via a meta-device instance.
 
     Needed because ``config.json`` is rebuilt through a registered entrypoint whose own defaults
     (e.g. ``mlp_dim``) would otherwise replace the class defaults.
     """
-    from timm_vit_variants.errors import ViTVariantsError
-
-    try:
-        meta = SimpleVisionTransformer(**dict(model_args, device='meta', weight_init='skip'))
-    except (TypeError, ValueError) as e:
-        if isinstance(e, ViTVariantsError):
-            raise
-        raise ViTVariantsError(f'cannot build the model from {model_args}: {e}') from None
-    return model_args_of(meta)
+    return model_args_of(meta_model(model_args))
 
 
 def _json_safe(value: Any) -> Any:

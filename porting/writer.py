@@ -18,7 +18,7 @@ import torch
 
 from timm_vit_variants.errors import ViTVariantsError
 
-from .hub_config import architecture_for, model_args_of, write_config
+from .hub_config import architecture_for, meta_model, model_args_of, write_config
 from .shards import ShardedSafetensorsWriter, parse_size
 
 __all__ = [
@@ -108,15 +108,7 @@ def _commit(tmp: Path, out: Path, overwrite: bool) -> None:
 
 def tensor_specs(model_args: Dict[str, Any]) -> List[Tuple[str, Tuple[int, ...], torch.dtype]]:
     """(name, shape, dtype) of every saved tensor of a model, from a meta-device instance (no memory)."""
-    from timm_vit_variants import SimpleVisionTransformer
-
-    try:
-        meta = SimpleVisionTransformer(**dict(model_args, device='meta', weight_init='skip'))
-    except (TypeError, ValueError) as e:
-        if isinstance(e, ViTVariantsError):
-            raise
-        raise ViTVariantsError(f'cannot build the target model: {e}') from None
-    return [(name, tuple(t.shape), t.dtype) for name, t in meta.state_dict().items()]
+    return [(name, tuple(t.shape), t.dtype) for name, t in meta_model(model_args).state_dict().items()]
 
 
 def file_sha256(path: Union[str, Path]) -> str:
