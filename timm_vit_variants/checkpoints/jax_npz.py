@@ -45,13 +45,14 @@ class JaxNpzCheckpoint(SourceCheckpoint):
     """A flax ViT parameter archive; subclasses name the block modules and the position table."""
 
     PREFIXES = ('', 'params/', 'opt/target/')
-    NORM1 = 'LayerNorm_0'
-    ATTN = 'MultiHeadDotProductAttention_0'
-    NORM2 = 'LayerNorm_1'
-    MLP = 'MlpBlock_0'
-    POS_KEY = 'pos_embedding'
+    # Set by each subclass: the flax module names of one block, and the learned table's key.
+    NORM1: str
+    ATTN: str
+    NORM2: str
+    MLP: str
+    POS_KEY: str
     # Whether the learned table includes a slot for the class token.
-    POS_CLS_SLOT = False
+    POS_CLS_SLOT: bool
     # Names that mean a head this package cannot express.
     UNSUPPORTED = {
         'MAPHead_0': "big_vision 'map' pooling (MAPHead) is not supported by SimpleVisionTransformer",
