@@ -92,7 +92,7 @@ def matmul_seconds(shapes, device: torch.device, dtype: torch.dtype, iters: int)
 
 def compare(ours: torch.nn.Module, ref: torch.nn.Module, x: torch.Tensor, train: bool, rounds: int,
             iters: int) -> Dict[str, float]:
-    """Alternate ours/timm each round; median seconds per step of each."""
+    """Alternate ours/timm, in swapped order every other round; median seconds per step of each."""
     device = x.device
     steps = {}
     for name, model in (('ours', ours), ('timm', ref)):
@@ -115,8 +115,9 @@ def compare(ours: torch.nn.Module, ref: torch.nn.Module, x: torch.Tensor, train:
         step()  # warm-up (allocations, caches, optimizer state)
         steps[name] = step
     times = {'ours': [], 'timm': []}
-    for _ in range(rounds):
-        for name in ('ours', 'timm'):
+    for r in range(rounds):
+        # swap who goes first each round so neither model always runs on a warmer/colder machine
+        for name in (('ours', 'timm') if r % 2 == 0 else ('timm', 'ours')):
             times[name].append(_time(steps[name], device, iters))
     return {name: statistics.median(t) for name, t in times.items()}
 
