@@ -7,25 +7,16 @@ import timm
 from timm.layers import resample_patch_embed
 
 import timm_vit_variants  # noqa: F401
+from ckpt_fixtures import np_posemb_sincos_2d  # independent numpy transcription of big_vision's formula
 from timm_vit_variants import ViTVariantsError, sincos_2d
 
 TINY = dict(embed_dim=32, depth=2, num_heads=2, mlp_dim=64, num_classes=5)
 
 
-def _bigvision_posemb_sincos_2d(h, w, width, temperature=10_000.):
-    """Independent numpy transcription of big_vision's posemb_sincos_2d (models/vit.py)."""
-    y, x = np.mgrid[:h, :w]
-    omega = np.arange(width // 4) / (width // 4 - 1)
-    omega = 1. / (temperature ** omega)
-    y = np.einsum('m,d->md', y.flatten(), omega)
-    x = np.einsum('m,d->md', x.flatten(), omega)
-    return np.concatenate([np.sin(x), np.cos(x), np.sin(y), np.cos(y)], axis=1).astype(np.float32)
-
-
 @pytest.mark.parametrize('grid,width', [((14, 14), 384), ((7, 11), 64), ((3, 5), 192), ((1, 4), 8)])
 def test_sincos_matches_big_vision_formula(grid, width):
     ours = sincos_2d(*grid, width).numpy()
-    np.testing.assert_allclose(ours, _bigvision_posemb_sincos_2d(*grid, width), rtol=0, atol=2e-6)
+    np.testing.assert_allclose(ours, np_posemb_sincos_2d(*grid, width)[0], rtol=0, atol=2e-6)
 
 
 def test_sincos_is_not_a_parameter_and_not_saved():
