@@ -31,7 +31,8 @@ from sklearn.model_selection import train_test_split
 from timm.data import create_loader
 
 import timm_vit_variants  # noqa: F401  (registers simple_vit_* with timm)
-from porting.writer import check_output, save_pretrained_folder
+from porting.output import check_output
+from porting.writer import save_pretrained_folder
 from timm_vit_variants.errors import ViTVariantsError
 from timm_vit_variants.trainer import evaluate, parse_args, train
 

@@ -75,8 +75,10 @@ def build_model_card(
         _provenance(base_model, license, datasets),
     ]
     body = '\n\n'.join(sections) + '\n'
-    # Built from text rather than ``ModelCard.from_template`` so jinja2 is not needed.
-    return ModelCard(f'---\n{data.to_yaml()}\n---\n\n{body}')
+    # Built from text rather than ``ModelCard.from_template`` so jinja2 is not needed. Redacted by value
+    # (any token this process holds), and undecodable file-name bytes become U+FFFD so the card is UTF-8.
+    text = redact(f'---\n{data.to_yaml()}\n---\n\n{body}')
+    return ModelCard(text.encode('utf-8', 'surrogateescape').decode('utf-8', 'replace'))
 
 
 def fill_repo_id(card_text: str, repo_id: str) -> str:
@@ -145,7 +147,7 @@ def _conversion(source: Optional[dict], command: Optional[str]) -> str:
     else:
         lines += ['- **Source file:** not recorded']
     if command:
-        lines += ['', 'Converted with:', '', '```bash', redact(command), '```']
+        lines += ['', 'Converted with:', '', '```bash', command, '```']
     return '\n'.join(lines)
 
 

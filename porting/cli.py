@@ -1,133 +1,137 @@
-"""``vit-port``: convert, resize, inspect and verify ViT checkpoints for the ``simple_vit_*`` family.
+"""``vit-port``: convert, resize, inspect, verify and push ViT checkpoints for the ``simple_vit_*`` family.
 
-Each subcommand lives in its own module that exposes ``add_parser(subparsers)``; the parser it
-registers sets ``func`` to a callable ``(args) -> int``. Add a module to ``COMMANDS`` to add a
-subcommand. Bad input exits 1 with ``error: <message>`` on stderr (no traceback), usage errors
-exit 2; set ``VIT_PORT_DEBUG=1`` to see the traceback of an unexpected failure.
+This module only parses and reports. Each command module in ``porting.commands`` adds its parser
+and a ``run(args) -> int``; heavy imports (torch, timm) happen inside ``run``, so ``--help`` is
+instant. Exit status: 0 success, 1 failure (``error: <message>`` on stderr, no traceback),
+2 usage error, 128 + N when stopped by signal N (Ctrl-C: 130, SIGTERM: 143), with nothing left
+behind. Set ``VIT_PORT_DEBUG=1`` to see the traceback of an unexpected failure.
 """
 import argparse
-import importlib
 import os
+import signal
 import sys
+import warnings
 from typing import List, NoReturn, Optional, Sequence
 
-COMMANDS = (
-    'porting.commands.convert',
-    'porting.commands.resize',
-    'porting.commands.inspect',
-    'porting.commands.verify',
-    'porting.commands.push',
-)
+from .commands import cmd_convert, cmd_inspect, cmd_push, cmd_resize, cmd_verify
+from .commands.options import UsageError, recorded_command, say
+
+COMMANDS = (cmd_convert, cmd_resize, cmd_inspect, cmd_verify, cmd_push)
+PROG = 'vit-port'
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse that reports usage errors as ``error: <message>`` (exit 2)."""
+    """argparse without option abbreviations, reporting usage errors as ``error: <message>`` (exit 2).
+
+    Abbreviations are off because ``--tok SECRET`` would otherwise be taken for ``--token`` and escape
+    the rules that keep tokens out of cards and logs. The message never echoes unrecognised values.
+    """
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault('allow_abbrev', False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         self.print_usage(sys.stderr)
-        self.exit(2, f'error: {message}\n')
+        self.exit(2, f'error: {_safe_usage_message(message)}\n')
 
 
-def size_arg(text: str) -> int:
-    """A positive integer CLI value."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f'expected a positive integer, got {text!r}') from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f'expected a positive integer, got {text!r}')
-    return value
+def _safe_usage_message(message: str) -> str:
+    from .redact import redact
+
+    head, sep, rest = message.partition('unrecognized arguments: ')
+    if sep:  # name the unknown options, never their values (one may be a token)
+        names = [w.split('=', 1)[0] for w in rest.split() if w.startswith('-')]
+        message = head + sep + (' '.join(names) if names else '(values not shown)')
+    return redact(message)
 
 
-def add_geometry_args(parser: argparse.ArgumentParser) -> None:
-    """--img-size H [W], --patch-size P [P], --resample-like: shared by convert, resize and inspect."""
-    parser.add_argument('--img-size', nargs='+', type=size_arg, metavar=('H', 'W'),
-                        help='target image size: H W, or one value for a square (default: the source size)')
-    parser.add_argument('--patch-size', nargs='+', type=size_arg, metavar=('P', 'P'),
-                        help='target patch size; the patchifier is PI-resized (FlexiViT) (default: the source patch)')
-    parser.add_argument('--resample-like', choices=('bigvision', 'timm', 'hf'),
-                        help="rule for resizing a learned position table: big_vision bilinear (align_corners), "
-                             "timm bicubic+antialias or HF bicubic (default: the source ecosystem's rule)")
+class Stopped(KeyboardInterrupt):
+    """Raised in the main thread by SIGTERM, so cleanup runs as for Ctrl-C."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
 
 
-def add_source_args(parser: argparse.ArgumentParser) -> None:
-    """--from and the reader hints: how to read a source checkpoint."""
-    parser.add_argument('--from', dest='fmt', choices=('bigvision', 'vitjax', 'timm', 'hf'),
-                        help='source format (default: detected from the file)')
-    parser.add_argument('--num-heads', type=size_arg,
-                        help='attention heads, for sources that do not record them (e.g. a bare timm state dict)')
-    parser.add_argument('--source-img-size', nargs='+', type=size_arg, metavar=('H', 'W'),
-                        help='image size the source was trained at, for sources that do not record it: splits a '
-                             'non-square learned table into its grid; sets the sin-cos source size (default 224)')
-    parser.add_argument('--prefix', help="key prefix inside the source, e.g. 'params/img/' for a two-tower model")
-    parser.add_argument('--act-layer', choices=('gelu', 'gelu_tanh', 'quick_gelu', 'silu', 'relu'),
-                        help="override the inferred MLP activation (e.g. 'gelu' to match timm's exact-GELU AugReg port)")
-    parser.add_argument('--norm-eps', type=float, help='override the inferred LayerNorm epsilon')
-    parser.add_argument('--pos-embed', choices=('sincos', 'none'),
-                        help="for a checkpoint without a position table: big_vision sin-cos (default) or none")
-    parser.add_argument('--no-ema', dest='use_ema', action='store_false', default=None,
-                        help='timm training checkpoints: use state_dict rather than the EMA weights')
-
-
-def check_sizes(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """Size options take one (square) or two (H W) values."""
-    for name in ('img_size', 'patch_size', 'source_img_size'):
-        value = getattr(args, name, None)
-        if value is not None and len(value) > 2:
-            parser.error(f'--{name.replace("_", "-")} takes one or two values, got {len(value)}')
+def _on_signal(signum: int, frame) -> NoReturn:
+    raise Stopped(signum)
 
 
 def build_parser() -> Parser:
     parser = Parser(
-        prog='vit-port',
+        prog=PROG,
         description='Convert official ViT weights (big_vision / vit_jax .npz, timm, transformers) into '
                     'timm-vit-variants simple_vit_* Hub folders, with numerical verification.')
     sub = parser.add_subparsers(dest='command', metavar='COMMAND', parser_class=Parser)
     sub.required = True
-    for name in COMMANDS:
-        importlib.import_module(name).add_parser(sub)
+    for command in COMMANDS:
+        command.add_parser(sub).set_defaults(run=command.run)
+    parser.subcommands = sub.choices
     return parser
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """Run ``vit-port``; returns the exit status (0 ok, 1 failure, 2 usage)."""
-    argv: List[str] = list(sys.argv[1:] if argv is None else argv)
+    """Run ``vit-port``; returns the exit status."""
+    try:
+        return _main(list(sys.argv[1:] if argv is None else argv))
+    except KeyboardInterrupt as e:
+        signum = getattr(e, 'signum', signal.SIGINT)
+        say(f'error: interrupted by {signal.Signals(signum).name}; no output was written', err=True)
+        return 128 + int(signum)
+
+
+def _main(argv: List[str]) -> int:
+    from .redact import register_token, tokens_in_argv
+
+    for token in tokens_in_argv(argv):
+        register_token(token)
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
     except SystemExit as e:
         return int(e.code or 0)
-    args.argv = argv
-    from timm_vit_variants.errors import ViTVariantsError
-
+    subparser = parser.subcommands[args.command]
+    register_token(getattr(args, 'token', None))
+    args.command_line = recorded_command(subparser, args, f'{PROG} {args.command}')
+    previous = signal.signal(signal.SIGTERM, _on_signal) if _in_main_thread() else None
     try:
-        return int(args.func(args) or 0)
-    except SystemExit as e:  # a usage error found after parsing (parser.error)
+        with warnings.catch_warnings():
+            warnings.showwarning = _show_warning
+            return int(args.run(args) or 0)
+    except UsageError as e:
+        subparser.print_usage(sys.stderr)
+        say(f'error: {_safe_usage_message(str(e))}', err=True)
+        return 2
+    except SystemExit as e:
         return int(e.code or 0)
-    except ViTVariantsError as e:
-        print(f'error: {e}', file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print('error: interrupted; no output was written', file=sys.stderr)
-        return 130
     except Exception as e:  # noqa: BLE001  (the CLI promises a message, not a traceback)
-        if os.environ.get('VIT_PORT_DEBUG'):
-            raise
-        print(f'error: {type(e).__name__}: {e} (set VIT_PORT_DEBUG=1 for a traceback)', file=sys.stderr)
+        return _report_failure(e)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _report_failure(e: Exception) -> int:
+    from .redact import redact
+
+    errors = sys.modules.get('timm_vit_variants.errors')
+    if errors is not None and isinstance(e, errors.ViTVariantsError):
+        say(f'error: {redact(str(e))}', err=True)
         return 1
+    if os.environ.get('VIT_PORT_DEBUG'):
+        raise e
+    say(f'error: {type(e).__name__}: {redact(str(e))} (set VIT_PORT_DEBUG=1 for a traceback)', err=True)
+    return 1
 
 
-def command_line(argv: Sequence[str]) -> str:
-    """The exact command, as recorded in model cards."""
-    import shlex
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    from .redact import redact
 
-    return 'vit-port ' + shlex.join(argv)
+    say(f'warning: {redact(str(message))}', err=True)
 
 
-def source_hints(args: argparse.Namespace) -> dict:
-    """Reader hints (``timm_vit_variants.checkpoints.HINTS``) from the source options; unset ones are None."""
-    size = getattr(args, 'source_img_size', None)
-    hints = {name: getattr(args, name, None) for name in ('num_heads', 'prefix', 'act_layer', 'norm_eps',
-                                                          'pos_embed', 'use_ema')}
-    hints['img_size'] = None if size is None else (size[0], size[-1])
-    return hints
+def _in_main_thread() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()

@@ -7,19 +7,23 @@
 3. write timm's ``config.json``, verify against the source's reference implementation at the
    source geometry, write the model card, and rename the folder into place.
 """
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Union
 
+from timm_vit_variants.checkpoints.files import check_source
 from timm_vit_variants.errors import ViTVariantsError
+from timm_vit_variants.limits import DEFAULT_LIMITS, Limits
 
 from .hub_config import architecture_for, source_pretrained_cfg, write_config
 from .loading import build_empty, fill_model, load_folder
 from .shards import ShardedSafetensorsWriter, parse_size
 from .transforms import ConversionPlan, make_plan
 from .verify import DEFAULT_TOL, Verification, compare
-from .writer import DEFAULT_MAX_SHARD_SIZE, atomic_folder, check_output, file_sha256, tensor_specs, write_card
+from .output import atomic_folder, check_output
+from .writer import DEFAULT_MAX_SHARD_SIZE, file_sha256, tensor_specs, write_card
 
 __all__ = [
     'ConvertResult', 'convert', 'open_source', 'source_model_args', 'source_label_names', 'write_weights', 'verify_source',
@@ -48,9 +52,7 @@ def open_source(path: Union[str, Path], fmt: Optional[str] = None, **hints: Any)
 
     if fmt is not None and fmt not in FORMATS:
         raise ViTVariantsError(f'unknown format {fmt!r}; expected one of {list(FORMATS)}', path=str(path))
-    if not Path(path).exists():
-        raise ViTVariantsError('source not found', path=str(path))
-    return open_checkpoint(str(path), fmt=fmt, **{k: v for k, v in hints.items() if v is not None})
+    return open_checkpoint(check_source(str(path)), fmt=fmt, **{k: v for k, v in hints.items() if v is not None})
 
 
 # Constructor settings no tensor records; a simple_vit Hub folder's config.json keeps them.
@@ -74,9 +76,16 @@ def source_label_names(src: Any) -> Optional[List[str]]:
     return [str(n) for n in names] if isinstance(names, (list, tuple)) else None
 
 
-def write_weights(src: Any, plan: ConversionPlan, folder: Path, max_shard_size: int, progress: bool = False) -> int:
-    """Stream the source through the plan into safetensors files in ``folder``; returns the file count."""
+def write_weights(src: Any, plan: ConversionPlan, folder: Path, max_shard_size: int, progress: bool = False,
+                  allow_nonfinite: bool = False) -> int:
+    """Stream the source through the plan into safetensors files in ``folder``; returns the file count.
+
+    Every tensor is checked for NaN/Inf on the way: the first offending key is refused, or with
+    ``allow_nonfinite`` reported once as a warning.
+    """
     from tqdm import tqdm
+
+    nonfinite: List[str] = []
 
     specs = tensor_specs(plan.target_args)
     writer = ShardedSafetensorsWriter(folder, specs, max_shard_size)
@@ -90,6 +99,11 @@ def write_weights(src: Any, plan: ConversionPlan, folder: Path, max_shard_size: 
                 if key not in writer.where:
                     raise ViTVariantsError('source tensor has no place in the target model', path=plan.source_path,
                                            key=key)
+                if not _all_finite(out):
+                    if not allow_nonfinite:
+                        raise ViTVariantsError('the weights hold NaN or Inf values; refusing to write them (pass '
+                                               '--allow-nonfinite to convert anyway)', path=plan.source_path, key=key)
+                    nonfinite.append(key)
                 writer.write(key, out)
                 bar.update(1)
             for key in sorted(writer.pending):
@@ -102,7 +116,18 @@ def write_weights(src: Any, plan: ConversionPlan, folder: Path, max_shard_size: 
     except BaseException:
         writer.abort()
         raise
+    if nonfinite:
+        warnings.warn(f'{plan.source_path}: {len(nonfinite)} tensor(s) hold NaN or Inf values, first {nonfinite[0]!r}; '
+                      'written anyway (--allow-nonfinite)', stacklevel=2)
     return len(writer.files)
+
+
+def _all_finite(tensor) -> bool:
+    """No NaN or Inf, in one pass without a tensor-sized temporary (min/max propagate NaN)."""
+    if not tensor.is_floating_point() or tensor.numel() == 0:
+        return True
+    low, high = tensor.aminmax()
+    return bool(low.isfinite() and high.isfinite())
 
 
 def verify_source(src: Any, plan: ConversionPlan, folder: Optional[Path], tol: float,
@@ -146,26 +171,30 @@ def convert(
         datasets: Optional[Sequence[str]] = None,
         command: Optional[str] = None,
         progress: bool = False,
+        allow_nonfinite: bool = False,
+        limits: Limits = DEFAULT_LIMITS,
 ) -> ConvertResult:
     """Convert ``source`` into the Hub folder ``out``; nothing is left behind on failure.
 
-    ``hints`` go to the reader (e.g. ``num_heads``, ``img_size``; see ``checkpoints.HINTS``).
+    ``hints`` go to the reader (e.g. ``num_heads``, ``img_size``; see ``checkpoints.HINTS``);
+    ``limits`` bound what the source and the request may claim (``timm_vit_variants.limits``).
 
     Raises ViTVariantsError for bad input, an unusable OUT and a failed verification.
     """
     out_path = check_output(out, overwrite, sources=[source])
     shard_bytes = parse_size(max_shard_size)
-    with open_source(source, fmt, **(hints or {})) as src, ThreadPoolExecutor(max_workers=1) as hasher:
+    with open_source(source, fmt, **dict(hints or {}, limits=limits)) as src, \
+            ThreadPoolExecutor(max_workers=1) as hasher:
         plan = make_plan(src.path, source_model_args(src), src.grid, img_size=img_size, patch_size=patch_size,
-                         num_classes=num_classes, resample_like=resample_like)
+                         num_classes=num_classes, resample_like=resample_like, limits=limits)
         # Hashing is a full read of the source: run it beside the conversion (hashlib releases the GIL).
         sha_future = hasher.submit(file_sha256, src.path)
         labels = None if plan.changes_head else source_label_names(src)
         data_cfg = source_pretrained_cfg(src.format, src.path, src.source_config)
         license = license or data_cfg.pop('license', None)
         architecture = architecture_for(plan.target_args)
-        with atomic_folder(out_path, overwrite) as tmp:
-            num_files = write_weights(src, plan, tmp, shard_bytes, progress)
+        with atomic_folder(out_path, overwrite, sources=[source]) as tmp:
+            num_files = write_weights(src, plan, tmp, shard_bytes, progress, allow_nonfinite)
             write_config(tmp / 'config.json', plan.target_args, architecture=architecture, label_names=labels,
                          pretrained_cfg=dict(data_cfg, license=license))
             if verify:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import os
 import sys
 from dataclasses import dataclass, field
@@ -18,10 +17,12 @@ from typing import Iterator, Optional, TextIO
 
 import timm
 from huggingface_hub import CommitOperationAdd, HfApi, get_token
+from huggingface_hub import constants as hf_constants
 from huggingface_hub.errors import HfHubHTTPError, HFValidationError, RevisionNotFoundError
 from huggingface_hub.utils import validate_repo_id
 from tqdm import tqdm
 
+from timm_vit_variants.checkpoints.files import read_json
 from timm_vit_variants.errors import ViTVariantsError
 
 from .card import REPO_PLACEHOLDER, build_model_card, fill_repo_id
@@ -156,6 +157,9 @@ def push_folder(
         print('\n'.join(_describe_plan(result, private, create_pr)), file=out)
         return result
 
+    if os.environ.get('HF_HUB_OFFLINE', '').upper() in ('1', 'ON', 'YES', 'TRUE') or hf_constants.HF_HUB_OFFLINE:
+        raise ViTVariantsError('HF_HUB_OFFLINE is set, so nothing is pushed (unset it, or use --dry-run to list the '
+                               'files)', path=folder)
     token = require_token(token)
     api = HfApi(endpoint=endpoint, token=token)
     where = f'{api.endpoint}/{repo_id}'
@@ -216,11 +220,8 @@ def _read_config(root: Path) -> dict:
     path = root / CONFIG_NAME
     if not path.is_file():
         raise ViTVariantsError(f'missing {CONFIG_NAME}: not a converted model folder', path=path)
-    try:
-        config = json.loads(path.read_text(encoding='utf-8'))
-    except (ValueError, UnicodeDecodeError) as e:
-        raise ViTVariantsError(f'{CONFIG_NAME} is not valid JSON: {e}', path=path) from None
-    if not isinstance(config, dict) or not config.get('architecture'):
+    config = read_json(str(path))
+    if not config.get('architecture'):
         raise ViTVariantsError(f'{CONFIG_NAME} has no "architecture"', path=path, key='architecture')
     return config
 

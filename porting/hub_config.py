@@ -14,7 +14,10 @@ from timm.layers import get_act_layer
 from timm.models._hub import save_config_for_hf
 
 from timm_vit_variants import VARIANT_DIMS, SimpleVisionTransformer
+from timm_vit_variants.checkpoints.files import read_json
 from timm_vit_variants.errors import ViTVariantsError
+
+from .redact import redact
 
 __all__ = ['architecture_for', 'model_args_of', 'complete_args', 'source_pretrained_cfg', 'write_config', 'read_config']
 
@@ -163,20 +166,18 @@ def write_config(
     save_config_for_hf(
         meta, str(path), model_config=model_config, model_args=model_args,
         data_config={'input_size': (model_args.get('in_chans', 3), *img)})
+    text = Path(path).read_text(encoding='utf-8')
+    if redact(text) != text:  # a token pasted into a free-text field (license, labels) never lands on disk
+        Path(path).write_text(redact(text), encoding='utf-8')
     return read_config(Path(path).parent)
 
 
 def read_config(folder: Union[str, Path]) -> Dict[str, Any]:
     """The parsed ``config.json`` of a Hub folder."""
-    from timm_vit_variants.errors import ViTVariantsError
-
     path = Path(folder) / 'config.json'
     if not path.is_file():
         raise ViTVariantsError('no config.json: not a converted model folder', path=str(folder))
-    try:
-        cfg = json.loads(path.read_text())
-    except ValueError as e:
-        raise ViTVariantsError(f'config.json is not valid JSON: {e}', path=str(path)) from None
-    if not isinstance(cfg, dict) or 'architecture' not in cfg:
+    cfg = read_json(str(path))
+    if 'architecture' not in cfg:
         raise ViTVariantsError('config.json has no "architecture": not a timm Hub config', path=str(path))
     return cfg

@@ -13,7 +13,11 @@ from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 import torch
+from timm_vit_variants.checkpoints.files import read_json
 from timm_vit_variants.errors import ViTVariantsError
+from timm_vit_variants.limits import DEFAULT_LIMITS, Limits
+
+from . import sizes
 
 __all__ = [
     'SINGLE_FILE', 'INDEX_FILE', 'ShardedSafetensorsWriter', 'parse_size', 'weight_files', 'read_folder_into',
@@ -26,28 +30,16 @@ _DTYPES = {
     torch.float32: 'F32', torch.float16: 'F16', torch.bfloat16: 'BF16', torch.float64: 'F64',
     torch.int64: 'I64', torch.int32: 'I32', torch.uint8: 'U8', torch.bool: 'BOOL',
 }
-_UNITS = {'': 1, 'B': 1, 'KB': 10 ** 3, 'MB': 10 ** 6, 'GB': 10 ** 9, 'TB': 10 ** 12,
-          'KIB': 2 ** 10, 'MIB': 2 ** 20, 'GIB': 2 ** 30, 'TIB': 2 ** 40}
 
 Spec = Tuple[str, Tuple[int, ...], torch.dtype]
 
 
 def parse_size(text: Union[str, int]) -> int:
     """'5GB', '500MB', '1.5GiB' or a byte count as an int number of bytes (Hub convention: GB = 10**9)."""
-    if isinstance(text, int):
-        return text
-    raw = text.strip().upper().replace(' ', '')
-    number = raw.rstrip('KMGTIB')
-    unit = raw[len(number):]
-    if unit not in _UNITS or not number:
-        raise ViTVariantsError(f'cannot read size {text!r}; use e.g. 5GB, 500MB, 2GiB or a byte count')
     try:
-        value = int(float(number) * _UNITS[unit])
-    except ValueError:
-        raise ViTVariantsError(f'cannot read size {text!r}; use e.g. 5GB, 500MB, 2GiB or a byte count') from None
-    if value < 1:
-        raise ViTVariantsError(f'size must be positive, got {text!r}')
-    return value
+        return sizes.parse_size(text)
+    except ValueError as e:
+        raise ViTVariantsError(str(e)) from None
 
 
 def _nbytes(shape: Sequence[int], dtype: torch.dtype) -> int:
@@ -164,10 +156,11 @@ def weight_files(folder: Union[str, Path]) -> List[Path]:
     if single.is_file():
         return [single]
     if index.is_file():
-        try:
-            weight_map = json.loads(index.read_text())['weight_map']
-        except (ValueError, KeyError, TypeError) as e:
-            raise ViTVariantsError(f'unreadable shard index: {e}', path=str(index)) from None
+        weight_map = read_json(str(index)).get('weight_map')
+        if not isinstance(weight_map, dict) or not all(isinstance(v, str) and os.path.basename(v) == v
+                                                       for v in weight_map.values()):
+            raise ViTVariantsError('shard index needs a weight_map of plain file names', path=str(index),
+                                   key='weight_map')
         return [folder / name for name in sorted(set(weight_map.values()))]
     raise ViTVariantsError(f'no {SINGLE_FILE} or {INDEX_FILE} in the folder', path=str(folder))
 
@@ -175,8 +168,8 @@ def weight_files(folder: Union[str, Path]) -> List[Path]:
 _TORCH_DTYPES = {v: k for k, v in _DTYPES.items()}
 
 
-def _read_header(path: Path, fh) -> Tuple[int, Dict[str, dict]]:
-    """(data start offset, tensor entries) of an open safetensors file."""
+def _read_header(path: Path, fh, limits: Limits = DEFAULT_LIMITS) -> Tuple[int, Dict[str, dict]]:
+    """(data start offset, tensor entries) of an open safetensors file, every entry checked against the file."""
     raw = fh.read(8)
     if len(raw) != 8:
         raise ViTVariantsError('truncated safetensors header', path=str(path))
@@ -184,16 +177,32 @@ def _read_header(path: Path, fh) -> Tuple[int, Dict[str, dict]]:
     size = os.fstat(fh.fileno()).st_size
     if length > size - 8:
         raise ViTVariantsError('safetensors header runs past the end of the file', path=str(path))
+    limits.check('json_bytes', length, path=str(path), key='__header__')
     try:
         header = json.loads(fh.read(length))
+    except RecursionError:
+        raise ViTVariantsError('safetensors header nests too deeply', path=str(path)) from None
     except ValueError as e:
         raise ViTVariantsError(f'unreadable safetensors header: {e}', path=str(path)) from None
+    if not isinstance(header, dict):
+        raise ViTVariantsError('safetensors header is not a JSON object', path=str(path))
     header.pop('__metadata__', None)
+    data_size = size - 8 - length
     for name, entry in header.items():
-        begin, end = entry['data_offsets']
-        if entry.get('dtype') not in _TORCH_DTYPES or end > size - 8 - length or begin > end:
+        offsets = entry.get('data_offsets') if isinstance(entry, dict) else None
+        shape = entry.get('shape') if isinstance(entry, dict) else None
+        if not (isinstance(offsets, list) and len(offsets) == 2 and all(_is_count(v) for v in offsets)
+                and isinstance(shape, list) and all(_is_count(v) for v in shape)):
+            raise ViTVariantsError('tensor entry needs "dtype", "shape" and two "data_offsets"', path=str(path),
+                                   key=name)
+        begin, end = offsets
+        if entry.get('dtype') not in _TORCH_DTYPES or end > data_size or begin > end:
             raise ViTVariantsError('bad tensor entry (dtype or offsets out of range)', path=str(path), key=name)
     return 8 + length, header
+
+
+def _is_count(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def read_folder_into(folder: Union[str, Path], targets: Dict[str, torch.Tensor]) -> None:

@@ -13,6 +13,7 @@ from typing import Any, Dict, Optional, Sequence, Tuple
 import torch
 
 from timm_vit_variants.errors import ViTVariantsError
+from timm_vit_variants.limits import DEFAULT_LIMITS, Limits
 from timm_vit_variants.patch_embed import grid_size_for, pi_resize_patch_kernel
 from timm_vit_variants.posemb import RESAMPLE_RULES, resample_pos_embed
 
@@ -109,6 +110,7 @@ def make_plan(
         patch_size: Optional[Sequence[int]] = None,
         num_classes: Optional[int] = None,
         resample_like: Optional[str] = None,
+        limits: Limits = DEFAULT_LIMITS,
 ) -> ConversionPlan:
     """Target kwargs and per-tensor rules for a request; unset options keep the source's values.
 
@@ -127,6 +129,10 @@ def make_plan(
     tgt_img = pair(img_size) if img_size is not None else src_img
     if min(tgt_patch) < 1 or min(tgt_img) < 1:
         raise ViTVariantsError(f'image size {tgt_img} and patch size {tgt_patch} must be positive')
+    limits.check('img_size', max(tgt_img), key='img_size')
+    limits.check('img_size', max(tgt_patch), key='patch_size')
+    tgt_grid = grid_size_for(tgt_img, tgt_patch, pad)
+    limits.check('tokens', tgt_grid[0] * tgt_grid[1], key='img_size')
     if tgt_img[0] < tgt_patch[0] or tgt_img[1] < tgt_patch[1]:
         raise ViTVariantsError(f'image size {tgt_img} is smaller than the patch size {tgt_patch}')
     if not pad and (tgt_img[0] % tgt_patch[0] or tgt_img[1] % tgt_patch[1]):
@@ -137,6 +143,7 @@ def make_plan(
     tgt_classes = src_classes if num_classes is None else int(num_classes)
     if tgt_classes < 0:
         raise ViTVariantsError(f'--num-classes must be >= 0, got {tgt_classes}')
+    limits.check('classes', tgt_classes, key='num_classes')
 
     tgt = dict(src, img_size=list(tgt_img), patch_size=list(tgt_patch), num_classes=tgt_classes)
     if tgt.get('pos_embed') == 'learn':
@@ -148,7 +155,7 @@ def make_plan(
         source_args=complete_args(src),
         target_args=complete_args(tgt),
         source_grid=src_grid,
-        target_grid=grid_size_for(tgt_img, tgt_patch, pad),
+        target_grid=tgt_grid,
         source_patch=src_patch,
         target_patch=tgt_patch,
         source_num_classes=src_classes,

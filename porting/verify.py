@@ -14,7 +14,6 @@ numpy straight from the archive's arrays. Comparison runs at the SOURCE geometry
 """
 import ctypes
 import gc
-import json
 import tempfile
 import zipfile
 from dataclasses import dataclass, field
@@ -26,6 +25,7 @@ import numpy as np
 import torch
 import torch.nn as nn
 
+from timm_vit_variants.checkpoints.files import read_json
 from timm_vit_variants.errors import ViTVariantsError
 
 __all__ = ['Verification', 'bigvision_posemb_sincos_2d', 'reference_outputs', 'compare', 'DEFAULT_TOL']
@@ -273,7 +273,7 @@ def _hf_reference(path: str, model_args: Dict[str, Any], x: torch.Tensor) -> Out
         raise _Skip('transformers is not installed') from None
     transformers.utils.logging.disable_progress_bar()
     folder = Path(path) if Path(path).is_dir() else Path(path).parent
-    cfg = json.loads((folder / 'config.json').read_text()) if (folder / 'config.json').is_file() else {}
+    cfg = read_json(str(folder / 'config.json')) if (folder / 'config.json').is_file() else {}
     classify = any('ForImageClassification' in a for a in cfg.get('architectures') or [])
     cls = transformers.ViTForImageClassification if classify else transformers.ViTModel
     # A bare ViTModel's pooler (Dense + tanh) is our pre-logits layer when the reader found one.

@@ -2,15 +2,9 @@
 
 A folder holds ``model.safetensors`` (or Hub-convention shards plus
 ``model.safetensors.index.json``), ``config.json`` in timm's format and a ``README.md`` model
-card. Everything is written into a hidden temporary folder beside OUT and renamed into place
-only when complete, so a failure never leaves a partial OUT and an existing OUT is replaced only
-with ``overwrite=True``.
+card, written through ``porting.output.atomic_folder`` (see there for what may be replaced).
 """
 import hashlib
-import os
-import shutil
-import tempfile
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
@@ -19,91 +13,12 @@ import torch
 from timm_vit_variants.errors import ViTVariantsError
 
 from .hub_config import architecture_for, meta_model, model_args_of, write_config
+from .output import atomic_folder
 from .shards import ShardedSafetensorsWriter, parse_size
 
-__all__ = [
-    'DEFAULT_MAX_SHARD_SIZE', 'check_output', 'atomic_folder', 'tensor_specs', 'write_card', 'file_sha256',
-    'save_pretrained_folder',
-]
+__all__ = ['DEFAULT_MAX_SHARD_SIZE', 'tensor_specs', 'write_card', 'file_sha256', 'save_pretrained_folder']
 
 DEFAULT_MAX_SHARD_SIZE = '5GB'
-
-
-def check_output(out: Union[str, Path], overwrite: bool, sources: Sequence[Union[str, Path]] = ()) -> Path:
-    """Validate OUT before any work: refuse to clobber it (or a source) and fail early if unwritable."""
-    out = Path(out).expanduser().absolute()
-    for src in sources:
-        src = Path(src).expanduser().absolute()
-        if out == src or out in src.parents:
-            raise ViTVariantsError('output folder would replace the source it is converted from', path=str(out))
-    if out.exists() or out.is_symlink():
-        if not overwrite:
-            raise ViTVariantsError('output already exists; pass --overwrite to replace it', path=str(out))
-        if not out.is_dir():
-            raise ViTVariantsError('output exists and is not a folder; refusing to replace a file', path=str(out))
-    parent = _existing_ancestor(out.parent)
-    if not parent.is_dir():
-        raise ViTVariantsError(f'cannot create the output folder: {parent} is not a directory', path=str(out))
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise ViTVariantsError(f'output location is not writable ({parent})', path=str(out))
-    return out
-
-
-def _existing_ancestor(path: Path) -> Path:
-    while not path.exists() and path != path.parent:
-        path = path.parent
-    return path
-
-
-@contextmanager
-def atomic_folder(out: Union[str, Path], overwrite: bool = False) -> Iterator[Path]:
-    """Yield an empty temporary folder beside OUT; on success it becomes OUT, on error it vanishes."""
-    out = check_output(out, overwrite)
-    created: List[Path] = []
-    parent = out.parent
-    while not parent.exists():
-        created.append(parent)
-        parent = parent.parent
-    try:
-        for folder in reversed(created):
-            folder.mkdir()
-        tmp = Path(tempfile.mkdtemp(prefix=f'.{out.name}.', suffix='.tmp', dir=out.parent))
-    except OSError as e:
-        _remove_created(created)
-        raise ViTVariantsError(f'cannot create the output folder: {e.strerror or e}', path=str(out)) from None
-    try:
-        yield tmp
-        _commit(tmp, out, overwrite)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        _remove_created(created)
-        raise
-
-
-def _remove_created(created: List[Path]) -> None:
-    for folder in created:  # deepest first
-        try:
-            folder.rmdir()
-        except OSError:
-            break
-
-
-def _commit(tmp: Path, out: Path, overwrite: bool) -> None:
-    os.chmod(tmp, 0o755)  # mkdtemp makes it private; the result should look like any folder
-    if out.exists() or out.is_symlink():
-        if not overwrite:
-            raise ViTVariantsError('output appeared while converting; pass --overwrite to replace it', path=str(out))
-        old = Path(tempfile.mkdtemp(prefix=f'.{out.name}.', suffix='.old', dir=out.parent))
-        os.rmdir(old)
-        os.rename(out, old)
-        try:
-            os.rename(tmp, out)
-        except OSError:
-            os.rename(old, out)
-            raise
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.rename(tmp, out)
 
 
 def tensor_specs(model_args: Dict[str, Any]) -> List[Tuple[str, Tuple[int, ...], torch.dtype]]:

@@ -201,3 +201,49 @@ def test_bad_hf_folders(tmp_path):
     config_path.unlink()
     with pytest.raises(ViTVariantsError, match='config.json'):
         open_checkpoint(tmp_path / 'hf', fmt='hf')
+
+
+# -- hostile claims: refused from headers and configs, before anything is allocated ---------------------
+
+def test_devices_and_fifos_are_never_read(tmp_path):
+    fifo = tmp_path / 'weights.safetensors'
+    os.mkfifo(fifo)
+    for path, fmt in ((fifo, None), (fifo, 'timm'), ('/dev/zero', 'timm'), ('/dev/zero', 'bigvision')):
+        with pytest.raises(ViTVariantsError, match='not a regular file'):
+            open_checkpoint(path, fmt)
+
+
+def test_limits_bound_every_claimed_dimension(tmp_path, bv_params, timm_state):
+    from timm_vit_variants.limits import Limits
+
+    npz = write_npz(tmp_path / 'a.npz', bv_params)
+    expect_error(npz, key='embedding/kernel', match='width 32 exceeds the limit of 16', limits=Limits(width=16))
+    expect_error(npz, match='depth 2 exceeds the limit of 1', limits=Limits(depth=1))
+    expect_error(npz, key='head/kernel', match='classes 5 exceeds', limits=Limits(classes=4))
+    expect_error(npz, match='tensor_bytes', limits=Limits(tensor_bytes=1000))
+    save_file(timm_state, str(tmp_path / 'b.safetensors'))
+    expect_error(tmp_path / 'b.safetensors', key='mlp.fc1', match='mlp 64 exceeds', num_heads=4,
+                 limits=Limits(mlp=63))
+
+
+def test_config_claims_and_loading_arguments_are_refused(tmp_path):
+    import timm
+    from timm.models import save_for_hf
+
+    model = timm.create_model('vit_tiny_patch16_224', img_size=16, patch_size=4, embed_dim=32, depth=1, num_heads=2,
+                              num_classes=3)
+    folder = tmp_path / 'folder'
+    save_for_hf(model, str(folder), safe_serialization=True)
+    config = json.loads((folder / 'config.json').read_text())
+    for change, match in (
+            ({'architecture': 'hf-hub:org/model'}, 'not a registered timm model name'),
+            ({'model_args': {'checkpoint_path': '/etc/passwd'}}, 'may not name files'),
+            ({'model_args': {'depth': 10 ** 6}}, 'depth 1000000 exceeds'),
+            ({'model_args': {'img_size': 10 ** 6}}, 'img_size 1000000 exceeds'),
+            ({'model_args': {'embed_dim': 'wide'}}, 'expected a number')):
+        (folder / 'config.json').write_text(json.dumps(dict(config, **change)))
+        expect_error(folder, match=match)
+    (folder / 'config.json').write_text('[' * 50_000 + ']' * 50_000)
+    expect_error(folder, match='nests too deeply')
+    (folder / 'config.json').write_text(' ' * (17 << 20))
+    expect_error(folder, match='too large for a JSON config')

@@ -2,6 +2,7 @@
 import io
 import os
 import tempfile
+import zipfile
 
 import numpy as np
 import pytest
@@ -46,6 +47,11 @@ mutations = st.one_of(
     st.tuples(st.just('rename'), st.integers(0, 10_000), st.sampled_from(['x', 'blocks.7.norm1.weight', 'cls/', ''])),
     st.tuples(st.just('reshape'), st.integers(0, 10_000), st.sampled_from([(-1,), (1, -1), (2, -1)])),
     st.tuples(st.just('resize'), st.integers(0, 10_000), st.integers(0, 3)),
+    # claims that cost memory or time if believed: a huge leading dimension, NaN values
+    st.tuples(st.just('grow'), st.integers(0, 10_000), st.sampled_from([300, 70_000, 200_000])),
+    st.tuples(st.just('nan'), st.integers(0, 10_000)),
+    # a zip directory entry claiming far more bytes than are stored
+    st.tuples(st.just('claim'), st.integers(0, 10_000), st.integers(33, 44)),
 )
 
 
@@ -62,13 +68,32 @@ def _mutate_arrays(arrays, mutation):
         value = arrays[name]
         if value.size % 2 == 0 or mutation[2] != (2, -1):
             arrays[name] = value.reshape(mutation[2])
+    elif kind == 'grow':  # a leading dimension far beyond the model's (e.g. a depth or class count)
+        arrays[name] = np.zeros((mutation[2], 1), np.float32)
+    elif kind == 'nan':
+        value = np.array(arrays[name], dtype=np.float32, copy=True)
+        value.reshape(-1)[0] = np.nan
+        arrays[name] = value
     elif kind == 'resize':
         value = arrays[name].reshape(-1)
         arrays[name] = value[:mutation[2]] if mutation[2] < value.size else np.concatenate([value, value])
     return arrays
 
 
+def _claim(data, mutation):
+    """Rewrite one npz member's zip directory entry to claim 2**bits bytes."""
+    buffer = io.BytesIO(data)
+    with zipfile.ZipFile(buffer, 'a') as archive:
+        infos = archive.infolist()
+        info = infos[mutation[1] % len(infos)]
+        info.file_size = info.compress_size = 1 << mutation[2]
+        archive._didModify = True
+    return buffer.getvalue()
+
+
 def _mutate_bytes(data, mutation):
+    if mutation[0] == 'claim':
+        return _claim(data, mutation)
     if mutation[0] == 'truncate':
         return data[:int(len(data) * mutation[1])]
     data = bytearray(data)
@@ -80,7 +105,9 @@ def _mutate_bytes(data, mutation):
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(kind=st.sampled_from(['npz', 'safetensors', 'pth']), mutation=mutations)
 def test_mutated_checkpoints_raise_only_our_error(fixtures, kind, mutation):
-    if mutation[0] in ('truncate', 'flip'):
+    if mutation[0] == 'claim' and kind != 'npz':
+        mutation = ('truncate', 0.9)
+    if mutation[0] in ('truncate', 'flip', 'claim'):
         data = _mutate_bytes(_serialise(kind, fixtures[kind]), mutation)
     else:
         data = _serialise(kind, _mutate_arrays(fixtures[kind], mutation))

@@ -380,7 +380,9 @@ def test_convert_then_push_in_one_command(hub, model_dir, tmp_path, capsys):
         assert remote[name] == (out_dir / name).read_bytes()
     card = remote['README.md'].decode()
     assert f"timm.create_model('hf-hub:{REPO}', pretrained=True)" in card
-    assert '--token ***' in card and 'passed' in card
+    # the recorded command keeps only allow-listed options: no token, no endpoint, no commit message
+    assert TOKEN not in card and '--token' not in card and '--endpoint' not in card and 'passed' in card
+    assert f'vit-port convert {model_dir} {out_dir} --push-to {REPO}' in card
     assert TOKEN not in out.out + out.err + card + (out_dir / 'README.md').read_text()
 
 

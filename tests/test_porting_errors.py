@@ -36,19 +36,29 @@ def _fails(capsys, argv, code=1):
 def test_existing_output_needs_overwrite(npz, tmp_path, capsys):
     out = tmp_path / 'out'
     out.mkdir()
-    (out / 'keep.txt').write_text('mine')
     err = _fails(capsys, ['convert', str(npz), str(out)])
     assert 'already exists' in err and '--overwrite' in err and str(out) in err
-    assert os.listdir(out) == ['keep.txt']
-    assert main(['convert', str(npz), str(out), '--overwrite']) == 0
+    assert main(['convert', str(npz), str(out), '--overwrite']) == 0  # an empty folder may be replaced
     assert sorted(os.listdir(out)) == ['README.md', 'config.json', 'model.safetensors']
+    assert main(['convert', str(npz), str(out), '--overwrite']) == 0  # and so may our own earlier output
+    assert sorted(os.listdir(out)) == ['README.md', 'config.json', 'model.safetensors']
+    assert _leftovers(tmp_path) == []
+
+
+def test_overwrite_never_replaces_a_folder_of_other_files(npz, tmp_path, capsys):
+    out = tmp_path / 'thesis'
+    out.mkdir()
+    (out / 'keep.txt').write_text('mine')
+    err = _fails(capsys, ['convert', str(npz), str(out), '--overwrite'])
+    assert 'keep.txt' in err and 'written by vit-port' in err and 'nothing was changed' in err
+    assert os.listdir(out) == ['keep.txt'] and (out / 'keep.txt').read_text() == 'mine'
     assert _leftovers(tmp_path) == []
 
 
 def test_output_cannot_replace_source(tmp_path, capsys):
     folder = F.write_hf_folder(tmp_path)
     err = _fails(capsys, ['convert', str(folder), str(folder), '--overwrite'])
-    assert 'replace the source' in err
+    assert 'replace or contain the source' in err
     assert (folder / 'config.json').is_file()
 
 
@@ -130,6 +140,6 @@ def test_usage_errors_exit_2(capsys):
 
 
 def test_shard_size_is_validated(npz, tmp_path, capsys):
-    err = _fails(capsys, ['convert', str(npz), str(tmp_path / 'out'), '--max-shard-size', 'lots'])
+    err = _fails(capsys, ['convert', str(npz), str(tmp_path / 'out'), '--max-shard-size', 'lots'], code=2)
     assert "cannot read size 'lots'" in err
     assert not (tmp_path / 'out').exists()

@@ -1,1 +1,1 @@
-"""``vit-port`` subcommands; each module exposes ``add_parser(subparsers)`` and listed in ``porting.cli.COMMANDS``."""
+"""``vit-port`` commands: each ``cmd_*`` module has ``add_parser(subparsers)`` and ``run(args) -> int``."""

@@ -8,6 +8,7 @@ from typing import Any, Dict, Optional, Type
 
 from ..errors import ViTVariantsError
 from .bigvision import BigVisionCheckpoint
+from .files import check_source
 from .hf import HFCheckpoint
 from .loader import load_into_model
 from .sniff import detect_format
@@ -27,7 +28,8 @@ FORMATS = ('bigvision', 'vitjax', 'timm', 'hf')
 #   norm_eps   override the LayerNorm epsilon
 #   pos_embed  'sincos' or 'none' when a checkpoint has no position table (default 'sincos')
 #   use_ema    prefer EMA weights in timm training checkpoints (default True, as timm)
-HINTS = ('prefix', 'img_size', 'num_heads', 'act_layer', 'norm_eps', 'pos_embed', 'use_ema')
+#   limits     ``timm_vit_variants.limits.Limits`` bounding what the file may claim (default DEFAULT_LIMITS)
+HINTS = ('prefix', 'img_size', 'num_heads', 'act_layer', 'norm_eps', 'pos_embed', 'use_ema', 'limits')
 
 _READERS: Dict[str, Type[SourceCheckpoint]] = {
     'bigvision': BigVisionCheckpoint,
@@ -44,7 +46,7 @@ def open_checkpoint(path: 'str | os.PathLike', fmt: Optional[str] = None, **hint
         raise TypeError(f'unknown checkpoint hint(s) {unknown}; expected some of {HINTS}')
     if hints.get('pos_embed') not in (None, 'sincos', 'none', 'learn'):
         raise ViTVariantsError(f"pos_embed hint must be 'sincos', 'none' or 'learn', got {hints['pos_embed']!r}")
-    path = os.fspath(path)
+    path = check_source(os.fspath(path))
     fmt = fmt or detect_format(path)
     if fmt not in _READERS:
         raise ViTVariantsError(f'unknown checkpoint format {fmt!r}; expected one of {FORMATS}', path=path)

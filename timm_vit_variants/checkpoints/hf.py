@@ -13,7 +13,8 @@ from timm.layers import to_2tuple
 
 from ..errors import ViTVariantsError
 from .source import PlanItem, SourceCheckpoint, as_is
-from .timm_format import read_json
+from ..limits import DEFAULT_LIMITS, Limits
+from .files import read_json
 from .torch_files import open_store
 
 __all__ = ['HFCheckpoint']
@@ -31,14 +32,14 @@ def _cat(*parts: torch.Tensor) -> torch.Tensor:
     return torch.cat(parts, dim=0)
 
 
-def _weight_files(folder: str) -> List[str]:
+def _weight_files(folder: str, limits: Limits) -> List[str]:
     for name in _SINGLE_FILES:
         if os.path.isfile(os.path.join(folder, name)):
             return [os.path.join(folder, name)]
     for name in _INDEX_FILES:
         index_path = os.path.join(folder, name)
         if os.path.isfile(index_path):
-            weight_map = read_json(index_path).get('weight_map')
+            weight_map = read_json(index_path, limits).get('weight_map')
             if not isinstance(weight_map, dict) or not weight_map:
                 raise ViTVariantsError('shard index has no weight_map', path=index_path, key='weight_map')
             shards = sorted(set(str(v) for v in weight_map.values()))
@@ -54,7 +55,7 @@ class HFCheckpoint(SourceCheckpoint):
     format = 'hf'
 
     def __init__(self, path: str, **hints: Any) -> None:
-        super().__init__(path)
+        super().__init__(path, hints.get('limits', DEFAULT_LIMITS))
         if os.path.isdir(self.path):
             folder, files = self.path, None
         else:
@@ -63,8 +64,8 @@ class HFCheckpoint(SourceCheckpoint):
         if not os.path.isfile(self._config_path):
             raise ViTVariantsError('a transformers ViT needs its config.json next to the weights', path=self.path,
                                    key='config.json')
-        self.source_config = read_json(self._config_path)
-        self._open(open_store(files or _weight_files(folder)), hints)
+        self.source_config = read_json(self._config_path, self.limits)
+        self._open(open_store(files or _weight_files(folder, self.limits)), hints)
 
     def _config(self, name: str, default: Any = None, kind: type = int) -> Any:
         value = self.source_config.get(name, default)
@@ -115,6 +116,10 @@ class HFCheckpoint(SourceCheckpoint):
         in_chans = self._config('num_channels', 3)
         patch = self._size_pair('patch_size')
         img = self._size_pair('image_size')
+        for name, limit, value in (('hidden_size', 'width', dim), ('num_hidden_layers', 'depth', depth),
+                                   ('num_attention_heads', 'heads', num_heads), ('intermediate_size', 'mlp', mlp_dim),
+                                   ('image_size', 'img_size', max(img)), ('patch_size', 'img_size', max(patch))):
+            self.limits.check(limit, value, path=cfg_path, key=name)
         if dim % num_heads:
             raise ViTVariantsError(f'hidden_size {dim} is not divisible by {num_heads} heads', path=cfg_path,
                                    key='num_attention_heads')
@@ -134,6 +139,7 @@ class HFCheckpoint(SourceCheckpoint):
             raise ViTVariantsError(f'image_size {img} is smaller than patch_size {patch}', path=cfg_path,
                                    key='image_size')
         tokens = 1 + self.grid[0] * self.grid[1]
+        self.limits.check('tokens', tokens - 1, path=cfg_path, key='image_size')
 
         emb = 'embeddings.'
         plan('patch_embed.proj.weight', (dim, in_chans) + patch,
@@ -171,6 +177,7 @@ class HFCheckpoint(SourceCheckpoint):
                 raise ViTVariantsError(f'pooler_act {pooler_act!r} is not supported (only tanh)', path=cfg_path,
                                        key='pooler_act')
             rep_size = self._store.shape(base['pooler.dense.weight'])[0]
+            self._check_dims(base['pooler.dense.weight'], width=rep_size)
             plan('pre_logits.fc.weight', (rep_size, dim), (take(base, 'pooler.dense.weight', (rep_size, dim)),))
             plan('pre_logits.fc.bias', (rep_size,), (take(base, 'pooler.dense.bias', (rep_size,)),))
         num_classes = 0
@@ -179,6 +186,7 @@ class HFCheckpoint(SourceCheckpoint):
                 raise self._error('a pooler together with a classifier is not a transformers ViT layout',
                                   key=base['pooler.dense.weight'])
             num_classes = self._store.shape(heads['classifier.weight'])[0]
+            self._check_dims(heads['classifier.weight'], classes=num_classes)
             plan('head.weight', (num_classes, dim), (take(heads, 'classifier.weight', (num_classes, dim)),))
             plan('head.bias', (num_classes,), (take(heads, 'classifier.bias', (num_classes,)),))
 

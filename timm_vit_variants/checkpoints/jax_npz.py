@@ -10,6 +10,7 @@ from typing import Any, Dict, Optional, Set, Tuple
 import torch
 from timm.layers import to_2tuple
 
+from ..limits import DEFAULT_LIMITS
 from .npz_archive import NpzArchive
 from .source import PlanItem, SourceCheckpoint, as_is
 
@@ -60,8 +61,8 @@ class JaxNpzCheckpoint(SourceCheckpoint):
     }
 
     def __init__(self, path: str, **hints: Any) -> None:
-        super().__init__(path)
-        self._open(NpzArchive(self.path), hints)
+        super().__init__(path, hints.get('limits', DEFAULT_LIMITS))
+        self._open(NpzArchive(self.path, self.limits), hints)
 
     # -- planning ------------------------------------------------------------------------------------
     def _find_prefix(self, hint: Optional[str]) -> str:
@@ -101,6 +102,7 @@ class JaxNpzCheckpoint(SourceCheckpoint):
             raise self._error('patch embedding kernel must be (P, P, C, D)', key=local['embedding/kernel'],
                               shapes=(kernel_shape,))
         patch_h, patch_w, in_chans, dim = kernel_shape
+        self._check_dims(local['embedding/kernel'], width=dim, img_size=max(patch_h, patch_w))
         plan('patch_embed.proj.weight', (dim, in_chans, patch_h, patch_w),
              (take('embedding/kernel', kernel_shape),), _patch_kernel)
         plan('patch_embed.proj.bias', (dim,), (take('embedding/bias', (dim,)),))
@@ -135,11 +137,14 @@ class JaxNpzCheckpoint(SourceCheckpoint):
                 raise self._error('scanned parameters need a leading depth axis', key=scale_key,
                                   shapes=(self._store.shape(scale_key), ('depth', 'width')))
             depth = self._store.shape(scale_key)[0]
+            self._check_dims(scale_key, depth=depth)
             block_prefixes = [_SCAN_PREFIX] * depth
             layers: Optional[int] = depth
         else:
             indices = sorted({int(m.group(1)) for m in map(_BLOCK_RE.match, local) if m})
             depth = len(indices)
+            if indices:
+                self._check_dims(f'{prefix}Transformer/encoderblock_{indices[-1]}', depth=indices[-1] + 1)
             if indices != list(range(depth)):
                 missing = sorted(set(range(max(indices) + 1)) - set(indices))
                 raise self._error(f'inconsistent depth: blocks {indices} present, {missing} missing',
@@ -164,6 +169,7 @@ class JaxNpzCheckpoint(SourceCheckpoint):
         if fc1 not in local:
             raise self._error('missing key', key=prefix + fc1)
         mlp_dim = self._store.shape(local[fc1])[-1]
+        self._check_dims(local[fc1], mlp=mlp_dim, heads=num_heads)
         qkv_bias = f'{block_prefixes[0]}{self.ATTN}/query/bias' in local
 
         for i, bp in enumerate(block_prefixes):
@@ -201,12 +207,14 @@ class JaxNpzCheckpoint(SourceCheckpoint):
         head_in = dim
         if 'pre_logits/kernel' in local:
             rep_size = self._store.shape(local['pre_logits/kernel'])[-1]
+            self._check_dims(local['pre_logits/kernel'], width=rep_size)
             plan('pre_logits.fc.weight', (rep_size, dim), (take('pre_logits/kernel', (dim, rep_size)),), _transpose)
             plan('pre_logits.fc.bias', (rep_size,), (take('pre_logits/bias', (rep_size,)),))
             head_in = rep_size
         num_classes = 0
         if 'head/kernel' in local:
             num_classes = self._store.shape(local['head/kernel'])[-1]
+            self._check_dims(local['head/kernel'], classes=num_classes)
             plan('head.weight', (num_classes, head_in), (take('head/kernel', (head_in, num_classes)),), _transpose)
             plan('head.bias', (num_classes,), (take('head/bias', (num_classes,)),))
 
@@ -253,6 +261,7 @@ class JaxNpzCheckpoint(SourceCheckpoint):
             shape: Tuple[int, ...],
     ) -> Tuple[int, int]:
         """Grid of a learned table: from an image-size hint, else the table must be square."""
+        self._check_dims(key, tokens=tokens)
         if img_size:
             img = to_2tuple(img_size)
             grid = (img[0] // patch[0], img[1] // patch[1])

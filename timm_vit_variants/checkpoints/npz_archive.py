@@ -13,12 +13,18 @@ import numpy as np
 import torch
 
 from ..errors import ViTVariantsError
+from ..limits import DEFAULT_LIMITS, Limits
 
 __all__ = ['NpzArchive', 'to_float32']
 
 # Errors a damaged zip member or .npy header can raise while being read.
 _READ_ERRORS = (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError, KeyError, TypeError, SyntaxError,
                 MemoryError, OverflowError, IndexError, NotImplementedError)
+
+
+# Upper bounds on a ViT's array count: 16 per block in flax layouts, plus embeddings, norms and heads.
+_ARRAYS_PER_BLOCK = 24
+_ARRAYS_OUTSIDE_BLOCKS = 64
 
 
 def to_float32(array: np.ndarray, *, path: str, key: str) -> torch.Tensor:
@@ -35,21 +41,47 @@ def to_float32(array: np.ndarray, *, path: str, key: str) -> torch.Tensor:
 class NpzArchive:
     """Member names, shapes and dtypes from the headers; data one array at a time."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, limits: Limits = DEFAULT_LIMITS) -> None:
         self.path = str(path)
+        self.limits = limits
         try:
             self._zip = zipfile.ZipFile(self.path)
         except FileNotFoundError as e:
             raise ViTVariantsError('file not found', path=self.path) from e
         except (zipfile.BadZipFile, OSError, ValueError, EOFError) as e:
             raise ViTVariantsError(f'not a readable .npz (zip) archive: {e}', path=self.path) from e
-        self._members: Dict[str, zipfile.ZipInfo] = {}
-        for info in self._zip.infolist():
-            if info.filename.endswith('.npy'):
-                self._members[info.filename[:-len('.npy')]] = info
-        self._headers: Dict[str, Tuple[Tuple[int, ...], np.dtype]] = {}
-        for key in self._members:
-            self._headers[key] = self._read_header(key)
+        try:
+            self._members: Dict[str, zipfile.ZipInfo] = {}
+            for info in self._zip.infolist():
+                if info.filename.endswith('.npy'):
+                    self._members[info.filename[:-len('.npy')]] = info
+            self._check_claims()
+            self._headers: Dict[str, Tuple[Tuple[int, ...], np.dtype]] = {}
+            for key in self._members:
+                self._headers[key] = self._read_header(key)
+        except BaseException:
+            self._zip.close()
+            raise
+
+    def _check_claims(self) -> None:
+        """Refuse members whose directory entries claim more than any real checkpoint, before inflating any."""
+        most = _ARRAYS_PER_BLOCK * self.limits.depth + _ARRAYS_OUTSIDE_BLOCKS
+        if len(self._members) > most:
+            raise ViTVariantsError(
+                f'{len(self._members)} arrays is more than a ViT within the depth limit of {self.limits.depth} '
+                f'holds (at most {most}); refusing before reading any (lift it with --limit depth=N)', path=self.path)
+        for key, info in self._members.items():
+            self.limits.check('tensor_bytes', info.file_size, path=self.path, key=key)
+        packed = [info for info in self._members.values() if info.compress_type != zipfile.ZIP_STORED]
+        claimed = sum(info.file_size for info in packed)
+        compressed = sum(info.compress_size for info in packed)
+        # Float weights deflate by ~1.1x; a tiny allowance covers zero-filled small tensors.
+        if claimed > max(16 << 20, self.limits.inflate_ratio * compressed):
+            worst = max(packed, key=lambda i: i.file_size / max(i.compress_size, 1))
+            raise ViTVariantsError(
+                f'compressed members claim {claimed} bytes from {compressed} stored bytes (more than '
+                f'{self.limits.inflate_ratio}x, a decompression bomb); refusing before inflating any (if genuine, '
+                f'lift it with --limit inflate_ratio=N)', path=self.path, key=worst.filename[:-len('.npy')])
 
     def _read_header(self, key: str) -> Tuple[Tuple[int, ...], np.dtype]:
         try:

@@ -4,7 +4,7 @@ import zipfile
 from typing import Iterable
 
 from ..errors import ViTVariantsError
-from .timm_format import read_json
+from .files import check_source, read_json
 from .torch_files import open_store
 
 __all__ = ['detect_format']
@@ -53,11 +53,9 @@ def _detect_folder(path: str) -> str:
 
 def detect_format(path: 'str | os.PathLike') -> str:
     """One of FORMATS for a file or folder; raises ViTVariantsError if it is none of them."""
-    path = os.fspath(path)
+    path = check_source(os.fspath(path))
     if os.path.isdir(path):
         return _detect_folder(path)
-    if not os.path.isfile(path):
-        raise ViTVariantsError('no such file or folder', path=path)
     try:
         with open(path, 'rb') as fp:
             head = fp.read(4)

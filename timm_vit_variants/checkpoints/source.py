@@ -13,6 +13,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tupl
 import torch
 
 from ..errors import ViTVariantsError
+from ..limits import DEFAULT_LIMITS, Limits
 
 __all__ = ['SourceCheckpoint', 'PlanItem', 'Inventory']
 
@@ -47,8 +48,9 @@ class SourceCheckpoint(abc.ABC):
 
     format: str = ''
 
-    def __init__(self, path: 'str | os.PathLike') -> None:
+    def __init__(self, path: 'str | os.PathLike', limits: Limits = DEFAULT_LIMITS) -> None:
         self.path = str(path)
+        self.limits = limits
         self.model_args: Dict[str, Any] = {}
         self.grid: Optional[Tuple[int, int]] = None
         self.label_names: Optional[List[str]] = None
@@ -122,6 +124,10 @@ class SourceCheckpoint(abc.ABC):
     # -- helpers for readers -----------------------------------------------------------------------
     def _error(self, reason: str, key: Optional[str] = None, shapes: Optional[Sequence] = None) -> ViTVariantsError:
         return ViTVariantsError(reason, path=self.path, key=key, shapes=shapes)
+
+    def _check_dims(self, key: Optional[str] = None, **dims: Optional[int]) -> None:
+        """Refuse claimed dimensions above ``self.limits`` before anything is planned or read."""
+        self.limits.check_dims(path=self.path, key=key, **dims)
 
     def _expect_shape(self, key: str, shape: Sequence[int], expected: Sequence[int]) -> None:
         if tuple(shape) != tuple(expected):

@@ -6,7 +6,6 @@ keys, as timm's training script writes them) and ``.safetensors``; or a Hub fold
 Tensor names are already ours, so conversion is the identity; the work is inferring the
 architecture and refusing timm features SimpleVisionTransformer cannot express.
 """
-import json
 import math
 import os
 import re
@@ -18,13 +17,17 @@ import torch.nn as nn
 from timm.layers import to_2tuple
 
 from ..errors import ViTVariantsError
+from ..limits import DEFAULT_LIMITS, Limits
+from .files import read_json
 from .source import PlanItem, SourceCheckpoint, as_is
 from .torch_files import open_store
 
-__all__ = ['TimmCheckpoint', 'read_json', 'activation_name']
+__all__ = ['TimmCheckpoint', 'activation_name']
 
 _WEIGHT_FILES = ('model.safetensors', 'pytorch_model.bin', 'model.pth', 'pytorch_model.pth')
 _BLOCK_RE = re.compile(r'^blocks\.(\d+)\.')
+# create_model kwargs that load weights or configs from elsewhere: never taken from a file's config.
+_LOADING_ARGS = frozenset({'pretrained', 'pretrained_cfg', 'pretrained_cfg_overlay', 'checkpoint_path', 'cache_dir'})
 # timm VisionTransformer features without a SimpleVisionTransformer equivalent, by tensor name.
 _UNSUPPORTED = (
     (re.compile(r'(^|\.)reg_token$'), 'register tokens (reg_tokens) are not supported'),
@@ -36,20 +39,6 @@ _UNSUPPORTED = (
     (re.compile(r'^attn_pool\.'), "attention pooling (global_pool='map') is not supported"),
     (re.compile(r'\.(attn|mlp)\.norm\.'), 'scale_attn_norm / scale_mlp_norm are not supported'),
 )
-
-
-def read_json(path: str) -> Dict[str, Any]:
-    """A JSON object from disk, or ViTVariantsError."""
-    try:
-        with open(path, encoding='utf-8') as fp:
-            data = json.load(fp)
-    except FileNotFoundError as e:
-        raise ViTVariantsError('file not found', path=path) from e
-    except (OSError, ValueError) as e:
-        raise ViTVariantsError(f'unreadable JSON: {e}', path=path) from e
-    if not isinstance(data, dict):
-        raise ViTVariantsError('expected a JSON object', path=path)
-    return data
 
 
 def activation_name(act: nn.Module) -> str:
@@ -65,7 +54,7 @@ def activation_name(act: nn.Module) -> str:
     raise ValueError(f'unsupported MLP activation {name}')
 
 
-def _locate(path: str) -> Tuple[List[str], Dict[str, Any], Optional[str]]:
+def _locate(path: str, limits: Limits) -> Tuple[List[str], Dict[str, Any], Optional[str]]:
     """Weight file(s), timm config (if any) and the config's path for a file or Hub folder."""
     if os.path.isdir(path):
         config_path = os.path.join(path, 'config.json')
@@ -81,7 +70,7 @@ def _locate(path: str) -> Tuple[List[str], Dict[str, Any], Optional[str]]:
         config_path = os.path.join(os.path.dirname(os.path.abspath(path)), 'config.json')
     config: Dict[str, Any] = {}
     if os.path.isfile(config_path):
-        config = read_json(config_path)
+        config = read_json(config_path, limits)
         if 'architecture' not in config:  # e.g. a transformers config: not a timm description of this file
             config, config_path = {}, None
     else:
@@ -93,8 +82,8 @@ class TimmCheckpoint(SourceCheckpoint):
     format = 'timm'
 
     def __init__(self, path: str, **hints: Any) -> None:
-        super().__init__(path)
-        files, self.source_config, self._config_path = _locate(self.path)
+        super().__init__(path, hints.get('limits', DEFAULT_LIMITS))
+        files, self.source_config, self._config_path = _locate(self.path, self.limits)
         self._open(open_store(files, unwrap=True, use_ema=hints.get('use_ema', True)), hints)
 
     # -- architecture from config.json ------------------------------------------------------------
@@ -104,6 +93,17 @@ class TimmCheckpoint(SourceCheckpoint):
             return {}
         arch = self.source_config['architecture']
         args = self.source_config.get('model_args') or {}
+        if not isinstance(arch, str) or ':' in arch or not timm.is_model(arch):
+            raise ViTVariantsError(
+                f'architecture {arch!r} is not a registered timm model name (a local folder never loads a model '
+                'from the Hub or another path)', path=self._config_path, key='architecture')
+        if not isinstance(args, dict):
+            raise ViTVariantsError('model_args must be a JSON object', path=self._config_path, key='model_args')
+        refused = sorted(set(args) & _LOADING_ARGS)
+        if refused:
+            raise ViTVariantsError(f'model_args may not name files or pretrained sources ({", ".join(refused)})',
+                                   path=self._config_path, key=f'model_args.{refused[0]}')
+        self._check_config_dims(args)
         try:
             with torch.device('meta'):
                 model = timm.create_model(arch, pretrained=False, **args)
@@ -139,6 +139,22 @@ class TimmCheckpoint(SourceCheckpoint):
                                    path=self._config_path, key='global_pool')
         return out
 
+    def _check_config_dims(self, args: Dict[str, Any]) -> None:
+        """Bound the sizes config.json claims before timm builds anything from them."""
+        claims = {'depth': 'depth', 'embed_dim': 'width', 'num_heads': 'heads', 'mlp_dim': 'mlp',
+                  'num_classes': 'classes', 'img_size': 'img_size', 'patch_size': 'img_size'}
+        for arg, limit in claims.items():
+            values = args.get(arg)
+            for value in (values if isinstance(values, (list, tuple)) else [values] if values is not None else []):
+                if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+                    raise ViTVariantsError(f'expected a number, got {value!r}', path=self._config_path,
+                                           key=f'model_args.{arg}')
+                self.limits.check(limit, int(value), path=self._config_path, key=f'model_args.{arg}')
+        img, patch = to_2tuple(args.get('img_size', 224)), to_2tuple(args.get('patch_size', 16))
+        if len(img) == 2 and len(patch) == 2 and min(patch) >= 1:
+            tokens = -(-int(img[0]) // int(patch[0])) * -(-int(img[1]) // int(patch[1]))
+            self.limits.check('tokens', tokens, path=self._config_path, key='model_args.img_size')
+
     # -- planning ----------------------------------------------------------------------------------
     def _plan_conversion(self, hints: Dict[str, Any]) -> None:
         prefix = hints.get('prefix') or ''
@@ -167,6 +183,7 @@ class TimmCheckpoint(SourceCheckpoint):
             raise self._error('patch embedding must be a (D, C, P, P) convolution', key=local['patch_embed.proj.weight'],
                               shapes=(kernel,))
         dim, in_chans, patch_h, patch_w = kernel
+        self._check_dims(local['patch_embed.proj.weight'], width=dim, img_size=max(patch_h, patch_w))
         plan('patch_embed.proj.weight', kernel)
         plan('patch_embed.proj.bias', (dim,))
 
@@ -193,11 +210,13 @@ class TimmCheckpoint(SourceCheckpoint):
         depth = len(indices)
         if depth == 0:
             raise self._error('no transformer blocks found', key=prefix + 'blocks.0.attn.qkv.weight')
+        self._check_dims(f'{prefix}blocks.{indices[-1]}', depth=indices[-1] + 1)
         if indices != list(range(depth)):
             missing = sorted(set(range(max(indices) + 1)) - set(indices))
             raise self._error(f'inconsistent depth: blocks {indices} present, {missing} missing',
                               key=f'{prefix}blocks.{missing[0]}')
         mlp_dim = shape_of('blocks.0.mlp.fc1.weight')[0]
+        self._check_dims(local['blocks.0.mlp.fc1.weight'], mlp=mlp_dim)
         qkv_bias = 'blocks.0.attn.qkv.bias' in local
         for i in range(depth):
             b = f'blocks.{i}.'
@@ -220,12 +239,14 @@ class TimmCheckpoint(SourceCheckpoint):
         head_in = dim
         if 'pre_logits.fc.weight' in local:
             rep_size = shape_of('pre_logits.fc.weight')[0]
+            self._check_dims(local['pre_logits.fc.weight'], width=rep_size)
             plan('pre_logits.fc.weight', (rep_size, dim))
             plan('pre_logits.fc.bias', (rep_size,))
             head_in = rep_size
         num_classes = 0
         if 'head.weight' in local:
             num_classes = shape_of('head.weight')[0]
+            self._check_dims(local['head.weight'], classes=num_classes)
             plan('head.weight', (num_classes, head_in))
             plan('head.bias', (num_classes,))
 
@@ -280,6 +301,7 @@ class TimmCheckpoint(SourceCheckpoint):
             key: str,
     ) -> Tuple[bool, Tuple[int, int]]:
         """Split a learned table into an optional cls slot and a patch grid."""
+        self._check_dims(key, tokens=tokens)
         if img_size:
             img = to_2tuple(img_size)
             grid = (img[0] // patch[0], img[1] // patch[1])

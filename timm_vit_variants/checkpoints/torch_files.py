@@ -13,6 +13,7 @@ from safetensors import SafetensorError, safe_open
 from timm.models import clean_state_dict
 
 from ..errors import ViTVariantsError
+from .files import check_regular_file
 
 __all__ = ['TensorStore', 'open_store', 'is_safetensors']
 
@@ -171,6 +172,8 @@ def is_safetensors(file: str) -> bool:
 
 def open_store(files: Sequence[str], unwrap: bool = False, use_ema: bool = True) -> TensorStore:
     """A store for safetensors shards or torch pickles, told apart by content (all files of one kind)."""
+    for file in files:
+        check_regular_file(file)
     if all(is_safetensors(f) for f in files):
         return SafetensorsStore(files)
     return TorchPickleStore(files, unwrap=unwrap, use_ema=use_ema)

@@ -2,8 +2,9 @@
 import argparse
 import sys
 
-from ..cli import add_geometry_args, add_source_args, check_sizes, command_line, source_hints
-from .push import add_push_to_option, check_push_args, push_from_args
+from .cmd_push import add_push_to_option, check_push_args, push_from_args
+from .options import (
+    add_geometry_args, add_output_args, add_source_args, check_sizes, limits_of, say, source_hints)
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -19,30 +20,22 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         help='classifier width: 0 drops the head, any other count than the source gets a zero head')
     add_source_args(parser)
     add_output_args(parser)
-    parser.add_argument('--tol', type=float, default=1e-4,
-                        help='verification tolerance on max |delta| of logits and features, float32 (default 1e-4)')
-    parser.add_argument('--no-verify', action='store_true', help='skip the numerical check against the source')
+    add_verify_args(parser)
     add_push_to_option(parser)
-    parser.set_defaults(func=lambda args: run(parser, args))
     return parser
 
 
-def add_output_args(parser: argparse.ArgumentParser) -> None:
-    """Output options shared with ``resize``."""
-    parser.add_argument('--overwrite', action='store_true', help='replace OUT if it exists')
-    parser.add_argument('--max-shard-size', default='5GB',
-                        help='split weights into Hub-convention shards above this size, e.g. 500MB (default 5GB); '
-                             "note timm's local-dir:/hf-hub: loaders read only unsharded folders")
-    parser.add_argument('--license', help='license recorded in the model card (default: the source\'s, if known)')
-    parser.add_argument('--base-model', help='Hub id of the original weights, recorded in the model card')
-    parser.add_argument('--dataset', action='append', dest='datasets', metavar='NAME',
-                        help='training dataset recorded in the model card (repeatable)')
+def add_verify_args(parser: argparse.ArgumentParser) -> None:
+    """--tol and --no-verify, shared with ``resize``."""
+    parser.add_argument('--tol', type=float, default=1e-4,
+                        help='verification tolerance on max |delta| of logits and features, float32 (default 1e-4)')
+    parser.add_argument('--no-verify', action='store_true', help='skip the numerical check against the source')
 
 
-def run(parser: argparse.ArgumentParser, args: argparse.Namespace, fmt: str = None) -> int:
+def run(args: argparse.Namespace, fmt: str = None) -> int:
     from ..convert import convert
 
-    check_sizes(parser, args)
+    check_sizes(args)
     if getattr(args, 'push_to', None):
         check_push_args(args, args.push_to)
     result = convert(
@@ -50,8 +43,8 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace, fmt: str = No
         num_classes=getattr(args, 'num_classes', None), resample_like=args.resample_like,
         hints=source_hints(args), overwrite=args.overwrite, tol=args.tol,
         verify=not args.no_verify, max_shard_size=args.max_shard_size, license=args.license,
-        base_model=args.base_model, datasets=args.datasets, command=command_line(args.argv),
-        progress=sys.stderr.isatty())
+        base_model=args.base_model, datasets=args.datasets, command=args.command_line,
+        progress=sys.stderr.isatty(), allow_nonfinite=args.allow_nonfinite, limits=limits_of(args))
     report(result)
     if getattr(args, 'push_to', None):
         push_from_args(args, args.out, args.push_to)
@@ -60,6 +53,5 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace, fmt: str = No
 
 def report(result) -> None:
     """Quiet success: the output path, then one verification line (skips go to stderr)."""
-    print(result.summary())
-    line = result.verification.summary()
-    print(line, file=sys.stderr if result.verification.status == 'skipped' else sys.stdout)
+    say(result.summary())
+    say(result.verification.summary(), err=result.verification.status == 'skipped')

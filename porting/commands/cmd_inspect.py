@@ -1,7 +1,7 @@
 """``vit-port inspect SRC``: tensor table, inferred config and an optional position-similarity plot."""
 import argparse
 
-from ..cli import add_geometry_args, add_source_args, check_sizes, source_hints
+from .options import UsageError, add_geometry_args, add_source_args, check_sizes, limits_of, say, source_hints
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -14,24 +14,23 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     add_source_args(parser)
     parser.add_argument('--plot', metavar='FILE.png', help='write the position-embedding similarity plot here')
     add_geometry_args(parser)
-    parser.set_defaults(func=lambda args: run(parser, args))
     return parser
 
 
-def run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
+    check_sizes(args)
+    if args.plot is None and (args.img_size or args.patch_size or args.resample_like):
+        raise UsageError('--img-size/--patch-size/--resample-like only apply to --plot')
     from ..convert import open_source, source_model_args
-    from ..inspect import config_table, plot_position_similarity, tensor_table
+    from ..inspection import config_table, plot_position_similarity, tensor_table
     from ..transforms import make_plan
 
-    check_sizes(parser, args)
-    if args.plot is None and (args.img_size or args.patch_size or args.resample_like):
-        parser.error('--img-size/--patch-size/--resample-like only apply to --plot')
     with open_source(args.src, args.fmt, **source_hints(args)) as src:
-        print(tensor_table(src.inventory()))
-        print()
-        print(config_table(src.format, source_model_args(src), src.grid))
+        say(tensor_table(src.inventory()))
+        say('')
+        say(config_table(src.format, source_model_args(src), src.grid))
         if args.plot:
             plan = make_plan(src.path, source_model_args(src), src.grid, img_size=args.img_size,
-                             patch_size=args.patch_size, resample_like=args.resample_like)
-            print(f'plot: {plot_position_similarity(src, plan, args.plot)}')
+                             patch_size=args.patch_size, resample_like=args.resample_like, limits=limits_of(args))
+            say(f'plot: {plot_position_similarity(src, plan, args.plot)}')
     return 0

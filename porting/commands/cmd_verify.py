@@ -2,7 +2,7 @@
 import argparse
 import sys
 
-from ..cli import add_source_args, source_hints
+from .options import add_source_args, say, source_hints
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -15,7 +15,6 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument('converted', metavar='CONVERTED', help='converted folder (same geometry as SRC)')
     add_source_args(parser)
     parser.add_argument('--tol', type=float, default=1e-4, help='tolerance (default 1e-4)')
-    parser.set_defaults(func=run)
     return parser
 
 
@@ -36,7 +35,7 @@ def run(args: argparse.Namespace) -> int:
         else:
             result = compare(src.path, src.format, source_args, lambda: load_folder(args.converted), args.tol,
                              progress=sys.stderr.isatty())
-    print(result.summary(), file=sys.stdout if result.status == 'passed' else sys.stderr)
+    say(result.summary(), err=result.status != 'passed')
     return 0 if result.status == 'passed' else 1
 
 

@@ -1,7 +1,6 @@
 """``vit-port push OUT_DIR REPO_ID`` and the ``--push-to`` options of ``vit-port convert``."""
 import argparse
 
-from ..hub import PushResult, check_repo_id, push_folder, require_token
 
 _DESCRIPTION = """\
 Upload a converted model folder (model.safetensors or shards + index, config.json, README.md) to the
@@ -20,7 +19,6 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument('out_dir', metavar='OUT_DIR', help='folder written by `vit-port convert`')
     parser.add_argument('repo_id', metavar='REPO_ID', help='Hub model repo, ORG/NAME')
     add_push_options(parser)
-    parser.set_defaults(func=run)
     return parser
 
 
@@ -48,8 +46,10 @@ def add_push_to_option(parser: argparse.ArgumentParser) -> None:
     add_push_options(parser, title='Hub upload (with --push-to)')
 
 
-def push_from_args(args: argparse.Namespace, out_dir: str, repo_id: str) -> PushResult:
-    """Run the push described by parsed ``args`` (from ``push`` or ``convert --push-to``)."""
+def push_from_args(args: argparse.Namespace, out_dir: str, repo_id: str):
+    """Run the push described by parsed ``args`` (from ``push`` or ``convert --push-to``); returns a PushResult."""
+    from ..hub import push_folder
+
     return push_folder(out_dir, repo_id, private=args.private, revision=args.revision, create_pr=args.create_pr,
                        commit_message=args.commit_message, token=args.token, endpoint=args.endpoint,
                        dry_run=args.dry_run, overwrite_card=args.overwrite_card)
@@ -57,6 +57,8 @@ def push_from_args(args: argparse.Namespace, out_dir: str, repo_id: str) -> Push
 
 def check_push_args(args: argparse.Namespace, repo_id: str) -> None:
     """Fail before any long work (conversion) when the push could not start: bad repo id, no token."""
+    from ..hub import check_repo_id, require_token
+
     check_repo_id(repo_id)
     if not args.dry_run:
         require_token(args.token)

@@ -1,9 +1,9 @@
 """``vit-port resize SRC_FOLDER OUT``: change the resolution / patch size of an already-converted folder."""
 import argparse
-from pathlib import Path
+import os
 
-from ..cli import add_geometry_args, check_sizes
-from .convert import add_output_args, run as run_convert
+from . import cmd_convert
+from .options import UsageError, add_geometry_args, add_output_args, add_safety_args
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -17,19 +17,17 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument('out', metavar='OUT', help='output folder (must not exist unless --overwrite)')
     add_geometry_args(parser)
     add_output_args(parser)
-    parser.add_argument('--tol', type=float, default=1e-4, help='verification tolerance (default 1e-4)')
-    parser.add_argument('--no-verify', action='store_true', help='skip the check of SRC_FOLDER against timm')
-    parser.set_defaults(func=lambda args: run(parser, args))
+    add_safety_args(parser)
+    cmd_convert.add_verify_args(parser)
     return parser
 
 
-def run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
-    from timm_vit_variants.errors import ViTVariantsError
-
+def run(args: argparse.Namespace) -> int:
     if args.img_size is None and args.patch_size is None:
-        parser.error('give --img-size and/or --patch-size')
-    check_sizes(parser, args)
-    if not (Path(args.src) / 'config.json').is_file():
+        raise UsageError('give --img-size and/or --patch-size')
+    if not os.path.isfile(os.path.join(args.src, 'config.json')):
+        from timm_vit_variants.errors import ViTVariantsError
+
         raise ViTVariantsError('resize takes a converted folder with config.json; use "vit-port convert" '
                                'for checkpoint files', path=args.src)
-    return run_convert(parser, args, fmt='timm')
+    return cmd_convert.run(args, fmt='timm')

@@ -1,0 +1,274 @@
+"""Where output may go, and how it gets there.
+
+The rules, in the order they are checked:
+  * OUT is compared with every source after resolving links and ``..`` (``os.path.realpath``):
+    OUT may not be a source, contain one, or lie inside a source folder, even with ``--overwrite``.
+  * An existing OUT is replaced only with ``--overwrite``, and then only when it is an empty folder,
+    a folder holding nothing but what vit-port writes (with a ``simple_vit`` ``config.json``), or a
+    symlink, which is replaced as a link and never followed into its target.
+  * Output is built in a hidden sibling ``.OUT.vit-port-partial-XXXX`` and renamed into place; an old
+    OUT is moved aside to ``.OUT.vit-port-old-XXXX`` and deleted only once the new one is in place.
+    Both hold an ``flock`` while in use, so a later run on the same OUT removes those a killed run
+    left behind and never touches those of a run still going.
+  * A full disk or any other write failure ends in one ``ViTVariantsError``, with nothing left behind.
+"""
+import errno
+import fcntl
+import os
+import re
+import secrets
+import shutil
+import signal
+import stat
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator, List, Sequence, Union
+
+from timm_vit_variants.checkpoints.files import read_json
+from timm_vit_variants.errors import ViTVariantsError
+
+__all__ = ['PARTIAL', 'OLD', 'check_output', 'atomic_folder', 'atomic_file', 'is_our_output']
+
+PARTIAL = 'vit-port-partial'
+OLD = 'vit-port-old'
+# Every name vit-port writes into an output folder.
+_OUR_NAMES = re.compile(
+    r'README\.md|config\.json|model\.safetensors|model\.safetensors\.index\.json|model-\d{5}-of-\d{5}\.safetensors')
+_STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
+
+PathLike = Union[str, os.PathLike]
+
+
+def _entry(path: PathLike) -> Path:
+    """The directory entry ``path`` names: its parent resolved, its own last component kept (a link stays a link)."""
+    absolute = os.path.abspath(os.path.expanduser(os.fspath(path)))
+    return Path(os.path.realpath(os.path.dirname(absolute))) / os.path.basename(absolute)
+
+
+def _refuse_source_clash(out: Path, source: PathLike) -> None:
+    src_entry = _entry(source)
+    src_real = Path(os.path.realpath(src_entry))
+    for src in {src_entry, src_real}:
+        if out == src or out in src.parents:
+            raise ViTVariantsError(f'the output would replace or contain the source {str(source)!r}; choose an OUT '
+                                   'outside it (--overwrite never allows this)', path=str(out))
+    if src_real.is_dir() and src_real in out.parents:
+        raise ViTVariantsError(f'the output lies inside the source folder {str(source)!r}; choose an OUT outside '
+                               'it', path=str(out))
+
+
+def is_our_output(folder: PathLike) -> bool:
+    """True for an empty folder, or one holding only vit-port's files with a ``simple_vit`` config.json."""
+    return not _foreign_contents(Path(folder))
+
+
+def _foreign_contents(folder: Path) -> List[str]:
+    """What in ``folder`` vit-port did not write (empty when it may be replaced)."""
+    names = sorted(os.listdir(folder))
+    if not names:
+        return []
+    foreign = [n + ('/' if (folder / n).is_dir() else '') for n in names
+               if not _OUR_NAMES.fullmatch(n) or not stat.S_ISREG(os.lstat(folder / n).st_mode)]
+    if foreign:
+        return foreign
+    try:
+        architecture = read_json(str(folder / 'config.json')).get('architecture')
+    except ViTVariantsError:
+        architecture = None
+    if not (isinstance(architecture, str) and architecture.startswith('simple_vit')):
+        return ['config.json (not a simple_vit model config)']
+    return []
+
+
+def _check_replaceable(out: Path) -> None:
+    foreign = _foreign_contents(out)
+    if foreign:
+        shown = ', '.join(foreign[:5]) + (f' and {len(foreign) - 5} more' if len(foreign) > 5 else '')
+        raise ViTVariantsError(
+            f'--overwrite only replaces an empty folder or one written by vit-port, and this one holds {shown}; '
+            'nothing was changed (move those away or choose another OUT)', path=str(out))
+
+
+def check_output(out: PathLike, overwrite: bool, sources: Sequence[PathLike] = (), folder: bool = True) -> Path:
+    """Validate OUT before any work; returns the location that will be written (parent links resolved)."""
+    entry = _entry(out)
+    for source in sources:
+        _refuse_source_clash(entry, source)
+    if os.path.lexists(entry):
+        if not overwrite:
+            raise ViTVariantsError('output already exists; pass --overwrite to replace it', path=str(entry))
+        if entry.is_symlink():
+            pass  # replaced as a link; its target is never touched
+        elif folder and entry.is_dir():
+            _check_replaceable(entry)
+        elif folder or not entry.is_file():
+            raise ViTVariantsError(f'output exists and is not a {"folder" if folder else "file"}; refusing to '
+                                   'replace it', path=str(entry))
+    parent = entry.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        raise ViTVariantsError(f'cannot create the output: {parent} is not a directory', path=str(entry))
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ViTVariantsError(f'output location is not writable ({parent})', path=str(entry))
+    return entry
+
+
+def _mount_point(path: Path) -> Path:
+    path = Path(os.path.realpath(path))
+    while not os.path.ismount(path) and path != path.parent:
+        path = path.parent
+    return path
+
+
+def _write_error(e: OSError, out: Path) -> ViTVariantsError:
+    if e.errno in (errno.ENOSPC, errno.EDQUOT):
+        return ViTVariantsError(f'no space left on the device holding {_mount_point(out.parent)} while writing; '
+                                'nothing was written (free some space and run again)', path=str(out))
+    return ViTVariantsError(f'cannot write the output: {e.strerror or e}; nothing was written', path=str(out))
+
+
+def _try_lock(fd: int) -> bool:
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        return False
+
+
+def _remove_stale(out: Path) -> None:
+    """Delete the partial and old siblings of OUT that a killed run left (unlocked); skip live ones."""
+    pattern = re.compile(re.escape(f'.{out.name}.') + f'(?:{PARTIAL}|{OLD})-[A-Za-z0-9_]+')
+    try:
+        names = os.listdir(out.parent)
+    except OSError:
+        return
+    for name in names:
+        if not pattern.fullmatch(name):
+            continue
+        path = out.parent / name
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | (os.O_DIRECTORY if path.is_dir() else 0))
+        except OSError:
+            continue
+        try:
+            if _try_lock(fd):
+                if stat.S_ISDIR(os.fstat(fd).st_mode):
+                    shutil.rmtree(path, ignore_errors=True)
+                else:
+                    os.unlink(path)
+        finally:
+            os.close(fd)
+
+
+@contextmanager
+def _signals_deferred() -> Iterator[None]:
+    """Hold Ctrl-C and SIGTERM until the renames are done, so OUT is never left half-replaced."""
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+@contextmanager
+def _locked(path: Path) -> Iterator[int]:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def _commit(tmp: Path, out: Path, overwrite: bool) -> None:
+    with _signals_deferred(), _locked(out.parent):
+        if not os.path.lexists(out):
+            os.rename(tmp, out)
+            return
+        if not overwrite:
+            raise ViTVariantsError('output appeared while converting; pass --overwrite to replace it', path=str(out))
+        old = out.parent / f'.{out.name}.{OLD}-{secrets.token_hex(4)}'
+        if out.is_symlink() or not out.is_dir():
+            os.rename(out, old)
+            try:
+                os.rename(tmp, out)
+            except OSError:
+                os.rename(old, out)
+                raise
+            os.unlink(old)
+            return
+        _check_replaceable(out)  # again: it may have changed while we converted
+        with _locked(out):  # held until deleted, so no concurrent cleanup mistakes it for a leftover
+            os.rename(out, old)
+            try:
+                os.rename(tmp, out)
+            except OSError:
+                os.rename(old, out)
+                raise
+            shutil.rmtree(old, ignore_errors=True)
+
+
+def _make_parents(out: Path) -> List[Path]:
+    created: List[Path] = []
+    parent = out.parent
+    while not parent.exists():
+        created.append(parent)
+        parent = parent.parent
+    for folder in reversed(created):
+        folder.mkdir()
+    return created
+
+
+def _remove_created(created: List[Path]) -> None:
+    for folder in created:  # deepest first
+        try:
+            folder.rmdir()
+        except OSError:
+            break
+
+
+@contextmanager
+def _atomic(out: PathLike, overwrite: bool, sources: Sequence[PathLike], folder: bool) -> Iterator[Path]:
+    out = check_output(out, overwrite, sources, folder=folder)
+    created: List[Path] = []
+    try:
+        created = _make_parents(out)
+        with _locked(out.parent):  # a concurrent run's cleanup never sees our partial before it is locked
+            _remove_stale(out)
+            if folder:
+                tmp = Path(tempfile.mkdtemp(prefix=f'.{out.name}.{PARTIAL}-', dir=out.parent))
+                lock = os.open(tmp, os.O_RDONLY | os.O_DIRECTORY)
+            else:
+                lock, name = tempfile.mkstemp(prefix=f'.{out.name}.{PARTIAL}-', dir=out.parent)
+                tmp = Path(name)
+            fcntl.flock(lock, fcntl.LOCK_EX)
+    except OSError as e:
+        _remove_created(created)
+        raise _write_error(e, out) from None
+    try:
+        yield tmp
+        os.chmod(tmp, 0o755 if folder else 0o644)  # mkdtemp/mkstemp make it private
+        _commit(tmp, out, overwrite)
+    except BaseException as e:
+        if folder:
+            shutil.rmtree(tmp, ignore_errors=True)
+        elif os.path.lexists(tmp):
+            os.unlink(tmp)
+        _remove_created(created)
+        if isinstance(e, OSError):
+            raise _write_error(e, out) from None
+        raise
+    finally:
+        os.close(lock)
+
+
+def atomic_folder(out: PathLike, overwrite: bool = False, sources: Sequence[PathLike] = ()):
+    """Context manager: an empty locked temporary folder beside OUT; on success it becomes OUT, on error it vanishes."""
+    return _atomic(out, overwrite, sources, folder=True)
+
+
+def atomic_file(out: PathLike, overwrite: bool = False, sources: Sequence[PathLike] = ()):
+    """Context manager: a temporary file path beside OUT; on success it replaces OUT, on error it vanishes."""
+    return _atomic(out, overwrite, sources, folder=False)

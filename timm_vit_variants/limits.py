@@ -1,0 +1,71 @@
+"""Sanity limits on what a checkpoint or config may claim, checked before anything is allocated.
+
+A hostile file can claim any depth, width or size in a few bytes; every reader and the model
+config check the claims against these limits first, so memory and time stay bounded. Each limit
+can be lifted (``vit-port --limit depth=512``) for a genuinely larger model.
+"""
+from dataclasses import dataclass, fields, replace
+from typing import Iterable, Optional
+
+from .errors import ViTVariantsError
+
+__all__ = ['Limits', 'DEFAULT_LIMITS']
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Upper bounds on a model's dimensions and on the bytes a source may ask us to hold."""
+    depth: int = 256
+    width: int = 16384
+    mlp: int = 65536
+    heads: int = 1024
+    classes: int = 100_000
+    img_size: int = 16384
+    tokens: int = 16384  # a 128x128 grid: 2048 px at patch 16; verification cost grows with its square
+    # One tensor of the largest legal shape (width x mlp, float32) fits; anything claiming more is refused.
+    tensor_bytes: int = 4 << 30
+    # A JSON config or shard index larger than this is not a config.
+    json_bytes: int = 16 << 20
+    # Deflated .npz members may claim at most this many times their compressed bytes (floats compress ~1.1x).
+    inflate_ratio: int = 32
+
+    def with_overrides(self, pairs: Iterable[str]) -> 'Limits':
+        """A copy with ``name=value`` overrides, as given to ``vit-port --limit``."""
+        names = {f.name for f in fields(self)}
+        changes = {}
+        for pair in pairs:
+            name, _, value = pair.partition('=')
+            name = name.strip().replace('-', '_')
+            if name not in names:
+                raise ViTVariantsError(f'unknown limit {name!r} in {pair!r}; known: {", ".join(sorted(names))}')
+            try:
+                number = int(value)
+            except ValueError:
+                raise ViTVariantsError(f'limit {name} needs a positive integer, got {value!r}') from None
+            if number < 1:
+                raise ViTVariantsError(f'limit {name} needs a positive integer, got {value!r}')
+            changes[name] = number
+        return replace(self, **changes)
+
+    def check(self, name: str, value: int, *, path: Optional[str] = None, key: Optional[str] = None) -> None:
+        """Raise naming the claim, the limit and how to lift it, when ``value`` exceeds limit ``name``."""
+        bound = getattr(self, name)
+        if value > bound:
+            raise ViTVariantsError(
+                f'{name} {value} exceeds the limit of {bound}; refusing before reading or allocating anything '
+                f'(if the file is genuine, lift it with --limit {name}={value})', path=path, key=key)
+
+    def check_dims(
+            self,
+            *,
+            path: Optional[str] = None,
+            key: Optional[str] = None,
+            **dims: Optional[int],
+    ) -> None:
+        """Check several named dimensions at once (None values are skipped)."""
+        for name, value in dims.items():
+            if value is not None:
+                self.check(name, int(value), path=path, key=key)
+
+
+DEFAULT_LIMITS = Limits()
