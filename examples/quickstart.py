@@ -6,7 +6,7 @@
    upsampled to 32x32 by timm's transforms; a fixed, stratified 80/20 train/validation split.
 2. Model: ``simple_vit_tiny_patch4_32`` (width 192, 3 heads) cut to 4 blocks with patch 8 (4x4
    tokens at 32 px), one input channel and 10 classes, trained from scratch by
-   ``timm_vit_variants.trainer`` (timm's loaders, optimizer and scheduler factories): AdamW,
+   ``timm_vit_variants.training.trainer`` (timm's loaders, optimizer and scheduler factories): AdamW,
    warmup + cosine, label smoothing, grad clipping, batches mixing 24/32/40 px images.
 3. Report: validation top-1 at the training resolution (32) and at 24 and 48 pixels, with the
    trained patch size and with the patch kernel PI-resized to keep the token grid (FlexiViT).
@@ -32,9 +32,9 @@ from timm.data import create_loader
 
 import timm_vit_variants  # noqa: F401  (registers simple_vit_* with timm)
 from porting.output import check_output
-from porting.writer import save_pretrained_folder
+from porting.hub_folder import save_pretrained_folder
 from timm_vit_variants.errors import ViTVariantsError
-from timm_vit_variants.trainer import evaluate, parse_args, train
+from timm_vit_variants.training.trainer import evaluate, parse_args, train
 
 TRAIN_SIZE = 32
 PATCH = 8

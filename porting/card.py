@@ -15,7 +15,7 @@ from .redact import redact
 
 TAGS = ['image-classification', 'timm', 'timm-vit-variants']
 # Stands in for the repo id in the usage snippet when the card is written before the id is known;
-# ``porting.hub`` fills it in (in the uploaded bytes only) when the folder is pushed.
+# ``porting.publish`` fills it in (in the uploaded bytes only) when the folder is pushed.
 REPO_PLACEHOLDER = 'ORG/NAME'
 VERIFICATION_STATUSES = ('passed', 'failed', 'skipped')
 _MAX_LISTED_LABELS = 20

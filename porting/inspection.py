@@ -4,6 +4,7 @@ The plot shows, for every patch position, the cosine similarity of its position 
 other positions (Fig. 7 of the ViT paper), for the source grid and, when a new size/patch is
 requested, for the resized table. Sin-cos sources are plotted from the generated table.
 """
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple, Union
 
@@ -11,9 +12,10 @@ import numpy as np
 import torch
 
 from timm_vit_variants.errors import ViTVariantsError
+from timm_vit_variants.geometry import fit_tensor
 from timm_vit_variants.posemb import sincos_2d
 
-from .transforms import ConversionPlan
+from .pipeline import ConversionPlan
 
 __all__ = ['tensor_table', 'config_table', 'position_tables', 'similarity_mosaic', 'plot_position_similarity']
 
@@ -43,28 +45,21 @@ def config_table(fmt: str, model_args: Dict[str, Any], grid: Optional[Tuple[int,
 def position_tables(src: Any, plan: ConversionPlan) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
     """(source grid table, resized table or None) as (tokens, D), without any cls slot.
 
-    Learned tables are read from the checkpoint (the stream stops at ``pos_embed``) and resized
-    with the plan's rule; sin-cos tables are generated for each grid, as the model does.
+    A learned table is read from the checkpoint (that one tensor only) and resized through
+    ``geometry.fit_tensor`` with the plan's rule; sin-cos tables are generated for each grid, as the
+    model does.
     """
-    kind = plan.source_args.get('pos_embed')
-    dim = plan.source_args['embed_dim']
-    resized = plan.source_grid != plan.target_grid
-    if kind == 'sincos':
-        temp = plan.source_args.get('sincos_temperature', 10000.)
-        before = sincos_2d(*plan.source_grid, dim, temp)
-        return before, sincos_2d(*plan.target_grid, dim, temp) if resized else None
-    if kind != 'learn':
+    source, (src_geo, dst_geo) = plan.source, (plan.source_geometry, plan.target_geometry)
+    resized = src_geo.grid != dst_geo.grid
+    if source.pos_embed == 'sincos':
+        before = sincos_2d(*src_geo.grid, source.embed_dim, source.sincos_temperature)
+        return before, sincos_2d(*dst_geo.grid, source.embed_dim, source.sincos_temperature) if resized else None
+    if source.pos_embed != 'learn':
         raise ViTVariantsError('the source has no position embedding to plot', path=plan.source_path)
-    table = None
-    for key, tensor in src.iter_tensors():
-        if key == 'pos_embed':
-            table = tensor
-            break
-    if table is None:
-        raise ViTVariantsError('no pos_embed tensor in the checkpoint', path=plan.source_path, key='pos_embed')
-    slots = 1 if plan.source_args.get('pos_embed_cls_slot') and plan.source_args.get('class_token') else 0
-    after = plan.transform('pos_embed', table) if resized else None
-    return table[0, slots:], (after[0, slots:] if after is not None else None)
+    item = next(i for i in src.plan if i.key == 'pos_embed')
+    table = src.fill(item, torch.empty(item.shape))
+    after = fit_tensor('pos_embed', table, src_geo, replace(dst_geo, prefix=src_geo.prefix)) if resized else None
+    return table[0, src_geo.prefix:], (after[0, src_geo.prefix:] if after is not None else None)
 
 
 def similarity_mosaic(table: torch.Tensor, grid: Tuple[int, int]) -> np.ndarray:
@@ -86,10 +81,11 @@ def plot_position_similarity(src: Any, plan: ConversionPlan, path: Union[str, Pa
     import matplotlib.pyplot as plt
 
     before, after = position_tables(src, plan)
-    panels = [(before, plan.source_grid, f'source grid {plan.source_grid[0]}x{plan.source_grid[1]}')]
+    src_grid, dst_grid = plan.source_geometry.grid, plan.target_geometry.grid
+    panels = [(before, src_grid, f'source grid {src_grid[0]}x{src_grid[1]}')]
     if after is not None:
-        how = 'regenerated sin-cos' if plan.source_args.get('pos_embed') == 'sincos' else f'{plan.rule} resample'
-        panels.append((after, plan.target_grid, f'{plan.target_grid[0]}x{plan.target_grid[1]} ({how})'))
+        how = 'regenerated sin-cos' if plan.source.pos_embed == 'sincos' else f'{plan.rule} resample'
+        panels.append((after, dst_grid, f'{dst_grid[0]}x{dst_grid[1]} ({how})'))
     mosaics = [similarity_mosaic(table, grid) for table, grid, _ in panels]
     # At least one screen pixel per mosaic pixel (dpi 100), so large grids do not alias.
     side = max(5.0, 1.1 * max(max(m.shape) for m in mosaics) / 100)

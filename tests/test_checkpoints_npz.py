@@ -230,7 +230,7 @@ def test_bigvision_non_square_grid_resampling_matches_scipy_zoom(tmp_path):
     path = write_npz(tmp_path / 'bv.npz', jax_params(ref, 'bigvision'), prefix='params/')
     _assert_timm_loads(ref, path, img_size=(16, 12), **BV_GAP)
     from timm_vit_variants import ViTVariantsError
-    with pytest.raises(ViTVariantsError, match='--img-size'):
+    with pytest.raises(ViTVariantsError, match='--source-img-size'):
         open_checkpoint(path)
     model, ckpt = _ours(path, img_size=(16, 12))
     assert ckpt.grid == (4, 3) and ckpt.model_args['img_size'] == (16, 12)
@@ -260,18 +260,22 @@ def test_vitjax_gap_classifier_without_cls(tmp_path):
 
 @pytest.mark.parametrize('scan', [False, True])
 def test_iter_tensors_streams_each_array_once(tmp_path, monkeypatch, scan):
-    """Opening reads headers only; iterating reads every source array exactly once (scan arrays too)."""
-    from timm_vit_variants.checkpoints.npz_archive import NpzArchive
+    """Opening reads headers only; iterating views every stored array in place (nothing inflated), each array
+    once, or once per block for the stacked arrays of a scanned layout."""
+    from timm_vit_variants.checkpoints.stores import NpzStore
     ref = tiny_timm_vit(depth=3, **VITJAX)
     path = write_npz(tmp_path / 'a.npz', jax_params(ref, 'vitjax', scan=scan))
-    reads = []
-    original = NpzArchive.read
-    monkeypatch.setattr(NpzArchive, 'read', lambda self, key: reads.append(key) or original(self, key))
+    reads, inflated = [], []
+    original = NpzStore.tensor
+    monkeypatch.setattr(NpzStore, 'tensor', lambda self, key: reads.append(key) or original(self, key))
+    monkeypatch.setattr(NpzStore, '_inflate', lambda self, *a: inflated.append(a[0]))
     with open_checkpoint(path) as ckpt:
         assert reads == []  # opening reads headers only
         keys = [key for key, _ in ckpt.iter_tensors()]
         raw = [name for name, _, _ in ckpt.inventory()]
-    assert sorted(reads) == sorted(raw) and len(keys) == len(ckpt.tensor_shapes)
+    assert inflated == [] and set(reads) == set(raw) and len(keys) == len(ckpt.tensor_shapes)
+    for name in raw:
+        assert reads.count(name) == (3 if scan and name.startswith('Transformer/encoderblock/') else 1), name
 
 
 def test_registered_bv_tag_downloads_through_timm_url_path(tmp_path, monkeypatch):

@@ -20,7 +20,7 @@ import torch
 from huggingface_hub import ModelCard, constants
 
 import timm_vit_variants  # noqa: F401  (registers simple_vit_*)
-from porting.hub import collect_folder, push_folder
+from porting.publish import collect_folder, push_folder
 from porting.cli import main as cli_main
 from timm_vit_variants.errors import ViTVariantsError
 
@@ -313,7 +313,8 @@ def test_missing_folder_and_files(hub, folder, tmp_path, capsys):
     assert 'does not exist' in capsys.readouterr().err
     (folder / 'model.safetensors').unlink()
     assert push_main([str(folder), REPO, '--endpoint', hub.url, '--token', TOKEN]) == 1
-    assert 'no model.safetensors or model.safetensors.index.json' in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert 'no weight file found' in err and 'model.safetensors,' in err and 'model.safetensors.index.json' in err
     (folder / 'config.json').unlink()
     assert push_main([str(folder), REPO, '--endpoint', hub.url, '--token', TOKEN]) == 1
     assert 'missing config.json' in capsys.readouterr().err
@@ -398,5 +399,5 @@ def test_sharded_folder(hub, model_dir, tmp_path, capsys):
     for name in shards:
         assert hub.files(REPO)[name] == (out_dir / name).read_bytes()
     (out_dir / shards[-1]).unlink()
-    with pytest.raises(ViTVariantsError, match=f'missing files: {shards[-1]}'):
+    with pytest.raises(ViTVariantsError, match=f"{shards[-1]}': shard named by the index is missing"):
         push_folder(out_dir, REPO, token=TOKEN, endpoint=hub.url)

@@ -15,7 +15,7 @@ import timm
 import torch
 
 import timm_vit_variants  # noqa: F401  (registers simple_vit_*)
-from porting.hub import push_folder
+from porting.publish import push_folder
 
 from hub_server import FakeHub, git_blob_sha1, keep_client_local
 

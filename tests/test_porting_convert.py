@@ -16,7 +16,7 @@ import torch
 import timm
 import timm_vit_variants  # noqa: F401  (registers simple_vit_*)
 from porting.cli import main
-from porting.loading import load_folder
+from porting.hub_folder import load_folder
 
 import _porting_fixtures as F
 

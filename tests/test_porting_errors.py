@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from porting.cli import main
-from porting.writer import save_pretrained_folder
+from porting.hub_folder import save_pretrained_folder
 from timm_vit_variants import SimpleVisionTransformer
 
 import _porting_fixtures as F

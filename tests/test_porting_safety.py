@@ -169,7 +169,7 @@ def _address_limit():
     global _AS_LIMIT
     if _AS_LIMIT is None:
         probe = subprocess.run(
-            [sys.executable, '-c', 'import porting.convert, porting.verify, porting.cli; '
+            [sys.executable, '-c', 'import porting.pipeline, porting.verification, porting.cli; '
                                    'print(open("/proc/self/status").read().split("VmPeak:")[1].split()[0])'],
             capture_output=True, text=True, cwd=REPO, check=True)
         _AS_LIMIT = int(probe.stdout.strip()) * 1024 + (3 << 29)
@@ -326,12 +326,10 @@ def test_limits_can_be_lifted(tmp_path, capsys):
 # -- 4. clean failure everywhere ---------------------------------------------------------------------
 
 def test_disk_full_is_one_clear_error(npz, tmp_path, capsys, monkeypatch):
-    import porting.shards as shards
-
-    def full(self, name, tensor):
+    def full(fd, offset, length):  # what posix_fallocate reports on a full disk, before any byte is written
         raise OSError(errno.ENOSPC, 'No space left on device')
 
-    monkeypatch.setattr(shards._ShardFile, 'write', full)
+    monkeypatch.setattr(os, 'posix_fallocate', full)
     err = _fails(capsys, ['convert', str(npz), str(tmp_path / 'out')])
     assert 'no space left on the device' in err and 'nothing was written' in err and 'out' in err
     assert not (tmp_path / 'out').exists() and _leftovers(tmp_path) == []
@@ -354,7 +352,7 @@ def test_disk_full_on_a_real_tiny_filesystem(npz, tmp_path):
 
 
 def test_safetensors_entry_without_offsets(tmp_path, capsys):
-    from porting.writer import save_pretrained_folder
+    from porting.hub_folder import save_pretrained_folder
     from timm_vit_variants import SimpleVisionTransformer
 
     folder = save_pretrained_folder(SimpleVisionTransformer(img_size=16, patch_size=8, embed_dim=32, depth=1,
@@ -461,7 +459,7 @@ def _wait_for_partial(folder, proc, timeout=60):
 def test_signal_during_conversion_leaves_nothing(tmp_path, signum, code):
     # Wide enough that writing and verifying take a moment, so the signal lands mid-conversion.
     from timm_vit_variants import SimpleVisionTransformer
-    from porting.writer import save_pretrained_folder
+    from porting.hub_folder import save_pretrained_folder
 
     src = save_pretrained_folder(SimpleVisionTransformer(img_size=64, patch_size=8, embed_dim=384, depth=6,
                                                          num_heads=6, num_classes=10), tmp_path / 'src')

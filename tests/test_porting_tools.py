@@ -7,9 +7,9 @@ from safetensors import safe_open
 
 import timm
 from porting.cli import main
-from porting.shards import ShardedSafetensorsWriter, parse_size
-from porting.verify import bigvision_posemb_sincos_2d
-from porting.writer import save_pretrained_folder
+from porting.hub_folder import SafetensorsWriter, parse_size
+from porting.verification import bigvision_posemb_sincos_2d
+from porting.hub_folder import save_pretrained_folder
 from timm_vit_variants import SimpleVisionTransformer
 from timm_vit_variants.errors import ViTVariantsError
 
@@ -88,12 +88,12 @@ def test_save_pretrained_folder_loads_in_timm(tmp_path):
 
 def test_shard_writer_streams_out_of_order(tmp_path):
     tensors = {'a': torch.randn(10, 3), 'b': torch.arange(7, dtype=torch.float32), 'c': torch.randn(2, 2, 2)}
-    writer = ShardedSafetensorsWriter(tmp_path, [(k, tuple(v.shape), v.dtype) for k, v in tensors.items()], 130)
+    writer = SafetensorsWriter(tmp_path, [(k, tuple(v.shape), v.dtype) for k, v in tensors.items()], 130)
     for key in ('c', 'a', 'b'):
         writer.write(key, tensors[key])
     assert writer.close() is not None
     (tmp_path / 'x').mkdir()
-    small = ShardedSafetensorsWriter(tmp_path / 'x', [('a', (2,), torch.float32)], 10)
+    small = SafetensorsWriter(tmp_path / 'x', [('a', (2,), torch.float32)], 10)
     with pytest.raises(ViTVariantsError, match='does not fit'):
         small.write('a', torch.zeros(3))
     with pytest.raises(ViTVariantsError, match='not part of the target'):
@@ -130,6 +130,6 @@ def test_truncated_converted_folder(tmp_path, capsys):
     out = save_pretrained_folder(model, tmp_path / 'm')
     weights = out / 'model.safetensors'
     weights.write_bytes(weights.read_bytes()[:-100])
-    from porting.loading import load_folder
+    from porting.hub_folder import load_folder
     with pytest.raises(ViTVariantsError, match='model.safetensors'):
         load_folder(out)

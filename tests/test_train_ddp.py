@@ -1,6 +1,6 @@
 """Two CPU processes, gloo, DistributedDataParallel: parameters must stay identical across ranks.
 
-Each rank runs ``timm_vit_variants.trainer.train`` exactly as ``torchrun`` would start it (the
+Each rank runs ``timm_vit_variants.training.trainer.train`` exactly as ``torchrun`` would start it (the
 rendezvous comes from MASTER_ADDR/MASTER_PORT/RANK/WORLD_SIZE/LOCAL_RANK), on its own shard of a
 synthetic ImageFolder, with a different seed per rank. Rank 0 also confirms the limitation the
 trainer works around: timm's ``ClassificationTask.prepare_distributed(device_ids=[cpu])``, as
@@ -25,7 +25,7 @@ def _worker(rank: int, port: int, data_dir: str, out_dir: str) -> None:
     import timm
     import torch.distributed as dist
     from timm.task import ClassificationTask
-    from timm_vit_variants.trainer import parse_args, setup_distributed, train
+    from timm_vit_variants.training.trainer import parse_args, setup_distributed, train
 
     env = setup_distributed('cpu')
     assert env.distributed and env.world_size == WORLD_SIZE and dist.get_backend() == 'gloo'

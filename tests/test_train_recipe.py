@@ -9,7 +9,7 @@ import timm
 import yaml
 
 import timm_vit_variants  # noqa: F401
-from timm_vit_variants.trainer import build_parser, parse_args, train
+from timm_vit_variants.training.trainer import build_parser, parse_args, train
 from train_fixtures import make_image_folder
 
 RECIPE = Path(__file__).resolve().parents[1] / 'configs' / 'simple_vit_tiny_patch4_32.yaml'

@@ -29,7 +29,7 @@ from timm.scheduler import create_scheduler_v2, scheduler_kwargs
 from timm.task import ClassificationTask
 
 import timm_vit_variants  # noqa: F401
-from timm_vit_variants.patch_embed import pi_resize_patch_kernel
+from timm_vit_variants.geometry import pi_resize
 from train_fixtures import TINY_MODEL_KWARGS, make_image_folder
 
 # train.py's argparse defaults for every option the replayed calls read (train.py @ main).
@@ -216,7 +216,7 @@ def test_pretrained_path_safetensors(data_dir, tmp_path):
                          pretrained_cfg_overlay=dict(file=str(weights), num_classes=-1), **args.model_kwargs)
     sd, src = model.state_dict(), source.state_dict()
     assert torch.equal(sd['blocks.1.mlp.fc2.weight'], src['blocks.1.mlp.fc2.weight'])
-    torch.testing.assert_close(sd['patch_embed.proj.weight'], pi_resize_patch_kernel(src['patch_embed.proj.weight'], (4, 4)))
+    torch.testing.assert_close(sd['patch_embed.proj.weight'], pi_resize(src['patch_embed.proj.weight'], (4, 4)))
     assert sd['head.weight'].shape == (3, 32) and not sd['head.weight'].any()
     result = replay_train_py(args, tmp_path / 'run', max_steps=1)
     assert torch.isfinite(torch.tensor(result['losses'])).all()

@@ -1,5 +1,5 @@
-"""``python -m timm_vit_variants.trainer``: one process end to end, and its error exits."""
-from timm_vit_variants.trainer import main
+"""``python -m timm_vit_variants.training.trainer``: one process end to end, and its error exits."""
+from timm_vit_variants.training.trainer import main
 from train_fixtures import TINY_MODEL_KWARGS, make_image_folder
 
 

@@ -1,14 +1,17 @@
 """timm plugin: the ``simple_vit_*`` plain-ViT family. Importing registers the models with timm."""
+from .config import MODELS, VARIANTS, SimpleViTConfig, architecture_for
 from .errors import ViTVariantsError
-from .posemb import resample_pos_embed, sincos_2d
-from .patch_embed import AdaptivePatchEmbed, pi_resize_patch_kernel
+from .geometry import Geometry, fit_stream, fit_tensor, pi_resize, resample_table
+from .limits import DEFAULT_LIMITS, Limits
+from .patch_embed import AdaptivePatchEmbed
+from .posemb import sincos_2d
+from .simple_vit import checkpoint_filter_fn
 from .vision_transformer import SimpleVisionTransformer
-from . import simple_vit as _registry  # noqa: F401  (registers the entrypoints)
-from .simple_vit import VARIANT_DIMS, checkpoint_filter_fn
 
-__version__ = '0.1.0'
+__version__ = '0.2.0'
 
 __all__ = [
-    'ViTVariantsError', 'SimpleVisionTransformer', 'AdaptivePatchEmbed', 'sincos_2d', 'resample_pos_embed',
-    'pi_resize_patch_kernel', 'checkpoint_filter_fn', 'VARIANT_DIMS', '__version__',
+    'ViTVariantsError', 'SimpleVisionTransformer', 'SimpleViTConfig', 'MODELS', 'VARIANTS', 'architecture_for',
+    'AdaptivePatchEmbed', 'Geometry', 'fit_tensor', 'fit_stream', 'pi_resize', 'resample_table', 'sincos_2d',
+    'Limits', 'DEFAULT_LIMITS', 'checkpoint_filter_fn', '__version__',
 ]

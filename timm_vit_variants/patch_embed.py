@@ -4,23 +4,12 @@ from typing import List, Optional, Tuple, Union
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from timm.layers import resample_patch_embed, to_2tuple
+from timm.layers import to_2tuple
 
 from .errors import ViTVariantsError
+from .geometry import grid_for, pi_resize
 
-__all__ = ['AdaptivePatchEmbed', 'pi_resize_patch_kernel', 'grid_size_for']
-
-
-def pi_resize_patch_kernel(weight: torch.Tensor, new_patch_size: Tuple[int, int]) -> torch.Tensor:
-    """FlexiViT pseudo-inverse resize of an (O, I, P, P) kernel, as big_vision does it (bilinear, no antialias)."""
-    return resample_patch_embed(weight, list(new_patch_size), interpolation='bilinear', antialias=False)
-
-
-def grid_size_for(img_size: Tuple[int, int], patch_size: Tuple[int, int], pad: bool) -> Tuple[int, int]:
-    """Token grid for an image size: ceil division when padding, floor division otherwise."""
-    if pad:
-        return -(-img_size[0] // patch_size[0]), -(-img_size[1] // patch_size[1])
-    return img_size[0] // patch_size[0], img_size[1] // patch_size[1]
+__all__ = ['AdaptivePatchEmbed']
 
 
 @torch.jit.ignore
@@ -75,14 +64,14 @@ class AdaptivePatchEmbed(nn.Module):
         self.in_chans = in_chans
         self.embed_dim = embed_dim
         self.dynamic_img_pad = dynamic_img_pad
-        self.grid_size = grid_size_for(self.img_size, self.patch_size, dynamic_img_pad)
+        self.grid_size = grid_for(self.img_size, self.patch_size, dynamic_img_pad)
         self.num_patches = self.grid_size[0] * self.grid_size[1]
         self.proj = nn.Conv2d(
             in_chans, embed_dim, kernel_size=self.patch_size, stride=self.patch_size, bias=bias,
             device=device, dtype=dtype)
 
     def feat_size(self, img_size: Tuple[int, int]) -> Tuple[int, int]:
-        return grid_size_for(img_size, self.patch_size, self.dynamic_img_pad)
+        return grid_for(img_size, self.patch_size, self.dynamic_img_pad)
 
     def set_input_size(
             self,
@@ -97,7 +86,7 @@ class AdaptivePatchEmbed(nn.Module):
                     new_proj = nn.Conv2d(
                         self.in_chans, self.embed_dim, kernel_size=new_patch, stride=new_patch,
                         bias=self.proj.bias is not None, device=self.proj.weight.device, dtype=self.proj.weight.dtype)
-                    new_proj.weight.copy_(pi_resize_patch_kernel(self.proj.weight, new_patch))
+                    new_proj.weight.copy_(pi_resize(self.proj.weight, new_patch))
                     if self.proj.bias is not None:
                         new_proj.bias.copy_(self.proj.bias)
                 new_proj.requires_grad_(self.proj.weight.requires_grad)
@@ -105,7 +94,7 @@ class AdaptivePatchEmbed(nn.Module):
                 self.patch_size = new_patch
         if img_size is not None:
             self.img_size = to_2tuple(img_size)
-        self.grid_size = grid_size_for(self.img_size, self.patch_size, self.dynamic_img_pad)
+        self.grid_size = grid_for(self.img_size, self.patch_size, self.dynamic_img_pad)
         self.num_patches = self.grid_size[0] * self.grid_size[1]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -1,20 +1,13 @@
-"""Position embeddings: big_vision's fixed 2D sin-cos table and learned-table resampling."""
+"""Position embeddings: big_vision's fixed 2D sin-cos table, and a learned table at the runtime grid."""
 from typing import Dict, Optional, Tuple
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 from timm.layers import register_notrace_module
 
-__all__ = ['sincos_2d', 'RESAMPLE_RULES', 'resample_pos_embed', 'interpolate_pos_grid', 'SinCos2dPosEmbed', 'LearnedPosResampler']
+from .geometry import RESAMPLE_RULES, interpolate_grid, resample_table
 
-# How each ecosystem resizes a learned table: (mode, align_corners, antialias).
-# big_vision / vit_jax use scipy.ndimage.zoom(order=1) == bilinear with align_corners=True.
-RESAMPLE_RULES: Dict[str, Tuple[str, Optional[bool], bool]] = {
-    'bigvision': ('bilinear', True, False),
-    'timm': ('bicubic', None, True),
-    'hf': ('bicubic', False, False),
-}
+__all__ = ['sincos_2d', 'SinCos2dPosEmbed', 'LearnedPosResampler']
 
 
 def sincos_2d(
@@ -43,47 +36,6 @@ def sincos_2d(
     x = x.reshape(-1, 1) * omega.reshape(1, -1)
     y = y.reshape(-1, 1) * omega.reshape(1, -1)
     return torch.cat([x.sin(), x.cos(), y.sin(), y.cos()], dim=1)
-
-
-def resample_pos_embed(
-        pos_embed: torch.Tensor,
-        new_grid: Tuple[int, int],
-        old_grid: Tuple[int, int],
-        num_prefix_tokens: int = 0,
-        rule: str = 'bigvision',
-) -> torch.Tensor:
-    """Resize a learned (1, prefix + H*W, D) table to a new grid with an ecosystem's rule, keeping prefix slots."""
-    if rule not in RESAMPLE_RULES:
-        raise ValueError(f'unknown resample rule {rule!r}, expected one of {list(RESAMPLE_RULES)}')
-    mode, align_corners, antialias = RESAMPLE_RULES[rule]
-    return interpolate_pos_grid(
-        pos_embed, new_grid[0], new_grid[1], old_grid[0], old_grid[1], num_prefix_tokens,
-        mode, align_corners, antialias)
-
-
-def interpolate_pos_grid(
-        pos_embed: torch.Tensor,
-        new_h: int,
-        new_w: int,
-        old_h: int,
-        old_w: int,
-        num_prefix_tokens: int,
-        mode: str,
-        align_corners: Optional[bool],
-        antialias: bool,
-) -> torch.Tensor:
-    """TorchScript-friendly core of :func:`resample_pos_embed` (interpolation done in float32)."""
-    if new_h == old_h and new_w == old_w:
-        return pos_embed
-    prefix, grid = pos_embed[:, :num_prefix_tokens], pos_embed[:, num_prefix_tokens:]
-    dim = grid.shape[-1]
-    orig_dtype = grid.dtype
-    grid = grid.float().reshape(1, old_h, old_w, dim).permute(0, 3, 1, 2)
-    grid = F.interpolate(grid, size=[new_h, new_w], mode=mode, align_corners=align_corners, antialias=antialias)
-    grid = grid.permute(0, 2, 3, 1).reshape(1, new_h * new_w, dim).to(orig_dtype)
-    if num_prefix_tokens > 0:
-        return torch.cat([prefix, grid], dim=1)
-    return grid
 
 
 @register_notrace_module
@@ -143,7 +95,7 @@ class LearnedPosResampler(nn.Module):
         if not torch.jit.is_scripting():
             if not torch.compiler.is_compiling() and not (torch.is_grad_enabled() and pos_embed.requires_grad):
                 return self._cached(pos_embed, grid_h, grid_w, old_grid_h, old_grid_w)
-        return interpolate_pos_grid(
+        return interpolate_grid(
             pos_embed, grid_h, grid_w, old_grid_h, old_grid_w, self.num_prefix_tokens,
             self.mode, self.align_corners, self.antialias)
 
@@ -154,7 +106,6 @@ class LearnedPosResampler(nn.Module):
         hit = self._cache.get((grid_h, grid_w))
         if hit is not None and hit[0] == tag:
             return hit[1]
-        out = resample_pos_embed(
-            pos_embed.detach(), (grid_h, grid_w), (old_h, old_w), self.num_prefix_tokens, self.rule)
+        out = resample_table(pos_embed.detach(), (grid_h, grid_w), (old_h, old_w), self.num_prefix_tokens, self.rule)
         self._cache[(grid_h, grid_w)] = (tag, out)
         return out

@@ -9,25 +9,22 @@ State-dict names follow timm's VisionTransformer, so timm ViT checkpoints map on
 """
 from collections import OrderedDict
 from functools import partial
-from typing import Any, Callable, Dict, List, Optional, Set, Tuple, Union
+from typing import Any, Dict, List, Optional, Set, Tuple, Union
 
 import torch
 import torch.nn as nn
 from timm.layers import LayerNorm, Mlp, get_act_layer, trunc_normal_
-from timm.layers.helpers import get_device_dtype
 from timm.models import checkpoint_seq, named_apply
-from timm.models._features import feature_take_indices
-from timm.models._input import update_model_args, update_model_input_size
 from timm.models.vision_transformer import Block, init_weights_vit_jax
 from torch.utils.checkpoint import checkpoint
 
+from ._timm_compat import feature_take_indices, get_device_dtype, update_model_args, update_model_input_size
+from .config import POOL_TYPES, SimpleViTConfig
+from .geometry import Geometry, fit_tensor
 from .patch_embed import AdaptivePatchEmbed
-from .posemb import RESAMPLE_RULES, LearnedPosResampler, SinCos2dPosEmbed, resample_pos_embed
+from .posemb import LearnedPosResampler, SinCos2dPosEmbed
 
 __all__ = ['SimpleVisionTransformer']
-
-_POS_EMBED_TYPES = ('sincos', 'learn', 'none')
-_POOL_TYPES = ('avg', 'token', '')
 
 
 def _exact_width_mlp(in_features: int, hidden_features: Optional[int] = None, *, width: int, **kwargs) -> Mlp:
@@ -36,132 +33,98 @@ def _exact_width_mlp(in_features: int, hidden_features: Optional[int] = None, *,
 
 
 class SimpleVisionTransformer(nn.Module):
-    """Plain ViT with a resolution-adaptive patch embedding and timm's complete model interface."""
+    """Plain ViT with a resolution-adaptive patch embedding and timm's complete model interface.
+
+    Built from a ``SimpleViTConfig``, or from its fields as keyword arguments (which is how
+    ``timm.create_model`` calls it); ``model.config`` always describes the model as it is now.
+    """
 
     def __init__(
             self,
-            img_size: Union[int, Tuple[int, int]] = 224,
-            patch_size: Union[int, Tuple[int, int]] = 16,
-            in_chans: int = 3,
-            num_classes: int = 1000,
-            global_pool: str = 'avg',
-            embed_dim: int = 768,
-            depth: int = 12,
-            num_heads: int = 12,
-            mlp_dim: Optional[int] = None,
-            qkv_bias: bool = True,
-            class_token: bool = False,
-            pos_embed: str = 'sincos',
-            pos_embed_cls_slot: bool = False,
-            pos_embed_resample: str = 'bigvision',
-            sincos_temperature: float = 10000.,
-            rep_size: Optional[int] = None,
-            act_layer: Union[str, Callable] = 'gelu_tanh',
-            norm_eps: float = 1e-6,
-            dynamic_img_pad: bool = True,
-            drop_rate: float = 0.,
-            pos_drop_rate: float = 0.,
-            proj_drop_rate: float = 0.,
-            attn_drop_rate: float = 0.,
-            drop_path_rate: float = 0.,
-            weight_init: str = 'jax',
+            config: Optional[SimpleViTConfig] = None,
+            *,
             device=None,
             dtype=None,
+            **kwargs: Any,
     ) -> None:
         """
         Args:
-            img_size: Nominal input size; any other size also works at forward time.
-            patch_size: Patch size; change it later with ``set_input_size(patch_size=...)``.
-            global_pool: 'avg' (big_vision 'gap': norm every token, then mean), 'token' or ''.
-            mlp_dim: MLP hidden width, 4 * embed_dim by default.
-            class_token: Prepend a learned [CLS] token (needed for 'token' pooling).
-            pos_embed: 'sincos' (fixed big_vision table, never saved), 'learn' or 'none'.
-            pos_embed_cls_slot: A learned table carries a cls slot (vit_jax / timm) rather than
-                being added before the cls token is prepended (big_vision).
-            pos_embed_resample: How a learned table is resized for another grid: 'bigvision', 'timm' or 'hf'.
-            rep_size: Width of the optional pre-logits layer (Linear + tanh).
-            act_layer: MLP activation; flax ``nn.gelu`` is the tanh approximation.
-            norm_eps: LayerNorm epsilon (big_vision/timm 1e-6, transformers 1e-12).
-            dynamic_img_pad: Pad inputs right/bottom to a patch multiple; if False, such sizes raise.
-            weight_init: 'jax' (big_vision initialisers, zero head) or 'skip'.
+            config: The settings; when None, ``kwargs`` are ``SimpleViTConfig`` fields (unknown ones raise TypeError).
+            device, dtype: Where and in what dtype to create the parameters (e.g. 'meta').
         """
         super().__init__()
-        if global_pool not in _POOL_TYPES:
-            raise ValueError(f'global_pool must be one of {_POOL_TYPES}, got {global_pool!r}')
-        if pos_embed not in _POS_EMBED_TYPES:
-            raise ValueError(f'pos_embed must be one of {_POS_EMBED_TYPES}, got {pos_embed!r}')
-        if pos_embed_resample not in RESAMPLE_RULES:
-            raise ValueError(f'pos_embed_resample must be one of {tuple(RESAMPLE_RULES)}, got {pos_embed_resample!r}')
-        if global_pool == 'token' and not class_token:
-            raise ValueError("global_pool='token' needs class_token=True")
-        if weight_init not in ('jax', 'skip'):
-            raise ValueError(f"weight_init must be 'jax' or 'skip', got {weight_init!r}")
+        if config is None:
+            config = SimpleViTConfig(**kwargs)
+        elif kwargs:
+            config = config.replace(**kwargs)
+        self.config = cfg = config
         dd = {'device': device, 'dtype': dtype}
-        norm_layer = partial(LayerNorm, eps=norm_eps)
-        act_layer = get_act_layer(act_layer) if isinstance(act_layer, str) else act_layer
-        mlp_dim = mlp_dim or 4 * embed_dim
+        norm_layer = partial(LayerNorm, eps=cfg.norm_eps)
+        act_layer = get_act_layer(cfg.act_layer)
+        embed_dim = cfg.embed_dim
 
-        self.num_classes = num_classes
-        self.global_pool = global_pool
-        self.in_chans = in_chans
+        self.num_classes = cfg.num_classes
+        self.global_pool = cfg.global_pool
+        self.in_chans = cfg.in_chans
         self.embed_dim = self.num_features = embed_dim
-        self.head_hidden_size = rep_size or embed_dim
-        self.num_prefix_tokens = 1 if class_token else 0
-        self.has_class_token = class_token
-        self.pos_embed_type = pos_embed
-        self.pos_embed_cls_slot = pos_embed_cls_slot and class_token and pos_embed == 'learn'
+        self.head_hidden_size = cfg.rep_size or embed_dim
+        self.num_prefix_tokens = 1 if cfg.class_token else 0
+        self.has_class_token = cfg.class_token
+        self.pos_embed_type = cfg.pos_embed
+        self.pos_embed_cls_slot = cfg.pos_embed_cls_slot
         self.grad_checkpointing = False
 
         self.patch_embed = AdaptivePatchEmbed(
-            img_size=img_size, patch_size=patch_size, in_chans=in_chans, embed_dim=embed_dim,
-            dynamic_img_pad=dynamic_img_pad, **dd)
+            img_size=cfg.img_size, patch_size=cfg.patch_size, in_chans=cfg.in_chans, embed_dim=embed_dim,
+            dynamic_img_pad=cfg.dynamic_img_pad, **dd)
         grid = self.patch_embed.grid_size
 
-        self.cls_token = nn.Parameter(torch.zeros(1, 1, embed_dim, **dd)) if class_token else None
-        if pos_embed == 'learn':
-            slots = grid[0] * grid[1] + (1 if self.pos_embed_cls_slot else 0)
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, embed_dim, **dd)) if cfg.class_token else None
+        if cfg.pos_embed == 'learn':
+            slots = grid[0] * grid[1] + cfg.num_prefix_slots
             self.pos_embed = nn.Parameter(torch.zeros(1, slots, embed_dim, **dd))
-            self.pos_resampler = LearnedPosResampler(1 if self.pos_embed_cls_slot else 0, pos_embed_resample)
+            self.pos_resampler = LearnedPosResampler(cfg.num_prefix_slots, cfg.pos_embed_resample)
         else:
             self.pos_embed = None
             self.pos_resampler = None
         # The fixed table is deliberately not called pos_embed: it is not a parameter.
-        self.pos_sincos = SinCos2dPosEmbed(embed_dim, grid, sincos_temperature, device=device) \
-            if pos_embed == 'sincos' else None
-        self.pos_drop = nn.Dropout(pos_drop_rate)
+        self.pos_sincos = SinCos2dPosEmbed(embed_dim, grid, cfg.sincos_temperature, device=device) \
+            if cfg.pos_embed == 'sincos' else None
+        self.pos_drop = nn.Dropout(cfg.pos_drop_rate)
 
-        dpr = [x.item() for x in torch.linspace(0, drop_path_rate, depth, device='cpu')]
+        dpr = [x.item() for x in torch.linspace(0, cfg.drop_path_rate, cfg.depth, device='cpu')]
         self.blocks = nn.Sequential(*[
             Block(
                 dim=embed_dim,
-                num_heads=num_heads,
-                mlp_ratio=mlp_dim / embed_dim,
-                qkv_bias=qkv_bias,
-                proj_drop=proj_drop_rate,
-                attn_drop=attn_drop_rate,
+                num_heads=cfg.num_heads,
+                mlp_ratio=cfg.mlp_dim / embed_dim,
+                qkv_bias=cfg.qkv_bias,
+                proj_drop=cfg.proj_drop_rate,
+                attn_drop=cfg.attn_drop_rate,
                 drop_path=dpr[i],
                 act_layer=act_layer,
                 norm_layer=norm_layer,
-                mlp_layer=partial(_exact_width_mlp, width=mlp_dim),
+                mlp_layer=partial(_exact_width_mlp, width=cfg.mlp_dim),
                 depth=i,
                 **dd,
             )
-            for i in range(depth)])
+            for i in range(cfg.depth)])
         reduction = self.patch_embed.patch_size[0]
-        self.feature_info = [dict(module=f'blocks.{i}', num_chs=embed_dim, reduction=reduction) for i in range(depth)]
+        self.feature_info = [dict(module=f'blocks.{i}', num_chs=embed_dim, reduction=reduction)
+                             for i in range(cfg.depth)]
         self.norm = norm_layer(embed_dim, **dd)
 
-        if rep_size:
+        if cfg.rep_size:
             self.pre_logits = nn.Sequential(OrderedDict([
-                ('fc', nn.Linear(embed_dim, rep_size, **dd)),
+                ('fc', nn.Linear(embed_dim, cfg.rep_size, **dd)),
                 ('act', nn.Tanh()),
             ]))
         else:
             self.pre_logits = nn.Identity()
-        self.head_drop = nn.Dropout(drop_rate)
-        self.head = nn.Linear(self.head_hidden_size, num_classes, **dd) if num_classes > 0 else nn.Identity()
+        self.head_drop = nn.Dropout(cfg.drop_rate)
+        self.head = nn.Linear(self.head_hidden_size, cfg.num_classes, **dd) if cfg.num_classes > 0 else nn.Identity()
 
-        if weight_init != 'skip':
+        if cfg.weight_init != 'skip':
             self.init_weights()
 
     def init_weights(self) -> None:
@@ -203,13 +166,14 @@ class SimpleVisionTransformer(nn.Module):
     def reset_classifier(self, num_classes: int, global_pool: Optional[str] = None) -> None:
         """Replace the head with a zero-initialised one (``num_classes=0`` removes it)."""
         if global_pool is not None:
-            if global_pool not in _POOL_TYPES:
-                raise ValueError(f'global_pool must be one of {_POOL_TYPES}, got {global_pool!r}')
+            if global_pool not in POOL_TYPES:
+                raise ValueError(f'global_pool must be one of {POOL_TYPES}, got {global_pool!r}')
             if global_pool == 'token' and not self.has_class_token:
                 raise ValueError("global_pool='token' needs a class token")
             self.global_pool = global_pool
             update_model_args(self, global_pool=global_pool)
         self.num_classes = num_classes
+        self.config = self.config.replace(num_classes=num_classes, global_pool=self.global_pool)
         if num_classes > 0:
             self.head = nn.Linear(self.head_hidden_size, num_classes, **get_device_dtype(self))
             nn.init.zeros_(self.head.weight)
@@ -225,20 +189,21 @@ class SimpleVisionTransformer(nn.Module):
     ) -> None:
         """Change the nominal resolution and/or patch size in place.
 
-        The patchifier kernel is PI-resized (FlexiViT), a learned table is resampled once
-        with this model's rule, and a sin-cos table is regenerated, never interpolated.
+        The patchifier kernel is PI-resized (FlexiViT), a learned table is resampled once with this
+        model's rule (both through ``geometry.fit_tensor``), and a sin-cos table is regenerated.
         """
-        prev_grid = self.patch_embed.grid_size
-        self.patch_embed.set_input_size(img_size=img_size, patch_size=patch_size)
-        grid = self.patch_embed.grid_size
-        if self.pos_embed is not None and grid != prev_grid:
+        before = Geometry.of(self.config)
+        self.config = self.config.replace(
+            img_size=self.config.img_size if img_size is None else img_size,
+            patch_size=self.config.patch_size if patch_size is None else patch_size)
+        after = Geometry.of(self.config)
+        self.patch_embed.set_input_size(img_size=self.config.img_size, patch_size=self.config.patch_size)
+        if self.pos_embed is not None and after.grid != before.grid:
             with torch.no_grad():
-                table = resample_pos_embed(
-                    self.pos_embed.detach(), grid, prev_grid, 1 if self.pos_embed_cls_slot else 0,
-                    self.pos_resampler.rule)
+                table = fit_tensor('pos_embed', self.pos_embed.detach(), before, after)
             self.pos_embed = nn.Parameter(table, requires_grad=self.pos_embed.requires_grad)
         if self.pos_sincos is not None:
-            self.pos_sincos.set_grid_size(grid)
+            self.pos_sincos.set_grid_size(after.grid)
         for info in self.feature_info:
             info['reduction'] = self.patch_embed.patch_size[0]
         update_model_input_size(
@@ -327,11 +292,13 @@ class SimpleVisionTransformer(nn.Module):
         take_indices, max_index = feature_take_indices(len(self.blocks), indices)
         self.blocks = self.blocks[:max_index + 1]
         self.feature_info = self.feature_info[:max_index + 1]
+        self.config = self.config.replace(depth=len(self.blocks))
         if prune_norm:
             self.norm = nn.Identity()
         if prune_head:
             self.pre_logits = nn.Identity()
             self.head_hidden_size = self.embed_dim
+            self.config = self.config.replace(rep_size=None)
             self.reset_classifier(0, '')
         return take_indices
 

@@ -33,7 +33,7 @@ def add_verify_args(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, fmt: str = None) -> int:
-    from ..convert import convert
+    from ..pipeline import convert
 
     check_sizes(args)
     if getattr(args, 'push_to', None):

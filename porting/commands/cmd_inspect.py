@@ -21,16 +21,15 @@ def run(args: argparse.Namespace) -> int:
     check_sizes(args)
     if args.plot is None and (args.img_size or args.patch_size or args.resample_like):
         raise UsageError('--img-size/--patch-size/--resample-like only apply to --plot')
-    from ..convert import open_source, source_model_args
     from ..inspection import config_table, plot_position_similarity, tensor_table
-    from ..transforms import make_plan
+    from ..pipeline import make_plan, open_source
 
     with open_source(args.src, args.fmt, **source_hints(args)) as src:
         say(tensor_table(src.inventory()))
         say('')
-        say(config_table(src.format, source_model_args(src), src.grid))
+        say(config_table(src.format, src.model_args, src.grid))
         if args.plot:
-            plan = make_plan(src.path, source_model_args(src), src.grid, img_size=args.img_size,
-                             patch_size=args.patch_size, resample_like=args.resample_like, limits=limits_of(args))
+            plan = make_plan(src, img_size=args.img_size, patch_size=args.patch_size,
+                             resample_like=args.resample_like, limits=limits_of(args))
             say(f'plot: {plot_position_similarity(src, plan, args.plot)}')
     return 0

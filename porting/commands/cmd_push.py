@@ -48,7 +48,7 @@ def add_push_to_option(parser: argparse.ArgumentParser) -> None:
 
 def push_from_args(args: argparse.Namespace, out_dir: str, repo_id: str):
     """Run the push described by parsed ``args`` (from ``push`` or ``convert --push-to``); returns a PushResult."""
-    from ..hub import push_folder
+    from ..publish import push_folder
 
     return push_folder(out_dir, repo_id, private=args.private, revision=args.revision, create_pr=args.create_pr,
                        commit_message=args.commit_message, token=args.token, endpoint=args.endpoint,
@@ -57,7 +57,7 @@ def push_from_args(args: argparse.Namespace, out_dir: str, repo_id: str):
 
 def check_push_args(args: argparse.Namespace, repo_id: str) -> None:
     """Fail before any long work (conversion) when the push could not start: bad repo id, no token."""
-    from ..hub import check_repo_id, require_token
+    from ..publish import check_repo_id, require_token
 
     check_repo_id(repo_id)
     if not args.dry_run:

@@ -19,35 +19,27 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..convert import open_source, source_model_args
-    from ..hub_config import read_config
-    from ..loading import load_folder
-    from ..verify import Verification, compare
+    from ..hub_folder import load_folder, read_config
+    from ..pipeline import open_source
+    from ..verification import Verification, compare
 
-    cfg = read_config(args.converted)
+    converted, _ = read_config(args.converted)
     with open_source(args.src, args.fmt, **source_hints(args)) as src:
-        source_args = source_model_args(src)
-        mismatch = _geometry_mismatch(source_args, cfg.get('model_args', {}))
+        mismatch = _geometry_mismatch(src.config, converted)
         if mismatch:
             result = Verification('skipped', tolerance=args.tol, reason=(
                 f'{mismatch}: a resized or re-headed folder cannot equal its source; '
                 'verify the unresized conversion instead'))
         else:
-            result = compare(src.path, src.format, source_args, lambda: load_folder(args.converted), args.tol,
-                             progress=sys.stderr.isatty())
+            result = compare(src.path, src.format, src.config.to_dict(), lambda: load_folder(args.converted),
+                             args.tol, progress=sys.stderr.isatty())
     say(result.summary(), err=result.status != 'passed')
     return 0 if result.status == 'passed' else 1
 
 
-def _pair(v):
-    return tuple(v) if isinstance(v, (list, tuple)) else (v, v)
-
-
-def _geometry_mismatch(source_args: dict, converted_args: dict) -> str:
-    for key in ('img_size', 'patch_size'):
-        a, b = _pair(source_args.get(key)), _pair(converted_args.get(key))
+def _geometry_mismatch(source, converted) -> str:
+    for key in ('img_size', 'patch_size', 'num_classes'):
+        a, b = getattr(source, key), getattr(converted, key)
         if a != b:
             return f'{key} differs (source {a}, converted {b})'
-    if source_args.get('num_classes') != converted_args.get('num_classes'):
-        return f'num_classes differs (source {source_args.get("num_classes")}, converted {converted_args.get("num_classes")})'
     return ''

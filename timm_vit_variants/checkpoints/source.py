@@ -1,116 +1,273 @@
-"""``SourceCheckpoint``: the format-independent face of every checkpoint reader.
+"""``SourceCheckpoint``: the skeleton every reader shares, and the fills that lay tensors out.
 
-A reader inspects names and shapes only when it is opened, and builds a conversion
-plan: one ``PlanItem`` per tensor of our (timm-layout) state dict, naming the source
-arrays it is made from. ``iter_tensors`` then executes the plan one item at a time,
-so only the arrays of the current item are in memory.
+A reader says two things: which ``SimpleViTConfig`` the source describes (``_infer``), and, for
+each of our state-dict keys, which source tensors it is made of and how (``_rule``: source names
+plus a fill). The skeleton does the rest once for all formats: it lists our keys from a meta-device
+model of that config, checks that every source tensor exists, is floating point and fits (by
+running each fill on meta tensors), refuses unknown source tensors, and then fills real tensors
+one plan item at a time, straight into whatever destination the caller owns (a model parameter,
+a slice of an output file), with one copy per byte.
 """
 import abc
-import os
+import re
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Set, Tuple
 
 import torch
 
+from ..config import SimpleViTConfig
 from ..errors import ViTVariantsError
-from ..limits import DEFAULT_LIMITS, Limits
+from ..geometry import Geometry
+from ..limits import DEFAULT_LIMITS
+from ..vision_transformer import SimpleVisionTransformer
+from .stores import TensorStore
 
-__all__ = ['SourceCheckpoint', 'PlanItem', 'Inventory']
+__all__ = ['SourceCheckpoint', 'PlanItem', 'Rule', 'Inventory', 'copy', 'transpose', 'hwio_to_oihw', 'stack_rows',
+           'fuse_heads', 'fuse_head_bias', 'merge_heads']
 
 Inventory = List[Tuple[str, Tuple[int, ...], str]]
+Fill = Callable[..., None]
+_BLOCK = re.compile(r'^blocks\.(\d+)\.')
+
+
+class _Misfit(Exception):
+    """A fill met a source of the wrong shape (``got`` vs ``want``, in our layout)."""
+
+    def __init__(self, reason: str, got: Tuple[int, ...] = (), want: Tuple[int, ...] = ()) -> None:
+        super().__init__(reason)
+        self.shapes = (tuple(got), tuple(want)) if want else None
+
+
+# -- fills: each writes our tensor into ``dst`` from source views, checking shapes exactly ------------
+
+def _put(dst: torch.Tensor, value: torch.Tensor) -> None:
+    if tuple(value.shape) != tuple(dst.shape):
+        raise _Misfit('shape does not fit', value.shape, dst.shape)
+    dst.copy_(value)
+
+
+def _rank(tensor: torch.Tensor, ndim: int) -> torch.Tensor:
+    if tensor.ndim != ndim:
+        raise _Misfit(f'expected {ndim} dimensions, got shape {tuple(tensor.shape)}')
+    return tensor
+
+
+def copy(dst: torch.Tensor, src: torch.Tensor) -> None:
+    """Same layout."""
+    _put(dst, src)
+
+
+def transpose(dst: torch.Tensor, kernel: torch.Tensor) -> None:
+    """flax Dense (in, out) -> torch Linear (out, in); the transpose happens inside the copy."""
+    _put(dst, _rank(kernel, 2).T)
+
+
+def hwio_to_oihw(dst: torch.Tensor, kernel: torch.Tensor) -> None:
+    """flax Conv (P, P, C, D) -> torch Conv2d (D, C, P, P)."""
+    _put(dst, _rank(kernel, 4).permute(3, 2, 0, 1))
+
+
+def stack_rows(dst: torch.Tensor, *parts: torch.Tensor) -> None:
+    """Separate q, k, v projections copied into their row slices of a fused qkv tensor (never concatenated)."""
+    rows = dst.shape[0] // len(parts)
+    for i, part in enumerate(parts):
+        _put(dst[i * rows:(i + 1) * rows], part)
+
+
+def fuse_heads(dst: torch.Tensor, *parts: torch.Tensor) -> None:
+    """flax per-head kernels (D, heads, head_dim) -> rows of torch's fused qkv (3 * heads * head_dim, D)."""
+    rows = dst.shape[0] // len(parts)
+    for i, part in enumerate(parts):
+        _put(dst[i * rows:(i + 1) * rows], _rank(part, 3).reshape(part.shape[0], -1).T)
+
+
+def fuse_head_bias(dst: torch.Tensor, *parts: torch.Tensor) -> None:
+    """flax per-head biases (heads, head_dim) -> slices of torch's fused qkv bias."""
+    rows = dst.shape[0] // len(parts)
+    for i, part in enumerate(parts):
+        _put(dst[i * rows:(i + 1) * rows], _rank(part, 2).reshape(-1))
+
+
+def merge_heads(dst: torch.Tensor, kernel: torch.Tensor) -> None:
+    """flax attention output kernel (heads, head_dim, D) -> torch Linear (D, heads * head_dim)."""
+    _put(dst, _rank(kernel, 3).reshape(-1, kernel.shape[-1]).T)
+
+
+# -- the plan -----------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Rule:
+    """Where one of our tensors comes from: source name templates and the fill that lays them out."""
+    sources: Tuple[str, ...]
+    fill: Fill = copy
 
 
 @dataclass(frozen=True)
 class PlanItem:
-    """How one of our tensors is made: ``build(*sources)``, each optionally sliced at ``index`` (scan layout)."""
+    """One of our tensors: ``fill(dst, *sources)``, each source sliced at ``index`` when scanned."""
     key: str
     shape: Tuple[int, ...]
     sources: Tuple[str, ...]
-    build: Callable[..., torch.Tensor]
+    fill: Fill
     index: Optional[int] = None
 
 
-def as_is(x: torch.Tensor) -> torch.Tensor:
-    return x
+def _state_shapes(config: SimpleViTConfig) -> Dict[str, Tuple[int, ...]]:
+    """Our state-dict keys and shapes for ``config``, from a model on the meta device (no memory)."""
+    model = SimpleVisionTransformer(config.replace(weight_init='skip'), device='meta')
+    return {k: tuple(v.shape) for k, v in model.state_dict().items()}
 
 
 class SourceCheckpoint(abc.ABC):
-    """An opened source checkpoint: inferred architecture plus streamed, converted tensors.
+    """An opened source checkpoint: the config it describes, plus its tensors in our layout.
 
     Attributes:
         path: The file or folder that was opened.
         format: One of ``FORMATS``.
-        model_args: ``SimpleVisionTransformer`` kwargs that reproduce the source network.
-        grid: Source position grid (rows, cols) of a learned table, None otherwise.
-        label_names: Class names (transformers ``id2label``) when the source has them.
-        source_config: The raw config found next to the weights, if any.
+        config: The ``SimpleViTConfig`` that reproduces the source network.
+        grid: Source grid (rows, cols) of a learned table, None otherwise.
+        label_names: Class names when the source has them.
+        source_config: The ``config.json`` found next to the weights, if any.
     """
 
     format: str = ''
 
-    def __init__(self, path: 'str | os.PathLike', limits: Limits = DEFAULT_LIMITS) -> None:
+    def __init__(
+            self,
+            path: str,
+            store: TensorStore,
+            source_config: Dict[str, Any],
+            config_path: Optional[str],
+            hints: Dict[str, Any],
+    ) -> None:
         self.path = str(path)
-        self.limits = limits
-        self.model_args: Dict[str, Any] = {}
+        self.source_config = source_config or {}
+        self.limits = hints.get('limits') or DEFAULT_LIMITS
         self.grid: Optional[Tuple[int, int]] = None
         self.label_names: Optional[List[str]] = None
-        self.source_config: Dict[str, Any] = {}
-        self._plan: List[PlanItem] = []
-
-    # -- provided by each format -----------------------------------------------------------------
-    @abc.abstractmethod
-    def _plan_conversion(self, hints: Dict[str, Any]) -> None:
-        """Infer ``model_args`` and build the conversion plan from names and shapes only."""
-
-    # -- shared ----------------------------------------------------------------------------------
-    def _open(self, store: Any, hints: Dict[str, Any]) -> None:
-        """Adopt an opened store (``items``, ``get_float32``, ``close``) and plan; close it if planning fails."""
         self._store = store
-        try:
-            self._plan_conversion(hints)
-        except BaseException:
-            store.close()
-            raise
+        self._config_path = config_path
+        self._used: Set[str] = set()
+        self.config = self._infer(hints).check_limits(self.limits, self.path)
+        self._plan = self._build_plan()
+
+    # -- provided by each format ---------------------------------------------------------------------
+    @abc.abstractmethod
+    def _infer(self, hints: Dict[str, Any]) -> SimpleViTConfig:
+        """The config the source describes, from names, shapes and config files only (no tensor data)."""
+
+    @abc.abstractmethod
+    def _rule(self, pattern: str, block: Optional[int]) -> Tuple[Rule, Optional[int]]:
+        """The rule for our key ``pattern`` (blocks as ``blocks.{i}.``), with full source names filled in
+        for ``block``, and the index to slice scanned sources at (or None)."""
+
+    def _candidates(self) -> Set[str]:
+        """Source names the plan must account for (the rest of a store, e.g. another tower, is ignored)."""
+        return set(self._store.names())
+
+    def data_config(self) -> Dict[str, Any]:
+        """Preprocessing that belongs to these weights, as timm ``pretrained_cfg`` fields."""
+        return {'mean': (0.5, 0.5, 0.5), 'std': (0.5, 0.5, 0.5)}
+
+    # -- shared ----------------------------------------------------------------------------------------
+    @property
+    def model_args(self) -> Dict[str, Any]:
+        """``SimpleVisionTransformer`` kwargs that reproduce the source network (``config.to_dict()``)."""
+        return self.config.to_dict()
+
+    @property
+    def geometry(self) -> Geometry:
+        """The input-side layout of the source weights (grid, patch, cls slot, resample rule, channels)."""
+        return Geometry.of(self.config, self.grid)
+
+    @property
+    def plan(self) -> List[PlanItem]:
+        return list(self._plan)
+
+    @property
+    def tensor_shapes(self) -> Dict[str, Tuple[int, ...]]:
+        """Our state-dict keys and the shapes the plan yields, known before any data is read."""
+        return {item.key: item.shape for item in self._plan}
 
     def inventory(self) -> Inventory:
         """Raw source tensor names, shapes and dtypes, read without loading data."""
         return list(self._store.items())
 
-    def _read(self, name: str) -> torch.Tensor:
-        """One raw source array as a float32 tensor."""
-        return self._store.get_float32(name)
+    def _build_plan(self) -> List[PlanItem]:
+        plan = []
+        for key, shape in _state_shapes(self.config).items():
+            match = _BLOCK.match(key)
+            block = int(match.group(1)) if match else None
+            pattern = _BLOCK.sub('blocks.{i}.', key) if match else key
+            rule, index = self._rule(pattern, block)
+            for name in rule.sources:
+                if name not in self._store:
+                    raise self._error('missing key', key=name)
+                if not self._store.is_float(name):
+                    raise self._error(f'expected a floating-point tensor, got {self._store.dtype(name)}', key=name)
+            try:
+                rule.fill(torch.empty(shape, device='meta'), *(self._meta(name, index) for name in rule.sources))
+            except _Misfit as e:
+                raise self._error(f'{e}: cannot become {key} {shape}', key=rule.sources[0], shapes=e.shapes) from None
+            except (RuntimeError, IndexError) as e:  # e.g. a reshape the source's size does not allow
+                raise self._error(f'cannot become {key} {shape}: {e}', key=rule.sources[0]) from None
+            plan.append(PlanItem(key, shape, rule.sources, rule.fill, index))
+            self._used.update(rule.sources)
+        unknown = sorted(self._candidates() - self._used)
+        if unknown:
+            raise self._error(f'unknown key for a {self.format} ViT ({len(unknown)} unexpected)', key=unknown[0])
+        return plan
 
-    def close(self) -> None:
-        """Release open files."""
-        self._store.close()
+    def _meta(self, name: str, index: Optional[int]) -> torch.Tensor:
+        shape = self._store.shape(name)
+        if index is not None and (not shape or index >= shape[0]):
+            raise _Misfit(f'scanned tensor {shape} has no layer {index}')
+        tensor = torch.empty(shape, device='meta')
+        return tensor if index is None else tensor[index]
 
-    @property
-    def tensor_shapes(self) -> Dict[str, Tuple[int, ...]]:
-        """Our state-dict keys and the shapes ``iter_tensors`` will yield, known before any data is read."""
-        return {item.key: item.shape for item in self._plan}
+    def walk(self) -> Iterator[Tuple[PlanItem, Tuple[str, ...]]]:
+        """(plan item, source names the next item needs) in plan order, for ``fill(item, dst, keep)``."""
+        for i, item in enumerate(self._plan):
+            yield item, self._plan[i + 1].sources if i + 1 < len(self._plan) else ()
+
+    def fill(self, item: PlanItem, dst: torch.Tensor, keep: Sequence[str] = ()) -> torch.Tensor:
+        """Write ``item`` into ``dst`` (any float dtype and device) with one copy; returns ``dst``.
+
+        The source pages are handed back afterwards, except those of the names in ``keep``.
+        """
+        parts = [self._store.tensor(n) for n in item.sources]
+        if item.index is not None:
+            parts = [p[item.index] for p in parts]
+        try:
+            with torch.no_grad():
+                item.fill(dst, *parts)
+        except _Misfit as e:  # only a store whose data contradicts its own header gets here
+            raise self._error(f'tensor data does not match its header: {e}', key=item.sources[0]) from None
+        del parts
+        for name in item.sources:
+            if name not in keep:
+                self._store.release(name)
+        return dst
 
     def iter_tensors(self) -> Iterator[Tuple[str, torch.Tensor]]:
-        """Yield (our key, float32 tensor), converting one source array group at a time."""
-        cache: Dict[str, torch.Tensor] = {}
-        for item in self._plan:
-            for stale in [name for name in cache if name not in item.sources]:
-                del cache[stale]
-            parts = []
-            for name in item.sources:
-                if name not in cache:
-                    cache[name] = self._read(name)
-                part = cache[name]
-                parts.append(part if item.index is None else part[item.index])
-            tensor = item.build(*parts).contiguous()
-            if tuple(tensor.shape) != item.shape:
-                raise ViTVariantsError('converted tensor has an unexpected shape', path=self.path, key=item.key,
-                                       shapes=(tensor.shape, item.shape))
-            yield item.key, tensor
-        cache.clear()
+        """Yield (our key, new float32 tensor), one plan item at a time."""
+        for item, keep in self.walk():
+            yield item.key, self.fill(item, torch.empty(item.shape, dtype=torch.float32), keep)
+
+    def fill_into(self, targets: Dict[str, torch.Tensor], keys: Optional[Sequence[str]] = None) -> None:
+        """Fill ``targets[key]`` (e.g. a model's state dict) in place for every planned key (or ``keys``)."""
+        wanted = None if keys is None else set(keys)
+        for item, keep in self.walk():
+            if wanted is None or item.key in wanted:
+                self.fill(item, targets[item.key], keep)
 
     def state_dict(self) -> Dict[str, torch.Tensor]:
         """All converted tensors at once (small checkpoints and tests; prefer ``iter_tensors``)."""
         return dict(self.iter_tensors())
+
+    def close(self) -> None:
+        """Release open files and mappings."""
+        self._store.close()
 
     def __enter__(self) -> 'SourceCheckpoint':
         return self
@@ -119,16 +276,18 @@ class SourceCheckpoint(abc.ABC):
         self.close()
 
     def __repr__(self) -> str:
-        return f'{type(self).__name__}({self.path!r}, format={self.format!r}, model_args={self.model_args})'
+        return f'{type(self).__name__}({self.path!r}, format={self.format!r}, config={self.config})'
 
-    # -- helpers for readers -----------------------------------------------------------------------
+    # -- helpers for readers ------------------------------------------------------------------------------
     def _error(self, reason: str, key: Optional[str] = None, shapes: Optional[Sequence] = None) -> ViTVariantsError:
-        return ViTVariantsError(reason, path=self.path, key=key, shapes=shapes)
+        path = self._store.file_of(key) if key is not None and key in self._store else self.path
+        return ViTVariantsError(reason, path=path, key=key, shapes=shapes)
 
     def _check_dims(self, key: Optional[str] = None, **dims: Optional[int]) -> None:
         """Refuse claimed dimensions above ``self.limits`` before anything is planned or read."""
         self.limits.check_dims(path=self.path, key=key, **dims)
 
-    def _expect_shape(self, key: str, shape: Sequence[int], expected: Sequence[int]) -> None:
-        if tuple(shape) != tuple(expected):
-            raise self._error('unexpected shape', key=key, shapes=(tuple(shape), tuple(expected)))
+    def _shape(self, name: str) -> Tuple[int, ...]:
+        if name not in self._store:
+            raise self._error('missing key', key=name)
+        return self._store.shape(name)

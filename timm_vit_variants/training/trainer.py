@@ -7,8 +7,9 @@ work with single-device/multiple-device GPU modules or CPU modules"), so train.p
 than one process on CPU. This entry point runs the same recipe (same flag names, same timm YAML
 configs) with ``device_ids=None`` on CPU (gloo) and ``[local_rank]`` on GPU (nccl).
 
-    torchrun --nproc-per-node 2 -m timm_vit_variants.trainer --data-dir DIR --model simple_vit_tiny_patch4_32 \
-        --device cpu --config configs/simple_vit_tiny_patch4_32.yaml
+    torchrun --nproc-per-node 2 -m timm_vit_variants.training.trainer --data-dir DIR \
+        --model simple_vit_tiny_patch4_32 --device cpu --config configs/simple_vit_tiny_patch4_32.yaml
+    vit-variants-train-ddp --data-dir DIR ...      # one process
 
 Pieces used from timm: ``create_model``, ``resolve_data_config``, ``create_dataset``/``create_loader``
 (transforms, DistributedSampler, scheduled multi-resolution batches), ``create_optimizer_v2``
@@ -27,7 +28,6 @@ from typing import Any, Callable, ContextManager, Dict, List, Optional, Sequence
 import torch
 import torch.distributed as dist
 import torch.nn as nn
-import yaml
 from timm.data import Mixup, create_dataset, create_loader, resolve_data_config
 from timm.loss import LabelSmoothingCrossEntropy, SoftTargetCrossEntropy
 from timm.models import create_model
@@ -39,15 +39,15 @@ from timm.utils.distributed import init_distributed_device_so
 from tqdm import tqdm
 
 __all__ = [
-    'DistEnv', 'EpochResult', 'TrainResult', 'build_parser', 'parse_args', 'setup_distributed', 'wrap_ddp',
-    'create_model_from_args', 'amp_context', 'evaluate', 'train', 'main',
+    'DistEnv', 'EpochResult', 'TrainResult', 'Session', 'build_parser', 'parse_args', 'setup_distributed', 'wrap_ddp',
+    'create_model_from_args', 'amp_context', 'evaluate', 'build', 'train_one_epoch', 'validate', 'save', 'train', 'main',
 ]
 
 
 def build_parser() -> argparse.ArgumentParser:
     """Flags spelt as in timm's train.py (same dest names, so one YAML config serves both)."""
     p = argparse.ArgumentParser(
-        prog='python -m timm_vit_variants.trainer',
+        prog='vit-variants-train-ddp',
         description='Data-parallel fine-tuning of simple_vit_* models with timm components. '
                     'Launch with torchrun for several processes (gloo on CPU, nccl on GPU).')
     p.add_argument('-c', '--config', default='', metavar='FILE',
@@ -143,7 +143,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     known, _ = pre.parse_known_args(argv)
     if known.config:
         with open(known.config, 'r') as f:
-            cfg = yaml.safe_load(f) or {}
+            cfg = _yaml().safe_load(f) or {}
         dests = {a.dest for a in parser._actions}
         unknown = sorted(set(cfg) - dests)
         if unknown:
@@ -280,23 +280,42 @@ def _set_epoch(loader: Any, epoch: int) -> None:
             return
 
 
-def train(
+@dataclass
+class Session:
+    """Everything one training run holds, as :func:`build` sets it up."""
+    args: argparse.Namespace
+    env: DistEnv
+    model: nn.Module
+    train_module: nn.Module  # compiled and/or DDP-wrapped ``model``
+    ema: Optional[ModelEmaV3]
+    data_config: Dict[str, Any]
+    loader_train: Any
+    loader_eval: Any
+    loss_fn: Callable
+    mixup: Optional[Mixup]
+    optimizer: torch.optim.Optimizer
+    scheduler: Any
+    num_epochs: int
+    steps: int
+    autocast: Callable[[], ContextManager]
+    saver: Optional[CheckpointSaver] = None
+    num_updates: int = 0
+
+    @property
+    def eval_model(self) -> nn.Module:
+        """The weights validation and checkpoints use: the EMA when there is one."""
+        return self.ema.module if self.ema is not None else self.model
+
+
+def build(
         args: argparse.Namespace,
         env: Optional[DistEnv] = None,
         model: Optional[nn.Module] = None,
         dataset_train: Optional[Any] = None,
         dataset_eval: Optional[Any] = None,
         max_steps: Optional[int] = None,
-        on_epoch: Optional[Callable[[EpochResult], None]] = None,
-) -> TrainResult:
-    """Train as configured by ``args`` (from :func:`parse_args`); returns the model and figures.
-
-    ``dataset_train``/``dataset_eval`` override ``--data-dir``: any map-style dataset whose
-    ``transform`` attribute timm may set (returns ``(PIL image, label)``). Validation and
-    checkpointing run on the primary process only, on the EMA weights when ``--model-ema`` is set.
-    ``max_steps`` stops early (for smoke tests);
-    ``on_epoch`` is called with each epoch's figures as soon as they are known.
-    """
+) -> Session:
+    """Model, data, loss, optimizer, EMA, compile/DDP wrapping, scheduler and saver, as train.py sets them up."""
     env = env or setup_distributed(args.device)
     random_seed(args.seed, env.rank)
     model = model if model is not None else create_model_from_args(args)
@@ -304,7 +323,6 @@ def train(
         args.num_classes = model.num_classes
     data_config = resolve_data_config(vars(args), model=model, verbose=env.is_primary)
     model.to(env.device)
-    autocast = amp_context(args, env.device)
 
     img_mode = 'RGB' if data_config['input_size'][0] == 3 else 'L'
     if dataset_train is None:
@@ -339,71 +357,119 @@ def train(
         if args.torchcompile else model
     train_module = wrap_ddp(train_module, env)
 
-    saver = None
+    updates_per_epoch = len(loader_train)
+    scheduler, num_epochs = create_scheduler_v2(optimizer, **scheduler_kwargs(args), updates_per_epoch=updates_per_epoch)
+    total = num_epochs * updates_per_epoch
+    session = Session(
+        args=args, env=env, model=model, train_module=train_module, ema=ema, data_config=data_config,
+        loader_train=loader_train, loader_eval=loader_eval, loss_fn=loss_fn, mixup=mixup, optimizer=optimizer,
+        scheduler=scheduler, num_epochs=num_epochs, steps=total if max_steps is None else min(max_steps, total),
+        autocast=amp_context(args, env.device))
     if args.output and env.is_primary:
         os.makedirs(args.output, exist_ok=True)
-        saver = CheckpointSaver(
+        session.saver = CheckpointSaver(
             model=model, optimizer=optimizer, args=args, model_ema=ema, checkpoint_dir=args.output,
             recovery_dir=args.output, decreasing=args.eval_metric == 'loss', max_history=args.checkpoint_hist)
         with open(os.path.join(args.output, 'args.yaml'), 'w') as f:
-            yaml.safe_dump(vars(args), f)
+            _yaml().safe_dump(vars(args), f)
+    return session
 
-    updates_per_epoch = len(loader_train)
-    scheduler, num_epochs = create_scheduler_v2(
-        optimizer, **scheduler_kwargs(args), updates_per_epoch=updates_per_epoch)
-    result = TrainResult(model=model, ema=ema.module if ema is not None else None, data_config=data_config)
-    steps = num_epochs * updates_per_epoch if max_steps is None else min(max_steps, num_epochs * updates_per_epoch)
-    bar = tqdm(total=steps, desc='train', unit='step', disable=not (args.progress and env.is_primary),
-               dynamic_ncols=True)
-    num_updates = 0
-    for epoch in range(num_epochs):
-        if num_updates >= steps:
+
+def train_one_epoch(s: Session, epoch: int, on_step: Callable[[float], None]) -> float:
+    """One pass over the training data (stopping at ``s.steps`` updates); returns the mean loss over all ranks."""
+    _set_epoch(s.loader_train, epoch)
+    s.train_module.train()
+    loss_sum, seen = 0.0, 0
+    for images, target in s.loader_train:
+        images, target = images.to(s.env.device), target.to(s.env.device)
+        if s.mixup is not None:
+            images, target = s.mixup(images, target)
+        with s.autocast():
+            loss = s.loss_fn(s.train_module(images), target)
+        s.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if s.args.clip_grad is not None:
+            dispatch_clip_grad(s.model.parameters(), value=s.args.clip_grad, mode=s.args.clip_mode)
+        s.optimizer.step()
+        s.num_updates += 1
+        s.scheduler.step_update(num_updates=s.num_updates)
+        if s.ema is not None:
+            s.ema.update(s.model, step=s.num_updates)
+        loss_val = loss.item()
+        on_step(loss_val)
+        loss_sum += loss_val * images.shape[0]
+        seen += images.shape[0]
+        if s.num_updates >= s.steps:
             break
-        _set_epoch(loader_train, epoch)
-        train_module.train()
-        loss_sum, seen = 0.0, 0
-        for images, target in loader_train:
-            images, target = images.to(env.device), target.to(env.device)
-            if mixup is not None:
-                images, target = mixup(images, target)
-            with autocast():
-                loss = loss_fn(train_module(images), target)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            if args.clip_grad is not None:
-                dispatch_clip_grad(model.parameters(), value=args.clip_grad, mode=args.clip_mode)
-            optimizer.step()
-            num_updates += 1
-            scheduler.step_update(num_updates=num_updates)
-            if ema is not None:
-                ema.update(model, step=num_updates)
-            loss_val = loss.item()
-            result.step_losses.append(loss_val)
-            loss_sum += loss_val * images.shape[0]
-            seen += images.shape[0]
-            bar.update(1)
-            bar.set_postfix(epoch=epoch, loss=f'{loss_val:.3f}')
-            if num_updates >= steps:
-                break
-        train_loss = loss_sum / max(seen, 1)
-        if env.distributed:
-            # Every rank reports the mean over all ranks, as train.py does.
-            t = torch.tensor([train_loss], device=env.device)
-            dist.all_reduce(t)
-            train_loss = t.item() / env.world_size
-        eval_metrics = None
-        if loader_eval is not None:
-            eval_metrics = evaluate(result.ema if ema is not None else model, loader_eval, env.device, autocast)
-            bar.set_postfix(epoch=epoch, loss=f'{train_loss:.3f}', val_top1=f'{eval_metrics["top1"]:.1f}')
-        lr = sum(g['lr'] for g in optimizer.param_groups) / len(optimizer.param_groups)  # mean, as train.py logs
-        result.epochs.append(EpochResult(epoch=epoch, train_loss=train_loss, lr=lr, eval=eval_metrics))
+    train_loss = loss_sum / max(seen, 1)
+    if s.env.distributed:  # every rank reports the mean over all ranks, as train.py does
+        t = torch.tensor([train_loss], device=s.env.device)
+        dist.all_reduce(t)
+        train_loss = t.item() / s.env.world_size
+    return train_loss
+
+
+def validate(s: Session) -> Optional[Dict[str, float]]:
+    """Loss and top-1 of the EMA (or the model) on the validation split; None without one (or off the primary)."""
+    if s.loader_eval is None:
+        return None
+    return evaluate(s.eval_model, s.loader_eval, s.env.device, s.autocast)
+
+
+def save(s: Session, epoch: int, metrics: Optional[Dict[str, float]]) -> None:
+    """A checkpoint through timm's CheckpointSaver (keeps the best by ``--eval-metric``), when ``--output`` is set."""
+    if s.saver is not None:
+        s.saver.save_checkpoint(epoch, metric=metrics[s.args.eval_metric] if metrics else None)
+
+
+def train(
+        args: argparse.Namespace,
+        env: Optional[DistEnv] = None,
+        model: Optional[nn.Module] = None,
+        dataset_train: Optional[Any] = None,
+        dataset_eval: Optional[Any] = None,
+        max_steps: Optional[int] = None,
+        on_epoch: Optional[Callable[[EpochResult], None]] = None,
+) -> TrainResult:
+    """Train as configured by ``args`` (from :func:`parse_args`): build, then per epoch train, validate, save.
+
+    ``dataset_train``/``dataset_eval`` override ``--data-dir``: any map-style dataset whose
+    ``transform`` attribute timm may set (returns ``(PIL image, label)``). Validation and
+    checkpointing run on the primary process only, on the EMA weights when ``--model-ema`` is set.
+    ``max_steps`` stops early (for smoke tests); ``on_epoch`` is called with each epoch's figures.
+    """
+    s = build(args, env, model, dataset_train, dataset_eval, max_steps)
+    result = TrainResult(model=s.model, ema=s.ema.module if s.ema is not None else None, data_config=s.data_config)
+    bar = tqdm(total=s.steps, desc='train', unit='step', disable=not (args.progress and s.env.is_primary),
+               dynamic_ncols=True)
+
+    def on_step(loss: float) -> None:
+        result.step_losses.append(loss)
+        bar.update(1)
+        bar.set_postfix(loss=f'{loss:.3f}')
+
+    for epoch in range(s.num_epochs):
+        if s.num_updates >= s.steps:
+            break
+        train_loss = train_one_epoch(s, epoch, on_step)
+        metrics = validate(s)
+        lr = sum(g['lr'] for g in s.optimizer.param_groups) / len(s.optimizer.param_groups)  # mean, as train.py logs
+        result.epochs.append(EpochResult(epoch=epoch, train_loss=train_loss, lr=lr, eval=metrics))
         if on_epoch is not None:
             on_epoch(result.epochs[-1])
-        if saver is not None:
-            saver.save_checkpoint(epoch, metric=eval_metrics[args.eval_metric] if eval_metrics else None)
-        scheduler.step(epoch + 1, eval_metrics[args.eval_metric] if eval_metrics else None)
+        save(s, epoch, metrics)
+        s.scheduler.step(epoch + 1, metrics[args.eval_metric] if metrics else None)
     bar.close()
     return result
+
+
+def _yaml():
+    """PyYAML, which recipes (-c FILE) and run records (args.yaml) need; part of the ``train`` extra."""
+    try:
+        import yaml
+    except ImportError:
+        raise SystemExit("the trainer needs PyYAML for recipes and run records: pip install 'timm-vit-variants[train]'")
+    return yaml
 
 
 def _print_epoch(e: EpochResult) -> None:

@@ -22,15 +22,13 @@ from huggingface_hub.errors import HfHubHTTPError, HFValidationError, RevisionNo
 from huggingface_hub.utils import validate_repo_id
 from tqdm import tqdm
 
-from timm_vit_variants.checkpoints.files import read_json
+from timm_vit_variants.checkpoints.files import CONFIG_FILE, read_json, weight_files
 from timm_vit_variants.errors import ViTVariantsError
 
 from .card import REPO_PLACEHOLDER, build_model_card, fill_repo_id
 from .redact import redact
-from .shards import INDEX_FILE, SINGLE_FILE, weight_files
+from .hub_folder import CARD_FILE, INDEX_FILE, SINGLE_FILE
 
-CONFIG_NAME = 'config.json'
-CARD_NAME = 'README.md'
 DEFAULT_BRANCH = 'main'
 _CHUNK = 8 << 20
 
@@ -101,20 +99,20 @@ def collect_folder(folder, repo_id: str) -> list[UploadFile]:
     if not root.is_dir():
         raise ViTVariantsError('output folder to push does not exist or is not a folder', path=root)
     config = _read_config(root)
-    _check_weights(root)
+    weight_files(str(root))  # complete weights: the single file, or every shard the index names
 
     files = [_hash_file(p, p.relative_to(root).as_posix()) for p in _walk(root)]
     by_path = {f.path_in_repo: f for f in files}
-    card = by_path.get(CARD_NAME)
+    card = by_path.get(CARD_FILE)
     if card is None:
         text = str(build_model_card(architecture=config['architecture'], model_args=config.get('model_args') or {},
                                     num_classes=config.get('num_classes', 0), repo_id=repo_id,
                                     label_names=config.get('label_names')))
-        files.append(_hash_bytes(CARD_NAME, text.encode(), 'no README.md in folder: card built from config.json'))
+        files.append(_hash_bytes(CARD_FILE, text.encode(), 'no README.md in folder: card built from config.json'))
     else:
         text = card.local_path.read_text(encoding='utf-8')
         if f'hf-hub:{REPO_PLACEHOLDER}' in text:
-            filled = _hash_bytes(CARD_NAME, fill_repo_id(text, repo_id).encode(), f'{REPO_PLACEHOLDER} filled in')
+            filled = _hash_bytes(CARD_FILE, fill_repo_id(text, repo_id).encode(), f'{REPO_PLACEHOLDER} filled in')
             filled.local_path = card.local_path
             files[files.index(card)] = filled
     return sorted(files, key=lambda f: f.path_in_repo)
@@ -176,7 +174,7 @@ def push_folder(
         held = remote.get(f.path_in_repo)
         if held is not None and _same(f, held):
             result.unchanged.append(f.path_in_repo)
-        elif f.path_in_repo == CARD_NAME and held is not None and not overwrite_card:
+        elif f.path_in_repo == CARD_FILE and held is not None and not overwrite_card:
             result.kept_remote_card = True
             print(f'kept the README.md already on {repo_id}@{branch} (it differs from the local card); '
                   'pass --overwrite-card to replace it', file=err)
@@ -217,22 +215,13 @@ def _describe_plan(result: PushResult, private: bool, create_pr: bool) -> list[s
 
 
 def _read_config(root: Path) -> dict:
-    path = root / CONFIG_NAME
+    path = root / CONFIG_FILE
     if not path.is_file():
-        raise ViTVariantsError(f'missing {CONFIG_NAME}: not a converted model folder', path=path)
+        raise ViTVariantsError(f'missing {CONFIG_FILE}: not a converted model folder', path=path)
     config = read_json(str(path))
     if not config.get('architecture'):
-        raise ViTVariantsError(f'{CONFIG_NAME} has no "architecture"', path=path, key='architecture')
+        raise ViTVariantsError(f'{CONFIG_FILE} has no "architecture"', path=path, key='architecture')
     return config
-
-
-def _check_weights(root: Path) -> bool:
-    """Raise unless the weights are complete (the single file, or every shard the index names); True if sharded."""
-    files = weight_files(root)
-    missing = sorted(p.name for p in files if not p.is_file())
-    if missing:
-        raise ViTVariantsError(f'shard index names missing files: {", ".join(missing)}', path=root / INDEX_FILE)
-    return files[0].name != SINGLE_FILE
 
 
 def _walk(root: Path) -> Iterator[Path]:

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 import torch.nn as nn
 
-from timm_vit_variants.checkpoints.files import read_json
+from timm_vit_variants.checkpoints.files import SINGLE_WEIGHT_FILES, read_json
 from timm_vit_variants.errors import ViTVariantsError
 
 __all__ = ['Verification', 'bigvision_posemb_sincos_2d', 'reference_outputs', 'compare', 'DEFAULT_TOL']
@@ -152,10 +152,9 @@ def _timm_reference(path: str, model_args: Dict[str, Any], x: torch.Tensor) -> O
 
     folder = Path(path)
     if folder.is_dir():
-        single_files = ('model.safetensors', 'pytorch_model.bin', 'model.pth', 'pytorch_model.pth')
         if not (folder / 'config.json').is_file():
             raise _Skip('timm loads a folder only through its config.json, and this folder has none')
-        if not any((folder / name).is_file() for name in single_files):
+        if not any((folder / name).is_file() for name in SINGLE_WEIGHT_FILES):
             raise _Skip('timm can only load an unsharded Hub folder (config.json + model.safetensors)')
         import timm_vit_variants  # noqa: F401  (simple_vit folders need the plugin)
         model = timm.create_model(f'local-dir:{folder}', pretrained=True).eval()

@@ -1,0 +1,373 @@
+"""The Hub folder: the one module that writes, shards, reads and describes one.
+
+::
+
+    OUT/
+      model.safetensors            # or model-0000i-of-0000N.safetensors + model.safetensors.index.json
+      config.json                  # timm's Hub format, written from the model's SimpleViTConfig
+      README.md                    # the model card (porting.card)
+
+Weights are written into files whose layout (names, shapes, offsets) is fixed up front from a
+meta-device model: each file is pre-allocated (a full disk fails here, not halfway) and
+memory-mapped, and every tensor is filled straight into its place, so a byte is copied once and
+resident memory stays about one tensor. ``config.json`` keeps ``num_classes`` at the top level and
+every other constructor argument in ``model_args``, which both timm (``local-dir:``, ``hf-hub:``)
+and transformers' ``TimmWrapper`` read. Folders are read back through the plugin's own
+safetensors store (sharded ones too), so reading needs no copy either.
+"""
+import json
+import math
+import mmap
+import os
+import struct
+from pathlib import Path
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+
+import torch
+
+from timm_vit_variants import SimpleVisionTransformer, SimpleViTConfig, architecture_for
+from timm_vit_variants.checkpoints.files import CONFIG_FILE, read_json, weight_files
+from timm_vit_variants.checkpoints.stores import SAFETENSORS_DTYPES, SafetensorsStore
+from timm_vit_variants.config import MODELS
+from timm_vit_variants.errors import ViTVariantsError
+
+from . import sizes
+from .output import atomic_folder
+from .redact import redact
+
+__all__ = [
+    'SINGLE_FILE', 'INDEX_FILE', 'CARD_FILE', 'DEFAULT_MAX_SHARD_SIZE', 'parse_size', 'tensor_specs',
+    'SafetensorsWriter', 'config_dict', 'write_config', 'read_config', 'write_card', 'save_pretrained_folder',
+    'load_folder',
+]
+
+SINGLE_FILE = 'model.safetensors'
+INDEX_FILE = 'model.safetensors.index.json'
+CARD_FILE = 'README.md'
+DEFAULT_MAX_SHARD_SIZE = '5GB'
+_ST_NAMES = {dtype: name for name, dtype in SAFETENSORS_DTYPES.items()}
+# pretrained_cfg fields that describe preprocessing, copied from the source.
+_DATA_KEYS = ('mean', 'std', 'interpolation', 'crop_pct', 'crop_mode', 'license')
+
+Spec = Tuple[str, Tuple[int, ...], torch.dtype]
+
+
+def parse_size(text: Union[str, int]) -> int:
+    """'5GB', '500MB', '1.5GiB' or a byte count as an int number of bytes (Hub convention: GB = 10**9)."""
+    try:
+        return sizes.parse_size(text)
+    except ValueError as e:
+        raise ViTVariantsError(str(e)) from None
+
+
+def tensor_specs(config: SimpleViTConfig) -> List[Spec]:
+    """(name, shape, dtype) of every saved tensor of a model, from a meta-device instance (no memory)."""
+    model = SimpleVisionTransformer(config.replace(weight_init='skip'), device='meta')
+    return [(name, tuple(t.shape), t.dtype) for name, t in model.state_dict().items()]
+
+
+def _nbytes(shape: Sequence[int], dtype: torch.dtype) -> int:
+    return math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+
+
+# -- writing weights -------------------------------------------------------------------------------------
+
+class _Shard:
+    """One safetensors file: header first, then a pre-allocated, mapped data section filled in place."""
+
+    def __init__(self, path: Path, specs: List[Spec]) -> None:
+        self.path = path
+        self.slots: Dict[str, Tuple[int, Tuple[int, ...], torch.dtype]] = {}
+        header: Dict[str, Any] = {'__metadata__': {'format': 'pt'}}
+        cursor = 0
+        for name, shape, dtype in specs:
+            size = _nbytes(shape, dtype)
+            header[name] = {'dtype': _ST_NAMES[dtype], 'shape': list(shape), 'data_offsets': [cursor, cursor + size]}
+            self.slots[name] = (cursor, tuple(shape), dtype)
+            cursor += size
+        blob = json.dumps(header, separators=(',', ':')).encode('utf-8')
+        blob += b' ' * (-len(blob) % 8)  # safetensors aligns the data section to 8 bytes
+        self.data_start = 8 + len(blob)
+        self.total = cursor
+        self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        self._map: Optional[mmap.mmap] = None
+        os.write(self._fd, struct.pack('<Q', len(blob)) + blob)
+        size = self.data_start + cursor
+        if cursor:
+            os.posix_fallocate(self._fd, 0, size)  # ENOSPC now, never a SIGBUS halfway through the mapping
+            self._map = mmap.mmap(self._fd, size)
+
+    def slot(self, name: str) -> torch.Tensor:
+        begin, shape, dtype = self.slots[name]
+        count = math.prod(shape)
+        if count == 0:
+            return torch.empty(shape, dtype=dtype)
+        return torch.frombuffer(self._map, dtype=dtype, count=count, offset=self.data_start + begin).reshape(shape)
+
+    def release(self, name: str) -> None:
+        """Unmap a finished tensor's pages (they stay in the page cache to be written back)."""
+        begin, shape, dtype = self.slots[name]
+        start = self.data_start + begin
+        start -= start % mmap.PAGESIZE
+        end = self.data_start + begin + _nbytes(shape, dtype)
+        if self._map is not None and end > start:
+            self._map.madvise(mmap.MADV_DONTNEED, start, end - start)
+
+    def close(self) -> None:
+        if self._map is not None:
+            self._map.flush()
+            self._map = None  # unmapped when the last view goes (see stores._Mapping.close)
+        os.fsync(self._fd)
+        os.close(self._fd)
+        self._fd = -1
+
+    def abort(self) -> None:
+        self._map = None
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+
+class SafetensorsWriter:
+    """A fixed set of tensors written into one or more safetensors files, each tensor filled in place.
+
+    ``specs`` lists (name, shape, dtype) in file order. Files are split greedily so that each
+    holds at most ``max_shard_size`` bytes of tensor data (a larger single tensor gets its own).
+    Fill ``slot(name)`` and call ``done(name)``, or hand a finished tensor to ``write``.
+    """
+
+    def __init__(self, folder: Union[str, Path], specs: Iterable[Spec], max_shard_size: int) -> None:
+        self.folder = Path(folder)
+        groups: List[List[Spec]] = [[]]
+        used = 0
+        for name, shape, dtype in specs:
+            size = _nbytes(shape, dtype)
+            if groups[-1] and used + size > max_shard_size:
+                groups.append([])
+                used = 0
+            groups[-1].append((name, tuple(int(s) for s in shape), dtype))
+            used += size
+        names = [SINGLE_FILE] if len(groups) == 1 else [
+            f'model-{i + 1:05d}-of-{len(groups):05d}.safetensors' for i in range(len(groups))]
+        self.files: List[_Shard] = []
+        try:
+            for name, group in zip(names, groups):
+                self.files.append(_Shard(self.folder / name, group))
+        except BaseException:
+            self.abort()
+            raise
+        self._where = {spec[0]: shard for shard, group in zip(self.files, groups) for spec in group}
+        self.pending = set(self._where)
+
+    def shape(self, name: str) -> Tuple[int, ...]:
+        return self._shard(name).slots[name][1]
+
+    def _shard(self, name: str) -> _Shard:
+        shard = self._where.get(name)
+        if shard is None:
+            raise ViTVariantsError('tensor is not part of the target model', key=name)
+        if name not in self.pending:
+            raise ViTVariantsError('tensor delivered twice', key=name)
+        return shard
+
+    def slot(self, name: str) -> torch.Tensor:
+        """The tensor's place in the output file, to be filled in place."""
+        return self._shard(name).slot(name)
+
+    def done(self, name: str) -> None:
+        self._shard(name).release(name)
+        self.pending.discard(name)
+
+    def write(self, name: str, tensor: torch.Tensor) -> None:
+        """Copy a finished tensor into its place; its name and shape must match the layout."""
+        target = self.slot(name)
+        if tuple(tensor.shape) != tuple(target.shape):
+            raise ViTVariantsError('tensor shape does not fit the target model', key=name,
+                                   shapes=(tensor.shape, target.shape))
+        with torch.no_grad():
+            target.copy_(tensor)
+        del target
+        self.done(name)
+
+    def close(self) -> Optional[Path]:
+        """Flush and sync every file and write the index when sharded; returns the index path or None."""
+        if self.pending:
+            raise ViTVariantsError(f'{len(self.pending)} tensor(s) were never written', key=sorted(self.pending)[0])
+        for shard in self.files:
+            shard.close()
+        if len(self.files) == 1:
+            return None
+        index = {
+            'metadata': {'total_size': sum(f.total for f in self.files)},
+            'weight_map': {name: shard.path.name for name, shard in sorted(self._where.items())},
+        }
+        path = self.folder / INDEX_FILE
+        path.write_text(json.dumps(index, indent=2) + '\n')
+        return path
+
+    def abort(self) -> None:
+        for shard in self.files:
+            shard.abort()
+
+
+# -- config.json -------------------------------------------------------------------------------------------
+
+def _json_safe(value: Any) -> Any:
+    return [_json_safe(v) for v in value] if isinstance(value, (tuple, list)) else value
+
+
+def config_dict(
+        config: SimpleViTConfig,
+        *,
+        data_config: Optional[Dict[str, Any]] = None,
+        label_names: Optional[Sequence[str]] = None,
+        architecture: Optional[str] = None,
+) -> Dict[str, Any]:
+    """``config.json`` for a model built from ``config``: timm's Hub format, readable by TimmWrapper too.
+
+    ``num_classes`` appears at the top level (and in ``pretrained_cfg``) only: transformers passes it
+    to ``create_model`` itself and refuses a second copy in ``model_args``.
+    """
+    architecture = architecture or architecture_for(config)
+    model_args = {k: _json_safe(v) for k, v in config.to_dict().items() if v is not None and k != 'num_classes'}
+    default = MODELS[architecture].config() if architecture in MODELS else None
+    pretrained_cfg: Dict[str, Any] = {
+        'custom_load': False,
+        'input_size': [config.in_chans, *config.img_size],
+        'fixed_input_size': False,
+        'interpolation': 'bilinear',
+        'crop_pct': 1.0 if default is not None and max(default.img_size) < 224 else 0.875,
+        'crop_mode': 'center',
+        'mean': [0.5, 0.5, 0.5],
+        'std': [0.5, 0.5, 0.5],
+        'num_classes': config.num_classes,
+        'pool_size': None,
+        'first_conv': 'patch_embed.proj',
+        'classifier': 'head',
+    }
+    pretrained_cfg.update({k: _json_safe(v) for k, v in (data_config or {}).items() if k in _DATA_KEYS and v is not None})
+    out: Dict[str, Any] = {
+        'architecture': architecture,
+        'num_classes': config.num_classes,
+        'num_features': config.embed_dim,
+    }
+    if config.global_pool:
+        out['global_pool'] = config.global_pool
+    labels = list(label_names or [])
+    if labels and len(labels) == config.num_classes:
+        out['label_names'] = [str(n) for n in labels]
+    out['model_args'] = model_args
+    out['pretrained_cfg'] = pretrained_cfg
+    return out
+
+
+def write_config(path: Union[str, Path], config: SimpleViTConfig, **kwargs: Any) -> Dict[str, Any]:
+    """Write ``config.json`` (see ``config_dict``); a token pasted into a free-text field never lands on disk."""
+    data = config_dict(config, **kwargs)
+    Path(path).write_text(redact(json.dumps(data, indent=2)) + '\n', encoding='utf-8')
+    return data
+
+
+def read_config(folder: Union[str, Path]) -> Tuple[SimpleViTConfig, Dict[str, Any]]:
+    """(the model's config, the whole parsed ``config.json``) of a simple_vit Hub folder."""
+    path = Path(folder) / CONFIG_FILE
+    if not path.is_file():
+        raise ViTVariantsError('no config.json: not a converted model folder', path=str(folder))
+    raw = read_json(str(path))
+    architecture = raw.get('architecture')
+    if not isinstance(architecture, str) or not architecture.startswith('simple_vit'):
+        raise ViTVariantsError(f'config.json names {architecture!r}, not a simple_vit_* model', path=str(path),
+                               key='architecture')
+    args = dict(raw.get('model_args') or {})
+    if 'num_classes' not in args and isinstance(raw.get('num_classes'), int):
+        args['num_classes'] = raw['num_classes']
+    entry = MODELS.get(architecture)
+    try:
+        config = entry.config(**args) if entry else SimpleViTConfig.from_dict(args, path=str(path))
+    except TypeError as e:
+        raise ViTVariantsError(f'bad model_args: {e}', path=str(path), key='model_args') from None
+    except ViTVariantsError as e:
+        raise ViTVariantsError(e.reason, path=str(path), key=f'model_args.{e.key}') from None
+    return config, raw
+
+
+# -- whole folders -----------------------------------------------------------------------------------------
+
+def write_card(folder: Union[str, Path], **card_kwargs: Any) -> None:
+    """Write ``README.md`` with ``porting.card.build_model_card``."""
+    from .card import build_model_card
+
+    (Path(folder) / CARD_FILE).write_text(str(build_model_card(**card_kwargs)), encoding='utf-8')
+
+
+def save_pretrained_folder(
+        model: torch.nn.Module,
+        out_dir: Union[str, Path],
+        *,
+        overwrite: bool = False,
+        max_shard_size: Union[str, int] = DEFAULT_MAX_SHARD_SIZE,
+        label_names: Optional[Sequence[str]] = None,
+        pretrained_cfg: Optional[Dict[str, Any]] = None,
+        **card_kwargs: Any,
+) -> Path:
+    """Save an in-memory SimpleVisionTransformer as a Hub folder (weights, config.json, README.md).
+
+    Loadable with ``timm.create_model('local-dir:OUT', pretrained=True)`` after
+    ``import timm_vit_variants`` (single-file output; see docs/porting.md for shards).
+    ``card_kwargs`` go to ``build_model_card`` (e.g. ``source``, ``verification``, ``license``,
+    ``base_model``, ``datasets``, ``conversion_command``, ``repo_id``).
+    ``pretrained_cfg`` overrides preprocessing fields (mean, std, crop_pct, interpolation);
+    by default the model's own ``pretrained_cfg`` values are kept.
+    """
+    config = model.config
+    architecture = architecture_for(config)
+    data_cfg = {k: v for k, v in (getattr(model, 'pretrained_cfg', None) or {}).items() if k in _DATA_KEYS}
+    data_cfg.update(pretrained_cfg or {})
+    state = model.state_dict()
+    labels = list(label_names) if label_names and len(label_names) == config.num_classes else None
+    with atomic_folder(out_dir, overwrite) as tmp:
+        writer = SafetensorsWriter(tmp, [(n, tuple(t.shape), t.dtype) for n, t in state.items()],
+                                   parse_size(max_shard_size))
+        try:
+            for name, tensor in state.items():
+                writer.write(name, tensor.detach().cpu())
+            writer.close()
+        except BaseException:
+            writer.abort()
+            raise
+        write_config(tmp / CONFIG_FILE, config, data_config=data_cfg, label_names=labels, architecture=architecture)
+        write_card(tmp, architecture=architecture, model_args=config.to_dict(), num_classes=config.num_classes,
+                   label_names=labels, **card_kwargs)
+    return Path(os.path.abspath(out_dir))
+
+
+def load_folder(folder: Union[str, Path]) -> SimpleVisionTransformer:
+    """The model saved in a simple_vit Hub folder (single-file or sharded), in eval mode.
+
+    The model is built on the meta device and its parameters become views of the memory-mapped
+    weight files (private, copy-on-write), so loading copies nothing and pages arrive on first use.
+    """
+    config, _ = read_config(folder)
+    model = SimpleVisionTransformer(config.replace(weight_init='skip'), device='meta')
+    store = SafetensorsStore(weight_files(str(folder)))
+    expected = model.state_dict()
+    names = set(store.names())
+    missing, extra = sorted(set(expected) - names), sorted(names - set(expected))
+    if missing or extra:
+        store.close()
+        raise ViTVariantsError(f'the weights do not match config.json: {len(missing)} missing (e.g. {missing[:3]}), '
+                               f'{len(extra)} unexpected (e.g. {extra[:3]})', path=str(folder))
+    state = {}
+    for name, target in expected.items():
+        tensor = store.tensor(name)
+        if tuple(tensor.shape) != tuple(target.shape):
+            store.close()
+            raise ViTVariantsError('tensor does not fit the model', path=store.file_of(name), key=name,
+                                   shapes=(tensor.shape, target.shape))
+        state[name] = tensor if tensor.dtype == target.dtype else tensor.to(target.dtype)
+    model.load_state_dict(state, assign=True)
+    store.close()  # the mappings live on, held by the parameters that view them
+    if model.pos_sincos is not None:
+        model.pos_sincos.table = torch.empty(0)  # leave the meta device, then rebuild the fixed table
+        model.pos_sincos.init_non_persistent_buffers()
+    return model.eval()

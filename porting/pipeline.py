@@ -1,0 +1,303 @@
+"""The conversion pipeline: source checkpoint -> verified ``simple_vit_*`` Hub folder.
+
+1. open the source once with the readers (``timm_vit_variants.checkpoints``) and plan the target:
+   its ``SimpleViTConfig`` and ``Geometry``, and what happens to the head;
+2. lay out the target's safetensors files from a meta-device model and fill every tensor straight
+   into its place in the mapped output, one plan item at a time; only the tensors a geometry change
+   touches (kernel, position table, class token) go through ``geometry.fit_stream`` first;
+3. write ``config.json``, verify against the source's reference implementation, write the model
+   card, and rename the folder into place. The source's sha256 is computed beside all this.
+"""
+import hashlib
+import mmap
+import warnings
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+
+import torch
+
+from timm_vit_variants import SimpleVisionTransformer, SimpleViTConfig, architecture_for
+from timm_vit_variants.checkpoints import SourceCheckpoint, open_checkpoint
+from timm_vit_variants.config import RESAMPLE_RULE_NAMES, pair
+from timm_vit_variants.errors import ViTVariantsError
+from timm_vit_variants.geometry import Geometry, fit_stream
+from timm_vit_variants.limits import DEFAULT_LIMITS, Limits
+
+from .hub_folder import (
+    CONFIG_FILE, DEFAULT_MAX_SHARD_SIZE, SafetensorsWriter, load_folder, parse_size, tensor_specs, write_card,
+    write_config)
+from .output import atomic_folder, check_output
+from .verification import DEFAULT_TOL, Verification, compare
+
+__all__ = ['ConversionPlan', 'ConvertResult', 'make_plan', 'open_source', 'convert', 'write_weights',
+           'verify_source', 'source_sha256']
+
+_HEAD = ('head.weight', 'head.bias')
+_FITTED = ('patch_embed.proj.weight', 'pos_embed', 'cls_token')
+
+
+def open_source(path: Union[str, Path], fmt: Optional[str] = None, **hints: Any) -> SourceCheckpoint:
+    """Open a checkpoint with the readers (unset hints dropped)."""
+    return open_checkpoint(str(path), fmt=fmt, **{k: v for k, v in hints.items() if v is not None})
+
+
+@dataclass(frozen=True)
+class ConversionPlan:
+    """The source and target of a conversion, decided before any tensor is read."""
+    source_path: str
+    source: SimpleViTConfig
+    target: SimpleViTConfig
+    source_geometry: Geometry
+    target_geometry: Geometry
+
+    @property
+    def changes_geometry(self) -> bool:
+        return self.source_geometry.changes(self.target_geometry)
+
+    @property
+    def changes_head(self) -> bool:
+        return self.source.num_classes != self.target.num_classes
+
+    @property
+    def is_identity(self) -> bool:
+        return not self.changes_geometry and not self.changes_head
+
+    @property
+    def rule(self) -> str:
+        return self.target_geometry.rule
+
+    def describe(self) -> str:
+        """One line saying which transformations the plan applies."""
+        src, dst = self.source_geometry, self.target_geometry
+        parts = []
+        if src.patch != dst.patch:
+            parts.append(f'patch {src.patch} -> {dst.patch} (PI-resize)')
+        if src.grid != dst.grid:
+            how = {'sincos': 'regenerated sin-cos', 'none': 'no position table'}.get(self.target.pos_embed,
+                                                                                    f'{self.rule} resample')
+            parts.append(f'grid {src.grid} -> {dst.grid} ({how})')
+        if self.changes_head:
+            n = self.target.num_classes
+            parts.append('head removed' if n == 0 else f'head {self.source.num_classes} -> {n} classes (zero-init)')
+        return '; '.join(parts) if parts else 'no change'
+
+
+def make_plan(
+        src: SourceCheckpoint,
+        *,
+        img_size: Optional[Sequence[int]] = None,
+        patch_size: Optional[Sequence[int]] = None,
+        num_classes: Optional[int] = None,
+        resample_like: Optional[str] = None,
+        limits: Limits = DEFAULT_LIMITS,
+) -> ConversionPlan:
+    """The target for a request; unset options keep the source's values. Impossible requests raise."""
+    source = src.config
+    rule = resample_like or source.pos_embed_resample
+    if rule not in RESAMPLE_RULE_NAMES:
+        raise ViTVariantsError(f'unknown resample rule {rule!r}, expected one of {list(RESAMPLE_RULE_NAMES)}')
+    target_img = pair(tuple(img_size), 'img_size') if img_size is not None else source.img_size
+    target_patch = pair(tuple(patch_size), 'patch_size') if patch_size is not None else source.patch_size
+    limits.check('img_size', max(*target_img, *target_patch), key='img_size')
+    if target_img[0] < target_patch[0] or target_img[1] < target_patch[1]:
+        raise ViTVariantsError(f'image size {target_img} is smaller than the patch size {target_patch}')
+    if not source.dynamic_img_pad and (target_img[0] % target_patch[0] or target_img[1] % target_patch[1]):
+        raise ViTVariantsError(f'image size {target_img} is not divisible by patch size {target_patch} and this model '
+                               'does not pad (dynamic_img_pad=False)')
+    classes = source.num_classes if num_classes is None else int(num_classes)
+    if classes < 0:
+        raise ViTVariantsError(f'--num-classes must be >= 0, got {classes}')
+    changes: Dict[str, Any] = dict(img_size=target_img, patch_size=target_patch, num_classes=classes)
+    if source.pos_embed == 'learn':
+        changes['pos_embed_resample'] = rule
+    target = source.replace(**changes).check_limits(limits)
+    return ConversionPlan(src.path, source, target, src.geometry, Geometry.of(target))
+
+
+@dataclass
+class ConvertResult:
+    """Where the folder went and what was done to get it there."""
+    out: Path
+    plan: ConversionPlan
+    verification: Verification
+    source_sha256: str
+    num_files: int
+
+    def summary(self) -> str:
+        line = str(self.out)
+        if not self.plan.is_identity:
+            line += f' ({self.plan.describe()})'
+        return line
+
+
+def _all_finite(tensor: torch.Tensor) -> bool:
+    """No NaN or Inf, in one pass without a tensor-sized temporary (min/max propagate NaN)."""
+    if not tensor.is_floating_point() or tensor.numel() == 0:
+        return True
+    low, high = tensor.aminmax()
+    return bool(low.isfinite() and high.isfinite())
+
+
+def write_weights(src: SourceCheckpoint, plan: ConversionPlan, folder: Path, max_shard_size: int,
+                  progress: bool = False, allow_nonfinite: bool = False) -> int:
+    """Fill the target's safetensors files in ``folder`` from the source; returns the file count.
+
+    Every tensor is checked for NaN/Inf as it lands: the first offending key is refused, or with
+    ``allow_nonfinite`` reported once as a warning.
+    """
+    from tqdm import tqdm
+
+    specs = tensor_specs(plan.target)
+    fitted = set(_FITTED) if plan.changes_geometry else set()
+    nonfinite: List[str] = []
+
+    def check(key: str, tensor: torch.Tensor) -> None:
+        if not _all_finite(tensor):
+            if not allow_nonfinite:
+                raise ViTVariantsError('the weights hold NaN or Inf values; refusing to write them (pass '
+                                       '--allow-nonfinite to convert anyway)', path=plan.source_path, key=key)
+            nonfinite.append(key)
+
+    writer = SafetensorsWriter(folder, specs, max_shard_size)
+    try:
+        pending: List[Tuple[str, torch.Tensor]] = []
+        with tqdm(total=len(specs), desc='convert', unit='tensor', disable=not progress, leave=False) as bar:
+            for item, keep in src.walk():
+                if item.key in _HEAD and plan.changes_head:
+                    continue  # replaced (zeros) or dropped below; never read
+                if item.key in fitted:
+                    pending.append((item.key, src.fill(item, torch.empty(item.shape), keep)))
+                    continue
+                if item.key not in writer.pending or writer.shape(item.key) != item.shape:
+                    raise ViTVariantsError('source tensor has no place in the target model', path=plan.source_path,
+                                           key=item.key)
+                check(item.key, src.fill(item, writer.slot(item.key), keep))
+                writer.done(item.key)
+                bar.update(1)
+            for key, tensor in fit_stream(pending, plan.source_geometry, plan.target_geometry):
+                check(key, tensor)
+                writer.write(key, tensor)
+                bar.update(1)
+            for key in sorted(writer.pending):
+                if key not in _HEAD or not plan.changes_head:
+                    raise ViTVariantsError('source has no tensor for this target key', path=plan.source_path, key=key)
+                writer.slot(key).zero_()  # a new head starts at zero, as the family's init does
+                writer.done(key)
+                bar.update(1)
+        writer.close()
+    except BaseException:
+        writer.abort()
+        raise
+    if nonfinite:
+        warnings.warn(f'{plan.source_path}: {len(nonfinite)} tensor(s) hold NaN or Inf values, first {nonfinite[0]!r}; '
+                      'written anyway (--allow-nonfinite)', stacklevel=2)
+    return len(writer.files)
+
+
+def verify_source(src: SourceCheckpoint, plan: ConversionPlan, folder: Optional[Path], tol: float,
+                  progress: bool = False) -> Verification:
+    """Compare the source's reference implementation with our model at the SOURCE geometry.
+
+    Without a resize or head change the written folder itself is checked (memory-mapped, so the
+    reference and ours never both hold the weights in RAM); otherwise the source is loaded
+    untransformed into a model at the source geometry, and the result notes what was applied after.
+    """
+    if plan.is_identity and folder is not None:
+        def build() -> torch.nn.Module:
+            return load_folder(folder)
+    else:
+        def build() -> torch.nn.Module:
+            model = SimpleVisionTransformer(plan.source.replace(weight_init='skip'))
+            src.fill_into(model.state_dict())
+            return model
+    result = compare(src.path, src.format, plan.source.to_dict(), build, tol, progress)
+    if not plan.is_identity and result.status != 'skipped':
+        result.notes.append(f'verified at the source geometry before conversion; then applied: {plan.describe()}')
+    return result
+
+
+def source_sha256(path: Union[str, Path]) -> str:
+    """sha256 of a file; for a folder, of every file in it (relative name, then bytes, sorted by name).
+
+    Read through a mapping in large chunks whose pages are handed back as it goes, so hashing beside
+    a conversion shares the page cache with it and adds nothing to resident memory.
+    """
+    path = Path(path)
+    digest = hashlib.sha256()
+    files = [path] if path.is_file() else sorted(p for p in path.rglob('*') if p.is_file())
+    chunk = 64 << 20
+    for file in files:
+        if path.is_dir():
+            digest.update(str(file.relative_to(path)).encode('utf-8', 'surrogateescape') + b'\0')
+        size = file.stat().st_size
+        if size == 0:
+            continue
+        with open(file, 'rb') as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+            for start in range(0, size, chunk):
+                end = min(start + chunk, size)
+                digest.update(memoryview(mapped)[start:end])
+                mapped.madvise(mmap.MADV_DONTNEED, start, end - start)
+    return digest.hexdigest()
+
+
+def convert(
+        source: Union[str, Path],
+        out: Union[str, Path],
+        *,
+        fmt: Optional[str] = None,
+        img_size: Optional[Sequence[int]] = None,
+        patch_size: Optional[Sequence[int]] = None,
+        num_classes: Optional[int] = None,
+        resample_like: Optional[str] = None,
+        hints: Optional[Dict[str, Any]] = None,
+        overwrite: bool = False,
+        tol: float = DEFAULT_TOL,
+        verify: bool = True,
+        max_shard_size: Union[str, int] = DEFAULT_MAX_SHARD_SIZE,
+        license: Optional[str] = None,
+        base_model: Optional[str] = None,
+        datasets: Optional[Sequence[str]] = None,
+        command: Optional[str] = None,
+        progress: bool = False,
+        allow_nonfinite: bool = False,
+        limits: Limits = DEFAULT_LIMITS,
+) -> ConvertResult:
+    """Convert ``source`` into the Hub folder ``out``; nothing is left behind on failure.
+
+    ``hints`` go to the reader (e.g. ``num_heads``, ``img_size``; see ``checkpoints.HINTS``);
+    ``limits`` bound what the source and the request may claim (``timm_vit_variants.limits``).
+
+    Raises ViTVariantsError for bad input, an unusable OUT and a failed verification.
+    """
+    out_path = check_output(out, overwrite, sources=[source])
+    shard_bytes = parse_size(max_shard_size)
+    with open_source(source, fmt, **dict(hints or {}, limits=limits)) as src, \
+            ThreadPoolExecutor(max_workers=1) as hasher:
+        plan = make_plan(src, img_size=img_size, patch_size=patch_size, num_classes=num_classes,
+                         resample_like=resample_like, limits=limits)
+        sha_future = hasher.submit(source_sha256, src.path)  # hashlib releases the GIL on large buffers
+        labels = None if plan.changes_head else src.label_names
+        data_cfg = src.data_config()
+        license = license or data_cfg.pop('license', None)
+        architecture = architecture_for(plan.target)
+        with atomic_folder(out_path, overwrite, sources=[source]) as tmp:
+            num_files = write_weights(src, plan, tmp, shard_bytes, progress, allow_nonfinite)
+            write_config(tmp / CONFIG_FILE, plan.target, data_config=dict(data_cfg, license=license),
+                         label_names=labels, architecture=architecture)
+            if verify:
+                verification = verify_source(src, plan, tmp, tol, progress)
+            else:
+                verification = Verification('skipped', reason='--no-verify was given', tolerance=tol)
+            if verification.status == 'failed':
+                raise ViTVariantsError(verification.summary(), path=src.path)
+            sha256 = sha_future.result()
+            write_card(
+                tmp, architecture=architecture, model_args=plan.target.to_dict(),
+                num_classes=plan.target.num_classes,
+                source={'path': str(source), 'format': src.format, 'sha256': sha256},
+                conversion_command=command, verification=verification.as_card_dict(), license=license,
+                base_model=base_model, datasets=list(datasets) if datasets else None,
+                label_names=labels if labels and len(labels) == plan.target.num_classes else None)
+    return ConvertResult(out_path, plan, verification, sha256, num_files)

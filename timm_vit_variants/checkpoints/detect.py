@@ -1,0 +1,94 @@
+"""Opening a checkpoint: find its files, open them once, tell the format from what is inside, pick the reader.
+
+The store opened here is the one the reader plans and reads from, so nothing is opened, or
+unpickled, twice.
+"""
+import os
+from typing import Any, Dict, Optional, Type
+
+from ..errors import ViTVariantsError
+from ..limits import DEFAULT_LIMITS
+from .files import discover
+from .flax import BigVisionCheckpoint, VitJaxCheckpoint
+from .hf import HFCheckpoint
+from .source import SourceCheckpoint
+from .stores import NpzStore, TensorStore, open_store
+from .timm_format import TimmCheckpoint
+
+__all__ = ['FORMATS', 'HINTS', 'READERS', 'open_checkpoint', 'detect_format']
+
+READERS: Dict[str, Type[SourceCheckpoint]] = {
+    'bigvision': BigVisionCheckpoint,
+    'vitjax': VitJaxCheckpoint,
+    'timm': TimmCheckpoint,
+    'hf': HFCheckpoint,
+}
+FORMATS = tuple(READERS)
+
+# Facts a checkpoint may not record, supplied by the caller (CLI flags of the same name):
+#   prefix     key prefix inside the file (npz: e.g. 'params/'; torch: stripped before mapping)
+#   img_size   source image size, to split a non-square learned table into its grid
+#   num_heads  attention heads (bare timm state dicts of non-standard width; checked against others)
+#   act_layer  override the MLP activation (e.g. 'gelu' to match timm's exact-GELU AugReg port)
+#   norm_eps   override the LayerNorm epsilon
+#   pos_embed  'sincos' or 'none' when a checkpoint has no position table (default 'sincos')
+#   use_ema    prefer EMA weights in timm training checkpoints (default True, as timm)
+#   limits     ``timm_vit_variants.limits.Limits`` bounding what the file may claim (default DEFAULT_LIMITS)
+HINTS = ('prefix', 'img_size', 'num_heads', 'act_layer', 'norm_eps', 'pos_embed', 'use_ema', 'limits')
+
+
+def _sniff(path: str, store: TensorStore, config: Dict[str, Any], config_path: Optional[str]) -> str:
+    names = store.names()
+    if isinstance(store, NpzStore):
+        if any('MultiHeadDotProductAttention_1/' in n or 'posembed_input/' in n for n in names):
+            return 'vitjax'
+        if any('MultiHeadDotProductAttention_0/' in n or 'Transformer/encoderblock/' in n for n in names):
+            return 'bigvision'
+        raise ViTVariantsError('an .npz archive without ViT encoder blocks (no MultiHeadDotProductAttention arrays)',
+                               path=path, key='Transformer/encoderblock_0')
+    if 'architecture' in config:
+        return 'timm'
+    if 'model_type' in config:
+        if config['model_type'] == 'vit':
+            return 'hf'
+        raise ViTVariantsError(f"model_type {config['model_type']!r} is not a transformers ViT", path=config_path,
+                               key='model_type')
+    if any(n.endswith('embeddings.patch_embeddings.projection.weight') for n in names):
+        return 'hf'
+    if any(n.endswith('patch_embed.proj.weight') for n in names):
+        return 'timm'
+    raise ViTVariantsError('no ViT patch embedding among the tensors (neither timm nor transformers layout)',
+                           path=path, key='patch_embed.proj.weight')
+
+
+def open_checkpoint(path: 'str | os.PathLike', fmt: Optional[str] = None, **hints: Any) -> SourceCheckpoint:
+    """Open a checkpoint file or folder; ``fmt`` skips detection, ``hints`` are listed in ``HINTS``."""
+    unknown = sorted(set(hints) - set(HINTS))
+    if unknown:
+        raise TypeError(f'unknown checkpoint hint(s) {unknown}; expected some of {HINTS}')
+    if hints.get('pos_embed') not in (None, 'sincos', 'none', 'learn'):
+        raise ViTVariantsError(f"pos_embed hint must be 'sincos', 'none' or 'learn', got {hints['pos_embed']!r}")
+    if fmt is not None and fmt not in READERS:
+        raise ViTVariantsError(f'unknown checkpoint format {fmt!r}; expected one of {FORMATS}', path=str(path))
+    hints = {k: v for k, v in hints.items() if v is not None}
+    path = os.fspath(path)
+    limits = hints.get('limits') or DEFAULT_LIMITS
+    files, config, config_path = discover(path, limits)
+    store = open_store(files, limits, use_ema=hints.get('use_ema', True))
+    try:
+        fmt = fmt or _sniff(path, store, config, config_path)
+        return READERS[fmt](path, store, config, config_path, hints)
+    except BaseException:
+        store.close()
+        raise
+
+
+def detect_format(path: 'str | os.PathLike') -> str:
+    """One of ``FORMATS`` for a file or folder; raises ViTVariantsError if it is none of them."""
+    path = os.fspath(path)
+    files, config, config_path = discover(path)
+    store = open_store(files)
+    try:
+        return _sniff(path, store, config, config_path)
+    finally:
+        store.close()

@@ -1,0 +1,210 @@
+"""Flax ViT ``.npz`` archives: big_vision's plain ViT and the original vit_jax / AugReg layout.
+
+Both store flax parameters flattened with ``/`` (optionally under ``params/`` or ``opt/target/``),
+with HWIO patch kernels, per-head (D, heads, head_dim) attention kernels and (in, out) Dense
+kernels. They differ only in the block module names and in where the learned table lives and
+whether it has a class-token slot; each flavour is a row of names below.
+"""
+import re
+from typing import Any, Dict, Optional, Tuple
+
+from ..config import SimpleViTConfig
+from ..geometry import infer_grid
+from .source import Rule, SourceCheckpoint, copy, fuse_head_bias, fuse_heads, hwio_to_oihw, merge_heads, transpose
+
+__all__ = ['FlaxCheckpoint', 'BigVisionCheckpoint', 'VitJaxCheckpoint']
+
+_BLOCK_RE = re.compile(r'^Transformer/encoderblock_(\d+)/')
+_SCAN = 'Transformer/encoderblock/'
+
+# Our key -> flax names; {b} is the block's module path, the other fields are a flavour's names.
+_TABLE: Dict[str, Rule] = {
+    'patch_embed.proj.weight': Rule(('embedding/kernel',), hwio_to_oihw),
+    'patch_embed.proj.bias': Rule(('embedding/bias',)),
+    'cls_token': Rule(('cls',)),
+    'pos_embed': Rule(('{pos}',)),
+    'blocks.{i}.norm1.weight': Rule(('{b}{ln1}/scale',)),
+    'blocks.{i}.norm1.bias': Rule(('{b}{ln1}/bias',)),
+    'blocks.{i}.attn.qkv.weight': Rule(tuple(f'{{b}}{{attn}}/{n}/kernel' for n in ('query', 'key', 'value')),
+                                       fuse_heads),
+    'blocks.{i}.attn.qkv.bias': Rule(tuple(f'{{b}}{{attn}}/{n}/bias' for n in ('query', 'key', 'value')),
+                                     fuse_head_bias),
+    'blocks.{i}.attn.proj.weight': Rule(('{b}{attn}/out/kernel',), merge_heads),
+    'blocks.{i}.attn.proj.bias': Rule(('{b}{attn}/out/bias',)),
+    'blocks.{i}.norm2.weight': Rule(('{b}{ln2}/scale',)),
+    'blocks.{i}.norm2.bias': Rule(('{b}{ln2}/bias',)),
+    'blocks.{i}.mlp.fc1.weight': Rule(('{b}{mlp}/Dense_0/kernel',), transpose),
+    'blocks.{i}.mlp.fc1.bias': Rule(('{b}{mlp}/Dense_0/bias',)),
+    'blocks.{i}.mlp.fc2.weight': Rule(('{b}{mlp}/Dense_1/kernel',), transpose),
+    'blocks.{i}.mlp.fc2.bias': Rule(('{b}{mlp}/Dense_1/bias',)),
+    'norm.weight': Rule(('Transformer/encoder_norm/scale',)),
+    'norm.bias': Rule(('Transformer/encoder_norm/bias',)),
+    'pre_logits.fc.weight': Rule(('pre_logits/kernel',), transpose),
+    'pre_logits.fc.bias': Rule(('pre_logits/bias',), copy),
+    'head.weight': Rule(('head/kernel',), transpose),
+    'head.bias': Rule(('head/bias',)),
+}
+
+
+class FlaxCheckpoint(SourceCheckpoint):
+    """A flax ViT parameter archive; subclasses give the flavour's names."""
+
+    PREFIXES = ('', 'params/', 'opt/target/')
+    # The flavour: block module names, the learned table's key, whether that table has a cls slot.
+    NAMES: Dict[str, str] = {}
+    POS_CLS_SLOT = False
+    # Position embedding when the archive holds no table (None: the table is required).
+    DEFAULT_POS_EMBED: Optional[str] = None
+    UNSUPPORTED = {
+        'MAPHead_0': "big_vision 'map' pooling (MAPHead) is not supported by SimpleVisionTransformer",
+        'conv_root': 'hybrid ResNet-ViT checkpoints (ResNet stem) are not supported',
+    }
+
+    def _local(self, name: str) -> str:
+        return self._prefix + name
+
+    def _find_prefix(self, hint: Optional[str]) -> str:
+        candidates = (hint,) if hint else self.PREFIXES
+        for prefix in candidates:
+            if f'{prefix}embedding/kernel' in self._store:
+                return prefix
+        raise self._error(
+            'not a ViT parameter archive: no patch embedding found (if the ViT sits deeper, e.g. in a two-tower '
+            "model, pass its key prefix such as --prefix 'params/img/')", key=f'{candidates[0]}embedding/kernel')
+
+    def _candidates(self):
+        return {n for n in self._store.names() if n.startswith(self._prefix)}
+
+    def _infer(self, hints: Dict[str, Any]) -> SimpleViTConfig:
+        self._prefix = self._find_prefix(hints.get('prefix'))
+        local = {n[len(self._prefix):] for n in self._candidates()}
+        for name in local:
+            for marker, reason in self.UNSUPPORTED.items():
+                if name.startswith(marker):
+                    raise self._error(reason, key=self._local(name))
+
+        kernel_key = self._local('embedding/kernel')
+        kernel = self._shape(kernel_key)
+        if len(kernel) != 4:
+            raise self._error('patch embedding kernel must be (P, P, C, D)', key=kernel_key, shapes=(kernel,))
+        patch_h, patch_w, in_chans, dim = kernel
+        self._check_dims(kernel_key, width=dim, img_size=max(patch_h, patch_w))
+        class_token = 'cls' in local
+
+        slot = self.POS_CLS_SLOT and class_token
+        pos_embed = hints.get('pos_embed')
+        pos_key = self._local(self.NAMES['pos'])
+        if self.NAMES['pos'] in local:
+            if pos_embed not in (None, 'learn'):
+                raise self._error(f'the checkpoint has a learned position table, not pos_embed={pos_embed!r}',
+                                  key=pos_key)
+            pos_embed = 'learn'
+            pos = self._shape(pos_key)
+            if len(pos) != 3 or pos[0] != 1 or pos[2] != dim:
+                raise self._error('position table must be (1, tokens, width)', key=pos_key, shapes=(pos, (1, -1, dim)))
+            self._check_dims(pos_key, tokens=pos[1])
+            self.grid, _ = infer_grid(pos[1], (patch_h, patch_w), img_size=hints.get('img_size'),
+                                      class_token=class_token, slot=slot, path=self.path, key=pos_key)
+        else:
+            pos_embed = pos_embed or self.DEFAULT_POS_EMBED
+            if pos_embed is None:
+                raise self._error('missing key', key=pos_key)
+
+        # Blocks: one module per block, or one scanned module with a leading depth axis.
+        self._scanned = f'{_SCAN}{self.NAMES["ln1"]}/scale' in local
+        if self._scanned:
+            scale_key = self._local(f'{_SCAN}{self.NAMES["ln1"]}/scale')
+            scale = self._shape(scale_key)
+            if len(scale) != 2:
+                raise self._error('scanned parameters need a leading depth axis', key=scale_key,
+                                  shapes=(scale, ('depth', 'width')))
+            depth = scale[0]
+            self._check_dims(scale_key, depth=depth)
+        else:
+            indices = sorted({int(m.group(1)) for m in map(_BLOCK_RE.match, local) if m})
+            if indices:
+                self._check_dims(self._local(f'Transformer/encoderblock_{indices[-1]}'), depth=indices[-1] + 1)
+            depth = len(indices)
+            if indices != list(range(depth)):
+                missing = sorted(set(range(max(indices) + 1)) - set(indices))
+                raise self._error(f'inconsistent depth: blocks {indices} present, {missing} missing',
+                                  key=self._local(f'Transformer/encoderblock_{missing[0]}'))
+        if depth == 0:
+            raise self._error('no encoder blocks found', key=self._local('Transformer/encoderblock_0'))
+
+        names = self._fields(0)
+        query_key = self._local('{b}{attn}/query/kernel'.format(**names))
+        query = self._shape(query_key)[1 if self._scanned else 0:]
+        if len(query) != 3 or query[0] != dim or query[1] * query[2] != dim:
+            raise self._error('attention kernel must be (width, heads, head_dim) with heads * head_dim = width',
+                              key=query_key, shapes=(query, (dim, 'H', 'hd')))
+        num_heads = query[1]
+        if hints.get('num_heads') not in (None, num_heads):
+            raise self._error(f'num_heads={hints["num_heads"]} (given) contradicts the attention kernel ({num_heads} heads)',
+                              key=query_key)
+        fc1_key = self._local('{b}{mlp}/Dense_0/kernel'.format(**names))
+        mlp_dim = self._shape(fc1_key)[-1]
+        self._check_dims(fc1_key, mlp=mlp_dim, heads=num_heads)
+        rep_size = self._shape(self._local('pre_logits/kernel'))[-1] if 'pre_logits/kernel' in local else None
+        num_classes = self._shape(self._local('head/kernel'))[-1] if 'head/kernel' in local else 0
+        self._check_dims(self._local('head/kernel'), classes=num_classes, width=rep_size)
+
+        if self.grid is not None:
+            img_size: Any = (self.grid[0] * patch_h, self.grid[1] * patch_w)
+        else:
+            img_size = hints.get('img_size') or 224
+        return SimpleViTConfig(
+            img_size=img_size,
+            patch_size=(patch_h, patch_w),
+            in_chans=in_chans,
+            num_classes=num_classes,
+            global_pool='token' if class_token else 'avg',
+            embed_dim=dim,
+            depth=depth,
+            num_heads=num_heads,
+            mlp_dim=mlp_dim,
+            qkv_bias='{b}{attn}/query/bias'.format(**names) in local,
+            class_token=class_token,
+            pos_embed=pos_embed,
+            pos_embed_cls_slot=slot and pos_embed == 'learn',
+            pos_embed_resample='bigvision',
+            rep_size=rep_size,
+            # flax nn.gelu defaults to the tanh approximation in both big_vision and vit_jax.
+            act_layer=hints.get('act_layer') or 'gelu_tanh',
+            norm_eps=hints.get('norm_eps') or 1e-6,
+        )
+
+    def _fields(self, block: Optional[int]) -> Dict[str, Any]:
+        scanned = getattr(self, '_scanned', False)
+        return dict(self.NAMES, b=_SCAN if scanned else f'Transformer/encoderblock_{block}/')
+
+    def _rule(self, pattern: str, block: Optional[int]) -> Tuple[Rule, Optional[int]]:
+        rule = _TABLE[pattern]
+        fields = self._fields(block)
+        sources = tuple(self._local(t.format(**fields)) for t in rule.sources)
+        return Rule(sources, rule.fill), block if self._scanned and block is not None else None
+
+    def _build_plan(self):
+        plan = super()._build_plan()
+        if self._scanned:  # param-major: each stacked array is used by consecutive items, then released once
+            plan.sort(key=lambda item: (item.sources, item.index) if item.index is not None else ((), 0))
+        return plan
+
+
+class BigVisionCheckpoint(FlaxCheckpoint):
+    """big_vision ``models/vit.py``: a learned table is the top-level ``pos_embedding`` without a cls slot;
+    without it the model uses the fixed 2D sin-cos table, which is never stored."""
+    format = 'bigvision'
+    NAMES = dict(ln1='LayerNorm_0', attn='MultiHeadDotProductAttention_0', ln2='LayerNorm_1', mlp='MlpBlock_0',
+                 pos='pos_embedding')
+    POS_CLS_SLOT = False
+    DEFAULT_POS_EMBED = 'sincos'
+
+
+class VitJaxCheckpoint(FlaxCheckpoint):
+    """vit_jax / AugReg ``models_vit.py``: the table is added after the class token is prepended, so it
+    carries a cls slot whenever ``cls`` exists."""
+    format = 'vitjax'
+    NAMES = dict(ln1='LayerNorm_0', attn='MultiHeadDotProductAttention_1', ln2='LayerNorm_2', mlp='MlpBlock_3',
+                 pos='Transformer/posembed_input/pos_embedding')
+    POS_CLS_SLOT = True

@@ -1,0 +1,282 @@
+"""The model's settings: one frozen ``SimpleViTConfig``, the variant table, and the family's names.
+
+Every constructor argument of ``SimpleVisionTransformer`` is a field here, validated once, with a
+JSON round trip (``to_dict`` / ``from_dict``) that ``config.json`` is written from and read back
+into. Variants are data, as in big_vision's ``decode_variant``: a name gives width, depth, MLP
+width and heads, and each registered model is one row of ``MODELS``.
+"""
+import dataclasses
+from dataclasses import dataclass, field, fields
+from typing import Any, Callable, Dict, Mapping, Optional, Tuple, Union
+
+from .errors import ViTVariantsError
+from .limits import DEFAULT_LIMITS, Limits
+
+__all__ = [
+    'SimpleViTConfig', 'Variant', 'VARIANTS', 'MODELS', 'POOL_TYPES', 'POS_EMBED_TYPES', 'RESAMPLE_RULE_NAMES',
+    'ACT_LAYERS', 'pair', 'architecture_for', 'heads_for_width', 'activation_name',
+]
+
+POOL_TYPES = ('avg', 'token', '')
+POS_EMBED_TYPES = ('sincos', 'learn', 'none')
+# Names of the learned-table resample rules; their definitions live in ``geometry.RESAMPLE_RULES``.
+RESAMPLE_RULE_NAMES = ('bigvision', 'timm', 'hf', 'flexi')
+ACT_LAYERS = ('gelu_tanh', 'gelu', 'quick_gelu', 'silu', 'relu')
+# Constructor arguments that shape training, not the network: never written to config.json.
+_TRAINING_ONLY = ('drop_rate', 'pos_drop_rate', 'proj_drop_rate', 'attn_drop_rate', 'drop_path_rate', 'weight_init')
+
+Size = Union[int, Tuple[int, int]]
+
+
+def pair(value: Any, name: str = 'size') -> Tuple[int, int]:
+    """An int or a one/two-element sequence as a positive (H, W) pair."""
+    values = (value, value) if isinstance(value, int) and not isinstance(value, bool) else tuple(value) \
+        if isinstance(value, (list, tuple)) else None
+    if values is not None and len(values) == 1:
+        values = values * 2
+    if values is None or len(values) != 2 or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0
+                                                     for v in values):
+        raise ViTVariantsError(f'{name} must be a positive int or (H, W) pair, got {value!r}', key=name)
+    return int(values[0]), int(values[1])
+
+
+def activation_name(act: Union[str, Callable, Any]) -> str:
+    """The ``act_layer`` name of an activation given as a name, a class or a module."""
+    if isinstance(act, str):
+        return act
+    cls = act if isinstance(act, type) else type(act)
+    name = cls.__name__
+    approximate = getattr(act, 'approximate', 'none') if not isinstance(act, type) else 'none'
+    if name == 'GELUTanh' or (name == 'GELU' and approximate == 'tanh'):
+        return 'gelu_tanh'
+    known = {'GELU': 'gelu', 'QuickGELU': 'quick_gelu', 'SiLU': 'silu', 'ReLU': 'relu'}
+    if name in known:
+        return known[name]
+    raise ViTVariantsError(f'unsupported MLP activation {name}; use one of {ACT_LAYERS}', key='act_layer')
+
+
+@dataclass(frozen=True)
+class SimpleViTConfig:
+    """Every constructor argument of ``SimpleVisionTransformer``.
+
+    Attributes:
+        img_size: Nominal input size (H, W); any other size also works at forward time.
+        patch_size: Patch size (H, W); change it later with ``set_input_size(patch_size=...)``.
+        global_pool: 'avg' (big_vision 'gap': norm every token, then mean), 'token' or ''.
+        mlp_dim: MLP hidden width; None means 4 * embed_dim.
+        class_token: Prepend a learned [CLS] token (needed for 'token' pooling).
+        pos_embed: 'sincos' (fixed big_vision table, never saved), 'learn' or 'none'.
+        pos_embed_cls_slot: A learned table carries a cls slot (vit_jax / timm) rather than being
+            added before the cls token is prepended (big_vision).
+        pos_embed_resample: How a learned table is resized for another grid (``geometry.RESAMPLE_RULES``).
+        rep_size: Width of the optional pre-logits layer (Linear + tanh).
+        act_layer: MLP activation name; flax ``nn.gelu`` is 'gelu_tanh'.
+        norm_eps: LayerNorm epsilon (big_vision/timm 1e-6, transformers 1e-12).
+        dynamic_img_pad: Pad inputs right/bottom to a patch multiple; if False, such sizes raise.
+        weight_init: 'jax' (big_vision initialisers, zero head) or 'skip' (to be loaded).
+    """
+    img_size: Size = 224
+    patch_size: Size = 16
+    in_chans: int = 3
+    num_classes: int = 1000
+    global_pool: str = 'avg'
+    embed_dim: int = 768
+    depth: int = 12
+    num_heads: int = 12
+    mlp_dim: Optional[int] = None
+    qkv_bias: bool = True
+    class_token: bool = False
+    pos_embed: str = 'sincos'
+    pos_embed_cls_slot: bool = False
+    pos_embed_resample: str = 'bigvision'
+    sincos_temperature: float = 10000.
+    rep_size: Optional[int] = None
+    act_layer: Any = 'gelu_tanh'
+    norm_eps: float = 1e-6
+    dynamic_img_pad: bool = True
+    drop_rate: float = 0.
+    pos_drop_rate: float = 0.
+    proj_drop_rate: float = 0.
+    attn_drop_rate: float = 0.
+    drop_path_rate: float = 0.
+    weight_init: str = 'jax'
+
+    def __post_init__(self) -> None:
+        fix = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731  (frozen dataclass)
+        fix('img_size', pair(self.img_size, 'img_size'))
+        fix('patch_size', pair(self.patch_size, 'patch_size'))
+        fix('act_layer', activation_name(self.act_layer))
+        fix('mlp_dim', self.mlp_dim or 4 * self.embed_dim if isinstance(self.embed_dim, int) else self.mlp_dim)
+        fix('rep_size', self.rep_size or None)
+        self._validate()
+        # A cls slot exists only in a learned table next to a class token.
+        fix('pos_embed_cls_slot', bool(self.pos_embed_cls_slot and self.class_token and self.pos_embed == 'learn'))
+
+    def _validate(self) -> None:
+        def bad(name: str, why: str) -> ViTVariantsError:
+            return ViTVariantsError(f'{name}={getattr(self, name)!r}: {why}', key=name)
+
+        for name in ('in_chans', 'embed_dim', 'depth', 'num_heads', 'mlp_dim'):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise bad(name, 'expected a positive integer')
+        if isinstance(self.num_classes, bool) or not isinstance(self.num_classes, int) or self.num_classes < 0:
+            raise bad('num_classes', 'expected an integer >= 0')
+        if self.rep_size is not None and (isinstance(self.rep_size, bool) or not isinstance(self.rep_size, int)
+                                          or self.rep_size < 1):
+            raise bad('rep_size', 'expected a positive integer or None')
+        choices = (('global_pool', POOL_TYPES), ('pos_embed', POS_EMBED_TYPES),
+                   ('pos_embed_resample', RESAMPLE_RULE_NAMES), ('act_layer', ACT_LAYERS),
+                   ('weight_init', ('jax', 'skip')))
+        for name, allowed in choices:
+            if getattr(self, name) not in allowed:
+                raise bad(name, f'expected one of {allowed}')
+        if self.embed_dim % self.num_heads:
+            raise bad('num_heads', f'embed_dim {self.embed_dim} is not divisible by {self.num_heads} heads')
+        if self.pos_embed == 'sincos' and self.embed_dim % 4:
+            raise bad('embed_dim', 'a sin-cos position embedding needs a width divisible by 4')
+        if self.global_pool == 'token' and not self.class_token:
+            raise bad('global_pool', "'token' pooling needs class_token=True")
+        for name in ('norm_eps', 'sincos_temperature'):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+                raise bad(name, 'expected a positive number')
+        for name in _TRAINING_ONLY[:-1]:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+                raise bad(name, 'expected a rate in [0, 1]')
+
+    # -- derived ----------------------------------------------------------------------------------
+    @property
+    def grid_size(self) -> Tuple[int, int]:
+        """The nominal token grid (ceil division when padding)."""
+        (h, w), (ph, pw) = self.img_size, self.patch_size
+        return (-(-h // ph), -(-w // pw)) if self.dynamic_img_pad else (h // ph, w // pw)
+
+    @property
+    def num_prefix_slots(self) -> int:
+        """Rows of a learned table that belong to the class token (0 or 1)."""
+        return 1 if self.pos_embed_cls_slot else 0
+
+    def check_limits(self, limits: Limits = DEFAULT_LIMITS, path: Optional[str] = None) -> 'SimpleViTConfig':
+        """Refuse sizes beyond ``limits`` (before any model is built from this config); returns self."""
+        grid = self.grid_size
+        limits.check_dims(path=path, depth=self.depth, width=max(self.embed_dim, self.rep_size or 0),
+                          mlp=self.mlp_dim, heads=self.num_heads, classes=self.num_classes,
+                          img_size=max(*self.img_size, *self.patch_size), tokens=grid[0] * grid[1])
+        return self
+
+    # -- JSON round trip --------------------------------------------------------------------------
+    def to_dict(self, include_training: bool = False) -> Dict[str, Any]:
+        """JSON-safe constructor kwargs: every architectural field (squares as ints), training ones on request."""
+        out: Dict[str, Any] = {}
+        for f in fields(self):
+            if f.name in _TRAINING_ONLY and not include_training:
+                continue
+            value = getattr(self, f.name)
+            if f.name in ('img_size', 'patch_size'):
+                value = value[0] if value[0] == value[1] else tuple(value)
+            out[f.name] = value
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], path: Optional[str] = None) -> 'SimpleViTConfig':
+        """A config from ``to_dict`` output (or ``config.json``'s ``model_args``); unknown keys are refused."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ViTVariantsError(f'unknown model argument(s) {unknown} for SimpleViTConfig', path=path,
+                                   key=unknown[0])
+        try:
+            return cls(**data)
+        except ViTVariantsError as e:
+            raise ViTVariantsError(e.reason, path=path, key=e.key) from None
+        except (TypeError, ValueError) as e:
+            raise ViTVariantsError(f'bad model arguments: {e}', path=path) from None
+
+    def replace(self, **changes: Any) -> 'SimpleViTConfig':
+        """A copy with some fields changed (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+
+# -- the family ------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Variant:
+    """big_vision's ``decode_variant`` entry: width, depth, MLP width, heads."""
+    width: int
+    depth: int
+    mlp: int
+    heads: int
+
+    def config_args(self) -> Dict[str, int]:
+        return dict(embed_dim=self.width, depth=self.depth, mlp_dim=self.mlp, num_heads=self.heads)
+
+
+# From big_vision/models/vit.py.
+VARIANTS: Dict[str, Variant] = {
+    'tiny': Variant(192, 12, 768, 3),
+    'small': Variant(384, 12, 1536, 6),
+    'base': Variant(768, 12, 3072, 12),
+    'large': Variant(1024, 24, 4096, 16),
+    'huge': Variant(1280, 32, 5120, 16),
+}
+
+
+@dataclass(frozen=True)
+class ModelEntry:
+    """One registered model: a variant, what differs from its defaults, and a one-line description."""
+    variant: str
+    args: Dict[str, Any] = field(default_factory=dict)
+    doc: str = ''
+
+    @property
+    def kwargs(self) -> Dict[str, Any]:
+        """What this model sets; everything else is a ``SimpleViTConfig`` default (or timm's, e.g. num_classes)."""
+        return {**VARIANTS[self.variant].config_args(), **self.args}
+
+    def config(self, **overrides: Any) -> SimpleViTConfig:
+        return SimpleViTConfig(**{**self.kwargs, **overrides})
+
+
+MODELS: Dict[str, ModelEntry] = {
+    'simple_vit_tiny': ModelEntry('tiny', {}, 'ViT-Ti/16 plain recipe (width 192, depth 12, 3 heads).'),
+    'simple_vit_small': ModelEntry('small', {}, 'ViT-S/16 plain recipe (width 384, depth 12, 6 heads).'),
+    'simple_vit_base': ModelEntry('base', {}, 'ViT-B/16 plain recipe (width 768, depth 12, 12 heads).'),
+    'simple_vit_large': ModelEntry('large', {}, 'ViT-L/16 plain recipe (width 1024, depth 24, 16 heads).'),
+    'simple_vit_huge': ModelEntry('huge', {}, 'ViT-H/16 plain recipe (width 1280, depth 32, 16 heads).'),
+    'simple_vit_tiny_patch16_224': ModelEntry('tiny', {}, 'ViT-Ti/16 at 224px.'),
+    'simple_vit_small_patch16_224': ModelEntry(
+        'small', {'rep_size': 384},
+        "ViT-S/16 at 224px as big_vision's vit_s16_i1k config: gap, sin-cos, 384-wide pre-logits "
+        '(tags bv_i1k_{300,150,90}ep are the published Better-plain-ViT ImageNet-1k weights).'),
+    'simple_vit_base_patch16_224': ModelEntry('base', {}, 'ViT-B/16 at 224px.'),
+    'simple_vit_large_patch16_224': ModelEntry('large', {}, 'ViT-L/16 at 224px.'),
+    'simple_vit_huge_patch16_224': ModelEntry('huge', {}, 'ViT-H/16 at 224px.'),
+    'simple_vit_small_patch32_224': ModelEntry('small', {'patch_size': 32}, 'ViT-S/32 at 224px.'),
+    'simple_vit_base_patch32_224': ModelEntry('base', {'patch_size': 32}, 'ViT-B/32 at 224px.'),
+    'simple_vit_tiny_patch4_32': ModelEntry(
+        'tiny', {'img_size': 32, 'patch_size': 4, 'depth': 6},
+        'Small-image plain ViT for 32x32 inputs: patch 4, width 192, 3 heads, 6 blocks.'),
+}
+
+# What must match for ``architecture`` to name a registered model, most telling first.
+_DIMS = ('embed_dim', 'num_heads', 'mlp_dim', 'depth', 'patch_size', 'rep_size', 'img_size')
+
+
+def architecture_for(config: SimpleViTConfig) -> str:
+    """The registered model matching every dimension, else the nearest family member.
+
+    ``config.json`` always carries the full ``model_args``, so the nearest name only labels the
+    family; it never decides the network.
+    """
+    def distance(name: str) -> Tuple[int, ...]:
+        ref = MODELS[name].config()
+        return tuple(int(getattr(config, d) != getattr(ref, d)) for d in _DIMS)
+
+    return min(MODELS, key=lambda name: (sum(distance(name)), distance(name)))
+
+
+def heads_for_width(width: int) -> Optional[int]:
+    """The head count of the standard ViT of this width (192: 3, 384: 6, 768: 12, 1024: 16, 1280: 16)."""
+    return next((v.heads for v in VARIANTS.values() if v.width == width), None)

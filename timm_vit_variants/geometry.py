@@ -1,0 +1,226 @@
+"""Fitting weights to a geometry: the only place a patch kernel or a position table is resized.
+
+A ``Geometry`` says how a checkpoint's input side is laid out: the token grid of its learned
+table, the patch size of its kernel, whether the table has a class-token slot, the rule its
+ecosystem resizes tables with, and its input channels. ``fit_stream`` takes tensors from a source
+geometry to a target one; the timm filter, the streaming loader, the conversion pipeline and
+``set_input_size`` all go through it, and the model's runtime resampling calls ``interpolate_grid``.
+"""
+import math
+from dataclasses import dataclass
+from typing import Dict, Iterable, Iterator, Optional, Tuple
+
+import torch
+import torch.nn.functional as F
+from timm.layers import resample_patch_embed
+from timm.models import adapt_input_conv
+
+from .config import SimpleViTConfig, pair
+from .errors import ViTVariantsError
+
+__all__ = [
+    'RESAMPLE_RULES', 'Geometry', 'grid_for', 'interpolate_grid', 'resample_table', 'pi_resize', 'adapt_in_chans',
+    'infer_grid', 'fit_tensor', 'fit_stream',
+]
+
+# How each ecosystem resizes a learned table: (mode, align_corners, antialias).
+#   bigvision: scipy.ndimage.zoom(order=1) at load time (big_vision vit.resample_posemb, vit_jax
+#              checkpoint.interpolate_posembed) == bilinear with align_corners=True;
+#   timm:      resample_abs_pos_embed, bicubic with antialias;
+#   hf:        transformers interpolate_pos_encoding, bicubic without antialias;
+#   flexi:     big_vision FlexiViT at run time, jax.image.resize 'linear' (half-pixel, antialiased).
+RESAMPLE_RULES: Dict[str, Tuple[str, Optional[bool], bool]] = {
+    'bigvision': ('bilinear', True, False),
+    'timm': ('bicubic', None, True),
+    'hf': ('bicubic', False, False),
+    'flexi': ('bilinear', False, True),
+}
+
+_KERNEL = 'patch_embed.proj.weight'
+_TABLE = 'pos_embed'
+_CLS = 'cls_token'
+
+
+def grid_for(img_size: Tuple[int, int], patch_size: Tuple[int, int], pad: bool = True) -> Tuple[int, int]:
+    """Token grid for an image size: ceil division when padding, floor division otherwise."""
+    if pad:
+        return -(-img_size[0] // patch_size[0]), -(-img_size[1] // patch_size[1])
+    return img_size[0] // patch_size[0], img_size[1] // patch_size[1]
+
+
+def interpolate_grid(
+        table: torch.Tensor,
+        new_h: int,
+        new_w: int,
+        old_h: int,
+        old_w: int,
+        num_prefix: int,
+        mode: str,
+        align_corners: Optional[bool],
+        antialias: bool,
+) -> torch.Tensor:
+    """Resize the grid part of a (1, prefix + old_h*old_w, D) table; prefix rows kept. TorchScript-friendly.
+
+    Interpolation runs in float32 and the result takes the table's dtype.
+    """
+    if new_h == old_h and new_w == old_w:
+        return table
+    prefix, grid = table[:, :num_prefix], table[:, num_prefix:]
+    dim = grid.shape[-1]
+    grid = grid.float().reshape(1, old_h, old_w, dim).permute(0, 3, 1, 2)
+    grid = F.interpolate(grid, size=[new_h, new_w], mode=mode, align_corners=align_corners, antialias=antialias)
+    grid = grid.permute(0, 2, 3, 1).reshape(1, new_h * new_w, dim).to(table.dtype)
+    if num_prefix > 0:
+        return torch.cat([prefix, grid], dim=1)
+    return grid
+
+
+def resample_table(
+        table: torch.Tensor,
+        new_grid: Tuple[int, int],
+        old_grid: Tuple[int, int],
+        num_prefix: int = 0,
+        rule: str = 'bigvision',
+) -> torch.Tensor:
+    """Resize a learned (1, prefix + H*W, D) table to a new grid with an ecosystem's rule."""
+    if rule not in RESAMPLE_RULES:
+        raise ViTVariantsError(f'unknown resample rule {rule!r}, expected one of {list(RESAMPLE_RULES)}')
+    mode, align_corners, antialias = RESAMPLE_RULES[rule]
+    return interpolate_grid(table, new_grid[0], new_grid[1], old_grid[0], old_grid[1], num_prefix,
+                            mode, align_corners, antialias)
+
+
+def pi_resize(kernel: torch.Tensor, patch_size: Tuple[int, int]) -> torch.Tensor:
+    """FlexiViT pseudo-inverse resize of an (O, I, P, P) kernel, as big_vision does it (bilinear, no antialias)."""
+    if tuple(kernel.shape[-2:]) == tuple(patch_size):
+        return kernel
+    return resample_patch_embed(kernel, list(patch_size), interpolation='bilinear', antialias=False)
+
+
+def adapt_in_chans(kernel: torch.Tensor, in_chans: int) -> torch.Tensor:
+    """timm's ``adapt_input_conv``: 1 channel sums the RGB filters, others repeat them and rescale."""
+    if kernel.shape[1] == in_chans:
+        return kernel
+    try:
+        return adapt_input_conv(in_chans, kernel)
+    except (NotImplementedError, AssertionError) as e:
+        raise ViTVariantsError(f'cannot adapt a {kernel.shape[1]}-channel patch kernel to {in_chans} channels '
+                               f'({e or "timm supports 3-channel sources"})', key=_KERNEL) from None
+
+
+def infer_grid(
+        tokens: int,
+        patch: Tuple[int, int],
+        *,
+        img_size=None,
+        class_token: bool = False,
+        slot: Optional[bool] = None,
+        path: Optional[str] = None,
+        key: str = _TABLE,
+) -> Tuple[Tuple[int, int], int]:
+    """(grid, prefix slots) of a learned table of ``tokens`` rows.
+
+    With an image size the grid follows from it; otherwise the patch part must be square. A
+    class token makes a one-row slot possible; ``slot`` pins the answer when a config says it.
+    """
+    choices = [s for s in ((0, 1) if class_token else (0,)) if slot is None or bool(s) == slot]
+    if img_size:
+        img = pair(img_size, 'img_size')
+        grid = (img[0] // patch[0], img[1] // patch[1])
+        for extra in choices:
+            if tokens - extra == grid[0] * grid[1]:
+                return grid, extra
+        raise ViTVariantsError(f'image size {img} gives a {grid[0]}x{grid[1]} grid, which does not fit a table of '
+                               f'{tokens} positions', path=path, key=key)
+    for extra in choices:
+        side = math.isqrt(max(tokens - extra, 0))
+        if side > 0 and side * side == tokens - extra:
+            return (side, side), extra
+    raise ViTVariantsError(f'{tokens} positions do not form a square grid; pass the source image size '
+                           '(--source-img-size)', path=path, key=key)
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """The input-side layout of a set of weights.
+
+    Attributes:
+        grid: Token grid of the learned table (or the nominal grid when there is none).
+        patch: Patch size (H, W) of the kernel.
+        prefix: Class-token slots in the learned table (0 or 1).
+        rule: The resample rule for the learned table (a key of ``RESAMPLE_RULES``).
+        in_chans: Input channels of the kernel.
+    """
+    grid: Tuple[int, int]
+    patch: Tuple[int, int]
+    prefix: int = 0
+    rule: str = 'bigvision'
+    in_chans: int = 3
+
+    @classmethod
+    def of(cls, config: SimpleViTConfig, grid: Optional[Tuple[int, int]] = None) -> 'Geometry':
+        """The geometry of a model built from ``config`` (``grid`` overrides the nominal one)."""
+        return cls(tuple(grid or config.grid_size), tuple(config.patch_size), config.num_prefix_slots,
+                   config.pos_embed_resample, config.in_chans)
+
+    def changes(self, other: 'Geometry') -> bool:
+        return (self.grid, self.patch, self.prefix, self.in_chans) != (other.grid, other.patch, other.prefix,
+                                                                       other.in_chans)
+
+
+def fit_tensor(key: str, tensor: torch.Tensor, src: Geometry, dst: Geometry) -> torch.Tensor:
+    """One tensor moved from ``src`` to ``dst``: kernel channels and PI-resize, table grid and cls slot.
+
+    Tensors other than the kernel and the table pass unchanged. Dropping a cls slot needs the class
+    token too; use ``fit_stream`` for that.
+    """
+    if key == _KERNEL:
+        if tensor.ndim != 4:
+            raise ViTVariantsError('patch embedding must be an (O, I, P, P) kernel', key=key, shapes=(tensor.shape,))
+        return pi_resize(adapt_in_chans(tensor, dst.in_chans), dst.patch)
+    if key == _TABLE:
+        expected = src.prefix + src.grid[0] * src.grid[1]
+        if tensor.ndim != 3 or tensor.shape[0] != 1 or tensor.shape[1] != expected:
+            raise ViTVariantsError(f'position table does not match the source grid {src.grid} '
+                                   f'(+{src.prefix} class slot)', key=key,
+                                   shapes=(tensor.shape, (1, expected, tensor.shape[-1])))
+        table = resample_table(tensor, dst.grid, src.grid, src.prefix, dst.rule)
+        if dst.prefix > src.prefix:  # an empty slot: adding zero after the cls token changes nothing
+            table = torch.cat([table.new_zeros(1, 1, table.shape[-1]), table], dim=1)
+        elif dst.prefix < src.prefix:
+            table = table[:, src.prefix:]
+        return table
+    return tensor
+
+
+def fit_stream(
+        stream: Iterable[Tuple[str, torch.Tensor]],
+        src: Geometry,
+        dst: Geometry,
+) -> Iterator[Tuple[str, torch.Tensor]]:
+    """``fit_tensor`` over (key, tensor) pairs, folding a dropped cls slot into the class token.
+
+    A vit_jax table adds its slot to the class token after it is prepended; a big_vision-style
+    table has no slot, so the exact equivalent is ``cls_token + slot``. The class token is held
+    back (it is tiny) until the table has passed.
+    """
+    fold = src.prefix > dst.prefix
+    held: Optional[torch.Tensor] = None
+    slot: Optional[torch.Tensor] = None
+    for key, tensor in stream:
+        if fold and key == _CLS:
+            if slot is None:
+                held = tensor
+                continue
+            tensor = tensor + slot
+        if fold and key == _TABLE:
+            slot = tensor[:, :src.prefix]
+            yield key, fit_tensor(key, tensor, src, dst)
+            if held is not None:
+                yield _CLS, held + slot
+                held = None
+            continue
+        yield key, fit_tensor(key, tensor, src, dst) if key in (_KERNEL, _TABLE) and src.changes(dst) else tensor
+    if held is not None:
+        raise ViTVariantsError('a class-token slot can only be dropped when the position table is present',
+                               key=_TABLE)
