@@ -191,23 +191,23 @@ def _commit(tmp: Path, out: Path, overwrite: bool) -> None:
             raise ViTVariantsError('output appeared while converting; pass --overwrite to replace it', path=str(out))
         old = out.parent / f'.{out.name}.{OLD}-{secrets.token_hex(4)}'
         if out.is_symlink() or not out.is_dir():
-            os.rename(out, old)
-            try:
-                os.rename(tmp, out)
-            except OSError:
-                os.rename(old, out)
-                raise
+            _swap(tmp, out, old)
             os.unlink(old)
             return
         _check_replaceable(out)  # again: it may have changed while we converted
         with _locked(out):  # held until deleted, so no concurrent cleanup mistakes it for a leftover
-            os.rename(out, old)
-            try:
-                os.rename(tmp, out)
-            except OSError:
-                os.rename(old, out)
-                raise
+            _swap(tmp, out, old)
             shutil.rmtree(old, ignore_errors=True)
+
+
+def _swap(tmp: Path, out: Path, old: Path) -> None:
+    """Move OUT aside to ``old`` and ``tmp`` into its place; put OUT back if the second rename fails."""
+    os.rename(out, old)
+    try:
+        os.rename(tmp, out)
+    except OSError:
+        os.rename(old, out)
+        raise
 
 
 def _make_parents(out: Path) -> List[Path]:

@@ -1,9 +1,10 @@
 """``vit-port resize SRC_FOLDER OUT``: change the resolution / patch size of an already-converted folder."""
 import argparse
 import os
+import sys
 
 from . import cmd_convert
-from .options import UsageError, add_geometry_args, add_output_args, add_safety_args
+from .options import UsageError, add_geometry_args, add_output_args, add_safety_args, check_sizes, limits_of
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -25,9 +26,19 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     if args.img_size is None and args.patch_size is None:
         raise UsageError('give --img-size and/or --patch-size')
+    check_sizes(args)
+    from ..pipeline import convert
+
     if not os.path.isfile(os.path.join(args.src, 'config.json')):
         from timm_vit_variants.errors import ViTVariantsError
 
         raise ViTVariantsError('resize takes a converted folder with config.json; use "vit-port convert" '
                                'for checkpoint files', path=args.src)
-    return cmd_convert.run(args, fmt='timm')
+    result = convert(
+        args.src, args.out, fmt='timm', img_size=args.img_size, patch_size=args.patch_size,
+        resample_like=args.resample_like, overwrite=args.overwrite, tol=args.tol, verify=not args.no_verify,
+        max_shard_size=args.max_shard_size, license=args.license, base_model=args.base_model,
+        datasets=args.datasets, command=args.command_line, progress=sys.stderr.isatty(),
+        allow_nonfinite=args.allow_nonfinite, limits=limits_of(args))
+    cmd_convert.report(result)
+    return 0

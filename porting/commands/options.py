@@ -14,7 +14,7 @@ __all__ = [
 ]
 
 FORMATS = ('bigvision', 'vitjax', 'timm', 'hf')
-RESAMPLE_RULES = ('bigvision', 'timm', 'hf')
+RESAMPLE_RULES = ('bigvision', 'timm', 'hf', 'flexi')
 ACT_LAYERS = ('gelu', 'gelu_tanh', 'quick_gelu', 'silu', 'relu')
 
 # Options a model card may record: nothing that can carry a credential (--token, --endpoint) or free text.
@@ -65,7 +65,7 @@ def add_geometry_args(parser: argparse.ArgumentParser) -> None:
                         help='target patch size; the patchifier is PI-resized (FlexiViT) (default: the source patch)')
     parser.add_argument('--resample-like', choices=RESAMPLE_RULES,
                         help="rule for resizing a learned position table: big_vision bilinear (align_corners), "
-                             "timm bicubic+antialias or HF bicubic (default: the source ecosystem's rule)")
+                             "timm bicubic+antialias, HF bicubic or FlexiViT run-time bilinear+antialias (default: the source ecosystem's rule)")
 
 
 def add_source_args(parser: argparse.ArgumentParser) -> None:

@@ -1,0 +1,108 @@
+"""The one-home architecture: input channels adapted the same way from every source, honest architecture
+names, a --help that imports neither torch nor timm, and CLI choices that match the package's constants."""
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import timm
+from safetensors.torch import save_file
+from timm.models import adapt_input_conv
+
+import timm_vit_variants  # noqa: F401
+from porting.hub_folder import save_pretrained_folder
+from timm_vit_variants import SimpleViTConfig, architecture_for
+
+from ckpt_fixtures import jax_params, randomize, tiny_timm_vit, write_npz
+
+REPO = Path(__file__).resolve().parents[1]
+NAME = 'simple_vit_tiny_patch4_32'
+SMALL = dict(embed_dim=32, depth=1, num_heads=2, mlp_dim=64, num_classes=5)
+TIMM_SMALL = dict(img_size=32, patch_size=4, embed_dim=32, depth=1, num_heads=2, mlp_ratio=2.0, num_classes=5,
+                  act_layer='gelu_tanh', fc_norm=False)
+# What each source needs from the registered model to be the same network.
+VITJAX = dict(class_token=True, pos_embed='learn', pos_embed_cls_slot=True, global_pool='token')
+
+
+def _sources(tmp_path):
+    """Every way a pretrained file reaches create_model: (model kwargs, create_model extras)."""
+    bv = write_npz(tmp_path / 'bv.npz', jax_params(tiny_timm_vit(
+        class_token=False, no_embed_class=True, global_pool='avg', **TIMM_SMALL), 'bigvision', with_pos=False))
+    vj = write_npz(tmp_path / 'vj.npz', jax_params(tiny_timm_vit(class_token=True, global_pool='token', **TIMM_SMALL),
+                                                   'vitjax'))
+    ours = randomize(timm.create_model(NAME, **SMALL))
+    save_file(ours.state_dict(), str(tmp_path / 'w.safetensors'))
+    folder = save_pretrained_folder(ours, tmp_path / 'folder')
+    return {
+        'bigvision_npz': ({}, dict(pretrained_cfg_overlay=dict(file=str(bv), num_classes=5))),
+        'vitjax_npz': (VITJAX, dict(pretrained_cfg_overlay=dict(file=str(vj), num_classes=5))),
+        'safetensors': ({}, dict(pretrained_cfg_overlay=dict(file=str(tmp_path / 'w.safetensors'), num_classes=5))),
+        'hub_folder_file': ({}, dict(pretrained_cfg_overlay=dict(file=str(folder), num_classes=5))),
+        'hub_folder_local_dir': ({}, dict(local_dir=str(folder))),
+    }
+
+
+def _create(extras, in_chans, arch):
+    if 'local_dir' in extras:
+        return timm.create_model(f'local-dir:{extras["local_dir"]}', pretrained=True, in_chans=in_chans).eval()
+    return timm.create_model(NAME, pretrained=True, in_chans=in_chans, **SMALL, **arch, **extras).eval()
+
+
+@pytest.mark.parametrize('in_chans', [1, 2])
+def test_in_chans_from_every_source_equals_adapt_input_conv(tmp_path, in_chans):
+    for name, (arch, extras) in _sources(tmp_path).items():
+        rgb = _create(extras, 3, arch)
+        adapted = _create(extras, in_chans, arch)
+        by_hand = timm.create_model(NAME, in_chans=in_chans, **SMALL, **arch).eval()
+        state = rgb.state_dict()
+        state['patch_embed.proj.weight'] = adapt_input_conv(in_chans, state['patch_embed.proj.weight'])
+        by_hand.load_state_dict(state)
+        x = torch.randn(2, in_chans, 32, 32, generator=torch.Generator().manual_seed(0))
+        with torch.no_grad():
+            assert rgb(torch.randn(1, 3, 32, 32)).abs().max() > 0, name  # the weights really loaded
+            torch.testing.assert_close(adapted(x), by_hand(x), rtol=0, atol=1e-6, msg=name)
+
+
+def test_architecture_names_only_exact_matches():
+    assert architecture_for(SimpleViTConfig(embed_dim=192, depth=12, num_heads=3)) == 'simple_vit_tiny'
+    assert architecture_for(SimpleViTConfig(embed_dim=384, depth=12, num_heads=6, rep_size=384)) == \
+        'simple_vit_small_patch16_224'
+    assert architecture_for(SimpleViTConfig(embed_dim=192, depth=6, num_heads=3, img_size=32, patch_size=4)) == NAME
+    # A depth no registered model has: the nearest member names the family; model_args carry the depth.
+    odd = SimpleViTConfig(embed_dim=192, depth=7, num_heads=3, img_size=32, patch_size=4)
+    assert architecture_for(odd) == NAME
+    assert architecture_for(SimpleViTConfig(embed_dim=192, depth=7, num_heads=3)) == 'simple_vit_tiny'
+
+
+def test_non_standard_depth_round_trips_through_config_json(tmp_path):
+    model = timm.create_model('simple_vit_tiny', depth=7, embed_dim=32, num_heads=2, num_classes=3)
+    folder = save_pretrained_folder(model, tmp_path / 'deep7')
+    import json
+    config = json.loads((folder / 'config.json').read_text())
+    assert config['architecture'] == 'simple_vit_tiny' and config['model_args']['depth'] == 7
+    assert 'num_classes' not in config['model_args'] and config['num_classes'] == 3
+    loaded = timm.create_model(f'local-dir:{folder}', pretrained=True)
+    assert len(loaded.blocks) == 7 and loaded.config == model.config
+
+
+@pytest.mark.parametrize('argv', [['--help'], ['convert', '--help'], ['resize', '--help'], ['inspect', '--help'],
+                                  ['verify', '--help'], ['push', '--help']])
+def test_help_imports_neither_torch_nor_timm(argv):
+    code = ('import sys\nfrom porting.cli import main\nrc = main(%r)\n'
+            'heavy = sorted(m for m in ("torch", "timm", "numpy", "huggingface_hub", "timm_vit_variants") '
+            'if m in sys.modules)\nprint(rc, heavy)\n') % (argv,)
+    proc = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, cwd=REPO, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == '0 []'
+
+
+def test_cli_choices_match_the_package():
+    from porting.commands import options
+    from timm_vit_variants import config
+    from timm_vit_variants.checkpoints import FORMATS
+    from timm_vit_variants.geometry import RESAMPLE_RULES
+
+    assert options.FORMATS == FORMATS
+    assert options.RESAMPLE_RULES == config.RESAMPLE_RULE_NAMES == tuple(RESAMPLE_RULES)
+    assert set(options.ACT_LAYERS) == set(config.ACT_LAYERS)
