@@ -1,23 +1,26 @@
-"""Conversion cost: ``vit-port convert`` against a raw file copy and timm's load-then-save path.
+"""Conversion cost against a plain file copy: time as a ratio to ``shutil.copyfile``, and extra memory.
 
-Builds a random-weight checkpoint in real big_vision layout (flax names, HWIO patch kernel,
-per-head attention kernels, a learned ``pos_embedding`` so timm's own npz loader can read it),
-then runs each contender in its own subprocess and reads that child's wall time and peak RSS
-(``os.wait4`` rusage):
+Builds random-weight ViT checkpoints of one size in four real layouts (big_vision ``.npz``,
+vit_jax/AugReg ``.npz``, timm ``.safetensors`` and timm ``.pth``), then, for each, in fresh child
+processes so every run starts alike:
 
-  raw copy       copy the .npz bytes to a new file and fsync (the floor for any conversion)
-  import only    ``python -c 'import porting.convert'`` (interpreter + torch/timm start-up)
-  vit-port       ``python -m porting convert SRC OUT --no-verify`` (the streaming pipeline)
-  convert() timed  the same pipeline timed inside the process, i.e. without interpreter/import start-up
-  vit-port+check the same with numerical verification (reference model + ours, one after the other)
-  naive timm     timm ``VisionTransformer.load_pretrained(npz)`` then ``timm.models.save_for_hf``
+  copy        ``shutil.copyfile`` of the same file, then fsync (the floor for any conversion)
+  convert     ``porting.pipeline.convert(..., verify=False)``, timed inside the process (no start-up)
+  verified    the same with numerical verification against the source's reference implementation
+  CLI         ``python -m porting convert SRC OUT --no-verify``, wall time including interpreter start-up
 
-Run: ``OMP_NUM_THREADS=1 PYTHONPATH=. python benchmarks/bench_convert.py --size large``
+Resident memory is sampled every 5 ms inside the child (``/proc/self/statm``); "extra" is the peak
+during the work minus the resident memory after the imports, and "peak" the whole process's. The machine is shared and noisy:
+each figure is a ratio to the copy measured in the same round, and rounds are repeated (median and
+range are reported).
+
+Run: ``OMP_NUM_THREADS=1 python benchmarks/bench_convert.py --size large --rounds 3``
 """
 import argparse
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -37,63 +40,74 @@ SIZES = {
     'large': (1024, 24, 4096, 16, 16, 224),
 }
 
-_NAIVE = '''
-import sys, timm
-from timm.models import save_for_hf
-w, d, m, h, p, img, src, out = sys.argv[1:]
-w, d, m, h, p, img = map(int, (w, d, m, h, p, img))
-model = timm.create_model('vit_base_patch16_224', img_size=img, patch_size=p, embed_dim=w, depth=d, num_heads=h,
-                          mlp_ratio=m / w, num_classes=1000, class_token=False, global_pool='avg',
-                          no_embed_class=True, fc_norm=False, act_layer='gelu_tanh', weight_init='skip')
-model.load_pretrained(src)
-save_for_hf(model, out, safe_serialization=True)
-'''
-
-_TIMED = '''
-import sys, time
-import porting.convert, timm_vit_variants.checkpoints
+# Runs in a child: imports, baseline RSS, the timed work, then one JSON line.
+_CHILD = '''
+import json, os, shutil, sys, threading, time
+kind, src, out = sys.argv[1:4]
+if kind != 'copy':
+    from porting.pipeline import convert
+page = os.sysconf('SC_PAGE_SIZE')
+def rss():
+    with open('/proc/self/statm') as f:
+        return int(f.read().split()[1]) * page
+base, peak, done = rss(), [0], threading.Event()
+def sample():
+    while not done.wait(0.005):
+        peak[0] = max(peak[0], rss())
+sampler = threading.Thread(target=sample, daemon=True)
+sampler.start()
 start = time.perf_counter()
-porting.convert.convert(sys.argv[1], sys.argv[2], verify=False)
-print(f'{time.perf_counter() - start:.3f}')
+if kind == 'copy':
+    shutil.copyfile(src, out)
+    with open(out, 'rb') as f:
+        os.fsync(f.fileno())
+else:
+    result = convert(src, out, verify=(kind == 'verified'))
+seconds = time.perf_counter() - start
+done.set()
+sampler.join()
+peak[0] = max(peak[0], rss())
+print(json.dumps(dict(seconds=seconds, extra_rss=peak[0] - base, peak_rss=peak[0],
+                      note=result.verification.summary() if kind != 'copy' else '')))
 '''
 
-_COPY = '''
-import os, shutil, sys
-shutil.copyfile(sys.argv[1], sys.argv[2])
-with open(sys.argv[2], 'rb') as f:
-    os.fsync(f.fileno())
-'''
 
-
-def write_bigvision_npz(path: Path, size: str, seed: int = 0) -> int:
-    """Stream random big_vision arrays into an uncompressed .npz, one array in memory at a time."""
+def _flax_shapes(size: str, flavour: str) -> Dict[str, tuple]:
     width, depth, mlp, heads, patch, img = SIZES[size]
-    grid = img // patch
-    hd = width // heads
-    rng = np.random.default_rng(seed)
-    shapes: Dict[str, tuple] = {
-        'embedding/kernel': (patch, patch, 3, width), 'embedding/bias': (width,),
-        'pos_embedding': (1, grid * grid, width),
-        'Transformer/encoder_norm/scale': (width,), 'Transformer/encoder_norm/bias': (width,),
-        'head/kernel': (width, 1000), 'head/bias': (1000,),
-    }
+    grid, hd = img // patch, width // heads
+    names = {'bigvision': ('LayerNorm_0', 'MultiHeadDotProductAttention_0', 'LayerNorm_1', 'MlpBlock_0'),
+             'vitjax': ('LayerNorm_0', 'MultiHeadDotProductAttention_1', 'LayerNorm_2', 'MlpBlock_3')}[flavour]
+    shapes: Dict[str, tuple] = {'embedding/kernel': (patch, patch, 3, width), 'embedding/bias': (width,)}
+    if flavour == 'bigvision':
+        shapes['pos_embedding'] = (1, grid * grid, width)
+    else:
+        shapes['cls'] = (1, 1, width)
+        shapes['Transformer/posembed_input/pos_embedding'] = (1, 1 + grid * grid, width)
+    shapes.update({'Transformer/encoder_norm/scale': (width,), 'Transformer/encoder_norm/bias': (width,),
+                   'head/kernel': (width, 1000), 'head/bias': (1000,)})
+    ln1, attn, ln2, mlp_name = names
     for i in range(depth):
         b = f'Transformer/encoderblock_{i}/'
-        for ln in ('LayerNorm_0', 'LayerNorm_1'):
+        for ln in (ln1, ln2):
             shapes[f'{b}{ln}/scale'] = (width,)
             shapes[f'{b}{ln}/bias'] = (width,)
         for part in ('query', 'key', 'value'):
-            shapes[f'{b}MultiHeadDotProductAttention_0/{part}/kernel'] = (width, heads, hd)
-            shapes[f'{b}MultiHeadDotProductAttention_0/{part}/bias'] = (heads, hd)
-        shapes[f'{b}MultiHeadDotProductAttention_0/out/kernel'] = (heads, hd, width)
-        shapes[f'{b}MultiHeadDotProductAttention_0/out/bias'] = (width,)
-        shapes[f'{b}MlpBlock_0/Dense_0/kernel'] = (width, mlp)
-        shapes[f'{b}MlpBlock_0/Dense_0/bias'] = (mlp,)
-        shapes[f'{b}MlpBlock_0/Dense_1/kernel'] = (mlp, width)
-        shapes[f'{b}MlpBlock_0/Dense_1/bias'] = (width,)
-    total = 0
+            shapes[f'{b}{attn}/{part}/kernel'] = (width, heads, hd)
+            shapes[f'{b}{attn}/{part}/bias'] = (heads, hd)
+        shapes[f'{b}{attn}/out/kernel'] = (heads, hd, width)
+        shapes[f'{b}{attn}/out/bias'] = (width,)
+        shapes[f'{b}{mlp_name}/Dense_0/kernel'] = (width, mlp)
+        shapes[f'{b}{mlp_name}/Dense_0/bias'] = (mlp,)
+        shapes[f'{b}{mlp_name}/Dense_1/kernel'] = (mlp, width)
+        shapes[f'{b}{mlp_name}/Dense_1/bias'] = (width,)
+    return shapes
+
+
+def write_npz(path: Path, size: str, flavour: str, seed: int = 0) -> None:
+    """Random flax arrays streamed into an uncompressed .npz, one array in memory at a time."""
+    rng = np.random.default_rng(seed)
     with zipfile.ZipFile(path, 'w', allowZip64=True) as zf:
-        for name, shape in shapes.items():
+        for name, shape in _flax_shapes(size, flavour).items():
             fan_in = int(np.prod(shape[:-1])) if len(shape) > 1 else 0
             array = rng.standard_normal(shape, dtype=np.float32)
             array *= (1 / np.sqrt(fan_in)) if fan_in else 0.02
@@ -101,83 +115,108 @@ def write_bigvision_npz(path: Path, size: str, seed: int = 0) -> int:
                 array += 1
             with zf.open(f'{name}.npy', 'w', force_zip64=True) as fh:
                 np.lib.format.write_array(fh, array, allow_pickle=False)
-            total += array.nbytes
-            del array
-    return total
 
 
-def measure(argv: List[str], env: Dict[str, str]) -> Dict[str, float]:
-    """Wall seconds and peak RSS (bytes) of one child process."""
-    start = time.perf_counter()
-    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - start
-    out, err = proc.stdout.read().decode(), proc.stderr.read().decode()
-    proc.stdout.close()
-    proc.stderr.close()
-    proc.returncode = os.waitstatus_to_exitcode(status)
+def write_timm(folder: Path, size: str) -> Dict[str, Path]:
+    """A timm ``vit_*`` state dict of this size as .safetensors and as .pth (zip format)."""
+    import timm
+    import torch
+    from safetensors.torch import save_file
+
+    width, depth, mlp, heads, patch, img = SIZES[size]
+    model = timm.create_model('vit_base_patch16_224', img_size=img, patch_size=patch, embed_dim=width, depth=depth,
+                              num_heads=heads, mlp_ratio=mlp / width, num_classes=1000)
+    state = model.state_dict()
+    paths = {'timm .safetensors': folder / 'timm.safetensors', 'timm .pth': folder / 'timm.pth'}
+    save_file(state, str(paths['timm .safetensors']))
+    torch.save(state, paths['timm .pth'])
+    return paths
+
+
+def run_child(kind: str, src: Path, out: Path, env: Dict[str, str]) -> Dict[str, float]:
+    proc = subprocess.run([sys.executable, '-c', _CHILD, kind, str(src), str(out)], env=env, capture_output=True,
+                          text=True)
     if proc.returncode != 0:
-        raise RuntimeError(f'{argv[:4]} failed ({proc.returncode}):\n{err[-2000:]}')
-    return {'wall_s': wall, 'peak_rss_bytes': usage.ru_maxrss * 1024, 'stdout': out.strip()}
+        raise RuntimeError(f'{kind} {src.name} failed:\n{proc.stderr[-3000:]}')
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def run_cli(src: Path, out: Path, env: Dict[str, str], extra: List[str]) -> float:
+    start = time.perf_counter()
+    proc = subprocess.run([sys.executable, '-m', 'porting', 'convert', str(src), str(out), *extra], env=env,
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f'CLI {src.name} failed:\n{proc.stderr[-3000:]}')
+    return time.perf_counter() - start
+
+
+def _fmt(values: List[float], digits: int = 2) -> str:
+    return f'{statistics.median(values):.{digits}f} ({min(values):.{digits}f}–{max(values):.{digits}f})'
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('--size', choices=sorted(SIZES), default='large')
-    parser.add_argument('--workdir', help='where to write the checkpoint and outputs (default: a temp dir)')
-    parser.add_argument('--skip-naive', action='store_true', help='skip the timm load-then-save baseline')
-    parser.add_argument('--json', help='also write the figures here')
+    parser.add_argument('--rounds', type=int, default=3)
+    parser.add_argument('--sources', nargs='+', default=['big_vision .npz', 'vit_jax .npz', 'timm .safetensors',
+                                                         'timm .pth'])
+    parser.add_argument('--workdir', help='where to write the checkpoints and outputs (default: a temp dir)')
+    parser.add_argument('--json', help='also write the raw figures here')
     args = parser.parse_args()
 
     work = Path(args.workdir or tempfile.mkdtemp(prefix='bench-convert-'))
     work.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get('PYTHONPATH', ''))
     env.setdefault('OMP_NUM_THREADS', '1')
-    py = sys.executable
-    src = work / f'bigvision_{args.size}.npz'
     try:
-        t0 = time.perf_counter()
-        nbytes = write_bigvision_npz(src, args.size)
-        file_size = src.stat().st_size
-        print(f'checkpoint: {src.name}, {file_size / 1e9:.3f} GB on disk ({nbytes / 1e9:.3f} GB float32), '
-              f'written in {time.perf_counter() - t0:.1f}s', flush=True)
-        width, depth, mlp, heads, patch, img = SIZES[args.size]
-        runs = {
-            'raw copy': [py, '-c', _COPY, str(src), str(work / 'copy.npz')],
-            'import only': [py, '-c', 'import porting.convert, timm_vit_variants.checkpoints'],
-            'vit-port': [py, '-m', 'porting', 'convert', str(src), str(work / 'out'), '--no-verify'],
-            'convert() timed': [py, '-c', _TIMED, str(src), str(work / 'out_timed')],
-            'vit-port+check': [py, '-m', 'porting', 'convert', str(src), str(work / 'out_checked')],
-        }
-        if not args.skip_naive:
-            runs['naive timm'] = [py, '-c', _NAIVE, *map(str, (width, depth, mlp, heads, patch, img)), str(src),
-                                  str(work / 'naive')]
-        results = {}
-        for name, argv in runs.items():
-            results[name] = measure(argv, env)
-            r = results[name]
-            print(f'  {name:15s} {r["wall_s"]:7.2f} s   peak RSS {r["peak_rss_bytes"] / 1e9:6.3f} GB', flush=True)
-            if name == 'raw copy':
-                (work / 'copy.npz').unlink()
-        copy_s = results['raw copy']['wall_s']
-        base_s = results['import only']['wall_s']
-        base_rss = results['import only']['peak_rss_bytes']
-        print(f'\nratios (checkpoint {file_size / 1e9:.3f} GB, raw copy {copy_s:.2f} s, '
-              f'imports {base_s:.2f} s / {base_rss / 1e9:.3f} GB):')
-        for name, r in results.items():
-            if name in ('raw copy', 'import only', 'convert() timed'):
-                continue
-            print(f'  {name:15s} time {r["wall_s"] / copy_s:5.2f}x copy '
-                  f'({(r["wall_s"] - base_s) / copy_s:5.2f}x without imports)   '
-                  f'peak RSS {r["peak_rss_bytes"] / file_size:4.2f}x checkpoint '
-                  f'({(r["peak_rss_bytes"] - base_rss) / file_size:4.2f}x above imports)')
-        timed = float(results['convert() timed']['stdout'])
-        print(f'  convert() alone (in-process timer, imports excluded): {timed:.2f} s = {timed / copy_s:.2f}x copy')
-        if 'vit-port+check' in results:
-            print(f'  verification: {results["vit-port+check"]["stdout"].splitlines()[-1]}')
+        sources: Dict[str, Path] = {}
+        if 'big_vision .npz' in args.sources:
+            sources['big_vision .npz'] = work / 'bigvision.npz'
+            write_npz(sources['big_vision .npz'], args.size, 'bigvision')
+        if 'vit_jax .npz' in args.sources:
+            sources['vit_jax .npz'] = work / 'vitjax.npz'
+            write_npz(sources['vit_jax .npz'], args.size, 'vitjax')
+        if any(s.startswith('timm') for s in args.sources):
+            sources.update({k: v for k, v in write_timm(work, args.size).items() if k in args.sources})
+        figures: Dict[str, Dict[str, List[float]]] = {}
+        for name, src in sources.items():
+            size = src.stat().st_size
+            rows = figures.setdefault(name, {'bytes': [size]})
+            for round_ in range(args.rounds):
+                copy = run_child('copy', src, work / 'copy.bin', env)
+                (work / 'copy.bin').unlink()
+                for kind in ('convert', 'verified'):
+                    r = run_child(kind, src, work / f'out_{kind}', env)
+                    shutil.rmtree(work / f'out_{kind}')
+                    rows.setdefault(f'{kind} x copy', []).append(r['seconds'] / copy['seconds'])
+                    rows.setdefault(f'{kind} s', []).append(r['seconds'])
+                    rows.setdefault(f'{kind} extra RSS x ckpt', []).append(r['extra_rss'] / size)
+                    rows.setdefault(f'{kind} peak RSS GB', []).append(r['peak_rss'] / 1e9)
+                    if kind == 'verified':
+                        rows['note'] = [r['note']]
+                cli = run_cli(src, work / 'out_cli', env, ['--no-verify'])
+                shutil.rmtree(work / 'out_cli')
+                rows.setdefault('copy s', []).append(copy['seconds'])
+                rows.setdefault('CLI x copy', []).append(cli / copy['seconds'])
+                rows.setdefault('CLI s', []).append(cli)
+                print(f'{name} round {round_ + 1}: copy {copy["seconds"]:.2f}s, convert '
+                      f'{rows["convert s"][-1]:.2f}s, verified {rows["verified s"][-1]:.2f}s, CLI {cli:.2f}s',
+                      flush=True)
+        print(f'\nViT size {args.size}, {args.rounds} rounds, median (range); ratios are to shutil.copyfile of '
+              'the same file in the same round\n')
+        print('| source | size | copy | convert() | × copy | extra RSS × ckpt | CLI × copy | verified × copy '
+              '| verified extra RSS × ckpt | verified peak RSS |')
+        print('|---|---|---|---|---|---|---|---|---|---|')
+        for name, rows in figures.items():
+            print(f'| {name} | {rows["bytes"][0] / 1e9:.3f} GB | {_fmt(rows["copy s"])} s | '
+                  f'{_fmt(rows["convert s"])} s | {_fmt(rows["convert x copy"])} | '
+                  f'{_fmt(rows["convert extra RSS x ckpt"])} | {_fmt(rows["CLI x copy"])} | '
+                  f'{_fmt(rows["verified x copy"])} | {_fmt(rows["verified extra RSS x ckpt"])} | '
+                  f'{_fmt(rows["verified peak RSS GB"])} GB |')
+        for name, rows in figures.items():
+            print(f'{name}: {rows["note"][0]}')
         if args.json:
-            Path(args.json).write_text(json.dumps(dict(size=args.size, checkpoint_bytes=file_size,
-                                                       results=results), indent=2))
+            Path(args.json).write_text(json.dumps(dict(size=args.size, figures=figures), indent=2))
     finally:
         if not args.workdir:
             shutil.rmtree(work, ignore_errors=True)

@@ -14,6 +14,8 @@ numpy straight from the archive's arrays. Comparison runs at the SOURCE geometry
 """
 import ctypes
 import gc
+import io
+import itertools
 import tempfile
 import zipfile
 from dataclasses import dataclass, field
@@ -96,7 +98,7 @@ def _pair(v: Any) -> Tuple[int, int]:
     return (int(v), int(v)) if isinstance(v, int) else (int(v[0]), int(v[-1]))
 
 
-def verification_inputs(model_args: Dict[str, Any], batch: int = 2, seed: int = 0) -> torch.Tensor:
+def verification_inputs(model_args: Dict[str, Any], batch: int = 1, seed: int = 0) -> torch.Tensor:
     """Fixed random images at the source geometry (image size rounded to the source grid)."""
     h, w = _pair(model_args.get('img_size', 224))
     generator = torch.Generator().manual_seed(seed)
@@ -108,6 +110,8 @@ def timm_equivalent(model_args: Dict[str, Any], num_classes: Optional[int] = Non
 
     big_vision 'gap' (norm all tokens, then average) is timm's ``fc_norm=False`` + ``global_pool='avg'``;
     a table without a cls slot is ``no_embed_class=True``; a sin-cos table becomes a learned one.
+    Built on the meta device and left uninitialised (every parameter is loaded afterwards; one that
+    is not makes the comparison fail loudly), which saves seconds of random init on large models.
     """
     from timm.models.vision_transformer import VisionTransformer
 
@@ -115,7 +119,8 @@ def timm_equivalent(model_args: Dict[str, Any], num_classes: Optional[int] = Non
     mlp_dim = model_args.get('mlp_dim') or 4 * embed_dim
     pos = model_args.get('pos_embed', 'sincos')
     class_token = bool(model_args.get('class_token', False))
-    model = VisionTransformer(
+    with torch.device('meta'):
+        model = VisionTransformer(
         img_size=_pair(model_args.get('img_size', 224)),
         patch_size=_pair(model_args.get('patch_size', 16)),
         in_chans=model_args.get('in_chans', 3),
@@ -135,7 +140,7 @@ def timm_equivalent(model_args: Dict[str, Any], num_classes: Optional[int] = Non
     )
     if model.blocks[0].mlp.fc1.out_features != mlp_dim:
         raise ViTVariantsError(f'timm cannot express an MLP width of {mlp_dim} for width {embed_dim}')
-    return model.eval()
+    return model.to_empty(device='cpu').eval()
 
 
 # -- references per source format ---------------------------------------------------------------
@@ -147,24 +152,44 @@ def _run_timm(model: nn.Module, x: torch.Tensor, with_logits: bool = True) -> Tu
     return feats, logits
 
 
+def _timm_weights(file: Path) -> Dict[str, torch.Tensor]:
+    """A timm weight file as tensors viewing the file where the format allows (safetensors, zip pickles)."""
+    from timm.models import clean_state_dict, load_state_dict
+
+    if file.suffix == '.safetensors':
+        from safetensors import safe_open
+
+        with safe_open(str(file), framework='pt') as f:
+            return {k: f.get_tensor(k) for k in f.keys()}
+    return clean_state_dict(load_state_dict(str(file)))  # timm's own unwrapping of training checkpoints
+
+
 def _timm_reference(path: str, model_args: Dict[str, Any], x: torch.Tensor) -> Outputs:
+    """timm's network, built from config.json (``local-dir:``) or as the equivalent VisionTransformer.
+
+    The weights are assigned, not copied, into a meta-device model, so the reference costs the file
+    once in memory rather than a state dict plus a model.
+    """
     import timm
 
     folder = Path(path)
     if folder.is_dir():
         if not (folder / 'config.json').is_file():
             raise _Skip('timm loads a folder only through its config.json, and this folder has none')
-        if not any((folder / name).is_file() for name in SINGLE_WEIGHT_FILES):
+        files = [folder / name for name in SINGLE_WEIGHT_FILES if (folder / name).is_file()]
+        if not files:
             raise _Skip('timm can only load an unsharded Hub folder (config.json + model.safetensors)')
         import timm_vit_variants  # noqa: F401  (simple_vit folders need the plugin)
-        model = timm.create_model(f'local-dir:{folder}', pretrained=True).eval()
-        name = "timm.create_model('local-dir:...', pretrained=True)"
+        with torch.device('meta'):
+            model = timm.create_model(f'local-dir:{folder}', pretrained=False)
+        file, name = files[0], "timm.create_model('local-dir:...') + its weights"
     else:
-        from timm.models import load_checkpoint
-        model = timm_equivalent(model_args)
-        load_checkpoint(model, str(folder), strict=True)
-        name = 'timm VisionTransformer + timm.models.load_checkpoint'
-    feats, logits = _run_timm(model, x)
+        model, file, name = timm_equivalent(model_args), folder, 'timm VisionTransformer + timm load_state_dict'
+    model.load_state_dict(_timm_weights(file), strict=True, assign=True)
+    if hasattr(model, 'pos_sincos') and model.pos_sincos is not None:  # a non-persistent table, built on meta
+        model.pos_sincos.table = torch.empty(0)
+        model.pos_sincos.init_non_persistent_buffers()
+    feats, logits = _run_timm(model.eval(), x)
     return Outputs(feats, logits, name)
 
 
@@ -188,13 +213,73 @@ def _bf16_to_float32(raw: np.ndarray) -> np.ndarray:
     return (raw.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
 
 
-def _timm_readable_npz(path: str, model_args: Dict[str, Any], tmp: Path) -> str:
-    """The archive timm's ``load_pretrained`` can read: the original, or a rewritten copy.
+class _ExtendedArchive(io.RawIOBase):
+    """A zip archive with members appended in memory: reads come from the original file, which is never
+    written or copied, and only the tail (central directory onwards) lives in RAM."""
 
-    timm needs a stored ``pos_embedding`` (a sin-cos model has none: the numpy big_vision table is
-    added), recognises big_vision block names only with a ``params/`` prefix or a stored table,
-    and cannot decode bfloat16 without jax (such arrays are widened to float32). Arrays are copied
-    one at a time, so this costs disk, not memory.
+    def __init__(self, path: str) -> None:
+        super().__init__()
+        with zipfile.ZipFile(path) as archive:
+            self._split = archive.start_dir
+        self._file = open(path, 'rb')
+        self._file.seek(self._split)
+        self._tail = bytearray(self._file.read())
+        self._pos = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def writable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._split + len(self._tail)}[whence]
+        self._pos = base + offset
+        return self._pos
+
+    def readinto(self, buffer) -> int:
+        view = memoryview(buffer).cast('B')
+        if self._pos < self._split:
+            self._file.seek(self._pos)
+            n = self._file.readinto(view[:self._split - self._pos])
+        else:
+            chunk = self._tail[self._pos - self._split:self._pos - self._split + len(view)]
+            n = len(chunk)
+            view[:n] = chunk
+        self._pos += n
+        return n
+
+    def write(self, data) -> int:
+        if self._pos < self._split:
+            raise io.UnsupportedOperation('the original archive is read-only')
+        start = self._pos - self._split
+        data = bytes(data)
+        self._tail[start:start + len(data)] = data
+        self._pos += len(data)
+        return len(data)
+
+    def truncate(self, size: Optional[int] = None) -> int:
+        size = self._pos if size is None else size
+        del self._tail[max(size - self._split, 0):]
+        return size
+
+    def close(self) -> None:
+        self._file.close()
+        super().close()
+
+
+def _timm_readable_npz(path: str, model_args: Dict[str, Any], tmp: Path):
+    """The archive timm's ``load_pretrained`` can read: the original path, or an archive built for it.
+
+    timm needs a stored ``pos_embedding``: for a sin-cos model the numpy big_vision table is appended
+    in memory to the original archive (nothing copied). timm cannot decode bfloat16 without jax, so
+    such archives are rewritten with the arrays widened to float32, one at a time (disk, not memory).
     """
     headers = _npz_headers(path)
     bf16 = any(dtype.kind == 'V' and dtype.itemsize == 2 for _, dtype in headers.values())
@@ -202,23 +287,31 @@ def _timm_readable_npz(path: str, model_args: Dict[str, Any], tmp: Path) -> str:
     if not sincos and not bf16:
         return path
     prefix = next((p for p in ('opt/target/', 'params/img/', 'params/') if f'{p}embedding/kernel' in headers), '')
-    new_prefix = prefix or 'params/'
+    table = None
+    if sincos:
+        grid = _grid(model_args)
+        table = bigvision_posemb_sincos_2d(grid[0], grid[1], model_args['embed_dim'],
+                                           model_args.get('sincos_temperature', 10_000.))
+    if not bf16:
+        archive = _ExtendedArchive(path)
+        with zipfile.ZipFile(archive, 'a', allowZip64=True) as extended, \
+                extended.open(f'{prefix}pos_embedding.npy', 'w', force_zip64=True) as fh:
+            np.lib.format.write_array(fh, table, allow_pickle=False)
+        archive.seek(0)
+        return archive
+    new_prefix = prefix or 'params/'  # timm recognises big_vision block names under params/
     out_path = tmp / 'timm_reference.npz'
     with np.load(path, allow_pickle=False) as src, zipfile.ZipFile(out_path, 'w', allowZip64=True) as dst:
-        for name in src.files:
-            array = src[name]
+        arrays = ((name, src[name]) for name in src.files)
+        if table is not None:
+            arrays = itertools.chain(arrays, [(f'{prefix}pos_embedding', table)])
+        for name, array in arrays:
             if array.dtype.kind == 'V' and array.dtype.itemsize == 2:
                 array = _bf16_to_float32(array)
             local = name[len(prefix):] if name.startswith(prefix) else name
             with dst.open(f'{new_prefix}{local}.npy', 'w', force_zip64=True) as fh:
                 np.lib.format.write_array(fh, np.ascontiguousarray(array), allow_pickle=False)
             del array
-        if sincos:
-            grid = _grid(model_args)
-            table = bigvision_posemb_sincos_2d(grid[0], grid[1], model_args['embed_dim'],
-                                               model_args.get('sincos_temperature', 10_000.))
-            with dst.open(f'{new_prefix}pos_embedding.npy', 'w', force_zip64=True) as fh:
-                np.lib.format.write_array(fh, table, allow_pickle=False)
     return str(out_path)
 
 
@@ -251,9 +344,11 @@ def _npz_reference(path: str, model_args: Dict[str, Any], x: torch.Tensor) -> Ou
         model = timm_equivalent(model_args, num_classes=0 if has_pre_logits else num_classes)
         model.load_pretrained(readable)
         name = 'timm VisionTransformer.load_pretrained(npz)'
-        if readable != path:
-            name += ' (archive copy with ' + ('the numpy big_vision sin-cos table' if model_args.get(
-                'pos_embed') == 'sincos' else 'bfloat16 widened to float32') + ')'
+        if isinstance(readable, _ExtendedArchive):
+            readable.close()
+            name += ' (the archive with the numpy big_vision sin-cos table appended in memory)'
+        elif readable != path:
+            name += ' (archive copy with bfloat16 widened to float32)'
         feats, logits = _run_timm(model, x)
         note = None
         if has_pre_logits and num_classes:
