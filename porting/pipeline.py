@@ -198,11 +198,14 @@ def write_weights(src: SourceCheckpoint, plan: ConversionPlan, folder: Path, max
 
 def verify_source(src: SourceCheckpoint, plan: ConversionPlan, folder: Optional[Path], tol: float,
                   progress: bool = False) -> Verification:
-    """Compare the source's reference implementation with our model at the SOURCE geometry.
+    """Compare with the source's reference implementation at the SOURCE geometry and, after a resize, at
+    the TARGET geometry too.
 
-    Without a resize or head change the written folder itself is checked (memory-mapped, so the
-    reference and ours never both hold the weights in RAM); otherwise the source is loaded
-    untransformed into a model at the source geometry, and the result notes what was applied after.
+    At the source geometry: without a resize or head change the written folder itself is checked
+    (memory-mapped, so the reference and ours never both hold the weights in RAM); otherwise the
+    source is loaded untransformed into a model at the source geometry. At the target geometry the
+    written folder is checked against the source framework's own resize rule, implemented
+    independently (``porting.reference_resize``); where no such rule exists, the result says so.
     """
     if plan.is_identity and folder is not None:
         def build() -> torch.nn.Module:
@@ -213,8 +216,23 @@ def verify_source(src: SourceCheckpoint, plan: ConversionPlan, folder: Optional[
             src.fill_into(model.state_dict())
             return model
     result = compare(src.path, src.format, plan.source.to_dict(), build, tol, progress)
-    if not plan.is_identity and result.status != 'skipped':
-        result.notes.append(f'verified at the source geometry before conversion; then applied: {plan.describe()}')
+    if plan.is_identity or result.status == 'skipped':
+        return result
+    result.notes.append(f'verified at the source geometry before conversion; then applied: {plan.describe()}')
+    if not plan.changes_geometry or folder is None:
+        return result
+    target = compare(src.path, src.format, plan.source.to_dict(), lambda: load_folder(folder), tol, progress,
+                     target=(plan.target.to_dict(), plan.rule), compare_logits=not plan.changes_head)
+    where = f'{plan.target.img_size[0]}x{plan.target.img_size[1]}, patch {plan.target.patch_size[0]}'
+    if target.status == 'skipped':
+        result.notes.append(f'the output at the target geometry ({where}) was NOT checked: {target.reason}')
+        return result
+    figures = ', '.join(f'{label}={value:.2e}' for label, value in (
+        ('max|dlogits|', target.max_abs_logits), ('max|dfeatures|', target.max_abs_features)) if value is not None)
+    result.notes.append(f'target geometry ({where}) {target.status} vs {target.reference}: {figures}')
+    result.notes.extend(target.notes)
+    if target.status == 'failed':
+        result.status = 'failed'
     return result
 
 

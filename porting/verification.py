@@ -26,9 +26,12 @@ from typing import Any, Callable, Dict, Optional, Tuple
 import numpy as np
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 from timm_vit_variants.checkpoints.files import SINGLE_WEIGHT_FILES, read_json
 from timm_vit_variants.errors import ViTVariantsError
+
+from .reference_resize import flexi_pi_resize, resize_grid_table
 
 __all__ = ['Verification', 'bigvision_posemb_sincos_2d', 'reference_outputs', 'compare', 'DEFAULT_TOL']
 
@@ -164,7 +167,7 @@ def _timm_weights(file: Path) -> Dict[str, torch.Tensor]:
     return clean_state_dict(load_state_dict(str(file)))  # timm's own unwrapping of training checkpoints
 
 
-def _timm_reference(path: str, model_args: Dict[str, Any], x: torch.Tensor) -> Outputs:
+def _timm_model(path: str, model_args: Dict[str, Any]) -> Tuple[nn.Module, str]:
     """timm's network, built from config.json (``local-dir:``) or as the equivalent VisionTransformer.
 
     The weights are assigned, not copied, into a meta-device model, so the reference costs the file
@@ -189,8 +192,7 @@ def _timm_reference(path: str, model_args: Dict[str, Any], x: torch.Tensor) -> O
     if hasattr(model, 'pos_sincos') and model.pos_sincos is not None:  # a non-persistent table, built on meta
         model.pos_sincos.table = torch.empty(0)
         model.pos_sincos.init_non_persistent_buffers()
-    feats, logits = _run_timm(model.eval(), x)
-    return Outputs(feats, logits, name)
+    return model.eval(), name
 
 
 def _npz_headers(path: str) -> Dict[str, Tuple[Tuple[int, ...], np.dtype]]:
@@ -335,13 +337,12 @@ def _npz_pre_logits_head(path: str, pooled: torch.Tensor) -> torch.Tensor:
     return torch.from_numpy(logits.astype(np.float32))
 
 
-def _npz_reference(path: str, model_args: Dict[str, Any], x: torch.Tensor) -> Outputs:
-    has_pre_logits = bool(model_args.get('rep_size'))
-    num_classes = model_args.get('num_classes', 0)
+def _npz_model(path: str, model_args: Dict[str, Any]) -> Tuple[nn.Module, str]:
+    """timm's VisionTransformer loaded by timm's own npz loader (headless when there is a pre-logits layer)."""
+    num_classes = 0 if model_args.get('rep_size') else model_args.get('num_classes', 0)
     with tempfile.TemporaryDirectory(prefix='vit-port-verify-') as tmp:
         readable = _timm_readable_npz(path, model_args, Path(tmp))
-        # timm has no pre-logits layer: build it headless and add the head in numpy below.
-        model = timm_equivalent(model_args, num_classes=0 if has_pre_logits else num_classes)
+        model = timm_equivalent(model_args, num_classes=num_classes)
         model.load_pretrained(readable)
         name = 'timm VisionTransformer.load_pretrained(npz)'
         if isinstance(readable, _ExtendedArchive):
@@ -349,18 +350,66 @@ def _npz_reference(path: str, model_args: Dict[str, Any], x: torch.Tensor) -> Ou
             name += ' (the archive with the numpy big_vision sin-cos table appended in memory)'
         elif readable != path:
             name += ' (archive copy with bfloat16 widened to float32)'
-        feats, logits = _run_timm(model, x)
-        note = None
-        if has_pre_logits and num_classes:
-            with torch.no_grad():
-                pooled = model.forward_head(feats, pre_logits=True)
-            logits = _npz_pre_logits_head(path, pooled)
-            note = 'logits via explicit numpy head(tanh(pre_logits(x))) from the archive (timm has no pre-logits layer)'
-        del model
-    return Outputs(feats, logits, name, note)
+    return model, name
 
 
-def _hf_reference(path: str, model_args: Dict[str, Any], x: torch.Tensor) -> Outputs:
+def _npz_outputs(model: nn.Module, name: str, path: str, model_args: Dict[str, Any], x: torch.Tensor) -> Outputs:
+    """timm has no pre-logits layer: for such sources the logits are ``head(tanh(pre_logits(x)))`` in numpy."""
+    feats, logits = _run_timm(model, x)
+    if model_args.get('rep_size') and model_args.get('num_classes'):
+        with torch.no_grad():
+            pooled = model.forward_head(feats, pre_logits=True)
+        return Outputs(feats, _npz_pre_logits_head(path, pooled), name,
+                       'logits via explicit numpy head(tanh(pre_logits(x))) from the archive (timm has no pre-logits '
+                       'layer)')
+    return Outputs(feats, logits, name)
+
+
+def _at_target(model: nn.Module, source_args: Dict[str, Any], target_args: Dict[str, Any], rule: str) -> nn.Module:
+    """The reference network at the target geometry, its kernel and table resized by the framework's own rule.
+
+    The resizes are the independent numpy transcriptions of ``porting.reference_resize`` (big_vision's
+    PI-resize, scipy zoom, FlexiViT's jax resize) or timm's own ``resample_abs_pos_embed``; never ours.
+    """
+    state = model.state_dict()
+    source_patch, target_patch = _pair(source_args.get('patch_size', 16)), _pair(target_args.get('patch_size', 16))
+    if source_patch != target_patch:
+        kernel = state['patch_embed.proj.weight'].detach().numpy()
+        state['patch_embed.proj.weight'] = torch.from_numpy(flexi_pi_resize(kernel, *target_patch))
+    source_grid, target_grid = _grid(source_args), _grid(target_args)
+    pos = source_args.get('pos_embed', 'sincos')
+    if pos == 'sincos':
+        state['pos_embed'] = torch.from_numpy(bigvision_posemb_sincos_2d(
+            *target_grid, source_args['embed_dim'], source_args.get('sincos_temperature', 10_000.)))
+    elif pos == 'learn' and source_grid != target_grid:
+        prefix = 1 if source_args.get('pos_embed_cls_slot') and source_args.get('class_token') else 0
+        table = state['pos_embed'].detach()
+        if rule in ('bigvision', 'flexi'):
+            state['pos_embed'] = torch.from_numpy(resize_grid_table(table.numpy(), source_grid, target_grid, prefix,
+                                                                    rule))
+        elif rule == 'timm':
+            from timm.layers import resample_abs_pos_embed
+
+            state['pos_embed'] = resample_abs_pos_embed(table, list(target_grid), list(source_grid),
+                                                        num_prefix_tokens=prefix)
+        else:
+            raise _Skip(f"the {rule!r} table resize has no reference outside transformers' own model")
+    padded = dict(target_args, img_size=(target_grid[0] * target_patch[0], target_grid[1] * target_patch[1]))
+    target = timm_equivalent(padded, num_classes=model.num_classes)
+    target.load_state_dict(state, strict=True, assign=True)
+    return target.eval()
+
+
+def _hf_reference(path: str, model_args: Dict[str, Any], x: torch.Tensor,
+                  target: Optional[Tuple[Dict[str, Any], str]] = None) -> Outputs:
+    """transformers itself; at a target geometry only through its own ``interpolate_pos_encoding``."""
+    if target is not None:
+        if _pair(target[0].get('patch_size', 16)) != _pair(model_args.get('patch_size', 16)):
+            raise _Skip('transformers has no rule for a patch-size change')
+        if any(s % p for s, p in zip(_pair(target[0].get('img_size', 224)), _pair(target[0].get('patch_size', 16)))):
+            raise _Skip('transformers drops the pixels the patch does not divide, where this model pads them')
+        if target[1] != 'hf':
+            raise _Skip(f"the table was resized with the {target[1]!r} rule, not transformers' own")
     try:
         import transformers
     except ImportError:
@@ -374,35 +423,62 @@ def _hf_reference(path: str, model_args: Dict[str, Any], x: torch.Tensor) -> Out
     kwargs = {} if classify else {'add_pooling_layer': bool(model_args.get('rep_size'))}
     model = cls.from_pretrained(str(folder), attn_implementation='eager', **kwargs).eval().float()
     pooled = None
+    resize = {'interpolate_pos_encoding': True} if target is not None else {}
     with torch.no_grad():
         if classify:
-            feats = model.vit(pixel_values=x).last_hidden_state
-            logits = model(pixel_values=x).logits
+            feats = model.vit(pixel_values=x, **resize).last_hidden_state
+            logits = model(pixel_values=x, **resize).logits
         else:
-            out = model(pixel_values=x)
+            out = model(pixel_values=x, **resize)
             feats, logits, pooled = out.last_hidden_state, None, out.pooler_output
-    return Outputs(feats, logits, f'transformers {cls.__name__}.from_pretrained', pre_logits=pooled)
+    name = f'transformers {cls.__name__}.from_pretrained' + (' with interpolate_pos_encoding' if resize else '')
+    return Outputs(feats, logits, name, pre_logits=pooled)
 
 
 class _Skip(Exception):
     """No reference can run; the message says why."""
 
 
-_REFERENCES: Dict[str, Callable[[str, Dict[str, Any], torch.Tensor], Outputs]] = {
-    'timm': _timm_reference,
-    'bigvision': _npz_reference,
-    'vitjax': _npz_reference,
-    'hf': _hf_reference,
+# How each format's reference network is built (timm models, which the target check can re-geometry).
+_TIMM_BUILT: Dict[str, Callable[[str, Dict[str, Any]], Tuple[nn.Module, str]]] = {
+    'timm': _timm_model,
+    'bigvision': _npz_model,
+    'vitjax': _npz_model,
 }
+_RULE_NAMES = {'bigvision': "big_vision's scipy zoom", 'flexi': "FlexiViT's jax.image.resize",
+               'timm': "timm's resample_abs_pos_embed", 'hf': "transformers' interpolate_pos_encoding"}
 
 
-def reference_outputs(path: str, fmt: str, model_args: Dict[str, Any], x: torch.Tensor) -> Outputs:
-    """Run the source's reference implementation on ``x``; raises ``_Skip`` when none can run."""
-    runner = _REFERENCES.get(fmt)
-    if runner is None:
-        raise _Skip(f'no reference implementation for format {fmt!r}')
+def reference_outputs(
+        path: str,
+        fmt: str,
+        model_args: Dict[str, Any],
+        x: torch.Tensor,
+        target: Optional[Tuple[Dict[str, Any], str]] = None,
+) -> Outputs:
+    """Run the source's reference implementation on ``x``; raises ``_Skip`` when none can run.
+
+    With ``target`` (target model args, resample rule) the reference runs at the target geometry, its
+    weights resized by the source framework's own rule (``_at_target``), or transformers' own resize.
+    """
     try:
-        return runner(path, model_args, x)
+        if fmt == 'hf':
+            return _hf_reference(path, model_args, x, target)
+        if fmt not in _TIMM_BUILT:
+            raise _Skip(f'no reference implementation for format {fmt!r}')
+        model, name = _TIMM_BUILT[fmt](path, model_args)
+        if target is not None:
+            model = _at_target(model, model_args, target[0], target[1])
+            patch = _pair(target[0].get('patch_size', 16))
+            x = F.pad(x, (0, -x.shape[-1] % patch[1], 0, -x.shape[-2] % patch[0]))  # our model pads the same way
+            patch = '' if _pair(model_args.get('patch_size', 16)) == _pair(target[0].get('patch_size', 16)) else \
+                "big_vision's PI-resize, "
+            table = 'numpy big_vision sin-cos' if model_args.get('pos_embed') == 'sincos' else _RULE_NAMES[target[1]]
+            name += f' at the target geometry ({patch}{table}, independent numpy/timm code)'
+        if fmt == 'timm':
+            feats, logits = _run_timm(model, x)
+            return Outputs(feats, logits, name)
+        return _npz_outputs(model, name, path, model_args, x)
     except (_Skip, ViTVariantsError):
         raise
     except Exception as e:  # the reference library refusing the file is a verification failure to report
@@ -429,14 +505,20 @@ def compare(
         build_ours: Callable[[], nn.Module],
         tol: float = DEFAULT_TOL,
         progress: bool = False,
+        target: Optional[Tuple[Dict[str, Any], str]] = None,
+        compare_logits: bool = True,
 ) -> Verification:
-    """Reference first (then freed), then ours, so both networks are never in memory together."""
+    """Reference first (then freed), then ours, so both networks are never in memory together.
+
+    ``target`` (target model args, resample rule) compares at the target geometry instead (see
+    ``reference_outputs``); ``compare_logits=False`` leaves logits out (a new, zero head).
+    """
     from tqdm import tqdm
 
-    x = verification_inputs(model_args)
+    x = verification_inputs(target[0] if target is not None else model_args)
     with tqdm(total=2, desc='verify', unit='model', disable=not progress, leave=False) as bar:
         try:
-            ref = reference_outputs(path, fmt, model_args, x)
+            ref = reference_outputs(path, fmt, model_args, x, target)
         except _Skip as e:
             return Verification('skipped', reason=str(e), tolerance=tol)
         _release_memory()
@@ -444,7 +526,7 @@ def compare(
         ours = build_ours().eval()
         with torch.no_grad():
             feats = ours.forward_features(x)
-            logits = ours.forward_head(feats) if ours.num_classes else None
+            logits = ours.forward_head(feats) if ours.num_classes and compare_logits else None
             pre_logits = ours.forward_head(feats, pre_logits=True) if ref.pre_logits is not None else None
         has_pre_logits = not isinstance(ours.pre_logits, nn.Identity)
         del ours
@@ -464,6 +546,8 @@ def compare(
         d_logit = (ref.logits - logits).abs().max().item()
     elif logits is not None:
         notes.append('logits not compared: the reference has no classifier')
+    elif ref.logits is not None:
+        notes.append('logits not compared: the output has a new, zero-initialised head')
     d_pre = None
     if pre_logits is not None:
         d_pre = (ref.pre_logits - pre_logits).abs().max().item()

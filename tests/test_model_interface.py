@@ -23,6 +23,7 @@ EXPECTED = {
     'simple_vit_tiny_patch16_224', 'simple_vit_small_patch16_224', 'simple_vit_base_patch16_224',
     'simple_vit_large_patch16_224', 'simple_vit_huge_patch16_224',
     'simple_vit_small_patch32_224', 'simple_vit_base_patch32_224', 'simple_vit_tiny_patch4_32',
+    'simple_vit_small_flexi_240', 'simple_vit_base_flexi_240', 'simple_vit_large_flexi_240',
 }
 
 

@@ -239,6 +239,10 @@ class ModelEntry:
         return SimpleViTConfig(**{**self.kwargs, **overrides})
 
 
+# FlexiViT's published ImageNet-1k models: tok pooling, a learned table without a cls slot, 240px.
+_FLEXI = {'img_size': 240, 'patch_size': 16, 'class_token': True, 'global_pool': 'token', 'pos_embed': 'learn',
+          'pos_embed_resample': 'flexi'}
+
 MODELS: Dict[str, ModelEntry] = {
     'simple_vit_tiny': ModelEntry('tiny', {}, 'ViT-Ti/16 plain recipe (width 192, depth 12, 3 heads).'),
     'simple_vit_small': ModelEntry('small', {}, 'ViT-S/16 plain recipe (width 384, depth 12, 6 heads).'),
@@ -258,6 +262,11 @@ MODELS: Dict[str, ModelEntry] = {
     'simple_vit_tiny_patch4_32': ModelEntry(
         'tiny', {'img_size': 32, 'patch_size': 4, 'depth': 6},
         'Small-image plain ViT for 32x32 inputs: patch 4, width 192, 3 heads, 6 blocks.'),
+    **{f'simple_vit_{size}_flexi_240': ModelEntry(
+        size, _FLEXI,
+        f'FlexiViT-{size[0].upper()} (big_vision proj/flexi): 240px, [CLS] pooling, a learned table resampled like '
+        'FlexiViT at run time; create it with any patch_size= to load the published weights at that patch size '
+        '(tag bv_i1k_1200ep).') for size in ('small', 'base', 'large')},
 }
 
 # What must match for ``architecture`` to name a registered model, most telling first.

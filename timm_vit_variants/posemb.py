@@ -73,6 +73,8 @@ class SinCos2dPosEmbed(nn.Module):
 class LearnedPosResampler(nn.Module):
     """Resamples a learned table to the runtime grid; in inference, each grid is resampled once and cached."""
 
+    __jit_ignored_attributes__ = ['_cache']  # a Python-side cache keyed by grid; TorchScript takes the uncached path
+
     def __init__(self, num_prefix_tokens: int = 0, rule: str = 'bigvision') -> None:
         super().__init__()
         if rule not in RESAMPLE_RULES:

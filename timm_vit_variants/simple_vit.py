@@ -16,6 +16,7 @@ from .vision_transformer import SimpleVisionTransformer
 __all__ = ['checkpoint_filter_fn', 'create_simple_vit']
 
 _BV_URL = 'https://storage.googleapis.com/big_vision/vit_s16_i1k_{}ep.npz'
+_FLEXI_URL = 'https://storage.googleapis.com/big_vision/flexivit/flexivit_{}_i1k.npz'
 
 
 def _cfg(url: str = '', **kwargs: Any) -> Dict[str, Any]:
@@ -47,13 +48,30 @@ def _bv_cfg(epochs: int) -> Dict[str, Any]:
     )
 
 
+def _flexi_cfg(size: str) -> Dict[str, Any]:
+    # big_vision's i1k evaluation: squash-resize to 274, centre crop 240, pixels in [-1, 1].
+    return _cfg(
+        url=_FLEXI_URL.format(size[0]),
+        custom_load=True,
+        input_size=(3, 240, 240),
+        crop_pct=240 / 274,
+        paper_ids='arXiv:2212.08013',
+        paper_name='FlexiViT: One Model for All Patch Sizes',
+        origin_url='https://github.com/google-research/big_vision',
+        notes=(f'big_vision FlexiViT-{size[0].upper()} i1k 1200ep: underlying 32x32 kernel and 7x7 table, '
+               'PI-resized and resampled at load time to the requested patch size',),
+    )
+
+
 def _untrained(name: str) -> Dict[str, Any]:
     img = MODELS[name].config().img_size
     return _cfg(input_size=(3, *img), crop_pct=1.0 if max(img) < 224 else 0.875)
 
 
 default_cfgs = generate_default_cfgs({
-    **{f'{name}.untrained': _untrained(name) for name in MODELS if name != 'simple_vit_small_patch16_224'},
+    **{f'{name}.untrained': _untrained(name) for name in MODELS
+       if name != 'simple_vit_small_patch16_224' and '_flexi_' not in name},
+    **{f'simple_vit_{size}_flexi_240.bv_i1k_1200ep': _flexi_cfg(size) for size in ('small', 'base', 'large')},
     'simple_vit_small_patch16_224.bv_i1k_300ep': _bv_cfg(300),
     'simple_vit_small_patch16_224.bv_i1k_150ep': _bv_cfg(150),
     'simple_vit_small_patch16_224.bv_i1k_90ep': _bv_cfg(90),

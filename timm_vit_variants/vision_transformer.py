@@ -139,10 +139,14 @@ class SimpleVisionTransformer(nn.Module):
     def load_pretrained(self, checkpoint_path: str, prefix: str = '') -> None:
         """Load any supported checkpoint file (big_vision/vit_jax .npz, timm, transformers) into this model.
 
-        timm calls this for ``custom_load`` pretrained sources, e.g. the big_vision .npz URLs.
+        timm calls this for ``custom_load`` pretrained sources, e.g. the big_vision .npz URLs. A learned
+        table is fitted to this model's grid with this model's own rule, so loading at another size gives
+        what the model computes there itself (for FlexiViT: big_vision's run-time resize from the stored
+        7x7 table, at any patch size).
         """
-        from .checkpoints import load_into_model
-        load_into_model(self, checkpoint_path, prefix=prefix)
+        from .checkpoints import load_into_model  # the readers plan against this class, so they import it
+
+        load_into_model(self, checkpoint_path, prefix=prefix, resample_like=self.config.pos_embed_resample)
 
     @torch.jit.ignore
     def no_weight_decay(self) -> Set[str]:

@@ -25,9 +25,9 @@ _HEAD_KEYS = ('head.weight', 'head.bias')
 _FITTED = ('patch_embed.proj.weight', 'pos_embed', 'cls_token')
 
 
-def _target_geometry(model: nn.Module, src: Geometry) -> Geometry:
+def _target_geometry(model: nn.Module, rule: str) -> Geometry:
     return Geometry(tuple(model.patch_embed.grid_size), tuple(model.patch_embed.patch_size),
-                    model.config.num_prefix_slots, src.rule, model.in_chans)
+                    model.config.num_prefix_slots, rule, model.in_chans)
 
 
 def _fitted_shape(key: str, shape: Tuple[int, ...], dst: Geometry) -> Tuple[int, ...]:
@@ -77,18 +77,20 @@ def load_into_model(
         path: 'str | os.PathLike',
         prefix: str = '',
         fmt: Optional[str] = None,
+        resample_like: Optional[str] = None,
         **hints: Any,
 ) -> None:
     """Load a big_vision/vit_jax/timm/transformers checkpoint (or our own Hub folder) into ``model``.
 
     ``hints`` describe the *source* (see ``checkpoints.HINTS``), e.g. ``img_size`` for a
-    non-square learned table. Tensors are streamed one at a time; nothing is copied unless
-    the whole checkpoint fits.
+    non-square learned table. A learned table that needs another grid is resampled with
+    ``resample_like`` (a rule of ``geometry.RESAMPLE_RULES``), by default the source ecosystem's.
+    Tensors are streamed one at a time; nothing is copied unless the whole checkpoint fits.
     """
     hints.setdefault('num_heads', model.config.num_heads)  # bare timm state dicts do not record it
     with open_checkpoint(path, fmt, prefix=prefix or None, **hints) as ckpt:
         src = ckpt.geometry
-        dst = _target_geometry(model, src)
+        dst = _target_geometry(model, resample_like or src.rule)
         skip_head = not isinstance(model.head, nn.Linear) or model.num_classes != ckpt.config.num_classes
         _check(model, ckpt, dst, skip_head)
         targets: Dict[str, torch.Tensor] = model.state_dict()
