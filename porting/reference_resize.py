@@ -16,17 +16,22 @@ import numpy as np
 __all__ = ['zoom_linear', 'jax_linear', 'tf_bilinear_matrix', 'flexi_pi_resize', 'resize_grid_table']
 
 
-def _corner_matrix(n_in: int, n_out: int) -> np.ndarray:
-    """(n_out, n_in) weights of linear interpolation through the end samples (scipy zoom, grid_mode=False)."""
-    m = np.zeros((n_out, n_in), np.float64)
-    for i in range(n_out):
-        x = 0.0 if n_out == 1 else i * (n_in - 1) / (n_out - 1)
+def _linear_matrix(positions: np.ndarray, n_in: int) -> np.ndarray:
+    """(len(positions), n_in) weights of linear interpolation at input coordinates ``positions`` (in range)."""
+    m = np.zeros((len(positions), n_in), np.float64)
+    for i, x in enumerate(positions):
         j = min(int(np.floor(x)), n_in - 1)
         f = x - j
         m[i, j] += 1 - f
         if f > 0:
             m[i, j + 1] += f
     return m
+
+
+def _corner_matrix(n_in: int, n_out: int) -> np.ndarray:
+    """Linear interpolation through the end samples (scipy zoom, grid_mode=False)."""
+    positions = np.zeros(1) if n_out == 1 else np.arange(n_out) * (n_in - 1) / (n_out - 1)
+    return _linear_matrix(positions, n_in)
 
 
 def _triangle_matrix(n_in: int, n_out: int, antialias: bool) -> np.ndarray:
@@ -42,16 +47,8 @@ def _triangle_matrix(n_in: int, n_out: int, antialias: bool) -> np.ndarray:
 
 def tf_bilinear_matrix(n_in: int, n_out: int) -> np.ndarray:
     """(n_out, n_in) weights of ``tf.image.resize(method='bilinear')`` (half-pixel centres, clamped, no antialias)."""
-    m = np.zeros((n_out, n_in), np.float64)
-    scale = n_out / n_in
-    for i in range(n_out):
-        x = min(max((i + 0.5) / scale - 0.5, 0.0), n_in - 1)
-        j = min(int(np.floor(x)), n_in - 1)
-        f = x - j
-        m[i, j] += 1 - f
-        if f > 0:
-            m[i, j + 1] += f
-    return m
+    positions = np.clip((np.arange(n_out) + 0.5) * n_in / n_out - 0.5, 0, n_in - 1)
+    return _linear_matrix(positions, n_in)
 
 
 def _resize(grid: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:

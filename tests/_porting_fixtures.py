@@ -149,3 +149,17 @@ def write_npz(folder: Path, name: str, arrays: Dict[str, np.ndarray]) -> Path:
     path = Path(folder) / name
     np.savez(path, **arrays)
     return path
+
+
+def write_sources(folder: Path) -> Dict[str, Path]:
+    """One tiny checkpoint of every source kind the porting tests convert."""
+    return {
+        'timm_pth': write_timm_file(folder, '.pth'),
+        'timm_safetensors': write_timm_file(folder, '.safetensors'),
+        'timm_folder': write_timm_folder(folder),
+        'hf': write_hf_folder(folder),
+        'bigvision_sincos_gap': write_npz(folder, 'bv_sincos.npz', bigvision_arrays('sincos', 'gap')),
+        'bigvision_learn_tok': write_npz(folder, 'bv_learn.npz', bigvision_arrays('learn', 'tok')),
+        'bigvision_rep_size': write_npz(folder, 'bv_rep.npz', bigvision_arrays('sincos', 'gap', rep_size=24)),
+        'vitjax': write_npz(folder, 'vitjax.npz', vitjax_arrays()),
+    }

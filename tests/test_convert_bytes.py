@@ -30,26 +30,16 @@ PREVIOUS_WRITER = {
 
 CASES = {
     'pth': ('timm_pth', ['--num-heads', '2']), 'safetensors': ('timm_safetensors', ['--num-heads', '2']),
-    'timm_folder': ('timm_folder', []), 'hf': ('hf', []), 'bv_sincos': ('bv_sincos', []),
-    'bv_learn': ('bv_learn', []), 'bv_rep': ('bv_rep', []), 'vitjax': ('vitjax', []),
+    'timm_folder': ('timm_folder', []), 'hf': ('hf', []), 'bv_sincos': ('bigvision_sincos_gap', []),
+    'bv_learn': ('bigvision_learn_tok', []), 'bv_rep': ('bigvision_rep_size', []), 'vitjax': ('vitjax', []),
     'vitjax_resized': ('vitjax', ['--img-size', '56', '40']), 'vitjax_patch': ('vitjax', ['--patch-size', '4']),
-    'bv_learn_resized': ('bv_learn', ['--img-size', '48']), 'hf_newhead': ('hf', ['--num-classes', '3']),
+    'bv_learn_resized': ('bigvision_learn_tok', ['--img-size', '48']), 'hf_newhead': ('hf', ['--num-classes', '3']),
 }
 
 
 @pytest.fixture(scope='module')
 def sources(tmp_path_factory):
-    d = tmp_path_factory.mktemp('sources')
-    return {
-        'timm_pth': F.write_timm_file(d, '.pth'),
-        'timm_safetensors': F.write_timm_file(d, '.safetensors'),
-        'timm_folder': F.write_timm_folder(d),
-        'hf': F.write_hf_folder(d),
-        'bv_sincos': F.write_npz(d, 'bv_sincos.npz', F.bigvision_arrays('sincos', 'gap')),
-        'bv_learn': F.write_npz(d, 'bv_learn.npz', F.bigvision_arrays('learn', 'tok')),
-        'bv_rep': F.write_npz(d, 'bv_rep.npz', F.bigvision_arrays('sincos', 'gap', rep_size=24)),
-        'vitjax': F.write_npz(d, 'vitjax.npz', F.vitjax_arrays()),
-    }
+    return F.write_sources(tmp_path_factory.mktemp('sources'))
 
 
 @pytest.mark.parametrize('case', sorted(CASES))

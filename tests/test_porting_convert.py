@@ -25,17 +25,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope='module')
 def sources(tmp_path_factory):
-    d = tmp_path_factory.mktemp('sources')
-    return {
-        'timm_pth': F.write_timm_file(d, '.pth'),
-        'timm_safetensors': F.write_timm_file(d, '.safetensors'),
-        'timm_folder': F.write_timm_folder(d),
-        'hf': F.write_hf_folder(d),
-        'bigvision_sincos_gap': F.write_npz(d, 'bv_sincos.npz', F.bigvision_arrays('sincos', 'gap')),
-        'bigvision_learn_tok': F.write_npz(d, 'bv_learn.npz', F.bigvision_arrays('learn', 'tok')),
-        'bigvision_rep_size': F.write_npz(d, 'bv_rep.npz', F.bigvision_arrays('sincos', 'gap', rep_size=24)),
-        'vitjax': F.write_npz(d, 'vitjax.npz', F.vitjax_arrays()),
-    }
+    return F.write_sources(tmp_path_factory.mktemp('sources'))
 
 
 def _x(h=F.IMG, w=F.IMG, seed=1):
