@@ -23,7 +23,7 @@ import stat
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, List, Sequence, Union
+from typing import Iterator, List, Optional, Sequence, Union
 
 from timm_vit_variants.checkpoints.files import read_json
 from timm_vit_variants.errors import ViTVariantsError
@@ -233,35 +233,36 @@ def _remove_created(created: List[Path]) -> None:
 def _atomic(out: PathLike, overwrite: bool, sources: Sequence[PathLike], folder: bool) -> Iterator[Path]:
     out = check_output(out, overwrite, sources, folder=folder)
     created: List[Path] = []
+    tmp: Optional[Path] = None
+    lock = -1
     try:
-        created = _make_parents(out)
-        with _locked(out.parent):  # a concurrent run's cleanup never sees our partial before it is locked
-            _remove_stale(out)
-            if folder:
-                tmp = Path(tempfile.mkdtemp(prefix=f'.{out.name}.{PARTIAL}-', dir=out.parent))
-                lock = os.open(tmp, os.O_RDONLY | os.O_DIRECTORY)
-            else:
-                lock, name = tempfile.mkstemp(prefix=f'.{out.name}.{PARTIAL}-', dir=out.parent)
-                tmp = Path(name)
-            fcntl.flock(lock, fcntl.LOCK_EX)
-    except OSError as e:
-        _remove_created(created)
-        raise _write_error(e, out) from None
-    try:
+        # Ctrl-C/SIGTERM wait until the partial exists and is locked, then land inside this try.
+        with _signals_deferred():
+            created = _make_parents(out)
+            with _locked(out.parent):  # a concurrent run's cleanup never sees our partial before it is locked
+                _remove_stale(out)
+                if folder:
+                    tmp = Path(tempfile.mkdtemp(prefix=f'.{out.name}.{PARTIAL}-', dir=out.parent))
+                    lock = os.open(tmp, os.O_RDONLY | os.O_DIRECTORY)
+                else:
+                    lock, name = tempfile.mkstemp(prefix=f'.{out.name}.{PARTIAL}-', dir=out.parent)
+                    tmp = Path(name)
+                fcntl.flock(lock, fcntl.LOCK_EX)
         yield tmp
         os.chmod(tmp, 0o755 if folder else 0o644)  # mkdtemp/mkstemp make it private
         _commit(tmp, out, overwrite)
     except BaseException as e:
-        if folder:
+        if tmp is not None and folder:
             shutil.rmtree(tmp, ignore_errors=True)
-        elif os.path.lexists(tmp):
+        elif tmp is not None and os.path.lexists(tmp):
             os.unlink(tmp)
         _remove_created(created)
         if isinstance(e, OSError):
             raise _write_error(e, out) from None
         raise
     finally:
-        os.close(lock)
+        if lock >= 0:
+            os.close(lock)
 
 
 def atomic_folder(out: PathLike, overwrite: bool = False, sources: Sequence[PathLike] = ()):
