@@ -64,12 +64,13 @@ class _Model:
 
 @dataclass
 class ExportResult:
-    """Where the file went, what it accepts and how it was checked."""
+    """Where the file went, what it accepts and how it was checked (``sizes``: the H x W it was run at)."""
     out: Path
     format: str
     static: Optional[Size]
     opset: Optional[int]
     verification: Verification
+    sizes: List[Size]
     metadata: Dict[str, str]
 
     def summary(self) -> str:
@@ -143,8 +144,8 @@ def _open(source: Union[str, os.PathLike, torch.nn.Module]) -> _Model:
                                    f'(see timm.list_models("simple_vit*"))')
     try:
         module = timm.create_model(text, pretrained=True)
-    except RuntimeError as e:  # timm: "No pretrained weights exist for ..."
-        raise ViTVariantsError(f'cannot load {text!r} with weights: {e}') from None
+    except (RuntimeError, OSError) as e:  # timm: "No pretrained weights exist for ..."; a Hub or file error
+        raise ViTVariantsError(f'cannot load {text!r} with weights: {_first_line(e)}') from None
     if not isinstance(module, SimpleVisionTransformer):
         raise ViTVariantsError(f'{text!r} is a {type(module).__name__}, not a simple_vit_* model')
     folder = text[len('local-dir:'):] if text.startswith('local-dir:') else None
@@ -187,7 +188,7 @@ def _metadata(model: _Model, static: Optional[Size], exporter: str) -> Dict[str,
         'patch_size': json.dumps(list(model.patch_size)),
         'dynamic_axes': 'batch' if static else 'batch,height,width',
         'size_rule': ('any H, W: padded right/bottom to a patch multiple in the graph' if model.pads else
-                      'H and W must be multiples of patch_size (the model does not pad; the runtime does not check)'),
+                      'H and W must be multiples of patch_size (the model does not pad)'),
         'source_sha256': model.source_sha256,
         'exported_by': f'vit-port export (timm-vit-variants {plugin_version}, torch {torch.__version__}, {exporter})',
     }
@@ -213,7 +214,7 @@ def _verify(model: _Model, run: Callable[[torch.Tensor], torch.Tensor], sizes: S
     label = 'logits' if getattr(model.module, 'num_classes', 1) else 'features'
     shown = ', '.join(f'{h}x{w}' for h, w in sizes)
     where = f'PyTorch eager ({runner} at {len(sizes)} size{"s" if len(sizes) > 1 else ""}: {shown})'
-    worst = 0.0
+    worst, informative = 0.0, False
     for x in tqdm(_inputs(model, sizes), desc='verify', unit='size', disable=not progress, leave=False):
         size = f'{x.shape[-2]}x{x.shape[-1]} (batch {x.shape[0]})'
         with torch.no_grad():
@@ -228,10 +229,13 @@ def _verify(model: _Model, run: Callable[[torch.Tensor], torch.Tensor], sizes: S
                                 reason=f'at {size} the exported file gave shape {tuple(got.shape)} '
                                        f'(expected {tuple(expected.shape)}) or non-finite values')
         worst = max(worst, (got.float() - expected.float()).abs().max().item())
+        informative = informative or bool((expected != expected.flatten()[0]).any())
     status = 'passed' if worst <= tol else 'failed'
-    if label == 'logits':
-        return Verification(status, reference=where, max_abs_logits=worst, tolerance=tol)
-    return Verification(status, reference=where, max_abs_features=worst, tolerance=tol)
+    figures = {'max_abs_logits' if label == 'logits' else 'max_abs_features': worst}
+    result = Verification(status, reference=where, tolerance=tol, **figures)
+    if not informative:
+        result.notes.append(f'the eager {label} are constant (an all-zero head?), so they cannot show a wrong graph')
+    return result
 
 
 def _example(model: _Model, static: Optional[Size]) -> torch.Tensor:
@@ -286,7 +290,7 @@ def export_onnx(
         verification = _verify(model, _onnx_runner(tmp), sizes, 'the file run by ONNX Runtime CPU', tol, progress)
         if verification.status != 'passed':
             raise ViTVariantsError(verification.summary(), path=str(out_path))
-    return ExportResult(out_path, 'onnx', size, opset, verification, meta)
+    return ExportResult(out_path, 'onnx', size, opset, verification, sizes, meta)
 
 
 def _write_onnx(module: torch.nn.Module, example: torch.Tensor, axes: Dict[int, str], opset: int,
@@ -358,4 +362,4 @@ def export_pt2(
         verification = _verify(model, loaded, sizes, 'the file loaded by torch.export.load', tol, progress)
         if verification.status != 'passed':
             raise ViTVariantsError(verification.summary(), path=str(out_path))
-    return ExportResult(out_path, 'pt2', size, None, verification, meta)
+    return ExportResult(out_path, 'pt2', size, None, verification, sizes, meta)
