@@ -286,7 +286,7 @@ def export_onnx(
     meta = _metadata(model, size, f'torch.onnx dynamo exporter, opset {opset}')
     axes = {0: 'batch'} if size else {0: 'batch', 2: 'height', 3: 'width'}
     with atomic_file(out_path, overwrite, sources=paths) as tmp:
-        _write_onnx(model.module, _example(model, size), axes, opset, meta, tmp)
+        _write_onnx(model.module, _example(model, size), axes, opset, meta, tmp, str(out_path))
         verification = _verify(model, _onnx_runner(tmp), sizes, 'the file run by ONNX Runtime CPU', tol, progress)
         if verification.status != 'passed':
             raise ViTVariantsError(verification.summary(), path=str(out_path))
@@ -294,7 +294,8 @@ def export_onnx(
 
 
 def _write_onnx(module: torch.nn.Module, example: torch.Tensor, axes: Dict[int, str], opset: int,
-                meta: Dict[str, str], path: Path) -> None:
+                meta: Dict[str, str], path: Path, shown: str) -> None:
+    """Export to ``path`` (the partial file), add the metadata and run onnx.checker; errors name ``shown`` (OUT)."""
     import onnx
 
     try:
@@ -304,13 +305,13 @@ def _write_onnx(module: torch.nn.Module, example: torch.Tensor, axes: Dict[int, 
                 output_names=[OUTPUT_NAME], dynamic_shapes=(axes,), external_data=False, optimize=True,
                 verbose=False)
     except Exception as e:  # noqa: BLE001  (torch.export and onnxscript raise many types)
-        raise _failure('the ONNX export', e, str(path)) from None
+        raise _failure('the ONNX export', e, shown) from None
     program.model.metadata_props.update(meta)
     program.save(str(path), external_data=False)
     try:
         onnx.checker.check_model(str(path), full_check=True)
     except onnx.checker.ValidationError as e:
-        raise _failure('onnx.checker', e, str(path)) from None
+        raise _failure('onnx.checker', e, shown) from None
 
 
 def _onnx_runner(path: Path) -> Callable[[torch.Tensor], torch.Tensor]:

@@ -49,8 +49,7 @@ def grid_for(img_size: Tuple[int, int], patch_size: Tuple[int, int], pad: bool =
 
 
 def is_capturing() -> bool:
-    """True while a graph is being captured: ``torch.jit.trace`` (legacy ONNX), ``torch.compile``,
-    ``torch.export`` (and the dynamo ONNX exporter built on it).
+    """True while a graph is captured: jit.trace (legacy ONNX), torch.compile, torch.export (dynamo ONNX).
 
     A Python branch on an input size would be frozen into such a graph for the example input, so the
     runtime code takes its branch-free path then. Call it under ``if not torch.jit.is_scripting():``;
