@@ -11,7 +11,8 @@ resample rules, and timm's ``vit_*`` with ``dynamic_img_size=True``, also with `
   ``torch._dynamo.utils.counters['stats']['unique_graphs']``, for a square first input (also marked
   with ``torch._dynamo.mark_dynamic``) and a non-square one, and max |delta| against eager;
 * ONNX Runtime throughput against eager PyTorch on CPU at two sizes, as a ratio (> 1: ONNX Runtime is
-  faster), timed in the same process, alternating which runs first, median of ``--rounds``.
+  faster), timed in the same process with the same thread count, alternating which runs first, median
+  of ``--rounds`` (ONNX Runtime's idle threads do not spin, so they leave the cores to PyTorch).
 
 Heads and learned tables are randomised (N(0, 1)) so a wrong pad or resample shows in the logits.
 
@@ -102,6 +103,8 @@ def throughput_ratio(model: torch.nn.Module, onnx_path: Path, size: Tuple[int, i
 
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads = threads
+    # Idle ONNX Runtime threads spin by default; here they would take cores from the PyTorch run that follows.
+    options.add_session_config_entry('session.intra_op.allow_spinning', '0')
     session = onnxruntime.InferenceSession(str(onnx_path), options, providers=['CPUExecutionProvider'])
     x = torch.randn(batch, 3, *size)
     feed = {session.get_inputs()[0].name: x.numpy()}
