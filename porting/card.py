@@ -82,8 +82,9 @@ def build_model_card(
 
 
 def fill_repo_id(card_text: str, repo_id: str) -> str:
-    """Put ``repo_id`` into a card written before the repo id was known (only the ``hf-hub:`` uses)."""
+    """Put ``repo_id`` into a card written before the repo id was known (only the usage snippets' uses)."""
     text = card_text.replace(f'hf-hub:{REPO_PLACEHOLDER}', f'hf-hub:{repo_id}')
+    text = text.replace(f"'{REPO_PLACEHOLDER}'", f"'{repo_id}'")
     return text.replace(_placeholder_note(), '')
 
 
@@ -130,9 +131,27 @@ def _usage(repo_ref: str, placeholder: bool) -> str:
         '    logits = model(transform(img).unsqueeze(0))',
         '```',
     ])
+    transformers = '\n'.join([
+        '```python',
+        'import timm_vit_variants  # registers simple_vit_* with timm, which transformers builds the model with',
+        'import torch',
+        'from transformers import AutoImageProcessor, AutoModelForImageClassification, pipeline',
+        '',
+        f"classifier = pipeline('image-classification', model='{repo_ref}')",
+        'predictions = classifier(img)  # [{\'label\': ..., \'score\': ...}, ...], labels from config.json',
+        '',
+        f"processor = AutoImageProcessor.from_pretrained('{repo_ref}')",
+        f"model = AutoModelForImageClassification.from_pretrained('{repo_ref}').eval()",
+        'with torch.no_grad():',
+        "    logits = model(**processor(img, return_tensors='pt')).logits",
+        '```',
+    ])
     text = ('## Usage\n\nInstall the plugin (`pip install timm-vit-variants`); plain timm cannot build '
             '`simple_vit_*` models.\n\n' + snippet + '\n\n'
-            f"Pin a revision with `hf-hub:{repo_ref}@REVISION` (a branch, tag or commit).")
+            f"Pin a revision with `hf-hub:{repo_ref}@REVISION` (a branch, tag or commit).\n\n"
+            'transformers (5.x) loads the same folder through its timm wrapper, with the same logits:\n\n'
+            + transformers + '\n\n'
+            "Pin a revision there with `revision='REVISION'`.")
     if placeholder:
         text += '\n' + _placeholder_note().rstrip('\n')
     return text

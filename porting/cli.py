@@ -1,4 +1,4 @@
-"""``vit-port``: convert, resize, inspect, verify and push ViT checkpoints for the ``simple_vit_*`` family.
+"""``vit-port``: convert, resize, inspect, verify, export and push ViT checkpoints for the ``simple_vit_*`` family.
 
 This module only parses and reports. Each command module in ``porting.commands`` adds its parser
 and a ``run(args) -> int``; heavy imports (torch, timm) happen inside ``run``, so ``--help`` is
@@ -13,10 +13,10 @@ import sys
 import warnings
 from typing import List, NoReturn, Optional, Sequence
 
-from .commands import cmd_convert, cmd_inspect, cmd_push, cmd_resize, cmd_verify
+from .commands import cmd_convert, cmd_export, cmd_inspect, cmd_push, cmd_resize, cmd_verify
 from .commands.options import UsageError, recorded_command, say
 
-COMMANDS = (cmd_convert, cmd_resize, cmd_inspect, cmd_verify, cmd_push)
+COMMANDS = (cmd_convert, cmd_resize, cmd_inspect, cmd_verify, cmd_export, cmd_push)
 PROG = 'vit-port'
 
 

@@ -87,7 +87,7 @@ def test_non_standard_depth_round_trips_through_config_json(tmp_path):
 
 
 @pytest.mark.parametrize('argv', [['--help'], ['convert', '--help'], ['resize', '--help'], ['inspect', '--help'],
-                                  ['verify', '--help'], ['push', '--help']])
+                                  ['verify', '--help'], ['export', '--help'], ['push', '--help']])
 def test_help_imports_neither_torch_nor_timm(argv):
     code = ('import sys\nfrom porting.cli import main\nrc = main(%r)\n'
             'heavy = sorted(m for m in ("torch", "timm", "numpy", "huggingface_hub", "timm_vit_variants") '
@@ -98,7 +98,8 @@ def test_help_imports_neither_torch_nor_timm(argv):
 
 
 def test_cli_choices_match_the_package():
-    from porting.commands import options
+    from porting import export
+    from porting.commands import cmd_export, options
     from timm_vit_variants import config
     from timm_vit_variants.checkpoints import FORMATS
     from timm_vit_variants.geometry import RESAMPLE_RULES
@@ -106,3 +107,4 @@ def test_cli_choices_match_the_package():
     assert options.FORMATS == FORMATS
     assert options.RESAMPLE_RULES == config.RESAMPLE_RULE_NAMES == tuple(RESAMPLE_RULES)
     assert set(options.ACT_LAYERS) == set(config.ACT_LAYERS)
+    assert cmd_export.EXPORT_FORMATS == export.FORMATS and cmd_export.DEFAULT_OPSET == export.DEFAULT_OPSET

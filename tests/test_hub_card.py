@@ -82,6 +82,8 @@ def test_placeholder_filled_at_push_time():
     filled = fill_repo_id(text, 'me/my-vit')
     assert REPO_PLACEHOLDER not in filled
     assert "timm.create_model('hf-hub:me/my-vit', pretrained=True)" in filled
+    assert "AutoModelForImageClassification.from_pretrained('me/my-vit')" in filled
+    assert "pipeline('image-classification', model='me/my-vit')" in filled
     assert ModelCard(filled).data.to_dict()['library_name'] == 'timm'
 
 

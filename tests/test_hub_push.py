@@ -107,7 +107,8 @@ def test_cli_push_uploads_files_byte_for_byte(hub, folder, tmp_path):
     card = remote['README.md'].decode()
     assert f"timm.create_model('hf-hub:{REPO}', pretrained=True)" in card
     assert card == (folder / 'README.md').read_text().replace('hf-hub:ORG/NAME', f'hf-hub:{REPO}').replace(
-        '\nReplace `ORG/NAME` with the repository this card lives in.\n', '')
+        "'ORG/NAME'", f"'{REPO}'").replace('\nReplace `ORG/NAME` with the repository this card lives in.\n', '')
+    assert f"AutoModelForImageClassification.from_pretrained('{REPO}')" in card
     assert ModelCard(card).data.to_dict()['library_name'] == 'timm'
 
     writes = write_requests(hub)

@@ -1,4 +1,4 @@
-"""Shared helpers for the training tests: a tiny synthetic ImageFolder and tiny-model flags."""
+"""Shared helpers for the training and timm-script tests: tiny ImageFolders (synthetic, digits) and model flags."""
 import socket
 from pathlib import Path
 from typing import Sequence
@@ -26,6 +26,21 @@ def make_image_folder(root: Path, num_classes: int = 2, per_class: int = 8, size
                 img[..., k % 3] += 160
                 img[k % size::num_classes + 1, :, :] = 255 if k % 2 else 0
                 Image.fromarray(img).save(folder / f'{i}.png')
+    return root
+
+
+def make_digits_folder(root: Path, per_class: int = 4, size: int = 16) -> Path:
+    """Write ``root/validation/<digit>/<i>.png``: the last ``per_class`` of each class of scikit-learn's 8x8
+    ``load_digits``, upscaled to ``size`` px RGB (timm's scripts assume three channels)."""
+    from sklearn.datasets import load_digits
+
+    digits = load_digits()
+    for k in range(10):
+        folder = root / 'validation' / str(k)
+        folder.mkdir(parents=True, exist_ok=True)
+        for i, img in enumerate(digits.images[digits.target == k][-per_class:]):
+            ink = np.clip(img * 16, 0, 255).astype(np.uint8)  # load_digits stores ink as 0..16
+            Image.fromarray(ink, mode='L').resize((size, size), Image.BILINEAR).convert('RGB').save(folder / f'{i}.png')
     return root
 
 

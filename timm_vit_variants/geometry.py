@@ -19,8 +19,8 @@ from .config import SimpleViTConfig, pair
 from .errors import ViTVariantsError
 
 __all__ = [
-    'RESAMPLE_RULES', 'Geometry', 'grid_for', 'interpolate_grid', 'resample_table', 'pi_resize', 'adapt_in_chans',
-    'infer_grid', 'fit_tensor', 'fit_stream',
+    'RESAMPLE_RULES', 'Geometry', 'grid_for', 'is_capturing', 'interpolate_grid', 'resample_table', 'pi_resize',
+    'adapt_in_chans', 'infer_grid', 'fit_tensor', 'fit_stream',
 ]
 
 # How each ecosystem resizes a learned table: (mode, align_corners, antialias).
@@ -48,6 +48,16 @@ def grid_for(img_size: Tuple[int, int], patch_size: Tuple[int, int], pad: bool =
     return img_size[0] // patch_size[0], img_size[1] // patch_size[1]
 
 
+def is_capturing() -> bool:
+    """True while a graph is captured: jit.trace (legacy ONNX), torch.compile, torch.export (dynamo ONNX).
+
+    A Python branch on an input size would be frozen into such a graph for the example input, so the
+    runtime code takes its branch-free path then. Call it under ``if not torch.jit.is_scripting():``;
+    TorchScript keeps Python branches and needs no special path.
+    """
+    return torch.jit.is_tracing() or torch.compiler.is_compiling()
+
+
 def interpolate_grid(
         table: torch.Tensor,
         new_h: int,
@@ -61,9 +71,14 @@ def interpolate_grid(
 ) -> torch.Tensor:
     """Resize the grid part of a (1, prefix + old_h*old_w, D) table; prefix rows kept. TorchScript-friendly.
 
-    Interpolation runs in float32 and the result takes the table's dtype.
+    Interpolation runs in float32 and the result takes the table's dtype. While a graph is captured
+    the resize is always recorded (a same-size resize is an exact identity), so the graph follows the
+    input size instead of the example's.
     """
-    if new_h == old_h and new_w == old_w:
+    capturing = False
+    if not torch.jit.is_scripting():
+        capturing = is_capturing()
+    if not capturing and new_h == old_h and new_w == old_w:
         return table
     prefix, grid = table[:, :num_prefix], table[:, num_prefix:]
     dim = grid.shape[-1]

@@ -7,7 +7,7 @@ import torch.nn.functional as F
 from timm.layers import to_2tuple
 
 from .errors import ViTVariantsError
-from .geometry import grid_for, pi_resize
+from .geometry import grid_for, is_capturing, pi_resize
 
 __all__ = ['AdaptivePatchEmbed']
 
@@ -26,12 +26,22 @@ def _raise_bad_input(shape: List[int], in_chans: int) -> None:
 
 @torch.fx.wrap
 def check_and_pad(x: torch.Tensor, in_chans: int, patch_h: int, patch_w: int, pad: bool) -> torch.Tensor:
-    """Validate an NCHW batch and pad it right/bottom to a patch multiple (or raise if padding is off)."""
-    if x.ndim != 4 or x.shape[1] != in_chans or x.shape[2] < 1 or x.shape[3] < 1:
+    """Validate an NCHW batch and pad it right/bottom to a patch multiple (or raise if padding is off).
+
+    While a graph is captured the pad is always recorded (a zero pad is a no-op), so the graph pads
+    whatever size it is given; ``torch.jit.trace`` would only freeze the checks, so it skips them.
+    """
+    tracing, capturing = False, False
+    if not torch.jit.is_scripting():
+        tracing, capturing = torch.jit.is_tracing(), is_capturing()
+    if not tracing and (x.ndim != 4 or x.shape[1] != in_chans or x.shape[2] < 1 or x.shape[3] < 1):
         _raise_bad_input(list(x.shape), in_chans)
     height, width = x.shape[-2], x.shape[-1]
-    pad_h = (patch_h - height % patch_h) % patch_h
-    pad_w = (patch_w - width % patch_w) % patch_w
+    # ceil division: torch.export can then prove a symbolic padded size is at least one patch
+    pad_h = (height + patch_h - 1) // patch_h * patch_h - height
+    pad_w = (width + patch_w - 1) // patch_w * patch_w - width
+    if capturing and pad:
+        return F.pad(x, (0, pad_w, 0, pad_h))
     if pad_h > 0 or pad_w > 0:
         if not pad:
             _raise_indivisible(height, width, patch_h, patch_w)

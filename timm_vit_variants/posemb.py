@@ -5,7 +5,7 @@ import torch
 import torch.nn as nn
 from timm.layers import register_notrace_module
 
-from .geometry import RESAMPLE_RULES, interpolate_grid, resample_table
+from .geometry import RESAMPLE_RULES, interpolate_grid, is_capturing, resample_table
 
 __all__ = ['sincos_2d', 'SinCos2dPosEmbed', 'LearnedPosResampler']
 
@@ -64,6 +64,9 @@ class SinCos2dPosEmbed(nn.Module):
         self.table = sincos_2d(*self.grid_size, self.dim, self.temperature, device=self.table.device)
 
     def forward(self, grid_h: int, grid_w: int) -> torch.Tensor:
+        if not torch.jit.is_scripting():
+            if is_capturing():  # computed in the graph from the (symbolic) grid, never the example's table
+                return sincos_2d(grid_h, grid_w, self.dim, self.temperature, device=self.table.device)
         if grid_h == self.grid_size[0] and grid_w == self.grid_size[1]:
             return self.table
         return sincos_2d(grid_h, grid_w, self.dim, self.temperature, device=self.table.device)
@@ -92,11 +95,15 @@ class LearnedPosResampler(nn.Module):
             old_grid_h: int,
             old_grid_w: int,
     ) -> torch.Tensor:
-        if grid_h == old_grid_h and grid_w == old_grid_w:
-            return pos_embed
+        capturing = False
         if not torch.jit.is_scripting():
-            if not torch.compiler.is_compiling() and not (torch.is_grad_enabled() and pos_embed.requires_grad):
-                return self._cached(pos_embed, grid_h, grid_w, old_grid_h, old_grid_w)
+            capturing = is_capturing()
+        if not capturing:  # a captured graph resamples in the graph, never through the eager cache
+            if grid_h == old_grid_h and grid_w == old_grid_w:
+                return pos_embed
+            if not torch.jit.is_scripting():
+                if not (torch.is_grad_enabled() and pos_embed.requires_grad):
+                    return self._cached(pos_embed, grid_h, grid_w, old_grid_h, old_grid_w)
         return interpolate_grid(
             pos_embed, grid_h, grid_w, old_grid_h, old_grid_w, self.num_prefix_tokens,
             self.mode, self.align_corners, self.antialias)
