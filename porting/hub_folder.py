@@ -8,16 +8,15 @@
       README.md                    # the model card (porting.card)
 
 Weights are written into files whose layout (names, shapes, offsets) is fixed up front from a
-meta-device model: each file is pre-allocated (a full disk fails here, not halfway) and
-memory-mapped, and every tensor is filled straight into its place, so a byte is copied once and
-resident memory stays about one tensor. ``config.json`` keeps ``num_classes`` at the top level and
+meta-device model: each file is pre-allocated (a full disk fails here, not halfway) and every
+tensor is written at its offset as it comes, straight from a mapped source where the layout
+already matches, so resident memory stays about one tensor. ``config.json`` keeps ``num_classes`` at the top level and
 every other constructor argument in ``model_args``, which both timm (``local-dir:``, ``hf-hub:``)
 and transformers' ``TimmWrapper`` read. Folders are read back through the plugin's own
 safetensors store (sharded ones too), so reading needs no copy either.
 """
 import json
 import math
-import mmap
 import os
 import struct
 from pathlib import Path
@@ -46,7 +45,6 @@ INDEX_FILE = 'model.safetensors.index.json'
 CARD_FILE = 'README.md'
 DEFAULT_MAX_SHARD_SIZE = '5GB'
 _ST_NAMES = {dtype: name for name, dtype in SAFETENSORS_DTYPES.items()}
-_MADV_POPULATE_WRITE = getattr(mmap, 'MADV_POPULATE_WRITE', 23)  # the Linux value; Python 3.11 lacks the name
 # pretrained_cfg fields that describe preprocessing, copied from the source.
 _DATA_KEYS = ('mean', 'std', 'interpolation', 'crop_pct', 'crop_mode', 'license')
 
@@ -73,8 +71,19 @@ def _nbytes(shape: Sequence[int], dtype: torch.dtype) -> int:
 
 # -- writing weights -------------------------------------------------------------------------------------
 
+def _pwrite_all(fd: int, data: memoryview, offset: int) -> None:
+    while data:
+        written = os.pwrite(fd, data, offset)
+        data, offset = data[written:], offset + written
+
+
+def _bytes_of(tensor: torch.Tensor) -> memoryview:
+    """A contiguous CPU tensor's bytes, without a copy (uint8 view: numpy has no bfloat16)."""
+    return memoryview(tensor.reshape(-1).view(torch.uint8).numpy())
+
+
 class _Shard:
-    """One safetensors file: header first, then a pre-allocated, mapped data section filled in place."""
+    """One safetensors file: the header first, then a pre-allocated data section written at known offsets."""
 
     def __init__(self, path: Path, specs: List[Spec]) -> None:
         self.path = path
@@ -91,56 +100,33 @@ class _Shard:
         self.data_start = 8 + len(blob)
         self.total = cursor
         self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
-        self._map: Optional[mmap.mmap] = None
-        os.write(self._fd, struct.pack('<Q', len(blob)) + blob)
-        size = self.data_start + cursor
+        _pwrite_all(self._fd, memoryview(struct.pack('<Q', len(blob)) + blob), 0)
         if cursor:
-            os.posix_fallocate(self._fd, 0, size)  # ENOSPC now, never a SIGBUS halfway through the mapping
-            self._map = mmap.mmap(self._fd, size)
+            os.posix_fallocate(self._fd, 0, self.data_start + cursor)  # a full disk fails here, before any data
 
-    def slot(self, name: str) -> torch.Tensor:
-        begin, shape, dtype = self.slots[name]
-        count = math.prod(shape)
-        if count == 0:
-            return torch.empty(shape, dtype=dtype)
-        start = self.data_start + begin
-        try:  # fault the slot's pages in with one call rather than one fault per page (Linux >= 5.14)
-            page_start = start - start % mmap.PAGESIZE
-            self._map.madvise(_MADV_POPULATE_WRITE, page_start, start + _nbytes(shape, dtype) - page_start)
-        except (OSError, ValueError):
-            pass
-        return torch.frombuffer(self._map, dtype=dtype, count=count, offset=start).reshape(shape)
-
-    def release(self, name: str) -> None:
-        """Unmap a finished tensor's pages (they stay in the page cache to be written back)."""
-        begin, shape, dtype = self.slots[name]
-        start = self.data_start + begin
-        start -= start % mmap.PAGESIZE
-        end = self.data_start + begin + _nbytes(shape, dtype)
-        if self._map is not None and end > start:
-            self._map.madvise(mmap.MADV_DONTNEED, start, end - start)
+    def write(self, name: str, data: memoryview) -> None:
+        _pwrite_all(self._fd, data, self.data_start + self.slots[name][0])
 
     def close(self) -> None:
-        if self._map is not None:
-            self._map.flush()
-            self._map = None  # unmapped when the last view goes (see stores._Mapping.close)
         os.fsync(self._fd)
         os.close(self._fd)
         self._fd = -1
 
     def abort(self) -> None:
-        self._map = None
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
 
 
 class SafetensorsWriter:
-    """A fixed set of tensors written into one or more safetensors files, each tensor filled in place.
+    """A fixed set of tensors written into one or more safetensors files, in any order, one at a time.
 
     ``specs`` lists (name, shape, dtype) in file order. Files are split greedily so that each
     holds at most ``max_shard_size`` bytes of tensor data (a larger single tensor gets its own).
-    Fill ``slot(name)`` and call ``done(name)``, or hand a finished tensor to ``write``.
+    Hand a finished tensor to ``write`` (its bytes go to the file with one kernel copy, straight from
+    a mapped source when it is one), or fill ``slot(name)`` and call ``done(name)``. The slot is one
+    reused staging buffer, so no fresh pages are faulted in and zeroed per tensor (writing through a
+    mapping of the new file would zero every page first).
     """
 
     def __init__(self, folder: Union[str, Path], specs: Iterable[Spec], max_shard_size: int) -> None:
@@ -165,9 +151,14 @@ class SafetensorsWriter:
             raise
         self._where = {spec[0]: shard for shard, group in zip(self.files, groups) for spec in group}
         self.pending = set(self._where)
+        self._largest = max((_nbytes(shape, dtype) for group in groups for _, shape, dtype in group), default=0)
+        self._staging: Optional[torch.Tensor] = None
 
     def shape(self, name: str) -> Tuple[int, ...]:
         return self._shard(name).slots[name][1]
+
+    def dtype(self, name: str) -> torch.dtype:
+        return self._shard(name).slots[name][2]
 
     def _shard(self, name: str) -> _Shard:
         shard = self._where.get(name)
@@ -178,26 +169,37 @@ class SafetensorsWriter:
         return shard
 
     def slot(self, name: str) -> torch.Tensor:
-        """The tensor's place in the output file, to be filled in place."""
-        return self._shard(name).slot(name)
+        """A staging tensor of the right shape and dtype to fill; ``done(name)`` writes it."""
+        _, shape, dtype = self._shard(name).slots[name]
+        if self._staging is None:
+            self._staging = torch.empty(self._largest, dtype=torch.uint8)
+        return self._staging[:_nbytes(shape, dtype)].view(dtype).view(shape)
 
     def done(self, name: str) -> None:
-        self._shard(name).release(name)
+        """Write the filled staging tensor of ``name``."""
+        shard = self._shard(name)
+        _, shape, dtype = shard.slots[name]
+        shard.write(name, _bytes_of(self._staging[:_nbytes(shape, dtype)]))
         self.pending.discard(name)
 
     def write(self, name: str, tensor: torch.Tensor) -> None:
-        """Copy a finished tensor into its place; its name and shape must match the layout."""
-        target = self.slot(name)
-        if tuple(tensor.shape) != tuple(target.shape):
+        """Write a finished tensor; its name and shape must match the layout (its dtype is converted)."""
+        shard = self._shard(name)
+        _, shape, dtype = shard.slots[name]
+        if tuple(tensor.shape) != tuple(shape):
             raise ViTVariantsError('tensor shape does not fit the target model', key=name,
-                                   shapes=(tensor.shape, target.shape))
-        with torch.no_grad():
-            target.copy_(tensor)
-        del target
-        self.done(name)
+                                   shapes=(tensor.shape, shape))
+        tensor = tensor.detach()
+        if tensor.dtype != dtype or not tensor.is_contiguous() or tensor.device.type != 'cpu':
+            with torch.no_grad():
+                self.slot(name).copy_(tensor)
+            self.done(name)
+            return
+        shard.write(name, _bytes_of(tensor))
+        self.pending.discard(name)
 
     def close(self) -> Optional[Path]:
-        """Flush and sync every file and write the index when sharded; returns the index path or None."""
+        """Sync every file and write the index when sharded; returns the index path or None."""
         if self.pending:
             raise ViTVariantsError(f'{len(self.pending)} tensor(s) were never written', key=sorted(self.pending)[0])
         for shard in self.files:

@@ -173,8 +173,15 @@ def write_weights(src: SourceCheckpoint, plan: ConversionPlan, folder: Path, max
                 if item.key not in writer.pending or writer.shape(item.key) != item.shape:
                     raise ViTVariantsError('source tensor has no place in the target model', path=plan.source_path,
                                            key=item.key)
-                check(item.key, src.fill(item, writer.slot(item.key), keep))
-                writer.done(item.key)
+                direct = src.direct(item)
+                if direct is not None:  # the layout already matches: written from the source mapping itself
+                    check(item.key, direct)
+                    writer.write(item.key, direct)
+                    del direct
+                    src.release(item, keep)
+                else:
+                    check(item.key, src.fill(item, writer.slot(item.key), keep))
+                    writer.done(item.key)
                 bar.update(1)
             for key, tensor in fit_stream(pending, plan.source_geometry, plan.target_geometry):
                 check(key, tensor)

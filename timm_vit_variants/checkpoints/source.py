@@ -244,10 +244,27 @@ class SourceCheckpoint(abc.ABC):
         except _Misfit as e:  # only a store whose data contradicts its own header gets here
             raise self._error(f'tensor data does not match its header: {e}', key=item.sources[0]) from None
         del parts
+        self.release(item, keep)
+        return dst
+
+    def direct(self, item: PlanItem) -> Optional[torch.Tensor]:
+        """The stored tensor itself when ``item`` is a plain copy of one source of the same shape.
+
+        It is a view of the mapped file where the store allows, so it can be written out without any
+        copy of ours; call ``release(item, keep)`` when done with it. None when the item needs a fill.
+        """
+        if item.fill is not copy or len(item.sources) != 1:
+            return None
+        tensor = self._store.tensor(item.sources[0])
+        if item.index is not None:
+            tensor = tensor[item.index]
+        return tensor if tuple(tensor.shape) == item.shape else None
+
+    def release(self, item: PlanItem, keep: Sequence[str] = ()) -> None:
+        """Hand the pages behind ``item``'s sources back to the OS, except those of the names in ``keep``."""
         for name in item.sources:
             if name not in keep:
                 self._store.release(name)
-        return dst
 
     def iter_tensors(self) -> Iterator[Tuple[str, torch.Tensor]]:
         """Yield (our key, new float32 tensor), one plan item at a time."""
