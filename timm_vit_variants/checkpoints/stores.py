@@ -12,6 +12,7 @@ streaming conversion keeps about one tensor resident.
 """
 import abc
 import argparse
+import ctypes
 import io
 import json
 import math
@@ -377,13 +378,29 @@ def _torch_load(file: str) -> Any:
         raise ViTVariantsError(reason, path=file) from e
 
 
+def _drop_pages(tensor: torch.Tensor) -> None:
+    """``madvise(MADV_DONTNEED)`` on the whole pages inside a tensor that views a private file mapping."""
+    start = tensor.untyped_storage().data_ptr() + tensor.storage_offset() * tensor.element_size()
+    end = start + tensor.numel() * tensor.element_size()
+    start = -(-start // _PAGE) * _PAGE  # inward: a page shared with a neighbour is kept
+    end -= end % _PAGE
+    if end > start:
+        try:
+            ctypes.CDLL(None, use_errno=True).madvise(ctypes.c_void_p(start), ctypes.c_size_t(end - start),
+                                                      mmap.MADV_DONTNEED)
+        except (OSError, AttributeError):
+            pass
+
+
 class TorchPickleStore(TensorStore):
     """``torch.save`` state dicts, unwrapped from timm's training-checkpoint keys (EMA first)."""
 
     def __init__(self, files: Sequence[str], use_ema: bool = True) -> None:
         super().__init__(files)
         self._states: List[Dict[str, torch.Tensor]] = []
+        self._mapped: List[bool] = []  # zip-format files are memory-mapped; legacy pickles live on the heap
         for index, file in enumerate(self.files):
+            self._mapped.append(zipfile.is_zipfile(file))
             state = _torch_load(file)
             if isinstance(state, dict):
                 for key in _WRAPPER_KEYS:
@@ -410,6 +427,10 @@ class TorchPickleStore(TensorStore):
 
     def tensor(self, name: str) -> torch.Tensor:
         return self._states[self._where[name]][name]
+
+    def release(self, name: str) -> None:
+        if self._mapped[self._where[name]]:  # never on heap memory: DONTNEED would zero it
+            _drop_pages(self.tensor(name))
 
     def close(self) -> None:
         self._states.clear()
