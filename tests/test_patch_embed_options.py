@@ -236,8 +236,10 @@ def test_cpe_is_a_depthwise_conv_after_the_first_block_and_adapts_to_the_grid():
         cpe = model.pos_cpe.proj
         assert cpe.groups == 32 and cpe.kernel_size == (3, 3)
         expected = torch.cat([first[:, :1], first[:, 1:] + cpe(grid).flatten(2).transpose(1, 2)], dim=1)
-        torch.testing.assert_close(model.forward_intermediates(x, indices=[0], output_fmt='NLC', return_prefix_tokens=True,
-                                                               intermediates_only=True)[0][0], expected[:, 1:])
+        first_out = model.forward_intermediates(x, indices=[0], output_fmt='NLC', return_prefix_tokens=True,
+                                                intermediates_only=True)[0]
+        torch.testing.assert_close(first_out[0], expected[:, 1:])
+        torch.testing.assert_close(first_out[1], expected[:, :1])
         torch.testing.assert_close(model.forward_features(x), model.norm(model.blocks[1](expected)))
         model.set_grad_checkpointing(True)
         try:

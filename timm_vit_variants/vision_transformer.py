@@ -344,7 +344,7 @@ class SimpleVisionTransformer(nn.Module):
                 x = checkpoint(blk, x, use_reentrant=False)
             else:
                 x = blk(x)
-            if i == 0 and self.pos_cpe is not None:
+            if i == 0:
                 x = self.pos_cpe(x, grid_h, grid_w)
         return x
 
