@@ -29,6 +29,7 @@ from timm_vit_variants.checkpoints.files import CONFIG_FILE, read_json, weight_f
 from timm_vit_variants.checkpoints.stores import SAFETENSORS_DTYPES, SafetensorsStore
 from timm_vit_variants.config import MODELS
 from timm_vit_variants.errors import ViTVariantsError
+from timm_vit_variants.geometry import Geometry
 
 from . import sizes
 from .output import atomic_folder
@@ -251,7 +252,7 @@ def config_dict(
         'std': [0.5, 0.5, 0.5],
         'num_classes': config.num_classes,
         'pool_size': None,
-        'first_conv': 'patch_embed.proj',
+        'first_conv': Geometry.of(config).kernel_key.rsplit('.', 1)[0],
         'classifier': 'head',
     }
     pretrained_cfg.update({k: _json_safe(v) for k, v in (data_config or {}).items() if k in _DATA_KEYS and v is not None})

@@ -51,10 +51,10 @@ def position_tables(src: Any, plan: ConversionPlan) -> Tuple[torch.Tensor, Optio
     """
     source, (src_geo, dst_geo) = plan.source, (plan.source_geometry, plan.target_geometry)
     resized = src_geo.grid != dst_geo.grid
-    if source.pos_embed == 'sincos':
+    if source.pos_table == 'sincos':
         before = sincos_2d(*src_geo.grid, source.embed_dim, source.sincos_temperature)
         return before, sincos_2d(*dst_geo.grid, source.embed_dim, source.sincos_temperature) if resized else None
-    if source.pos_embed != 'learn':
+    if source.pos_table != 'learn':
         raise ViTVariantsError('the source has no position embedding to plot', path=plan.source_path)
     item = next(i for i in src.plan if i.key == 'pos_embed')
     table = src.fill(item, torch.empty(item.shape))
@@ -84,7 +84,7 @@ def plot_position_similarity(src: Any, plan: ConversionPlan, path: Union[str, Pa
     src_grid, dst_grid = plan.source_geometry.grid, plan.target_geometry.grid
     panels = [(before, src_grid, f'source grid {src_grid[0]}x{src_grid[1]}')]
     if after is not None:
-        how = 'regenerated sin-cos' if plan.source.pos_embed == 'sincos' else f'{plan.rule} resample'
+        how = 'regenerated sin-cos' if plan.source.pos_table == 'sincos' else f'{plan.rule} resample'
         panels.append((after, dst_grid, f'{dst_grid[0]}x{dst_grid[1]} ({how})'))
     mosaics = [similarity_mosaic(table, grid) for table, grid, _ in panels]
     # At least one screen pixel per mosaic pixel (dpi 100), so large grids do not alias.

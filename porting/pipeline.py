@@ -22,7 +22,7 @@ from timm_vit_variants import SimpleVisionTransformer, SimpleViTConfig, architec
 from timm_vit_variants.checkpoints import SourceCheckpoint, open_checkpoint
 from timm_vit_variants.config import RESAMPLE_RULE_NAMES, pair
 from timm_vit_variants.errors import ViTVariantsError
-from timm_vit_variants.geometry import Geometry, fit_stream
+from timm_vit_variants.geometry import Geometry, check_fit, fit_stream
 from timm_vit_variants.limits import DEFAULT_LIMITS, Limits
 
 from .hub_folder import (
@@ -35,7 +35,6 @@ __all__ = ['ConversionPlan', 'ConvertResult', 'make_plan', 'open_source', 'conve
            'verify_source', 'source_sha256']
 
 _HEAD = ('head.weight', 'head.bias')
-_FITTED = ('patch_embed.proj.weight', 'pos_embed', 'cls_token')
 
 
 def open_source(path: Union[str, Path], fmt: Optional[str] = None, **hints: Any) -> SourceCheckpoint:
@@ -110,9 +109,10 @@ def make_plan(
     if classes < 0:
         raise ViTVariantsError(f'--num-classes must be >= 0, got {classes}')
     changes: Dict[str, Any] = dict(img_size=target_img, patch_size=target_patch, num_classes=classes)
-    if source.pos_embed == 'learn':
+    if source.pos_table == 'learn':
         changes['pos_embed_resample'] = rule
     target = source.replace(**changes).check_limits(limits)
+    check_fit(src.geometry, Geometry.of(target))
     return ConversionPlan(src.path, source, target, src.geometry, Geometry.of(target))
 
 
@@ -150,7 +150,7 @@ def write_weights(src: SourceCheckpoint, plan: ConversionPlan, folder: Path, max
     from tqdm import tqdm
 
     specs = tensor_specs(plan.target)
-    fitted = set(_FITTED) if plan.changes_geometry else set()
+    fitted = set(plan.target_geometry.fitted_keys) if plan.changes_geometry else set()
     nonfinite: List[str] = []
 
     def check(key: str, tensor: torch.Tensor) -> None:

@@ -14,16 +14,29 @@ from .limits import DEFAULT_LIMITS, Limits
 
 __all__ = [
     'SimpleViTConfig', 'Variant', 'VARIANTS', 'MODELS', 'POOL_TYPES', 'POS_EMBED_TYPES', 'RESAMPLE_RULE_NAMES',
-    'ACT_LAYERS', 'pair', 'architecture_for', 'heads_for_width', 'activation_name',
+    'PATCH_EMBED_TYPES', 'PATCH_NORM_TYPES', 'GRID_MODES', 'ACT_LAYERS', 'pair', 'architecture_for',
+    'heads_for_width', 'activation_name',
 ]
 
 POOL_TYPES = ('avg', 'token', '')
-POS_EMBED_TYPES = ('sincos', 'learn', 'none')
+# Each ``pos_embed`` value as (absolute table, CPVT conditional position encoding after the first block).
+POS_EMBEDS: Dict[str, Tuple[str, bool]] = {
+    'sincos': ('sincos', False), 'learn': ('learn', False), 'none': ('none', False),
+    'cpe': ('none', True), 'sincos+cpe': ('sincos', True), 'learn+cpe': ('learn', True),
+}
+POS_EMBED_TYPES = tuple(POS_EMBEDS)
+PATCH_EMBED_TYPES = ('conv', 'linear', 'conv_stem', 'overlap', 'mlp')
+PATCH_NORM_TYPES = (None, 'pre', 'post', 'dual')
+# What the model does with an input size the patch does not divide: pad it right/bottom, refuse it,
+# or pad and then pool the token grid to the nominal one (the same token count at every size).
+GRID_MODES = ('pad', 'strict', 'pool')
 # Names of the learned-table resample rules; their definitions live in ``geometry.RESAMPLE_RULES``.
 RESAMPLE_RULE_NAMES = ('bigvision', 'timm', 'hf', 'flexi')
 ACT_LAYERS = ('gelu_tanh', 'gelu', 'quick_gelu', 'silu', 'relu')
 # Constructor arguments that shape training, not the network: never written to config.json.
 _TRAINING_ONLY = ('drop_rate', 'pos_drop_rate', 'proj_drop_rate', 'attn_drop_rate', 'drop_path_rate', 'weight_init')
+# Older names still accepted (config.json files carry them) but written under the new name only.
+_LEGACY = ('dynamic_img_pad',)
 
 Size = Union[int, Tuple[int, int]]
 
@@ -65,14 +78,24 @@ class SimpleViTConfig:
         global_pool: 'avg' (big_vision 'gap': norm every token, then mean), 'token' or ''.
         mlp_dim: MLP hidden width; None means 4 * embed_dim.
         class_token: Prepend a learned [CLS] token (needed for 'token' pooling).
-        pos_embed: 'sincos' (fixed big_vision table, never saved), 'learn' or 'none'.
+        patch_embed: How pixels become tokens: 'conv' (one PxP stride-P conv), 'linear' (Unfold + Linear,
+            the same weights and numbers as 'conv'), 'conv_stem' (3x3 stride-2 convs + 1x1, Xiao et al.
+            2021), 'overlap' (a kernel wider than the stride) or 'mlp' (conv -> activation -> 1x1).
+        patch_norm: LayerNorm around the patch projection: None, 'pre' (each patch's pixels), 'post' (the
+            embedding) or 'dual' (both, Kumar et al. 2023, Dual PatchNorm).
+        pos_embed: 'sincos' (fixed big_vision table, never saved), 'learn' or 'none'; 'cpe' (CPVT's
+            depthwise-conv position encoding after the first block), alone or as 'sincos+cpe' / 'learn+cpe'.
         pos_embed_cls_slot: A learned table carries a cls slot (vit_jax / timm) rather than being
             added before the cls token is prepended (big_vision).
         pos_embed_resample: How a learned table is resized for another grid (``geometry.RESAMPLE_RULES``).
         rep_size: Width of the optional pre-logits layer (Linear + tanh).
         act_layer: MLP activation name; flax ``nn.gelu`` is 'gelu_tanh'.
         norm_eps: LayerNorm epsilon (big_vision/timm 1e-6, transformers 1e-12).
-        dynamic_img_pad: Pad inputs right/bottom to a patch multiple; if False, such sizes raise.
+        grid_mode: Input sizes the patch does not divide: 'pad' (right/bottom, the default), 'strict'
+            (raise) or 'pool' (pad, then adaptive-average-pool the token grid to the nominal grid, so
+            every input size gives the same token count).
+        dynamic_img_pad: The older name of ``grid_mode`` (True: 'pad', False: 'strict'), accepted from
+            callers and config.json files, never written; afterwards True unless grid_mode is 'strict'.
         weight_init: 'jax' (big_vision initialisers, zero head) or 'skip' (to be loaded).
     """
     img_size: Size = 224
@@ -86,6 +109,8 @@ class SimpleViTConfig:
     mlp_dim: Optional[int] = None
     qkv_bias: bool = True
     class_token: bool = False
+    patch_embed: str = 'conv'
+    patch_norm: Optional[str] = None
     pos_embed: str = 'sincos'
     pos_embed_cls_slot: bool = False
     pos_embed_resample: str = 'bigvision'
@@ -93,7 +118,8 @@ class SimpleViTConfig:
     rep_size: Optional[int] = None
     act_layer: Any = 'gelu_tanh'
     norm_eps: float = 1e-6
-    dynamic_img_pad: bool = True
+    grid_mode: Optional[str] = None
+    dynamic_img_pad: Optional[bool] = None
     drop_rate: float = 0.
     pos_drop_rate: float = 0.
     proj_drop_rate: float = 0.
@@ -108,9 +134,25 @@ class SimpleViTConfig:
         fix('act_layer', activation_name(self.act_layer))
         fix('mlp_dim', self.mlp_dim or 4 * self.embed_dim if isinstance(self.embed_dim, int) else self.mlp_dim)
         fix('rep_size', self.rep_size or None)
+        fix('grid_mode', self._grid_mode())
+        fix('dynamic_img_pad', self.grid_mode != 'strict')
         self._validate()
         # A cls slot exists only in a learned table next to a class token.
-        fix('pos_embed_cls_slot', bool(self.pos_embed_cls_slot and self.class_token and self.pos_embed == 'learn'))
+        fix('pos_embed_cls_slot', bool(self.pos_embed_cls_slot and self.class_token and self.pos_table == 'learn'))
+
+    def _grid_mode(self) -> str:
+        """``grid_mode``, taking the older ``dynamic_img_pad`` into account (a contradiction raises)."""
+        legacy, mode = self.dynamic_img_pad, self.grid_mode
+        if legacy is not None and not isinstance(legacy, bool):
+            raise ViTVariantsError(f'dynamic_img_pad={legacy!r}: expected True, False or None', key='dynamic_img_pad')
+        if mode is None:
+            return 'strict' if legacy is False else 'pad'
+        if mode not in GRID_MODES:
+            raise ViTVariantsError(f'grid_mode={mode!r}: expected one of {GRID_MODES}', key='grid_mode')
+        if legacy is not None and legacy != (mode != 'strict'):
+            raise ViTVariantsError(f"dynamic_img_pad={legacy} contradicts grid_mode={mode!r} (the older name: True "
+                                   "means 'pad', False means 'strict')", key='dynamic_img_pad')
+        return mode
 
     def _validate(self) -> None:
         def bad(name: str, why: str) -> ViTVariantsError:
@@ -127,14 +169,16 @@ class SimpleViTConfig:
             raise bad('rep_size', 'expected a positive integer or None')
         choices = (('global_pool', POOL_TYPES), ('pos_embed', POS_EMBED_TYPES),
                    ('pos_embed_resample', RESAMPLE_RULE_NAMES), ('act_layer', ACT_LAYERS),
+                   ('patch_embed', PATCH_EMBED_TYPES), ('patch_norm', PATCH_NORM_TYPES),
                    ('weight_init', ('jax', 'skip')))
         for name, allowed in choices:
             if getattr(self, name) not in allowed:
                 raise bad(name, f'expected one of {allowed}')
         if self.embed_dim % self.num_heads:
             raise bad('num_heads', f'embed_dim {self.embed_dim} is not divisible by {self.num_heads} heads')
-        if self.pos_embed == 'sincos' and self.embed_dim % 4:
+        if self.pos_table == 'sincos' and self.embed_dim % 4:
             raise bad('embed_dim', 'a sin-cos position embedding needs a width divisible by 4')
+        self._validate_patch_embed(bad)
         if self.global_pool == 'token' and not self.class_token:
             raise bad('global_pool', "'token' pooling needs class_token=True")
         for name in ('norm_eps', 'sincos_temperature'):
@@ -146,7 +190,29 @@ class SimpleViTConfig:
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
                 raise bad(name, 'expected a rate in [0, 1]')
 
+    def _validate_patch_embed(self, bad: Callable[[str, str], ViTVariantsError]) -> None:
+        """Refuse patch embedding / patch norm combinations that have no meaning."""
+        patch_h, patch_w = self.patch_size
+        if self.patch_embed == 'conv_stem' and (patch_h != patch_w or patch_h < 2 or patch_h & (patch_h - 1)):
+            raise bad('patch_size', "patch_embed='conv_stem' stacks 3x3 stride-2 convs, so its total stride is a "
+                                    "square power of 2 (2, 4, 8, 16, ...); use 'conv', 'overlap' or 'mlp' for "
+                                    'other patch sizes')
+        if self.patch_norm in ('pre', 'dual') and self.patch_embed in ('conv_stem', 'overlap'):
+            raise bad('patch_norm', f"'pre' normalises the pixels of each patch before a per-patch projection; "
+                                    f"patch_embed={self.patch_embed!r} has none (its first layer sees across "
+                                    "patches); use 'post' or patch_embed 'conv', 'linear' or 'mlp'")
+
     # -- derived ----------------------------------------------------------------------------------
+    @property
+    def pos_table(self) -> str:
+        """The absolute position table: 'sincos', 'learn' or 'none' (without any 'cpe')."""
+        return POS_EMBEDS[self.pos_embed][0]
+
+    @property
+    def pos_cpe(self) -> bool:
+        """Whether CPVT's conditional position encoding runs after the first block."""
+        return POS_EMBEDS[self.pos_embed][1]
+
     @property
     def grid_size(self) -> Tuple[int, int]:
         """The nominal token grid (ceil division when padding)."""
@@ -171,7 +237,7 @@ class SimpleViTConfig:
         """JSON-safe constructor kwargs: every architectural field (squares as ints), training ones on request."""
         out: Dict[str, Any] = {}
         for f in fields(self):
-            if f.name in _TRAINING_ONLY and not include_training:
+            if (f.name in _TRAINING_ONLY and not include_training) or f.name in _LEGACY:
                 continue
             value = getattr(self, f.name)
             if f.name in ('img_size', 'patch_size'):
@@ -195,7 +261,11 @@ class SimpleViTConfig:
             raise ViTVariantsError(f'bad model arguments: {e}', path=path) from None
 
     def replace(self, **changes: Any) -> 'SimpleViTConfig':
-        """A copy with some fields changed (validated again)."""
+        """A copy with some fields changed (validated again); a new grid_mode or dynamic_img_pad wins."""
+        if 'grid_mode' in changes:
+            changes.setdefault('dynamic_img_pad', None)
+        elif 'dynamic_img_pad' in changes:
+            changes['grid_mode'] = None
         return dataclasses.replace(self, **changes)
 
 

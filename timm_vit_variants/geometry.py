@@ -2,9 +2,11 @@
 
 A ``Geometry`` says how a checkpoint's input side is laid out: the token grid of its learned
 table, the patch size of its kernel, whether the table has a class-token slot, the rule its
-ecosystem resizes tables with, and its input channels. ``fit_stream`` takes tensors from a source
-geometry to a target one; the timm filter, the streaming loader, the conversion pipeline and
-``set_input_size`` all go through it, and the model's runtime resampling calls ``interpolate_grid``.
+ecosystem resizes tables with, its input channels, and the patch embedding and patch norm that
+decide which kernel meets the pixels and whether it can follow a patch-size change. ``fit_stream``
+takes tensors from a source geometry to a target one; the timm filter, the streaming loader, the
+conversion pipeline and ``set_input_size`` all go through it (``check_fit`` refuses, saying why, a
+change no rule defines), and the model's runtime resampling calls ``interpolate_grid``.
 """
 import math
 from dataclasses import dataclass
@@ -20,7 +22,7 @@ from .errors import ViTVariantsError
 
 __all__ = [
     'RESAMPLE_RULES', 'Geometry', 'grid_for', 'is_capturing', 'interpolate_grid', 'resample_table', 'pi_resize',
-    'adapt_in_chans', 'infer_grid', 'fit_tensor', 'fit_stream',
+    'adapt_in_chans', 'infer_grid', 'fixed_patch_reason', 'check_fit', 'fit_tensor', 'fit_stream',
 ]
 
 # How each ecosystem resizes a learned table: (mode, align_corners, antialias).
@@ -37,8 +39,20 @@ RESAMPLE_RULES: Dict[str, Tuple[str, Optional[bool], bool]] = {
 }
 
 _KERNEL = 'patch_embed.proj.weight'
+_STEM_KERNEL = 'patch_embed.stem.0.conv.weight'
+_PIXEL_NORM_KEY = 'patch_embed.norm_pre.weight'
 _TABLE = 'pos_embed'
 _CLS = 'cls_token'
+# Why a patch embedding cannot follow a patch-size change. FlexiViT's PI-resize is defined for a
+# kernel that is one filter over exactly one patch ('conv', 'linear', the first conv of 'mlp').
+_FIXED_PATCH = {
+    'conv_stem': 'its stack of 3x3 stride-2 convs has one layer per factor 2 of the patch, so another patch size '
+                 'is another network, and PI-resize is defined only for a single filter over one patch',
+    'overlap': 'its kernel is wider than the stride and sees neighbouring patches, and PI-resize is defined only '
+               'for a kernel that sees exactly one patch',
+}
+_PIXEL_NORM = ("the 'pre' LayerNorm (patch_norm 'pre' or 'dual') has one weight per pixel and channel of a patch, "
+               'and no rule resizes it while keeping what it normalises')
 
 
 def grid_for(img_size: Tuple[int, int], patch_size: Tuple[int, int], pad: bool = True) -> Tuple[int, int]:
@@ -171,28 +185,66 @@ class Geometry:
     prefix: int = 0
     rule: str = 'bigvision'
     in_chans: int = 3
+    patch_embed: str = 'conv'
+    patch_norm: Optional[str] = None
 
     @classmethod
     def of(cls, config: SimpleViTConfig, grid: Optional[Tuple[int, int]] = None) -> 'Geometry':
         """The geometry of a model built from ``config`` (``grid`` overrides the nominal one)."""
         return cls(tuple(grid or config.grid_size), tuple(config.patch_size), config.num_prefix_slots,
-                   config.pos_embed_resample, config.in_chans)
+                   config.pos_embed_resample, config.in_chans, config.patch_embed, config.patch_norm)
+
+    @property
+    def kernel_key(self) -> str:
+        """State-dict key of the kernel that meets the pixels (timm's ``first_conv`` plus '.weight')."""
+        return _STEM_KERNEL if self.patch_embed == 'conv_stem' else _KERNEL
+
+    @property
+    def kernel_is_patch(self) -> bool:
+        """The pixel-facing kernel is one (D, C, P, P) filter per patch, so its shape tells the patch size."""
+        return self.patch_embed not in _FIXED_PATCH
+
+    @property
+    def fitted_keys(self) -> Tuple[str, str, str]:
+        """The tensors a geometry change touches: the pixel-facing kernel, the learned table, the class token."""
+        return self.kernel_key, _TABLE, _CLS
 
     def changes(self, other: 'Geometry') -> bool:
         return (self.grid, self.patch, self.prefix, self.in_chans) != (other.grid, other.patch, other.prefix,
                                                                        other.in_chans)
 
 
+def fixed_patch_reason(patch_embed: str, patch_norm: Optional[str] = None) -> str:
+    """Why weights of this patch embedding cannot follow a patch-size change ('' when PI-resize applies)."""
+    return _FIXED_PATCH.get(patch_embed) or (_PIXEL_NORM if patch_norm in ('pre', 'dual') else '')
+
+
+def check_fit(src: Geometry, dst: Geometry) -> None:
+    """Raise ``ViTVariantsError``, saying why, if no rule here takes weights laid out as ``src`` to ``dst``."""
+    for geo in (src, dst):
+        layout = f'patch_embed={geo.patch_embed!r}' + (f', patch_norm={geo.patch_norm!r}' if geo.patch_norm else '')
+        why = fixed_patch_reason(geo.patch_embed, geo.patch_norm)
+        key = geo.kernel_key if geo.patch_embed in _FIXED_PATCH else _PIXEL_NORM_KEY
+        if src.patch != dst.patch and why:
+            raise ViTVariantsError(f'cannot change the patch size from {src.patch} to {dst.patch} with {layout}: '
+                                   f'{why}', key=key)
+        if src.in_chans != dst.in_chans and geo.patch_norm in ('pre', 'dual'):
+            raise ViTVariantsError(f'cannot change the input channels from {src.in_chans} to {dst.in_chans} with '
+                                   f'{layout}: {_PIXEL_NORM}', key=_PIXEL_NORM_KEY)
+
+
 def fit_tensor(key: str, tensor: torch.Tensor, src: Geometry, dst: Geometry) -> torch.Tensor:
     """One tensor moved from ``src`` to ``dst``: kernel channels and PI-resize, table grid and cls slot.
 
-    Tensors other than the kernel and the table pass unchanged. Dropping a cls slot needs the class
-    token too; use ``fit_stream`` for that.
+    Tensors other than the pixel-facing kernel and the table pass unchanged. Dropping a cls slot
+    needs the class token too; use ``fit_stream`` for that.
     """
-    if key == _KERNEL:
+    if key == src.kernel_key:
         if tensor.ndim != 4:
             raise ViTVariantsError('patch embedding must be an (O, I, P, P) kernel', key=key, shapes=(tensor.shape,))
-        return pi_resize(adapt_in_chans(tensor, dst.in_chans), dst.patch)
+        check_fit(src, dst)
+        tensor = adapt_in_chans(tensor, dst.in_chans)
+        return pi_resize(tensor, dst.patch) if src.patch != dst.patch else tensor
     if key == _TABLE:
         expected = src.prefix + src.grid[0] * src.grid[1]
         if tensor.ndim != 3 or tensor.shape[0] != 1 or tensor.shape[1] != expected:
@@ -235,7 +287,7 @@ def fit_stream(
                 yield _CLS, held + slot
                 held = None
             continue
-        yield key, fit_tensor(key, tensor, src, dst) if key in (_KERNEL, _TABLE) and src.changes(dst) else tensor
+        yield key, fit_tensor(key, tensor, src, dst) if key in (src.kernel_key, _TABLE) and src.changes(dst) else tensor
     if held is not None:
         raise ViTVariantsError('a class-token slot can only be dropped when the position table is present',
                                key=_TABLE)

@@ -1,13 +1,14 @@
 """Patch embedding that accepts any input size and can change its patch size (FlexiViT PI-resize)."""
-from typing import List, Optional, Tuple, Union
+from typing import Callable, List, Optional, Tuple, Union
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from timm.layers import to_2tuple
+from timm.layers import LayerNorm, to_2tuple
 
 from .errors import ViTVariantsError
-from .geometry import grid_for, is_capturing, pi_resize
+from .geometry import fixed_patch_reason, grid_for, is_capturing, pi_resize
+from .patch_layers import PatchPixelNorm, conv_stem, patch_projection
 
 __all__ = ['AdaptivePatchEmbed']
 
@@ -16,7 +17,7 @@ __all__ = ['AdaptivePatchEmbed']
 def _raise_indivisible(height: int, width: int, patch_h: int, patch_w: int) -> None:
     raise ViTVariantsError(
         f'image size {height}x{width} is not divisible by patch size {patch_h}x{patch_w}; '
-        f'resize the input or create the model with dynamic_img_pad=True to pad right/bottom')
+        f"resize the input, or create the model with grid_mode='pad' (pad right/bottom) or 'pool'")
 
 
 @torch.jit.ignore
@@ -50,11 +51,14 @@ def check_and_pad(x: torch.Tensor, in_chans: int, patch_h: int, patch_w: int, pa
 
 
 class AdaptivePatchEmbed(nn.Module):
-    """Conv2d patchifier returning NHWC tokens for whatever H x W it is given.
+    """Patchifier returning NHWC tokens for whatever H x W it is given.
 
-    Differs from timm's PatchEmbed in two ways that matter here: a patch-size change
-    resamples with big_vision's FlexiViT rule (bilinear, no antialias), and bad sizes
-    raise the package's error type.
+    Pad (or refuse) to a patch multiple, then: optional per-patch pixel LayerNorm ('pre'), optional
+    conv stem, the projection ``proj`` ('conv', 'linear', 'overlap', or the stem's 1x1), for 'mlp' an
+    activation and a second (1x1) projection ``fc``, optional adaptive pooling to the nominal grid,
+    optional LayerNorm of the embedding ('post'). Differs from timm's PatchEmbed in that a
+    patch-size change resamples with big_vision's FlexiViT rule (bilinear, no antialias) where that
+    is defined, and bad sizes raise the package's error type.
     """
 
     def __init__(
@@ -65,41 +69,66 @@ class AdaptivePatchEmbed(nn.Module):
             embed_dim: int = 768,
             bias: bool = True,
             dynamic_img_pad: bool = True,
+            kind: str = 'conv',
+            norm: Optional[str] = None,
+            pool_grid: bool = False,
+            norm_eps: float = 1e-6,
+            act_layer: Callable[[], nn.Module] = nn.GELU,
             device=None,
             dtype=None,
     ) -> None:
+        """
+        Args:
+            kind: ``SimpleViTConfig.patch_embed``; norm: ``SimpleViTConfig.patch_norm``.
+            pool_grid: Pool every token grid to the nominal one (``grid_mode='pool'``).
+            act_layer: The activation between the two projections of 'mlp'.
+        """
         super().__init__()
+        dd = dict(device=device, dtype=dtype)
         self.img_size = to_2tuple(img_size)
         self.patch_size = to_2tuple(patch_size)
         self.in_chans = in_chans
         self.embed_dim = embed_dim
         self.dynamic_img_pad = dynamic_img_pad
+        self.kind = kind
+        self.norm_kind = norm
+        self.pool_grid = pool_grid
         self.grid_size = grid_for(self.img_size, self.patch_size, dynamic_img_pad)
         self.num_patches = self.grid_size[0] * self.grid_size[1]
-        self.proj = nn.Conv2d(
-            in_chans, embed_dim, kernel_size=self.patch_size, stride=self.patch_size, bias=bias,
-            device=device, dtype=dtype)
+        self.norm_pre = PatchPixelNorm(in_chans, self.patch_size, norm_eps, **dd) if norm in ('pre', 'dual') \
+            else nn.Identity()
+        self.stem = conv_stem(in_chans, embed_dim, self.patch_size[0], norm_eps, **dd) if kind == 'conv_stem' \
+            else nn.Identity()
+        stem_chans = self.stem[-1].out_channels if kind == 'conv_stem' else in_chans
+        self.proj = patch_projection(kind, stem_chans, embed_dim, self.patch_size, bias, **dd)
+        self.act = act_layer() if kind == 'mlp' else nn.Identity()
+        self.fc = nn.Linear(embed_dim, embed_dim, **dd) if kind == 'mlp' else nn.Identity()
+        self.norm = LayerNorm(embed_dim, eps=norm_eps, **dd) if norm in ('post', 'dual') else nn.Identity()
 
     def feat_size(self, img_size: Tuple[int, int]) -> Tuple[int, int]:
-        return grid_for(img_size, self.patch_size, self.dynamic_img_pad)
+        return self.grid_size if self.pool_grid else grid_for(img_size, self.patch_size, self.dynamic_img_pad)
 
     def set_input_size(
             self,
             img_size: Optional[Union[int, Tuple[int, int]]] = None,
             patch_size: Optional[Union[int, Tuple[int, int]]] = None,
     ) -> None:
-        """Change the nominal image size and/or the patch size; the kernel is PI-resized in place."""
+        """Change the nominal image size and/or the patch size; the projection kernel is PI-resized in place."""
         if patch_size is not None:
             new_patch = to_2tuple(patch_size)
             if new_patch != self.patch_size:
+                why = fixed_patch_reason(self.kind, self.norm_kind)
+                if why:
+                    raise ViTVariantsError(f'cannot change the patch size of a {self.kind!r} patch embedding '
+                                           f'(patch norm {self.norm_kind!r}): {why}')
+                old = self.proj
                 with torch.no_grad():
-                    new_proj = nn.Conv2d(
-                        self.in_chans, self.embed_dim, kernel_size=new_patch, stride=new_patch,
-                        bias=self.proj.bias is not None, device=self.proj.weight.device, dtype=self.proj.weight.dtype)
-                    new_proj.weight.copy_(pi_resize(self.proj.weight, new_patch))
-                    if self.proj.bias is not None:
-                        new_proj.bias.copy_(self.proj.bias)
-                new_proj.requires_grad_(self.proj.weight.requires_grad)
+                    new_proj = patch_projection(self.kind, self.in_chans, self.embed_dim, new_patch,
+                                                old.bias is not None, device=old.weight.device, dtype=old.weight.dtype)
+                    new_proj.weight.copy_(pi_resize(old.weight, new_patch))
+                    if old.bias is not None:
+                        new_proj.bias.copy_(old.bias)
+                new_proj.requires_grad_(old.weight.requires_grad)
                 self.proj = new_proj
                 self.patch_size = new_patch
         if img_size is not None:
@@ -109,4 +138,13 @@ class AdaptivePatchEmbed(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = check_and_pad(x, self.in_chans, self.patch_size[0], self.patch_size[1], self.dynamic_img_pad)
-        return self.proj(x).permute(0, 2, 3, 1)
+        x = self.proj(self.stem(self.norm_pre(x))).permute(0, 2, 3, 1)
+        x = self.fc(self.act(x))
+        if self.pool_grid:
+            x = pool_to_grid(x, self.grid_size)
+        return self.norm(x)
+
+
+def pool_to_grid(tokens: torch.Tensor, grid: Tuple[int, int]) -> torch.Tensor:
+    """Adaptive average pooling of an NHWC token grid to ``grid`` cells (upsampling by repetition when smaller)."""
+    return F.adaptive_avg_pool2d(tokens.permute(0, 3, 1, 2), [grid[0], grid[1]]).permute(0, 2, 3, 1)

@@ -1,4 +1,5 @@
-"""Position embeddings: big_vision's fixed 2D sin-cos table, and a learned table at the runtime grid."""
+"""Position embeddings: big_vision's fixed 2D sin-cos table, a learned table at the runtime grid, and CPVT's
+conditional position encoding generator."""
 from typing import Dict, Optional, Tuple
 
 import torch
@@ -7,7 +8,7 @@ from timm.layers import register_notrace_module
 
 from .geometry import RESAMPLE_RULES, interpolate_grid, is_capturing, resample_table
 
-__all__ = ['sincos_2d', 'SinCos2dPosEmbed', 'LearnedPosResampler']
+__all__ = ['sincos_2d', 'SinCos2dPosEmbed', 'LearnedPosResampler', 'PosEncodingGenerator']
 
 
 def sincos_2d(
@@ -118,3 +119,24 @@ class LearnedPosResampler(nn.Module):
         out = resample_table(pos_embed.detach(), (grid_h, grid_w), (old_h, old_w), self.num_prefix_tokens, self.rule)
         self._cache[(grid_h, grid_w)] = (tag, out)
         return out
+
+
+class PosEncodingGenerator(nn.Module):
+    """CPVT's position encoding generator: tokens + depthwise 3x3 conv of the token grid; prefix tokens pass.
+
+    Chu et al. 2021, *Conditional Positional Encodings for Vision Transformers* (arXiv:2102.10882).
+    The encoding is computed from the tokens' neighbourhood, so it adapts to any grid by
+    construction; zero padding at the border tells each token where the edge is.
+    """
+
+    def __init__(self, dim: int, num_prefix_tokens: int = 0, device=None, dtype=None) -> None:
+        super().__init__()
+        self.num_prefix_tokens = num_prefix_tokens
+        self.proj = nn.Conv2d(dim, dim, 3, padding=1, groups=dim, device=device, dtype=dtype)
+
+    def forward(self, x: torch.Tensor, grid_h: int, grid_w: int) -> torch.Tensor:
+        prefix, tokens = x[:, :self.num_prefix_tokens], x[:, self.num_prefix_tokens:]
+        batch, _, dim = tokens.shape
+        grid = tokens.transpose(1, 2).reshape(batch, dim, grid_h, grid_w)
+        tokens = tokens + self.proj(grid).flatten(2).transpose(1, 2)
+        return torch.cat([prefix, tokens], dim=1) if self.num_prefix_tokens else tokens

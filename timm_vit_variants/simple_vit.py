@@ -4,13 +4,15 @@ Each entrypoint is built from one row of ``config.MODELS``; importing this modul
 """
 import os
 import sys
+from dataclasses import replace
 from typing import Any, Callable, Dict, Optional
 
 import torch
 from timm.models import build_model_with_cfg, generate_default_cfgs, register_model
 
 from .config import MODELS
-from .geometry import Geometry, fit_stream, infer_grid
+from .errors import ViTVariantsError
+from .geometry import Geometry, fit_stream, fixed_patch_reason, infer_grid
 from .vision_transformer import SimpleVisionTransformer
 
 __all__ = ['checkpoint_filter_fn', 'create_simple_vit']
@@ -79,20 +81,39 @@ default_cfgs = generate_default_cfgs({
 
 
 def checkpoint_filter_fn(state_dict: Dict[str, torch.Tensor], model: SimpleVisionTransformer) -> Dict[str, torch.Tensor]:
-    """Fit a timm-layout state dict to ``model``'s grid and patch (timm adapts input channels itself, afterwards)."""
-    kernel = state_dict.get('patch_embed.proj.weight')
+    """Fit a timm-layout state dict to ``model``'s grid and patch (timm adapts input channels itself, afterwards).
+
+    The source patch size is read off the pixel-facing kernel where that kernel is one patch filter;
+    other patch embeddings ('conv_stem', 'overlap') must match the model's layer for layer.
+    """
+    dst = Geometry.of(model.config)
+    kernel = state_dict.get(dst.kernel_key)
     table = state_dict.get('pos_embed')
     if kernel is None or kernel.ndim != 4:
         return dict(state_dict)
-    patch = tuple(kernel.shape[-2:])
-    grid, prefix = model.patch_embed.grid_size, model.config.num_prefix_slots
+    dst = replace(dst, in_chans=kernel.shape[1])
+    if not dst.kernel_is_patch:
+        _check_fixed_patch_embed(state_dict, model, dst)
+    patch = tuple(kernel.shape[-2:]) if dst.kernel_is_patch else dst.patch
+    grid, prefix = dst.grid, dst.prefix
     if table is not None and model.pos_embed is not None and table.ndim == 3 and table.shape != model.pos_embed.shape:
         grid, prefix = infer_grid(table.shape[1], patch, class_token='cls_token' in state_dict,
                                   slot=bool(model.config.num_prefix_slots), key='pos_embed')
-    src = Geometry(tuple(grid), patch, prefix, model.config.pos_embed_resample, kernel.shape[1])
-    dst = Geometry(tuple(model.patch_embed.grid_size), tuple(model.patch_embed.patch_size),
-                   model.config.num_prefix_slots, model.config.pos_embed_resample, kernel.shape[1])
+    src = replace(dst, grid=tuple(grid), patch=patch, prefix=prefix)
     return dict(fit_stream(state_dict.items(), src, dst))
+
+
+def _check_fixed_patch_embed(state_dict: Dict[str, torch.Tensor], model: SimpleVisionTransformer,
+                             dst: Geometry) -> None:
+    """A patch embedding that cannot be resized must arrive with exactly the model's shapes (channels aside)."""
+    def shapes(tensors: Dict[str, torch.Tensor]) -> Dict[str, tuple]:
+        return {k: tuple(v.shape[:1] + v.shape[2:]) if k == dst.kernel_key else tuple(v.shape)
+                for k, v in tensors.items() if k.startswith('patch_embed.')}
+
+    if shapes(state_dict) != shapes(model.state_dict()):
+        raise ViTVariantsError(f"the checkpoint's {dst.patch_embed!r} patch embedding has other layers or shapes than "
+                               f'this model\'s (patch {dst.patch}), and cannot be resized: '
+                               f'{fixed_patch_reason(dst.patch_embed, dst.patch_norm)}', key=dst.kernel_key)
 
 
 def create_simple_vit(variant: str, pretrained: bool = False, **kwargs: Any) -> SimpleVisionTransformer:

@@ -5,7 +5,9 @@ One class covers both input pipelines:
     final LayerNorm on every token then global average pooling, zero-init head;
   * the original ViT / vit_jax / timm pipeline: Conv2d patchifier, [CLS] token and a
     learned position table (with or without a cls slot) resampled when the grid changes.
-State-dict names follow timm's VisionTransformer, so timm ViT checkpoints map one to one.
+The input side is configurable (``patch_embed``, ``patch_norm``, ``pos_embed`` incl. CPVT's 'cpe',
+``grid_mode``; see ``SimpleViTConfig``). State-dict names follow timm's VisionTransformer, so timm
+ViT checkpoints map one to one.
 """
 from collections import OrderedDict
 from functools import partial
@@ -18,11 +20,12 @@ from timm.models import checkpoint_seq, named_apply
 from timm.models.vision_transformer import Block, init_weights_vit_jax
 from torch.utils.checkpoint import checkpoint
 
-from ._timm_compat import feature_take_indices, get_device_dtype, update_model_args, update_model_input_size
+from ._timm_compat import (
+    declare_first_conv, feature_take_indices, get_device_dtype, update_model_args, update_model_input_size)
 from .config import POOL_TYPES, SimpleViTConfig
-from .geometry import Geometry, fit_tensor
+from .geometry import Geometry, check_fit, fit_tensor
 from .patch_embed import AdaptivePatchEmbed
-from .posemb import LearnedPosResampler, SinCos2dPosEmbed
+from .posemb import LearnedPosResampler, PosEncodingGenerator, SinCos2dPosEmbed
 
 __all__ = ['SimpleVisionTransformer']
 
@@ -76,11 +79,13 @@ class SimpleVisionTransformer(nn.Module):
 
         self.patch_embed = AdaptivePatchEmbed(
             img_size=cfg.img_size, patch_size=cfg.patch_size, in_chans=cfg.in_chans, embed_dim=embed_dim,
-            dynamic_img_pad=cfg.dynamic_img_pad, **dd)
+            dynamic_img_pad=cfg.dynamic_img_pad, kind=cfg.patch_embed, norm=cfg.patch_norm,
+            pool_grid=cfg.grid_mode == 'pool', norm_eps=cfg.norm_eps, act_layer=act_layer, **dd)
+        declare_first_conv(self, Geometry.of(cfg).kernel_key.rsplit('.', 1)[0])
         grid = self.patch_embed.grid_size
 
         self.cls_token = nn.Parameter(torch.zeros(1, 1, embed_dim, **dd)) if cfg.class_token else None
-        if cfg.pos_embed == 'learn':
+        if cfg.pos_table == 'learn':
             slots = grid[0] * grid[1] + cfg.num_prefix_slots
             self.pos_embed = nn.Parameter(torch.zeros(1, slots, embed_dim, **dd))
             self.pos_resampler = LearnedPosResampler(cfg.num_prefix_slots, cfg.pos_embed_resample)
@@ -89,7 +94,9 @@ class SimpleVisionTransformer(nn.Module):
             self.pos_resampler = None
         # The fixed table is deliberately not called pos_embed: it is not a parameter.
         self.pos_sincos = SinCos2dPosEmbed(embed_dim, grid, cfg.sincos_temperature, device=device) \
-            if cfg.pos_embed == 'sincos' else None
+            if cfg.pos_table == 'sincos' else None
+        # CPVT: the position encoding generator runs between the first and the second block.
+        self.pos_cpe = PosEncodingGenerator(embed_dim, self.num_prefix_tokens, **dd) if cfg.pos_cpe else None
         self.pos_drop = nn.Dropout(cfg.pos_drop_rate)
 
         dpr = [x.item() for x in torch.linspace(0, cfg.drop_path_rate, cfg.depth, device='cpu')]
@@ -156,7 +163,7 @@ class SimpleVisionTransformer(nn.Module):
     def group_matcher(self, coarse: bool = False) -> Dict[str, Any]:
         return dict(
             stem=r'^cls_token|pos_embed|patch_embed',
-            blocks=[(r'^blocks\.(\d+)', None), (r'^norm', (99999,))],
+            blocks=[(r'^blocks\.(\d+)', None), (r'^pos_cpe', (0,)), (r'^norm', (99999,))],
         )
 
     @torch.jit.ignore
@@ -193,14 +200,17 @@ class SimpleVisionTransformer(nn.Module):
     ) -> None:
         """Change the nominal resolution and/or patch size in place.
 
-        The patchifier kernel is PI-resized (FlexiViT), a learned table is resampled once with this
-        model's rule (both through ``geometry.fit_tensor``), and a sin-cos table is regenerated.
+        The patchifier kernel is PI-resized (FlexiViT) where that is defined (``geometry.check_fit``
+        says why not otherwise), a learned table is resampled once with this model's rule (through
+        ``geometry.fit_tensor``), and a sin-cos table is regenerated.
         """
         before = Geometry.of(self.config)
-        self.config = self.config.replace(
+        config = self.config.replace(
             img_size=self.config.img_size if img_size is None else img_size,
             patch_size=self.config.patch_size if patch_size is None else patch_size)
-        after = Geometry.of(self.config)
+        after = Geometry.of(config)
+        check_fit(before, after)
+        self.config = config
         self.patch_embed.set_input_size(img_size=self.config.img_size, patch_size=self.config.patch_size)
         if self.pos_embed is not None and after.grid != before.grid:
             with torch.no_grad():
@@ -262,6 +272,8 @@ class SimpleVisionTransformer(nn.Module):
                 x = checkpoint(blk, x, use_reentrant=False)
             else:
                 x = blk(x)
+            if i == 0 and self.pos_cpe is not None:
+                x = self.pos_cpe(x, grid_h, grid_w)
             if i in take_indices:
                 intermediates.append(self.norm(x) if norm else x)
 
@@ -320,12 +332,25 @@ class SimpleVisionTransformer(nn.Module):
             output_fmt='NCHW' if reshape else 'NLC', intermediates_only=True)
 
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
-        x, _, _ = self._embed(x)
-        if self.grad_checkpointing and not torch.jit.is_scripting():
+        x, grid_h, grid_w = self._embed(x)
+        if self.pos_cpe is not None:
+            x = self._blocks_with_cpe(x, grid_h, grid_w)
+        elif self.grad_checkpointing and not torch.jit.is_scripting():
             x = checkpoint_seq(self.blocks, x)
         else:
             x = self.blocks(x)
         return self.norm(x)
+
+    def _blocks_with_cpe(self, x: torch.Tensor, grid_h: int, grid_w: int) -> torch.Tensor:
+        """The blocks one at a time, CPVT's position encoding generator after the first (it needs the grid)."""
+        for i, blk in enumerate(self.blocks):
+            if self.grad_checkpointing and not torch.jit.is_scripting():
+                x = checkpoint(blk, x, use_reentrant=False)
+            else:
+                x = blk(x)
+            if i == 0:
+                x = self.pos_cpe(x, grid_h, grid_w)
+        return x
 
     def pool(self, x: torch.Tensor, pool_type: Optional[str] = None) -> torch.Tensor:
         pool_type = self.global_pool if pool_type is None else pool_type

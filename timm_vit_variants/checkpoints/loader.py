@@ -15,24 +15,24 @@ import torch
 import torch.nn as nn
 
 from ..errors import ViTVariantsError
-from ..geometry import Geometry, fit_stream
+from ..geometry import Geometry, check_fit, fit_stream
 from .detect import open_checkpoint
 from .source import SourceCheckpoint
 
 __all__ = ['load_into_model']
 
 _HEAD_KEYS = ('head.weight', 'head.bias')
-_FITTED = ('patch_embed.proj.weight', 'pos_embed', 'cls_token')
 
 
 def _target_geometry(model: nn.Module, rule: str) -> Geometry:
     return Geometry(tuple(model.patch_embed.grid_size), tuple(model.patch_embed.patch_size),
-                    model.config.num_prefix_slots, rule, model.in_chans)
+                    model.config.num_prefix_slots, rule, model.in_chans, model.config.patch_embed,
+                    model.config.patch_norm)
 
 
-def _fitted_shape(key: str, shape: Tuple[int, ...], dst: Geometry) -> Tuple[int, ...]:
-    if key == 'patch_embed.proj.weight':
-        return (shape[0], dst.in_chans, *dst.patch)
+def _fitted_shape(key: str, shape: Tuple[int, ...], src: Geometry, dst: Geometry) -> Tuple[int, ...]:
+    if key == dst.kernel_key:
+        return (shape[0], dst.in_chans, *(dst.patch if src.patch != dst.patch else shape[2:]))
     if key == 'pos_embed':
         return (1, dst.prefix + dst.grid[0] * dst.grid[1], shape[-1])
     return shape
@@ -47,6 +47,7 @@ def _check(model: nn.Module, ckpt: SourceCheckpoint, dst: Geometry, skip_head: b
                                 shapes=(src, want) if src is not None and want is not None else None)
 
     cfg = ckpt.config
+    check_fit(ckpt.geometry, dst)
     if cfg.pos_embed != model.pos_embed_type:
         raise mismatch(f"the checkpoint's position embedding is {cfg.pos_embed!r}, the model's is "
                        f'{model.pos_embed_type!r}', 'pos_embed', ckpt.tensor_shapes.get('pos_embed'),
@@ -56,7 +57,7 @@ def _check(model: nn.Module, ckpt: SourceCheckpoint, dst: Geometry, skip_head: b
             continue
         if key not in targets:
             raise mismatch('the checkpoint has this tensor but the model does not', key, shape, ())
-        fitted = _fitted_shape(key, shape, dst) if ckpt.geometry.changes(dst) else shape
+        fitted = _fitted_shape(key, shape, ckpt.geometry, dst) if ckpt.geometry.changes(dst) else shape
         if fitted != targets[key]:
             raise mismatch('shape differs between checkpoint and model', key, fitted, targets[key])
     missing = [k for k in targets if k not in ckpt.tensor_shapes and not (skip_head and k in _HEAD_KEYS)]
@@ -94,7 +95,7 @@ def load_into_model(
         skip_head = not isinstance(model.head, nn.Linear) or model.num_classes != ckpt.config.num_classes
         _check(model, ckpt, dst, skip_head)
         targets: Dict[str, torch.Tensor] = model.state_dict()
-        fitted = set(_FITTED) if src.changes(dst) else set()
+        fitted = set(dst.fitted_keys) if src.changes(dst) else set()
         pending: List[Tuple[str, torch.Tensor]] = []
         with torch.no_grad():
             for item, keep in ckpt.walk():

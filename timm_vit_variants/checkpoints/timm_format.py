@@ -144,7 +144,7 @@ class TimmCheckpoint(SourceCheckpoint):
         if hints.get('num_heads') not in (None, config.num_heads):
             raise ViTVariantsError(f'num_heads={hints["num_heads"]} (given) contradicts config.json ({config.num_heads} '
                                    'heads)', path=self._config_path, key='num_heads')
-        if config.pos_embed == 'learn':
+        if config.pos_table == 'learn':
             self.grid = config.grid_size
         return config
 
