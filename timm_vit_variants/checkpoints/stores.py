@@ -124,6 +124,10 @@ class _Mapping:
             warnings.simplefilter('ignore')
             return torch.frombuffer(self.map, dtype=dtype, count=count, offset=offset).reshape(shape)
 
+    def read(self, offset: int, size: int) -> bytes:
+        """Bytes read with ``pread``: no page of the mapping is faulted in (nor a large folio around it)."""
+        return os.pread(self._file.fileno(), max(0, min(size, self.size - offset)), offset)
+
     def release(self, begin: int, end: int) -> None:
         if self.map is None or end <= begin:
             return
@@ -151,6 +155,15 @@ def _npz_member_dtype(dtype: np.dtype) -> Tuple[str, Optional[torch.dtype]]:
         native = dtype.byteorder in ('=', '|') or dtype.byteorder == ('<' if np.little_endian else '>')
         return str(dtype.newbyteorder('=')), _NPY_FLOATS[f'f{dtype.itemsize}'] if native else None
     return str(dtype), None
+
+
+def _npy_header_size(prefix: bytes) -> int:
+    """Bytes of the .npy header that ``prefix`` (its first 12 bytes) opens, at most 1 MiB (a longer one is refused)."""
+    if len(prefix) < 10 or prefix[:6] != b'\x93NUMPY':
+        return len(prefix)  # numpy's reader raises the error
+    if prefix[6] == 1:
+        return min(10 + struct.unpack('<H', prefix[8:10])[0], 1 << 20)
+    return min(12 + struct.unpack('<I', prefix[8:12])[0], 1 << 20) if len(prefix) >= 12 else len(prefix)
 
 
 class NpzStore(TensorStore):
@@ -204,14 +217,15 @@ class NpzStore(TensorStore):
     def _read_header(self, key: str, info: zipfile.ZipInfo):
         try:
             if info.compress_type == zipfile.ZIP_STORED and not info.flag_bits & 0x1:
-                local = self._mapping.map[info.header_offset:info.header_offset + 30]
+                local = self._mapping.read(info.header_offset, 30)
                 if len(local) != 30 or local[:4] != b'PK\x03\x04':
                     raise ValueError('bad local file header')
                 name_len, extra_len = struct.unpack('<HH', local[26:30])
                 start = info.header_offset + 30 + name_len + extra_len
                 if start + info.file_size > self._mapping.size:
                     raise ValueError('member runs past the end of the file')
-                fp: Any = io.BytesIO(self._mapping.map[start:start + min(info.file_size, 1 << 20)])
+                fp: Any = io.BytesIO(self._mapping.read(start, min(info.file_size, _npy_header_size(
+                    self._mapping.read(start, 12)))))
             else:
                 start = None
                 fp = self._zip.open(info)
