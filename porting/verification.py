@@ -475,6 +475,7 @@ def reference_outputs(
                 "big_vision's PI-resize, "
             table = 'numpy big_vision sin-cos' if model_args.get('pos_embed') == 'sincos' else _RULE_NAMES[target[1]]
             name += f' at the target geometry ({patch}{table}, independent numpy/timm code)'
+        release_as_it_runs(model)
         if fmt == 'timm':
             feats, logits = _run_timm(model, x)
             return Outputs(feats, logits, name)
@@ -496,6 +497,58 @@ def _release_memory() -> None:
         ctypes.CDLL('libc.so.6').malloc_trim(0)
     except (OSError, AttributeError):
         pass
+
+
+_MADV_DONTNEED = 4
+_PAGE = 4096
+
+
+def _file_mapped_ranges() -> Tuple[Tuple[int, int], ...]:
+    """Address ranges of this process's private, non-executable mappings of regular files (weights, not code)."""
+    ranges = []
+    try:
+        with open('/proc/self/maps') as maps:
+            for line in maps:
+                parts = line.split(maxsplit=5)
+                if len(parts) == 6 and parts[1][2] == '-' and parts[1][3] == 'p' and parts[5].startswith('/') \
+                        and '.so' not in parts[5]:
+                    start, end = parts[0].split('-')
+                    ranges.append((int(start, 16), int(end, 16)))
+    except OSError:
+        return ()
+    return tuple(ranges)
+
+
+def release_as_it_runs(model: nn.Module) -> None:
+    """After each block of ``model`` has run, hand back the pages of its memory-mapped weights.
+
+    Both networks of a verification view their weight files where they can (our folder, safetensors,
+    timm folders), and a forward pass touches every page once; without this a verification would
+    hold the whole checkpoint in RSS by its end. Only ranges inside private, non-executable file
+    mappings are released, so the next touch re-reads the file; heap weights are left alone.
+    """
+    blocks = getattr(model, 'blocks', None)
+    if not isinstance(blocks, nn.Sequential) or not blocks:
+        return
+    try:
+        madvise = ctypes.CDLL(None, use_errno=True).madvise
+    except (OSError, AttributeError):
+        return
+    madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+    mapped = _file_mapped_ranges()
+
+    def release(block: nn.Module, *_: Any) -> None:
+        for tensor in itertools.chain(block.parameters(), block.buffers()):
+            begin = tensor.data_ptr()
+            end = begin + tensor.numel() * tensor.element_size()
+            if not any(lo <= begin and end <= hi for lo, hi in mapped):
+                continue
+            first, last = -(-begin // _PAGE) * _PAGE, end // _PAGE * _PAGE  # whole pages inside the tensor only
+            if last > first:
+                madvise(first, last - first, _MADV_DONTNEED)
+
+    for block in blocks:
+        block.register_forward_hook(release)
 
 
 def compare(
@@ -524,6 +577,7 @@ def compare(
         _release_memory()
         bar.update(1)
         ours = build_ours().eval()
+        release_as_it_runs(ours)
         with torch.no_grad():
             feats = ours.forward_features(x)
             logits = ours.forward_head(feats) if ours.num_classes and compare_logits else None
