@@ -164,7 +164,12 @@ def _timm_weights(file: Path) -> Dict[str, torch.Tensor]:
 
         with safe_open(str(file), framework='pt') as f:
             return {k: f.get_tensor(k) for k in f.keys()}
-    return clean_state_dict(load_state_dict(str(file)))  # timm's own unwrapping of training checkpoints
+    if zipfile.is_zipfile(file):
+        from timm_vit_variants._timm_compat import mapped_torch_load
+
+        with mapped_torch_load():
+            return clean_state_dict(load_state_dict(str(file)))  # timm's own unwrapping of training checkpoints
+    return clean_state_dict(load_state_dict(str(file)))
 
 
 def _timm_model(path: str, model_args: Dict[str, Any]) -> Tuple[nn.Module, str]:

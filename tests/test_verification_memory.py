@@ -62,3 +62,18 @@ def test_heap_weights_are_never_released(tmp_path):
         after = model(x)
     assert torch.equal(before, after)
     assert all(p.abs().sum() > 0 for p in model.blocks.parameters() if p.ndim > 1)
+
+
+def test_timm_reference_weights_view_the_file_for_zip_pickles(tmp_path):
+    """timm's load_state_dict, run with its own mmap option: a zip .pth is viewed in place, a legacy one still loads."""
+    from porting.verification import _file_mapped_ranges, _timm_weights
+
+    state = {'blocks.0.mlp.fc1.weight': torch.randn(512, 256), 'norm.bias': torch.randn(256)}
+    torch.save({'state_dict': state}, tmp_path / 'zip.pth')
+    torch.save({'state_dict': state}, tmp_path / 'legacy.pth', _use_new_zipfile_serialization=False)
+    for name, mapped in (('zip.pth', True), ('legacy.pth', False)):
+        loaded = _timm_weights(tmp_path / name)
+        assert loaded.keys() == state.keys() and all(torch.equal(loaded[k], state[k]) for k in state)
+        tensor = loaded['blocks.0.mlp.fc1.weight']
+        begin, end = tensor.data_ptr(), tensor.data_ptr() + tensor.numel() * tensor.element_size()
+        assert any(lo <= begin and end <= hi for lo, hi in _file_mapped_ranges()) == mapped, name
