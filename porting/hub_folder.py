@@ -27,7 +27,7 @@ import torch
 from timm_vit_variants import SimpleVisionTransformer, SimpleViTConfig, architecture_for
 from timm_vit_variants.checkpoints.files import CONFIG_FILE, read_json, weight_files
 from timm_vit_variants.checkpoints.stores import SAFETENSORS_DTYPES, SafetensorsStore
-from timm_vit_variants.config import MODELS
+from timm_vit_variants.config import MODELS, is_family_architecture
 from timm_vit_variants.errors import ViTVariantsError
 from timm_vit_variants.geometry import Geometry
 
@@ -285,7 +285,7 @@ def read_config(folder: Union[str, Path]) -> Tuple[SimpleViTConfig, Dict[str, An
         raise ViTVariantsError('no config.json: not a converted model folder', path=str(folder))
     raw = read_json(str(path))
     architecture = raw.get('architecture')
-    if not isinstance(architecture, str) or not architecture.startswith('simple_vit'):
+    if not is_family_architecture(architecture):
         raise ViTVariantsError(f'config.json names {architecture!r}, not a simple_vit_* model', path=str(path),
                                key='architecture')
     args = dict(raw.get('model_args') or {})

@@ -25,7 +25,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, List, Optional, Sequence, Union
 
-from timm_vit_variants.checkpoints.files import read_json
+from timm_vit_variants.checkpoints.files import CONFIG_FILE, read_json
+from timm_vit_variants.config import is_family_architecture
 from timm_vit_variants.errors import ViTVariantsError
 
 __all__ = ['PARTIAL', 'OLD', 'check_output', 'atomic_folder', 'atomic_file', 'is_our_output']
@@ -73,10 +74,10 @@ def _foreign_contents(folder: Path) -> List[str]:
     if foreign:
         return foreign
     try:
-        architecture = read_json(str(folder / 'config.json')).get('architecture')
+        architecture = read_json(str(folder / CONFIG_FILE)).get('architecture')
     except ViTVariantsError:
         architecture = None
-    if not (isinstance(architecture, str) and architecture.startswith('simple_vit')):
+    if not is_family_architecture(architecture):
         return ['config.json (not a simple_vit model config)']
     return []
 

@@ -29,6 +29,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from timm_vit_variants.checkpoints.files import SINGLE_WEIGHT_FILES, read_json
+from timm_vit_variants.checkpoints.stores import drop_mapped_pages
 from timm_vit_variants.errors import ViTVariantsError
 
 from .reference_resize import flexi_pi_resize, resize_grid_table
@@ -504,10 +505,6 @@ def _release_memory() -> None:
         pass
 
 
-_MADV_DONTNEED = 4
-_PAGE = 4096
-
-
 def _file_mapped_ranges() -> Tuple[Tuple[int, int], ...]:
     """Address ranges of this process's private, non-executable mappings of regular files (weights, not code)."""
     ranges = []
@@ -528,29 +525,21 @@ def release_as_it_runs(model: nn.Module) -> None:
     """After each block of ``model`` has run, hand back the pages of its memory-mapped weights.
 
     Both networks of a verification view their weight files where they can (our folder, safetensors,
-    timm folders), and a forward pass touches every page once; without this a verification would
-    hold the whole checkpoint in RSS by its end. Only ranges inside private, non-executable file
-    mappings are released, so the next touch re-reads the file; heap weights are left alone.
+    timm folders, zip pickles), and a forward pass touches every page once; without this a
+    verification would hold the whole checkpoint in RSS by its end. Only tensors inside private,
+    non-executable file mappings are released (``drop_mapped_pages``); heap weights are left alone.
     """
     blocks = getattr(model, 'blocks', None)
     if not isinstance(blocks, nn.Sequential) or not blocks:
         return
-    try:
-        madvise = ctypes.CDLL(None, use_errno=True).madvise
-    except (OSError, AttributeError):
-        return
-    madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
     mapped = _file_mapped_ranges()
 
     def release(block: nn.Module, *_: Any) -> None:
         for tensor in itertools.chain(block.parameters(), block.buffers()):
             begin = tensor.data_ptr()
             end = begin + tensor.numel() * tensor.element_size()
-            if not any(lo <= begin and end <= hi for lo, hi in mapped):
-                continue
-            first, last = -(-begin // _PAGE) * _PAGE, end // _PAGE * _PAGE  # whole pages inside the tensor only
-            if last > first:
-                madvise(first, last - first, _MADV_DONTNEED)
+            if any(lo <= begin and end <= hi for lo, hi in mapped):
+                drop_mapped_pages(tensor)
 
     for block in blocks:
         block.register_forward_hook(release)

@@ -14,8 +14,8 @@ from .limits import DEFAULT_LIMITS, Limits
 
 __all__ = [
     'SimpleViTConfig', 'Variant', 'VARIANTS', 'MODELS', 'POOL_TYPES', 'POS_EMBED_TYPES', 'RESAMPLE_RULE_NAMES',
-    'PATCH_EMBED_TYPES', 'PATCH_NORM_TYPES', 'GRID_MODES', 'ACT_LAYERS', 'pair', 'architecture_for',
-    'heads_for_width', 'activation_name',
+    'PATCH_EMBED_TYPES', 'PATCH_NORM_TYPES', 'GRID_MODES', 'ACT_LAYERS', 'pair', 'grid_for', 'architecture_for',
+    'heads_for_width', 'activation_name', 'is_family_architecture',
 ]
 
 POOL_TYPES = ('avg', 'token', '')
@@ -51,6 +51,18 @@ def pair(value: Any, name: str = 'size') -> Tuple[int, int]:
                                                      for v in values):
         raise ViTVariantsError(f'{name} must be a positive int or (H, W) pair, got {value!r}', key=name)
     return int(values[0]), int(values[1])
+
+
+def grid_for(img_size: Tuple[int, int], patch_size: Tuple[int, int], pad: bool = True) -> Tuple[int, int]:
+    """Token grid for an image size: ceil division when padding, floor division otherwise."""
+    if pad:
+        return -(-img_size[0] // patch_size[0]), -(-img_size[1] // patch_size[1])
+    return img_size[0] // patch_size[0], img_size[1] // patch_size[1]
+
+
+def is_family_architecture(name: Any) -> bool:
+    """Whether a ``config.json`` ``architecture`` names a member of this family (registered or not)."""
+    return isinstance(name, str) and name.startswith('simple_vit')
 
 
 def activation_name(act: Union[str, Callable, Any]) -> str:
@@ -216,8 +228,7 @@ class SimpleViTConfig:
     @property
     def grid_size(self) -> Tuple[int, int]:
         """The nominal token grid (ceil division when padding)."""
-        (h, w), (ph, pw) = self.img_size, self.patch_size
-        return (-(-h // ph), -(-w // pw)) if self.dynamic_img_pad else (h // ph, w // pw)
+        return grid_for(self.img_size, self.patch_size, self.dynamic_img_pad)
 
     @property
     def num_prefix_slots(self) -> int:

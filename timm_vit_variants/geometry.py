@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from timm.layers import resample_patch_embed
 from timm.models import adapt_input_conv
 
-from .config import SimpleViTConfig, pair
+from .config import SimpleViTConfig, grid_for, pair
 from .errors import ViTVariantsError
 
 __all__ = [
@@ -53,13 +53,6 @@ _FIXED_PATCH = {
 }
 _PIXEL_NORM = ("the 'pre' LayerNorm (patch_norm 'pre' or 'dual') has one weight per pixel and channel of a patch, "
                'and no rule resizes it while keeping what it normalises')
-
-
-def grid_for(img_size: Tuple[int, int], patch_size: Tuple[int, int], pad: bool = True) -> Tuple[int, int]:
-    """Token grid for an image size: ceil division when padding, floor division otherwise."""
-    if pad:
-        return -(-img_size[0] // patch_size[0]), -(-img_size[1] // patch_size[1])
-    return img_size[0] // patch_size[0], img_size[1] // patch_size[1]
 
 
 def is_capturing() -> bool:
@@ -179,6 +172,9 @@ class Geometry:
         prefix: Class-token slots in the learned table (0 or 1).
         rule: The resample rule for the learned table (a key of ``RESAMPLE_RULES``).
         in_chans: Input channels of the kernel.
+        patch_embed: The patch embedding (``SimpleViTConfig.patch_embed``): which kernel meets the pixels,
+            and whether it can be PI-resized.
+        patch_norm: The patch norm; a 'pre' norm has per-pixel weights that fix patch size and channels.
     """
     grid: Tuple[int, int]
     patch: Tuple[int, int]

@@ -9,6 +9,7 @@ adapting are filled straight into the model's parameters.
 """
 import os
 import warnings
+from dataclasses import replace
 from typing import Any, Dict, List, Optional, Tuple
 
 import torch
@@ -22,12 +23,6 @@ from .source import SourceCheckpoint
 __all__ = ['load_into_model']
 
 _HEAD_KEYS = ('head.weight', 'head.bias')
-
-
-def _target_geometry(model: nn.Module, rule: str) -> Geometry:
-    return Geometry(tuple(model.patch_embed.grid_size), tuple(model.patch_embed.patch_size),
-                    model.config.num_prefix_slots, rule, model.in_chans, model.config.patch_embed,
-                    model.config.patch_norm)
 
 
 def _fitted_shape(key: str, shape: Tuple[int, ...], src: Geometry, dst: Geometry) -> Tuple[int, ...]:
@@ -91,7 +86,7 @@ def load_into_model(
     hints.setdefault('num_heads', model.config.num_heads)  # bare timm state dicts do not record it
     with open_checkpoint(path, fmt, prefix=prefix or None, **hints) as ckpt:
         src = ckpt.geometry
-        dst = _target_geometry(model, resample_like or src.rule)
+        dst = replace(Geometry.of(model.config), rule=resample_like or src.rule)
         skip_head = not isinstance(model.head, nn.Linear) or model.num_classes != ckpt.config.num_classes
         _check(model, ckpt, dst, skip_head)
         targets: Dict[str, torch.Tensor] = model.state_dict()

@@ -33,7 +33,7 @@ from ..limits import DEFAULT_LIMITS, Limits
 from .files import check_regular_file
 
 __all__ = ['TensorStore', 'NpzStore', 'SafetensorsStore', 'TorchPickleStore', 'open_store', 'SAFETENSORS_DTYPES',
-           'read_safetensors_header']
+           'read_safetensors_header', 'drop_mapped_pages']
 
 # safetensors dtype names and their torch dtypes.
 SAFETENSORS_DTYPES = {
@@ -392,8 +392,11 @@ def _torch_load(file: str) -> Any:
         raise ViTVariantsError(reason, path=file) from e
 
 
-def _drop_pages(tensor: torch.Tensor) -> None:
-    """``madvise(MADV_DONTNEED)`` on the whole pages inside a tensor that views a private file mapping."""
+def drop_mapped_pages(tensor: torch.Tensor) -> None:
+    """``madvise(MADV_DONTNEED)`` on the whole pages inside a tensor that views a private file mapping.
+
+    Only for such a tensor: on heap memory it would zero the data. The next touch re-reads the file.
+    """
     start = tensor.untyped_storage().data_ptr() + tensor.storage_offset() * tensor.element_size()
     end = start + tensor.numel() * tensor.element_size()
     start = -(-start // _PAGE) * _PAGE  # inward: a page shared with a neighbour is kept
@@ -444,7 +447,7 @@ class TorchPickleStore(TensorStore):
 
     def release(self, name: str) -> None:
         if self._mapped[self._where[name]]:  # never on heap memory: DONTNEED would zero it
-            _drop_pages(self.tensor(name))
+            drop_mapped_pages(self.tensor(name))
 
     def close(self) -> None:
         self._states.clear()
