@@ -74,7 +74,7 @@ class ConversionPlan:
         if src.patch != dst.patch:
             parts.append(f'patch {src.patch} -> {dst.patch} (PI-resize)')
         if src.grid != dst.grid:
-            how = {'sincos': 'regenerated sin-cos', 'none': 'no position table'}.get(self.target.pos_embed,
+            how = {'sincos': 'regenerated sin-cos', 'none': 'no position table'}.get(self.target.pos_table,
                                                                                     f'{self.rule} resample')
             parts.append(f'grid {src.grid} -> {dst.grid} ({how})')
         if self.changes_head:
@@ -112,8 +112,9 @@ def make_plan(
     if source.pos_table == 'learn':
         changes['pos_embed_resample'] = rule
     target = source.replace(**changes).check_limits(limits)
-    check_fit(src.geometry, Geometry.of(target))
-    return ConversionPlan(src.path, source, target, src.geometry, Geometry.of(target))
+    target_geometry = Geometry.of(target)
+    check_fit(src.geometry, target_geometry)
+    return ConversionPlan(src.path, source, target, src.geometry, target_geometry)
 
 
 @dataclass

@@ -109,6 +109,11 @@ def verification_inputs(model_args: Dict[str, Any], batch: int = 1, seed: int = 
     return torch.randn(batch, model_args.get('in_chans', 3), h, w, generator=generator)
 
 
+# Input-side options and the values timm's VisionTransformer can express ('linear' is 'conv' computed as a matmul).
+_TIMM_INPUT_SIDE = {'patch_embed': ('conv', 'linear'), 'patch_norm': (None,), 'grid_mode': ('pad', 'strict'),
+                    'pos_embed': ('sincos', 'learn', 'none')}
+
+
 def timm_equivalent(model_args: Dict[str, Any], num_classes: Optional[int] = None) -> nn.Module:
     """A timm ``VisionTransformer`` computing the same function as ``SimpleVisionTransformer(**model_args)``.
 
@@ -119,6 +124,10 @@ def timm_equivalent(model_args: Dict[str, Any], num_classes: Optional[int] = Non
     """
     from timm.models.vision_transformer import VisionTransformer
 
+    beyond = [f'{name}={model_args[name]!r}' for name, same in _TIMM_INPUT_SIDE.items()
+              if model_args.get(name, same[0]) not in same]
+    if beyond:
+        raise _Skip(f"timm's VisionTransformer has no equivalent of {', '.join(beyond)}")
     embed_dim = model_args['embed_dim']
     mlp_dim = model_args.get('mlp_dim') or 4 * embed_dim
     pos = model_args.get('pos_embed', 'sincos')

@@ -50,3 +50,16 @@ def test_no_reference_rule_is_said_plainly(tmp_path, capsys):
     assert 'NOT checked' in (tmp_path / 'patch4' / 'README.md').read_text()
     code, text = _convert(capsys, folder, tmp_path / 'img48', '--img-size', '48')
     assert code == 0 and 'with interpolate_pos_encoding' in text and 'NOT checked' not in text
+
+
+def test_options_timm_cannot_express_are_said_plainly(tmp_path, capsys):
+    """A folder with CPVT's position encoding has no timm equivalent to resize: reported as not checked, and why."""
+    from porting.hub_folder import save_pretrained_folder
+    from timm_vit_variants import SimpleVisionTransformer, SimpleViTConfig
+
+    model = SimpleVisionTransformer(SimpleViTConfig(img_size=32, patch_size=8, embed_dim=64, depth=2, num_heads=2,
+                                                    num_classes=5, pos_embed='sincos+cpe'))
+    save_pretrained_folder(model, tmp_path / 'src')
+    code, text = _convert(capsys, tmp_path / 'src', tmp_path / 'out', '--img-size', '48')
+    assert code == 0 and '(regenerated sin-cos)' in text
+    assert "NOT checked: timm's VisionTransformer has no equivalent of pos_embed='sincos+cpe'" in text
