@@ -25,7 +25,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 import torch
 
 from timm_vit_variants import SimpleVisionTransformer, SimpleViTConfig, architecture_for
-from timm_vit_variants.checkpoints.files import CONFIG_FILE, read_json, weight_files
+from timm_vit_variants.checkpoints.files import CONFIG_FILE, INDEX_FILES, SINGLE_WEIGHT_FILES, read_json, weight_files
 from timm_vit_variants.checkpoints.stores import SAFETENSORS_DTYPES, SafetensorsStore
 from timm_vit_variants.config import MODELS, is_family_architecture
 from timm_vit_variants.errors import ViTVariantsError
@@ -41,8 +41,8 @@ __all__ = [
     'load_folder',
 ]
 
-SINGLE_FILE = 'model.safetensors'
-INDEX_FILE = 'model.safetensors.index.json'
+# What we write: the first weight and index names the readers look for (``checkpoints.files``).
+SINGLE_FILE, INDEX_FILE = SINGLE_WEIGHT_FILES[0], INDEX_FILES[0]
 CARD_FILE = 'README.md'
 DEFAULT_MAX_SHARD_SIZE = '5GB'
 _ST_NAMES = {dtype: name for name, dtype in SAFETENSORS_DTYPES.items()}

@@ -25,7 +25,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, List, Optional, Sequence, Union
 
-from timm_vit_variants.checkpoints.files import CONFIG_FILE, read_json
+from timm_vit_variants.checkpoints.files import CONFIG_FILE, INDEX_FILES, SINGLE_WEIGHT_FILES, read_json
 from timm_vit_variants.config import is_family_architecture
 from timm_vit_variants.errors import ViTVariantsError
 
@@ -34,8 +34,8 @@ __all__ = ['PARTIAL', 'OLD', 'check_output', 'atomic_folder', 'atomic_file', 'is
 PARTIAL = 'vit-port-partial'
 OLD = 'vit-port-old'
 # Every name vit-port writes into an output folder.
-_OUR_NAMES = re.compile(
-    r'README\.md|config\.json|model\.safetensors|model\.safetensors\.index\.json|model-\d{5}-of-\d{5}\.safetensors')
+_OUR_NAMES = re.compile('|'.join(map(re.escape, ('README.md', CONFIG_FILE, SINGLE_WEIGHT_FILES[0], INDEX_FILES[0])))
+                        + r'|model-\d{5}-of-\d{5}\.safetensors')
 _STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 
 PathLike = Union[str, os.PathLike]
