@@ -14,7 +14,7 @@ import warnings
 from typing import List, NoReturn, Optional, Sequence
 
 from .commands import cmd_convert, cmd_export, cmd_inspect, cmd_push, cmd_resize, cmd_verify
-from .commands.options import UsageError, recorded_command, say
+from .commands.options import UsageError, recorded_command, remedy, say
 
 COMMANDS = (cmd_convert, cmd_resize, cmd_inspect, cmd_verify, cmd_export, cmd_push)
 PROG = 'vit-port'
@@ -117,7 +117,7 @@ def _report_failure(e: Exception) -> int:
 
     errors = sys.modules.get('timm_vit_variants.errors')
     if errors is not None and isinstance(e, errors.ViTVariantsError):
-        say(f'error: {redact(str(e))}', err=True)
+        say(f'error: {redact(str(e))}{remedy(e.needs)}', err=True)
         return 1
     if os.environ.get('VIT_PORT_DEBUG'):
         raise e

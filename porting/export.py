@@ -25,24 +25,24 @@ import torch
 
 from timm_vit_variants import __version__ as plugin_version
 from timm_vit_variants.errors import ViTVariantsError
+from timm_vit_variants.limits import DEFAULT_LIMITS, Limits
 
-from .hub_folder import CARD_FILE, load_folder, read_config
+from .hub_folder import load_folder, read_config
 from .output import atomic_file, check_output
-from .verification import DEFAULT_TOL, Verification
+from .request import DEFAULT_OPSET, ExportRequest
+from .verification import Verification
+from .verification.result import first_line
 
 __all__ = ['FORMATS', 'ONNX_OPSETS', 'DEFAULT_OPSET', 'METADATA_FILE', 'ExportResult', 'export_onnx', 'export_pt2',
            'verification_sizes']
 
 FORMATS = ('onnx', 'pt2')
-# 18: the lowest opset the dynamo exporter writes, and the first with an antialiased Resize.
-# 23: the highest torch 2.14's exporter writes (torch.onnx._constants.ONNX_MAX_OPSET).
-ONNX_OPSETS = range(18, 24)
-DEFAULT_OPSET = 18
+# From DEFAULT_OPSET (18, the dynamo exporter's lowest, the first with an antialiased Resize) to 23, the highest torch 2.14's exporter writes (torch.onnx._constants.ONNX_MAX_OPSET).
+ONNX_OPSETS = range(DEFAULT_OPSET, 24)
 INPUT_NAME, OUTPUT_NAME = 'pixel_values', 'logits'
 METADATA_FILE = 'vit_port_metadata.json'  # the .pt2 archive's copy of the ONNX metadata_props
 # A protobuf message (one ONNX file without external data) holds at most 2 GiB.
 _ONNX_MAX_BYTES = 2 ** 31 - 2 ** 24
-_CARD_SHA = re.compile(r'\*\*Source sha256:\*\* `([0-9a-f]{64})`')
 _REGISTRY_PREFIXES = ('hf-hub:', 'local-dir:')
 
 Size = Tuple[int, int]
@@ -102,10 +102,12 @@ def _require(*modules: str) -> None:
         raise ViTVariantsError(f'ONNX export needs {", ".join(missing)}: pip install "timm-vit-variants[onnx]"')
 
 
-def _card_sha256(folder: Path) -> str:
-    card = folder / CARD_FILE
-    found = _CARD_SHA.search(card.read_text(encoding='utf-8', errors='replace')) if card.is_file() else None
-    return found.group(1) if found else f'not recorded (no "Source sha256" in {card})'
+def _recorded_sha256(raw: Dict[str, Any], where: str) -> str:
+    """The source sha256 a converted folder's ``config.json`` records (``conversion.source_sha256``)."""
+    conversion = raw.get('conversion')
+    sha = conversion.get('source_sha256') if isinstance(conversion, dict) else None
+    return sha if isinstance(sha, str) and re.fullmatch(r'[0-9a-f]{64}', sha) else \
+        f'not recorded (no conversion.source_sha256 in {where})'
 
 
 def _describe(module: torch.nn.Module, name: str, data_config: Dict[str, Any], sha256: str,
@@ -119,7 +121,7 @@ def _describe(module: torch.nn.Module, name: str, data_config: Dict[str, Any], s
                   bool(getattr(embed, 'dynamic_img_pad', False)), data_config, sha256, labels)
 
 
-def _open(source: Union[str, os.PathLike, torch.nn.Module]) -> _Model:
+def _open(source: Union[str, os.PathLike, torch.nn.Module], limits: Limits = DEFAULT_LIMITS) -> _Model:
     """The model behind a Hub folder, a registered ``simple_vit_*`` name (or hf-hub:/local-dir:), or a module."""
     import timm
 
@@ -130,9 +132,9 @@ def _open(source: Union[str, os.PathLike, torch.nn.Module]) -> _Model:
         return _describe(source, type(source).__name__, cfg, 'not recorded (exported from an in-memory model)')
     text = os.fspath(source)
     if os.path.isdir(text):
-        _, raw = read_config(text)  # raises for a folder without a simple_vit config.json
-        return _describe(load_folder(text), raw['architecture'], dict(raw.get('pretrained_cfg') or {}),
-                         _card_sha256(Path(text)), raw.get('label_names'))
+        _, raw = read_config(text, limits)  # raises for a folder without a simple_vit config.json
+        return _describe(load_folder(text, limits), raw['architecture'], dict(raw.get('pretrained_cfg') or {}),
+                         _recorded_sha256(raw, os.path.join(text, 'config.json')), raw.get('label_names'))
     if os.path.lexists(text):
         raise ViTVariantsError('export takes a converted folder (config.json + weights) or a model name; convert '
                                'checkpoint files with "vit-port convert" first', path=text)
@@ -145,11 +147,15 @@ def _open(source: Union[str, os.PathLike, torch.nn.Module]) -> _Model:
     try:
         module = timm.create_model(text, pretrained=True)
     except (RuntimeError, OSError) as e:  # timm: "No pretrained weights exist for ..."; a Hub or file error
-        raise ViTVariantsError(f'cannot load {text!r} with weights: {_first_line(e)}') from None
+        raise ViTVariantsError(f'cannot load {text!r} with weights: {first_line(e)}') from None
     if not isinstance(module, SimpleVisionTransformer):
         raise ViTVariantsError(f'{text!r} is a {type(module).__name__}, not a simple_vit_* model')
     folder = text[len('local-dir:'):] if text.startswith('local-dir:') else None
-    sha = _card_sha256(Path(folder)) if folder else f'not recorded (built from the model name {text})'
+    if folder is not None:
+        _, raw = read_config(folder, limits)
+        sha = _recorded_sha256(raw, os.path.join(folder, 'config.json'))
+    else:
+        sha = f'not recorded (built from the model name {text})'
     return _describe(module, text, dict(module.pretrained_cfg or {}), sha, module.pretrained_cfg.get('label_names'))
 
 
@@ -223,7 +229,7 @@ def _verify(model: _Model, run: Callable[[torch.Tensor], torch.Tensor], sizes: S
                 got = run(x)
             except Exception as e:  # noqa: BLE001  (a runtime refusing a size is a failed check, reported as such)
                 return Verification('failed', reference=where, tolerance=tol,
-                                    reason=f'the exported file failed at {size}: {_first_line(e)}')
+                                    reason=f'the exported file failed at {size}: {first_line(e)}')
         if tuple(got.shape) != tuple(expected.shape) or not torch.isfinite(got).all():
             return Verification('failed', reference=where, tolerance=tol,
                                 reason=f'at {size} the exported file gave shape {tuple(got.shape)} '
@@ -243,26 +249,26 @@ def _example(model: _Model, static: Optional[Size]) -> torch.Tensor:
     return torch.randn(2, model.in_chans, *(static or model.img_size), generator=torch.Generator().manual_seed(1))
 
 
-def _first_line(e: Exception) -> str:
-    lines = [line.strip() for line in str(e).splitlines() if line.strip()]
-    return f'{type(e).__name__}: {lines[0] if lines else ""}'
-
-
 def _failure(stage: str, e: Exception, path: str) -> ViTVariantsError:
-    return ViTVariantsError(f'{stage} failed: {_first_line(e)}', path=path)
+    return ViTVariantsError(f'{stage} failed: {first_line(e)}', path=path)
+
+
+def _request(request: Optional[ExportRequest], options: Dict[str, Any]) -> ExportRequest:
+    if request is not None and options:
+        raise TypeError('give either an ExportRequest or keyword options, not both')
+    return request or ExportRequest.from_options(**options)
 
 
 def export_onnx(
         source: Union[str, os.PathLike, torch.nn.Module],
         out: Union[str, os.PathLike],
-        *,
-        static: Optional[Sequence[int]] = None,
-        opset: int = DEFAULT_OPSET,
-        overwrite: bool = False,
-        tol: float = DEFAULT_TOL,
-        progress: bool = False,
+        request: Optional[ExportRequest] = None,
+        **options: Any,
 ) -> ExportResult:
     """Write ``source`` as one ONNX file with dynamic batch, height and width (``static=(H, W)`` fixes the size).
+
+    ``request`` (``porting.request.ExportRequest``) or its fields as keywords: ``static``, ``opset``,
+    ``overwrite``, ``tol``, ``limits``, ``progress``.
 
     ``source`` is a converted Hub folder, a registered ``simple_vit_*`` name (also ``hf-hub:``/``local-dir:``,
     loaded with its weights), or an ``nn.Module`` ViT. The file is checked by ``onnx.checker`` and run by
@@ -270,14 +276,16 @@ def export_onnx(
     and the source sha256 as ``metadata_props``. Raises ViTVariantsError for bad input, an unusable OUT
     or a failed check, leaving nothing behind.
     """
+    request = _request(request, options)
+    opset, overwrite, tol, progress = request.opset, request.overwrite, request.tol, request.progress
     if opset not in ONNX_OPSETS:
         raise ViTVariantsError(f'opset {opset} is not supported: the dynamo exporter writes opsets '
                                f'{ONNX_OPSETS.start} to {ONNX_OPSETS.stop - 1}', key='opset')
     _require('onnx', 'onnxscript', 'onnxruntime')
     paths = _source_paths(source)
     out_path = check_output(out, overwrite, sources=paths, folder=False)
-    model = _open(source)
-    size = _check_static(model, static)
+    model = _open(source, request.limits)
+    size = _check_static(model, request.static)
     weight_bytes = sum(t.numel() * t.element_size() for t in (*model.module.parameters(), *model.module.buffers()))
     if weight_bytes > _ONNX_MAX_BYTES:
         raise ViTVariantsError(f'the weights take {weight_bytes / 2 ** 30:.2f} GiB; one ONNX file holds at most 2 GiB '
@@ -327,11 +335,8 @@ def _onnx_runner(path: Path) -> Callable[[torch.Tensor], torch.Tensor]:
 def export_pt2(
         source: Union[str, os.PathLike, torch.nn.Module],
         out: Union[str, os.PathLike],
-        *,
-        static: Optional[Sequence[int]] = None,
-        overwrite: bool = False,
-        tol: float = DEFAULT_TOL,
-        progress: bool = False,
+        request: Optional[ExportRequest] = None,
+        **options: Any,
 ) -> ExportResult:
     """Write ``source`` as a ``torch.export`` program (``torch.export.save``) with dynamic batch, H and W.
 
@@ -342,10 +347,12 @@ def export_pt2(
     was proved for: H and W of at least patch + 1 (two patches, and multiples of the patch, for a model
     that does not pad).
     """
+    request = _request(request, options)
+    overwrite, tol, progress = request.overwrite, request.tol, request.progress
     paths = _source_paths(source)
     out_path = check_output(out, overwrite, sources=paths, folder=False)
-    model = _open(source)
-    size = _check_static(model, static)
+    model = _open(source, request.limits)
+    size = _check_static(model, request.static)
     sizes = [size] if size else verification_sizes(model.img_size, model.patch_size, model.pads)
     meta = _metadata(model, size, 'torch.export.export')
     dynamic = torch.export.Dim.DYNAMIC

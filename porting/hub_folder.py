@@ -27,17 +27,17 @@ import torch
 from timm_vit_variants import SimpleVisionTransformer, SimpleViTConfig, architecture_for
 from timm_vit_variants.checkpoints.files import CONFIG_FILE, INDEX_FILES, SINGLE_WEIGHT_FILES, read_json, weight_files
 from timm_vit_variants.checkpoints.stores import SAFETENSORS_DTYPES, SafetensorsStore
-from timm_vit_variants.config import MODELS, is_family_architecture
+from timm_vit_variants.config import DATA_CONFIG_KEYS, MODELS, TensorSpec, is_family_architecture
 from timm_vit_variants.errors import ViTVariantsError
-from timm_vit_variants.geometry import Geometry
+from timm_vit_variants.limits import DEFAULT_LIMITS, Limits
+from timm_vit_variants.simple_vit import pretrained_cfg_for
 
 from . import sizes
 from .output import atomic_folder
 from .redact import redact
 
 __all__ = [
-    'SINGLE_FILE', 'INDEX_FILE', 'CARD_FILE', 'DEFAULT_MAX_SHARD_SIZE', 'parse_size', 'tensor_specs',
-    'SafetensorsWriter', 'config_dict', 'write_config', 'read_config', 'write_card', 'save_pretrained_folder',
+    'SINGLE_FILE', 'INDEX_FILE', 'CARD_FILE', 'DEFAULT_MAX_SHARD_SIZE', 'parse_size', 'SafetensorsWriter', 'config_dict', 'write_config', 'read_config', 'write_card', 'save_pretrained_folder',
     'load_folder',
 ]
 
@@ -46,10 +46,6 @@ SINGLE_FILE, INDEX_FILE = SINGLE_WEIGHT_FILES[0], INDEX_FILES[0]
 CARD_FILE = 'README.md'
 DEFAULT_MAX_SHARD_SIZE = '5GB'
 _ST_NAMES = {dtype: name for name, dtype in SAFETENSORS_DTYPES.items()}
-# pretrained_cfg fields that describe preprocessing, copied from the source.
-_DATA_KEYS = ('mean', 'std', 'interpolation', 'crop_pct', 'crop_mode', 'license')
-
-Spec = Tuple[str, Tuple[int, ...], torch.dtype]
 
 
 def parse_size(text: Union[str, int]) -> int:
@@ -58,12 +54,6 @@ def parse_size(text: Union[str, int]) -> int:
         return sizes.parse_size(text)
     except ValueError as e:
         raise ViTVariantsError(str(e)) from None
-
-
-def tensor_specs(config: SimpleViTConfig) -> List[Spec]:
-    """(name, shape, dtype) of every saved tensor of a model, from a meta-device instance (no memory)."""
-    model = SimpleVisionTransformer(config.replace(weight_init='skip'), device='meta')
-    return [(name, tuple(t.shape), t.dtype) for name, t in model.state_dict().items()]
 
 
 def _nbytes(shape: Sequence[int], dtype: torch.dtype) -> int:
@@ -86,7 +76,7 @@ def _bytes_of(tensor: torch.Tensor) -> memoryview:
 class _Shard:
     """One safetensors file: the header first, then a pre-allocated data section written at known offsets."""
 
-    def __init__(self, path: Path, specs: List[Spec]) -> None:
+    def __init__(self, path: Path, specs: List[TensorSpec]) -> None:
         self.path = path
         self.slots: Dict[str, Tuple[int, Tuple[int, ...], torch.dtype]] = {}
         header: Dict[str, Any] = {'__metadata__': {'format': 'pt'}}
@@ -130,9 +120,9 @@ class SafetensorsWriter:
     mapping of the new file would zero every page first).
     """
 
-    def __init__(self, folder: Union[str, Path], specs: Iterable[Spec], max_shard_size: int) -> None:
+    def __init__(self, folder: Union[str, Path], specs: Iterable[TensorSpec], max_shard_size: int) -> None:
         self.folder = Path(folder)
-        groups: List[List[Spec]] = [[]]
+        groups: List[List[TensorSpec]] = [[]]
         used = 0
         for name, shape, dtype in specs:
             size = _nbytes(shape, dtype)
@@ -232,30 +222,20 @@ def config_dict(
         data_config: Optional[Dict[str, Any]] = None,
         label_names: Optional[Sequence[str]] = None,
         architecture: Optional[str] = None,
+        conversion: Optional[Dict[str, Any]] = None,
 ) -> Dict[str, Any]:
     """``config.json`` for a model built from ``config``: timm's Hub format, readable by TimmWrapper too.
 
     ``num_classes`` appears at the top level (and in ``pretrained_cfg``) only: transformers passes it
-    to ``create_model`` itself and refuses a second copy in ``model_args``.
+    to ``create_model`` itself and refuses a second copy in ``model_args``. ``conversion`` (where the
+    weights came from, how they were checked) goes under a top-level ``conversion`` key, which timm's
+    and transformers' loaders ignore and ``export`` and ``verify`` read.
     """
     architecture = architecture or architecture_for(config)
     model_args = {k: _json_safe(v) for k, v in config.to_dict().items() if v is not None and k != 'num_classes'}
-    default = MODELS[architecture].config() if architecture in MODELS else None
-    pretrained_cfg: Dict[str, Any] = {
-        'custom_load': False,
-        'input_size': [config.in_chans, *config.img_size],
-        'fixed_input_size': False,
-        'interpolation': 'bilinear',
-        'crop_pct': 1.0 if default is not None and max(default.img_size) < 224 else 0.875,
-        'crop_mode': 'center',
-        'mean': [0.5, 0.5, 0.5],
-        'std': [0.5, 0.5, 0.5],
-        'num_classes': config.num_classes,
-        'pool_size': None,
-        'first_conv': Geometry.of(config).kernel_key.rsplit('.', 1)[0],
-        'classifier': 'head',
-    }
-    pretrained_cfg.update({k: _json_safe(v) for k, v in (data_config or {}).items() if k in _DATA_KEYS and v is not None})
+    pretrained_cfg = {k: _json_safe(v) for k, v in pretrained_cfg_for(config, architecture).items()}
+    pretrained_cfg.update({k: _json_safe(v) for k, v in (data_config or {}).items()
+                           if k in DATA_CONFIG_KEYS and v is not None})
     out: Dict[str, Any] = {
         'architecture': architecture,
         'num_classes': config.num_classes,
@@ -268,6 +248,8 @@ def config_dict(
         out['label_names'] = [str(n) for n in labels]
     out['model_args'] = model_args
     out['pretrained_cfg'] = pretrained_cfg
+    if conversion:
+        out['conversion'] = conversion
     return out
 
 
@@ -278,12 +260,12 @@ def write_config(path: Union[str, Path], config: SimpleViTConfig, **kwargs: Any)
     return data
 
 
-def read_config(folder: Union[str, Path]) -> Tuple[SimpleViTConfig, Dict[str, Any]]:
-    """(the model's config, the whole parsed ``config.json``) of a simple_vit Hub folder."""
+def read_config(folder: Union[str, Path], limits: Limits = DEFAULT_LIMITS) -> Tuple[SimpleViTConfig, Dict[str, Any]]:
+    """(the model's config, the whole parsed ``config.json``) of a simple_vit Hub folder, within ``limits``."""
     path = Path(folder) / CONFIG_FILE
     if not path.is_file():
         raise ViTVariantsError('no config.json: not a converted model folder', path=str(folder))
-    raw = read_json(str(path))
+    raw = read_json(str(path), limits)
     architecture = raw.get('architecture')
     if not is_family_architecture(architecture):
         raise ViTVariantsError(f'config.json names {architecture!r}, not a simple_vit_* model', path=str(path),
@@ -298,7 +280,7 @@ def read_config(folder: Union[str, Path]) -> Tuple[SimpleViTConfig, Dict[str, An
         raise ViTVariantsError(f'bad model_args: {e}', path=str(path), key='model_args') from None
     except ViTVariantsError as e:
         raise ViTVariantsError(e.reason, path=str(path), key=f'model_args.{e.key}') from None
-    return config, raw
+    return config.check_limits(limits, str(path)), raw
 
 
 # -- whole folders -----------------------------------------------------------------------------------------
@@ -331,7 +313,7 @@ def save_pretrained_folder(
     """
     config = model.config
     architecture = architecture_for(config)
-    data_cfg = {k: v for k, v in (getattr(model, 'pretrained_cfg', None) or {}).items() if k in _DATA_KEYS}
+    data_cfg = {k: v for k, v in (getattr(model, 'pretrained_cfg', None) or {}).items() if k in DATA_CONFIG_KEYS}
     data_cfg.update(pretrained_cfg or {})
     state = model.state_dict()
     labels = list(label_names) if label_names and len(label_names) == config.num_classes else None
@@ -351,33 +333,32 @@ def save_pretrained_folder(
     return Path(os.path.abspath(out_dir))
 
 
-def load_folder(folder: Union[str, Path]) -> SimpleVisionTransformer:
+def load_folder(folder: Union[str, Path], limits: Limits = DEFAULT_LIMITS) -> SimpleVisionTransformer:
     """The model saved in a simple_vit Hub folder (single-file or sharded), in eval mode.
 
     The model is built on the meta device and its parameters become views of the memory-mapped
     weight files (private, copy-on-write), so loading copies nothing and pages arrive on first use.
+    ``config.json`` is checked against ``limits`` before anything is built.
     """
-    config, _ = read_config(folder)
+    config, _ = read_config(folder, limits)
     model = SimpleVisionTransformer(config.replace(weight_init='skip'), device='meta')
-    store = SafetensorsStore(weight_files(str(folder)))
-    expected = model.state_dict()
-    names = set(store.names())
-    missing, extra = sorted(set(expected) - names), sorted(names - set(expected))
-    if missing or extra:
-        store.close()
-        raise ViTVariantsError(f'the weights do not match config.json: {len(missing)} missing (e.g. {missing[:3]}), '
-                               f'{len(extra)} unexpected (e.g. {extra[:3]})', path=str(folder))
-    state = {}
-    for name, target in expected.items():
-        tensor = store.tensor(name)
-        if tuple(tensor.shape) != tuple(target.shape):
-            store.close()
-            raise ViTVariantsError('tensor does not fit the model', path=store.file_of(name), key=name,
-                                   shapes=(tensor.shape, target.shape))
-        state[name] = tensor if tensor.dtype == target.dtype else tensor.to(target.dtype)
-    model.load_state_dict(state, assign=True)
-    store.close()  # the mappings live on, held by the parameters that view them
-    if model.pos_sincos is not None:
-        model.pos_sincos.table = torch.empty(0)  # leave the meta device, then rebuild the fixed table
-        model.pos_sincos.init_non_persistent_buffers()
+    store = SafetensorsStore(weight_files(str(folder), limits), limits)
+    try:
+        expected = model.state_dict()
+        names = set(store.names())
+        missing, extra = sorted(set(expected) - names), sorted(names - set(expected))
+        if missing or extra:
+            raise ViTVariantsError(f'the weights do not match config.json: {len(missing)} missing (e.g. '
+                                   f'{missing[:3]}), {len(extra)} unexpected (e.g. {extra[:3]})', path=str(folder))
+        state = {}
+        for name, target in expected.items():
+            tensor = store.tensor(name)
+            if tuple(tensor.shape) != tuple(target.shape):
+                raise ViTVariantsError('tensor does not fit the model', path=store.file_of(name), key=name,
+                                       shapes=(tensor.shape, target.shape))
+            state[name] = tensor if tensor.dtype == target.dtype else tensor.to(target.dtype)
+        model.load_state_dict(state, assign=True)
+    finally:
+        store.close()  # the mappings live on, held by the parameters that view them
+    model.init_non_persistent_buffers()
     return model.eval()

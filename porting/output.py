@@ -29,7 +29,7 @@ from timm_vit_variants.checkpoints.files import CONFIG_FILE, INDEX_FILES, SINGLE
 from timm_vit_variants.config import is_family_architecture
 from timm_vit_variants.errors import ViTVariantsError
 
-__all__ = ['PARTIAL', 'OLD', 'check_output', 'atomic_folder', 'atomic_file', 'is_our_output']
+__all__ = ['PARTIAL', 'OLD', 'check_output', 'atomic_folder', 'atomic_file']
 
 PARTIAL = 'vit-port-partial'
 OLD = 'vit-port-old'
@@ -57,11 +57,6 @@ def _refuse_source_clash(out: Path, source: PathLike) -> None:
     if src_real.is_dir() and src_real in out.parents:
         raise ViTVariantsError(f'the output lies inside the source folder {str(source)!r}; choose an OUT outside '
                                'it', path=str(out))
-
-
-def is_our_output(folder: PathLike) -> bool:
-    """True for an empty folder, or one holding only vit-port's files with a ``simple_vit`` config.json."""
-    return not _foreign_contents(Path(folder))
 
 
 def _foreign_contents(folder: Path) -> List[str]:

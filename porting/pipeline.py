@@ -14,32 +14,32 @@ import warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Optional, Tuple, Union
 
 import torch
 
-from timm_vit_variants import SimpleVisionTransformer, SimpleViTConfig, architecture_for
+from timm_vit_variants import SimpleVisionTransformer, SimpleViTConfig, __version__, architecture_for
 from timm_vit_variants.checkpoints import SourceCheckpoint, open_checkpoint
-from timm_vit_variants.config import RESAMPLE_RULE_NAMES, pair
+from timm_vit_variants.config import HEAD_KEYS, pair, resample_rule
 from timm_vit_variants.errors import ViTVariantsError
 from timm_vit_variants.geometry import Geometry, check_fit, fit_stream
 from timm_vit_variants.limits import DEFAULT_LIMITS, Limits
+from timm_vit_variants.memory import mapping_address, release_pages
 
-from .hub_folder import (
-    CONFIG_FILE, DEFAULT_MAX_SHARD_SIZE, SafetensorsWriter, load_folder, parse_size, tensor_specs, write_card,
-    write_config)
+from .hub_folder import CONFIG_FILE, SafetensorsWriter, load_folder, parse_size, write_card, write_config
 from .output import atomic_folder, check_output
-from .verification import DEFAULT_TOL, Verification, compare
+from .request import ConvertRequest, SourceOptions, TargetOptions
+from .verification import Verification, compare
 
 __all__ = ['ConversionPlan', 'ConvertResult', 'make_plan', 'open_source', 'convert', 'write_weights',
            'verify_source', 'source_sha256']
 
-_HEAD = ('head.weight', 'head.bias')
 
-
-def open_source(path: Union[str, Path], fmt: Optional[str] = None, **hints: Any) -> SourceCheckpoint:
-    """Open a checkpoint with the readers (unset hints dropped)."""
-    return open_checkpoint(str(path), fmt=fmt, **{k: v for k, v in hints.items() if v is not None})
+def open_source(path: Union[str, Path], options: SourceOptions = SourceOptions(),
+                limits: Limits = DEFAULT_LIMITS) -> SourceCheckpoint:
+    """Open a checkpoint with the readers, planned against the ``simple_vit`` layout."""
+    return open_checkpoint(str(path), options.fmt, layout=SimpleVisionTransformer.state_layout, limits=limits,
+                           **options.hints())
 
 
 @dataclass(frozen=True)
@@ -83,38 +83,29 @@ class ConversionPlan:
         return '; '.join(parts) if parts else 'no change'
 
 
-def make_plan(
-        src: SourceCheckpoint,
-        *,
-        img_size: Optional[Sequence[int]] = None,
-        patch_size: Optional[Sequence[int]] = None,
-        num_classes: Optional[int] = None,
-        resample_like: Optional[str] = None,
-        limits: Limits = DEFAULT_LIMITS,
-) -> ConversionPlan:
+def make_plan(src: SourceCheckpoint, target: TargetOptions = TargetOptions(),
+              limits: Limits = DEFAULT_LIMITS) -> ConversionPlan:
     """The target for a request; unset options keep the source's values. Impossible requests raise."""
     source = src.config
-    rule = resample_like or source.pos_embed_resample
-    if rule not in RESAMPLE_RULE_NAMES:
-        raise ViTVariantsError(f'unknown resample rule {rule!r}, expected one of {list(RESAMPLE_RULE_NAMES)}')
-    target_img = pair(tuple(img_size), 'img_size') if img_size is not None else source.img_size
-    target_patch = pair(tuple(patch_size), 'patch_size') if patch_size is not None else source.patch_size
+    rule = resample_rule(target.resample_like or source.pos_embed_resample)
+    target_img = pair(target.img_size, 'img_size') if target.img_size is not None else source.img_size
+    target_patch = pair(target.patch_size, 'patch_size') if target.patch_size is not None else source.patch_size
     limits.check('img_size', max(*target_img, *target_patch), key='img_size')
     if target_img[0] < target_patch[0] or target_img[1] < target_patch[1]:
         raise ViTVariantsError(f'image size {target_img} is smaller than the patch size {target_patch}')
     if not source.dynamic_img_pad and (target_img[0] % target_patch[0] or target_img[1] % target_patch[1]):
         raise ViTVariantsError(f'image size {target_img} is not divisible by patch size {target_patch} and this model '
                                'does not pad (dynamic_img_pad=False)')
-    classes = source.num_classes if num_classes is None else int(num_classes)
+    classes = source.num_classes if target.num_classes is None else int(target.num_classes)
     if classes < 0:
-        raise ViTVariantsError(f'--num-classes must be >= 0, got {classes}')
+        raise ViTVariantsError(f'the class count must be >= 0, got {classes}', key='num_classes')
     changes: Dict[str, Any] = dict(img_size=target_img, patch_size=target_patch, num_classes=classes)
     if source.pos_table == 'learn':
         changes['pos_embed_resample'] = rule
-    target = source.replace(**changes).check_limits(limits)
-    target_geometry = Geometry.of(target)
+    config = source.replace(**changes).check_limits(limits)
+    target_geometry = Geometry.of(config)
     check_fit(src.geometry, target_geometry)
-    return ConversionPlan(src.path, source, target, src.geometry, target_geometry)
+    return ConversionPlan(src.path, source, config, src.geometry, target_geometry)
 
 
 @dataclass
@@ -150,7 +141,7 @@ def write_weights(src: SourceCheckpoint, plan: ConversionPlan, folder: Path, max
     """
     from tqdm import tqdm
 
-    specs = tensor_specs(plan.target)
+    specs = SimpleVisionTransformer.state_layout(plan.target)
     fitted = set(plan.target_geometry.fitted_keys) if plan.changes_geometry else set()
     nonfinite: List[str] = []
 
@@ -166,7 +157,7 @@ def write_weights(src: SourceCheckpoint, plan: ConversionPlan, folder: Path, max
         pending: List[Tuple[str, torch.Tensor]] = []
         with tqdm(total=len(specs), desc='convert', unit='tensor', disable=not progress, leave=False) as bar:
             for item, keep in src.walk():
-                if item.key in _HEAD and plan.changes_head:
+                if item.key in HEAD_KEYS and plan.changes_head:
                     continue  # replaced (zeros) or dropped below; never read
                 if item.key in fitted:
                     pending.append((item.key, src.fill(item, torch.empty(item.shape), keep)))
@@ -189,7 +180,7 @@ def write_weights(src: SourceCheckpoint, plan: ConversionPlan, folder: Path, max
                 writer.write(key, tensor)
                 bar.update(1)
             for key in sorted(writer.pending):
-                if key not in _HEAD or not plan.changes_head:
+                if key not in HEAD_KEYS or not plan.changes_head:
                     raise ViTVariantsError('source has no tensor for this target key', path=plan.source_path, key=key)
                 writer.slot(key).zero_()  # a new head starts at zero, as the family's init does
                 writer.done(key)
@@ -213,7 +204,7 @@ def verify_source(src: SourceCheckpoint, plan: ConversionPlan, folder: Optional[
     (memory-mapped, so the reference and ours never both hold the weights in RAM); otherwise the
     source is loaded untransformed into a model at the source geometry. At the target geometry the
     written folder is checked against the source framework's own resize rule, implemented
-    independently (``porting.reference_resize``); where no such rule exists, the result says so.
+    independently (``porting.verification.rules``); where no such rule exists, the result says so.
     """
     if plan.is_identity and folder is not None:
         def build() -> torch.nn.Module:
@@ -237,7 +228,8 @@ def verify_source(src: SourceCheckpoint, plan: ConversionPlan, folder: Optional[
         return result
     figures = ', '.join(f'{label}={value:.2e}' for label, value in (
         ('max|dlogits|', target.max_abs_logits), ('max|dfeatures|', target.max_abs_features)) if value is not None)
-    result.notes.append(f'target geometry ({where}) {target.status} vs {target.reference}: {figures}')
+    found = f'vs {target.reference}: {figures}' if target.reference else f': {target.reason}'
+    result.notes.append(f'target geometry ({where}) {target.status} {found}')
     result.notes.extend(target.notes)
     if target.status == 'failed':
         result.status = 'failed'
@@ -260,70 +252,59 @@ def source_sha256(path: Union[str, Path]) -> str:
         size = file.stat().st_size
         if size == 0:
             continue
-        with open(file, 'rb') as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+        with open(file, 'rb') as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_COPY) as mapped:
+            address = mapping_address(mapped)
             for start in range(0, size, chunk):
                 end = min(start + chunk, size)
                 digest.update(memoryview(mapped)[start:end])
-                mapped.madvise(mmap.MADV_DONTNEED, start, end - start)
+                release_pages(address + start, address + end)
     return digest.hexdigest()
 
 
-def convert(
-        source: Union[str, Path],
-        out: Union[str, Path],
-        *,
-        fmt: Optional[str] = None,
-        img_size: Optional[Sequence[int]] = None,
-        patch_size: Optional[Sequence[int]] = None,
-        num_classes: Optional[int] = None,
-        resample_like: Optional[str] = None,
-        hints: Optional[Dict[str, Any]] = None,
-        overwrite: bool = False,
-        tol: float = DEFAULT_TOL,
-        verify: bool = True,
-        max_shard_size: Union[str, int] = DEFAULT_MAX_SHARD_SIZE,
-        license: Optional[str] = None,
-        base_model: Optional[str] = None,
-        datasets: Optional[Sequence[str]] = None,
-        command: Optional[str] = None,
-        progress: bool = False,
-        allow_nonfinite: bool = False,
-        limits: Limits = DEFAULT_LIMITS,
-) -> ConvertResult:
+def convert(source: Union[str, Path], out: Union[str, Path], request: Optional[ConvertRequest] = None,
+            **options) -> ConvertResult:
     """Convert ``source`` into the Hub folder ``out``; nothing is left behind on failure.
 
-    ``hints`` go to the reader (e.g. ``num_heads``, ``img_size``; see ``checkpoints.HINTS``);
-    ``limits`` bound what the source and the request may claim (``timm_vit_variants.limits``).
-
-    Raises ViTVariantsError for bad input, an unusable OUT and a failed verification.
+    ``request`` says how (``porting.request.ConvertRequest``); or give its options as keywords named as
+    the CLI options (``num_heads=12``, ``img_size=384``, ``overwrite=True``, ...). Raises
+    ViTVariantsError for bad input, an unusable OUT and a failed verification.
     """
-    out_path = check_output(out, overwrite, sources=[source])
-    shard_bytes = parse_size(max_shard_size)
-    with open_source(source, fmt, **dict(hints or {}, limits=limits)) as src, \
-            ThreadPoolExecutor(max_workers=1) as hasher:
-        plan = make_plan(src, img_size=img_size, patch_size=patch_size, num_classes=num_classes,
-                         resample_like=resample_like, limits=limits)
+    if request is None:
+        request = ConvertRequest.from_options(**options)
+    elif options:
+        raise TypeError('give either a ConvertRequest or keyword options, not both')
+    output, limits = request.output, request.limits
+    out_path = check_output(out, output.overwrite, sources=[source])
+    shard_bytes = parse_size(output.max_shard_size)
+    with open_source(source, request.source, limits) as src, ThreadPoolExecutor(max_workers=1) as hasher:
+        plan = make_plan(src, request.target, limits)
         sha_future = hasher.submit(source_sha256, src.path)  # hashlib releases the GIL on large buffers
         labels = None if plan.changes_head else src.label_names
         data_cfg = src.data_config()
-        license = license or data_cfg.pop('license', None)
+        license = output.license or data_cfg.pop('license', None)
         architecture = architecture_for(plan.target)
-        with atomic_folder(out_path, overwrite, sources=[source]) as tmp:
-            num_files = write_weights(src, plan, tmp, shard_bytes, progress, allow_nonfinite)
+        with atomic_folder(out_path, output.overwrite, sources=[source]) as tmp:
+            num_files = write_weights(src, plan, tmp, shard_bytes, request.progress, output.allow_nonfinite)
             write_config(tmp / CONFIG_FILE, plan.target, data_config=dict(data_cfg, license=license),
                          label_names=labels, architecture=architecture)
-            if verify:
-                verification = verify_source(src, plan, tmp, tol, progress)
+            if request.verify:
+                verification = verify_source(src, plan, tmp, request.tol, request.progress)
             else:
-                verification = Verification('skipped', reason='--no-verify was given', tolerance=tol)
+                verification = Verification('skipped', reason='--no-verify was given',
+                                            tolerance=request.tol)
             if verification.status == 'failed':
                 raise ViTVariantsError(verification.summary(), path=src.path)
             sha256 = sha_future.result()
+            conversion = {'source': Path(str(source)).name, 'source_format': src.format, 'source_sha256': sha256,
+                          'converter': f'timm-vit-variants {__version__}',
+                          'verification': verification.as_card_dict()}
+            write_config(tmp / CONFIG_FILE, plan.target, data_config=dict(data_cfg, license=license),
+                         label_names=labels, architecture=architecture, conversion=conversion)
             write_card(
                 tmp, architecture=architecture, model_args=plan.target.to_dict(),
                 num_classes=plan.target.num_classes,
                 source={'path': str(source), 'format': src.format, 'sha256': sha256},
-                conversion_command=command, verification=verification.as_card_dict(), license=license,
-                base_model=base_model, datasets=list(datasets) if datasets else None,
+                conversion_command=output.command, verification=verification.as_card_dict(), license=license,
+                base_model=output.base_model, datasets=list(output.datasets) or None,
                 label_names=labels if labels and len(labels) == plan.target.num_classes else None)
     return ConvertResult(out_path, plan, verification, sha256, num_files)

@@ -13,7 +13,7 @@ import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, Optional, TextIO
+from typing import Iterator, List, Optional, Tuple
 
 import timm
 from huggingface_hub import CommitOperationAdd, HfApi, get_token
@@ -60,10 +60,23 @@ class PushResult:
     commit_oid: Optional[str] = None
     pr_url: Optional[str] = None
     dry_run: bool = False
+    create_pr: bool = False
+    notes: list = field(default_factory=list)  # things to tell the user on stderr
+    planned: list = field(default_factory=list)  # a dry run's lines
 
     @property
     def changed(self) -> bool:
         return bool(self.uploaded)
+
+    def report(self) -> List[Tuple[str, bool]]:
+        """(line, is_a_note) pairs for the command layer: the URL, or the dry-run listing, or "nothing changed"."""
+        lines = [(note, True) for note in self.notes]
+        if self.dry_run:
+            return lines + [(line, False) for line in self.planned]
+        if not self.uploaded:
+            return lines + [(f'nothing changed: {self.repo_id}@{self.revision} already holds these '
+                             f'{len(self.unchanged)} files (commit {self.commit_oid}); no commit made', False)]
+        return lines + [(self.pr_url if self.create_pr else self.commit_url, False)]
 
 
 def resolve_token(token: Optional[str] = None) -> Optional[str]:
@@ -130,31 +143,27 @@ def push_folder(
         endpoint: Optional[str] = None,
         dry_run: bool = False,
         overwrite_card: bool = False,
-        stdout: Optional[TextIO] = None,
-        stderr: Optional[TextIO] = None,
 ) -> PushResult:
-    """Upload ``folder`` to ``repo_id`` in one commit (or pull request) and print its URL.
+    """Upload ``folder`` to ``repo_id`` in one commit (or pull request); ``PushResult.report()`` says what happened.
 
     Args:
         revision: branch to commit to (created from ``main`` when missing), or ``refs/pr/N`` to add to an open
             pull request; the pull request's target branch with ``create_pr``.
         token: Hub token; defaults to ``HF_TOKEN``, then the login cache.
         endpoint: Hub URL; defaults to ``HF_ENDPOINT`` or https://huggingface.co.
-        dry_run: print what would be uploaded (path, size, sha256) and make no request at all.
+        dry_run: list what would be uploaded (path, size, sha256) and make no request at all.
         overwrite_card: replace a different ``README.md`` already on the Hub (kept otherwise).
     """
-    out, err = stdout or sys.stdout, stderr or sys.stderr
     check_repo_id(repo_id)
     branch = revision or DEFAULT_BRANCH
     files = collect_folder(folder, repo_id)
-    result = PushResult(repo_id=repo_id, revision=branch, files=files, dry_run=dry_run)
+    result = PushResult(repo_id=repo_id, revision=branch, files=files, dry_run=dry_run, create_pr=create_pr)
     if any(f.path_in_repo == INDEX_FILE for f in files):
-        print(f'note: sharded weights; timm {timm.__version__} loads hf-hub: repos only from a single '
-              f'{SINGLE_FILE}, so `timm.create_model("hf-hub:{repo_id}")` will not find these', file=err)
+        result.notes.append(f'note: sharded weights; timm {timm.__version__} loads hf-hub: repos only from a single '
+                            f'{SINGLE_FILE}, so `timm.create_model("hf-hub:{repo_id}")` will not find these')
     if dry_run:
-        print('\n'.join(_describe_plan(result, private, create_pr)), file=out)
+        result.planned = _describe_plan(result, private, create_pr)
         return result
-
     if os.environ.get('HF_HUB_OFFLINE', '').upper() in ('1', 'ON', 'YES', 'TRUE') or hf_constants.HF_HUB_OFFLINE:
         raise ViTVariantsError('HF_HUB_OFFLINE is set, so nothing is pushed (unset it, or use --dry-run to list the '
                                'files)', path=folder)
@@ -166,29 +175,11 @@ def push_folder(
     if branch != DEFAULT_BRANCH and not branch.startswith('refs/pr/'):  # a PR ref already exists; push onto it
         with _translated(f'creating branch {branch!r}', where, token):
             api.create_branch(repo_id, branch=branch, exist_ok=True)
-    with _translated('listing the files already on the Hub', where, token):
-        remote = _remote_files(api, repo_id, branch, [f.path_in_repo for f in files])
-
-    to_send = []
-    for f in files:
-        held = remote.get(f.path_in_repo)
-        if held is not None and _same(f, held):
-            result.unchanged.append(f.path_in_repo)
-        elif f.path_in_repo == CARD_FILE and held is not None and not overwrite_card:
-            result.kept_remote_card = True
-            print(f'kept the README.md already on {repo_id}@{branch} (it differs from the local card); '
-                  'pass --overwrite-card to replace it', file=err)
-        else:
-            to_send.append(f)
-
+    to_send = _changed_files(api, result, where, token, overwrite_card)
     if not to_send:
         with _translated('reading the repo head', where, token):
-            head = api.repo_info(repo_id, revision=branch).sha
-        result.commit_oid = head
-        print(f'nothing changed: {repo_id}@{branch} already holds these {len(result.unchanged)} files '
-              f'(commit {head}); no commit made', file=out)
+            result.commit_oid = api.repo_info(repo_id, revision=branch).sha
         return result
-
     message = commit_message or f'Upload {Path(folder).name} with vit-port'
     ops = [CommitOperationAdd(path_in_repo=f.path_in_repo, path_or_fileobj=f.source()) for f in to_send]
     with _translated('opening a pull request' if create_pr else 'committing', where, token, committing=True):
@@ -196,8 +187,25 @@ def push_folder(
                                  revision=branch, create_pr=create_pr)
     result.uploaded = [f.path_in_repo for f in to_send]
     result.commit_url, result.commit_oid, result.pr_url = str(info.commit_url), info.oid, info.pr_url
-    print(result.pr_url if create_pr else result.commit_url, file=out)
     return result
+
+
+def _changed_files(api: HfApi, result: PushResult, where: str, token: str, overwrite_card: bool) -> list:
+    """The files the Hub does not hold yet; records the unchanged ones, and a remote card kept."""
+    with _translated('listing the files already on the Hub', where, token):
+        remote = _remote_files(api, result.repo_id, result.revision, [f.path_in_repo for f in result.files])
+    to_send = []
+    for f in result.files:
+        held = remote.get(f.path_in_repo)
+        if held is not None and _same(f, held):
+            result.unchanged.append(f.path_in_repo)
+        elif f.path_in_repo == CARD_FILE and held is not None and not overwrite_card:
+            result.kept_remote_card = True
+            result.notes.append(f'kept the README.md already on {result.repo_id}@{result.revision} (it differs from '
+                                'the local card); pass --overwrite-card to replace it')
+        else:
+            to_send.append(f)
+    return to_send
 
 
 def _describe_plan(result: PushResult, private: bool, create_pr: bool) -> list[str]:

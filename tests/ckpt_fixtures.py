@@ -10,11 +10,19 @@ import numpy as np
 import torch
 from timm.models.vision_transformer import VisionTransformer
 
+from timm_vit_variants import SimpleVisionTransformer
+from timm_vit_variants.checkpoints import open_checkpoint as open_with_layout
+
 # Block module names of the two flax codebases.
 BLOCK_NAMES = {
     'bigvision': dict(ln1='LayerNorm_0', attn='MultiHeadDotProductAttention_0', ln2='LayerNorm_1', mlp='MlpBlock_0'),
     'vitjax': dict(ln1='LayerNorm_0', attn='MultiHeadDotProductAttention_1', ln2='LayerNorm_2', mlp='MlpBlock_3'),
 }
+
+
+def open_checkpoint(path, *args, **kwargs):
+    """The readers planned against the model's layout, as every caller in the package opens them."""
+    return open_with_layout(path, *args, layout=SimpleVisionTransformer.state_layout, **kwargs)
 
 
 def randomize(model: torch.nn.Module, seed: int = 0, scale: float = 0.1) -> torch.nn.Module:

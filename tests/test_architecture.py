@@ -108,3 +108,68 @@ def test_cli_choices_match_the_package():
     assert options.RESAMPLE_RULES == config.RESAMPLE_RULE_NAMES == tuple(RESAMPLE_RULES)
     assert set(options.ACT_LAYERS) == set(config.ACT_LAYERS)
     assert cmd_export.EXPORT_FORMATS == export.FORMATS and cmd_export.DEFAULT_OPSET == export.DEFAULT_OPSET
+
+
+# -- the import map -------------------------------------------------------------------------------------
+
+def _project_imports():
+    """{module: set of project modules it imports}, counting imports inside functions too (AST, not runtime)."""
+    import ast
+
+    modules = {}
+    for package in ('timm_vit_variants', 'porting'):
+        for path in (REPO / package).rglob('*.py'):
+            parts = path.relative_to(REPO).with_suffix('').parts
+            name = '.'.join(parts[:-1] if parts[-1] == '__init__' else parts)
+            modules[name] = path
+    graph = {}
+    for name, path in modules.items():
+        is_package = path.name == '__init__.py'
+        targets = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                found = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = name.split('.') if is_package else name.split('.')[:-1]
+                base = base[:len(base) - (node.level - 1)] if node.level else []
+                module = '.'.join(base + ([node.module] if node.module else []))
+                found = [module] + [f'{module}.{alias.name}' for alias in node.names]
+            else:
+                continue
+            for target in found:
+                while target and target not in modules:
+                    target = target.rpartition('.')[0]
+                if target and target != name:
+                    targets.add(target)
+        graph[name] = targets
+    return graph
+
+
+def test_no_import_cycle_among_project_modules():
+    graph = _project_imports()
+    assert 'timm_vit_variants.vision_transformer' in graph and 'porting.pipeline' in graph
+    state, cycles = {}, []
+
+    def visit(node, path):
+        state[node] = 'open'
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 'open':
+                cycles.append(path[path.index(nxt):] + [nxt])
+            elif nxt not in state:
+                visit(nxt, path + [nxt])
+        state[node] = 'done'
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node, [node])
+    assert not cycles, '\n'.join(' -> '.join(c) for c in cycles)
+
+
+def test_data_flows_one_way():
+    graph = _project_imports()
+    upward = {m: sorted(t for t in targets if t.startswith('porting')) for m, targets in graph.items()
+              if m.startswith('timm_vit_variants')}
+    assert not any(upward.values()), {m: t for m, t in upward.items() if t}
+    readers = {m: targets for m, targets in graph.items() if m.startswith('timm_vit_variants.checkpoints')}
+    model_modules = {'timm_vit_variants.vision_transformer', 'timm_vit_variants.simple_vit', 'timm_vit_variants'}
+    assert not {m: targets & model_modules for m, targets in readers.items() if targets & model_modules}

@@ -10,9 +10,10 @@ import torch
 from safetensors.torch import save_file
 
 from timm_vit_variants import SimpleVisionTransformer, ViTVariantsError
-from timm_vit_variants.checkpoints import detect_format, load_into_model, open_checkpoint
+from timm_vit_variants.checkpoints import detect_format, load_into_model
 
-from ckpt_fixtures import jax_params, tiny_timm_vit, write_npz
+from ckpt_fixtures import jax_params, open_checkpoint, tiny_timm_vit, write_npz
+
 
 torch.set_num_threads(1)
 BV_GAP = dict(class_token=False, no_embed_class=True, global_pool='avg', fc_norm=False, act_layer='gelu_tanh')

@@ -9,9 +9,10 @@ transformers = pytest.importorskip('transformers')
 from safetensors.torch import load_file  # noqa: E402
 
 from timm_vit_variants import SimpleVisionTransformer  # noqa: E402
-from timm_vit_variants.checkpoints import detect_format, load_into_model, open_checkpoint  # noqa: E402
+from timm_vit_variants.checkpoints import detect_format, load_into_model  # noqa: E402
 
-from ckpt_fixtures import randomize  # noqa: E402
+from ckpt_fixtures import open_checkpoint, randomize  # noqa: E402
+
 
 TOL = 1e-4
 torch.set_num_threads(1)

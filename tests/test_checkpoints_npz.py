@@ -11,10 +11,9 @@ import timm
 import torch
 
 from timm_vit_variants import SimpleVisionTransformer
-from timm_vit_variants.checkpoints import detect_format, load_into_model, open_checkpoint
+from timm_vit_variants.checkpoints import detect_format, load_into_model
 
-from ckpt_fixtures import (
-    jax_params, np_posemb_sincos_2d, round_to_bf16, tiny_timm_vit, write_npz)
+from ckpt_fixtures import jax_params, np_posemb_sincos_2d, open_checkpoint, round_to_bf16, tiny_timm_vit, write_npz
 
 TOL = 1e-5
 torch.set_num_threads(1)
@@ -230,8 +229,9 @@ def test_bigvision_non_square_grid_resampling_matches_scipy_zoom(tmp_path):
     path = write_npz(tmp_path / 'bv.npz', jax_params(ref, 'bigvision'), prefix='params/')
     _assert_timm_loads(ref, path, img_size=(16, 12), **BV_GAP)
     from timm_vit_variants import ViTVariantsError
-    with pytest.raises(ViTVariantsError, match='--source-img-size'):
+    with pytest.raises(ViTVariantsError, match='the source image size is needed') as refused:
         open_checkpoint(path)
+    assert refused.value.needs == 'source_img_size'  # the plugin names the concept; the CLI adds its flag
     model, ckpt = _ours(path, img_size=(16, 12))
     assert ckpt.grid == (4, 3) and ckpt.model_args['img_size'] == (16, 12)
     x = _images()[..., :12]

@@ -11,9 +11,10 @@ from timm.models import save_for_hf
 from timm.models.vision_transformer import VisionTransformer
 
 from timm_vit_variants import SimpleVisionTransformer, ViTVariantsError
-from timm_vit_variants.checkpoints import detect_format, load_into_model, open_checkpoint
+from timm_vit_variants.checkpoints import detect_format, load_into_model
 
-from ckpt_fixtures import randomize
+from ckpt_fixtures import open_checkpoint, randomize
+
 
 TOL = 1e-5
 torch.set_num_threads(1)

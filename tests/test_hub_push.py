@@ -20,6 +20,7 @@ import torch
 from huggingface_hub import ModelCard, constants
 
 import timm_vit_variants  # noqa: F401  (registers simple_vit_*)
+from porting.commands.cmd_push import print_result
 from porting.publish import collect_folder, push_folder
 from porting.cli import main as cli_main
 from timm_vit_variants.errors import ViTVariantsError
@@ -152,6 +153,7 @@ def test_second_identical_push_makes_no_commit(hub, folder, capsys):
     commits = len(hub.history(REPO))
     n_requests = len(hub.requests)
     result = push_folder(folder, REPO, token=TOKEN, endpoint=hub.url)
+    print_result(result)
     out = capsys.readouterr().out
     assert not result.changed and sorted(result.unchanged) == ['README.md', 'config.json', 'model.safetensors']
     assert len(hub.history(REPO)) == commits
@@ -175,6 +177,7 @@ def test_revision_commits_to_branch(hub, folder, capsys):
     hub.add_repo(REPO)
     main_before = hub.files(REPO)
     result = push_folder(folder, REPO, token=TOKEN, endpoint=hub.url, revision='v1')
+    print_result(result)
     assert hub.files(REPO) == main_before
     assert hub.files(REPO, 'v1')['model.safetensors'] == (folder / 'model.safetensors').read_bytes()
     assert result.commit_oid == hub.repos[REPO].refs['v1']
@@ -191,6 +194,7 @@ def test_create_pr_prints_pr_url_and_leaves_target_alone(hub, folder, capsys, re
     target = revision or 'main'
     target_before = hub.files(REPO, target)
     result = push_folder(folder, REPO, token=TOKEN, endpoint=hub.url, create_pr=True, revision=revision)
+    print_result(result)
     out = capsys.readouterr().out.strip()
     assert out == f'{hub.url}/{REPO}/discussions/1' == result.pr_url
     assert hub.files(REPO, target) == target_before
@@ -203,6 +207,7 @@ def test_existing_card_is_kept_unless_overwrite(hub, folder, capsys):
     theirs = b'---\nlicense: mit\n---\n# Hand-written card\n'
     hub.add_repo(REPO, {'README.md': theirs})
     result = push_folder(folder, REPO, token=TOKEN, endpoint=hub.url)
+    print_result(result)
     err = capsys.readouterr().err
     assert result.kept_remote_card and 'README.md' not in result.uploaded
     assert hub.files(REPO)['README.md'] == theirs
@@ -395,6 +400,7 @@ def test_sharded_folder(hub, model_dir, tmp_path, capsys):
     assert len(shards) > 1
     capsys.readouterr()
     result = push_folder(out_dir, REPO, token=TOKEN, endpoint=hub.url)
+    print_result(result)
     assert 'note: sharded weights' in capsys.readouterr().err
     assert set(result.uploaded) == {*shards, 'model.safetensors.index.json', 'config.json', 'README.md'}
     for name in shards:

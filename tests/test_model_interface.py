@@ -16,6 +16,7 @@ from timm.models import get_notrace_functions, get_notrace_modules
 from timm.models._manipulate import group_parameters
 
 import timm_vit_variants  # noqa: F401
+from timm_vit_variants.config import grid_for
 
 MODEL_NAMES = sorted(timm.list_models('simple_vit_*'))
 EXPECTED = {
@@ -175,7 +176,7 @@ def test_forward_intermediates_parity(name):
         final, inter = model.forward_intermediates(x)
         torch.testing.assert_close(final, model.forward_features(x))
         assert len(inter) == depth
-        grid = model.patch_embed.feat_size(tuple(x.shape[-2:]))
+        grid = grid_for(tuple(x.shape[-2:]), model.patch_embed.patch_size)
         assert all(t.shape == (1, model.embed_dim, *grid) for t in inter)
         nlc = model.forward_intermediates(x, indices=[0, depth - 1], output_fmt='NLC', intermediates_only=True)
         torch.testing.assert_close(nlc[-1].transpose(1, 2).reshape(inter[-1].shape), inter[-1])

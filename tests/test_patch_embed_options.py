@@ -19,6 +19,7 @@ from timm.layers import resample_patch_embed
 from timm.models import get_notrace_functions, get_notrace_modules
 
 import timm_vit_variants  # noqa: F401
+from timm_vit_variants.config import grid_for
 from porting.hub_folder import load_folder, read_config, save_pretrained_folder
 from timm_vit_variants import SimpleViTConfig, ViTVariantsError
 
@@ -147,7 +148,8 @@ def test_timm_interface(option):
     with torch.no_grad():
         final, inter = model.forward_intermediates(x)
         torch.testing.assert_close(final, model.forward_features(x))
-        assert [t.shape for t in inter] == [(1, 32, *model.patch_embed.feat_size((40, 32)))] * 2
+        grid = model.patch_embed.grid_size if model.config.grid_mode == 'pool' else grid_for((40, 32), model.config.patch_size)
+        assert [t.shape for t in inter] == [(1, 32, *grid)] * 2
         # a fresh copy: a learned table's resample cache (filled by earlier tests) is not scriptable
         torch.testing.assert_close(torch.jit.script(_build(option))(x), model(x))
         tracer_kwargs = dict(leaf_modules=get_notrace_modules(), autowrap_functions=get_notrace_functions())

@@ -143,3 +143,16 @@ def test_shard_size_is_validated(npz, tmp_path, capsys):
     err = _fails(capsys, ['convert', str(npz), str(tmp_path / 'out'), '--max-shard-size', 'lots'], code=2)
     assert "cannot read size 'lots'" in err
     assert not (tmp_path / 'out').exists()
+
+
+def test_cli_adds_the_flag_for_what_the_plugin_needs(tmp_path, capsys):
+    """The plugin's error names the missing fact; the command line names the flag that gives it."""
+    from ckpt_fixtures import jax_params, tiny_timm_vit, write_npz
+    from porting.cli import main
+
+    ref = tiny_timm_vit(img_size=(16, 12), class_token=False, no_embed_class=True, global_pool='avg', fc_norm=False)
+    path = write_npz(tmp_path / 'bv.npz', jax_params(ref, 'bigvision'), prefix='params/')
+    assert main(['convert', str(path), str(tmp_path / 'out')]) == 1
+    err = capsys.readouterr().err
+    assert 'the source image size is needed' in err and '(give it with --source-img-size H [W])' in err
+    assert main(['convert', str(path), str(tmp_path / 'out'), '--source-img-size', '16', '12']) == 0

@@ -11,7 +11,7 @@ import torch
 import timm_vit_variants  # noqa: F401
 from porting.cli import main
 from porting.hub_folder import load_folder
-from porting.reference_resize import flexi_pi_resize, jax_linear, resize_grid_table, zoom_linear
+from porting.verification.rules import flexi_pi_resize, jax_linear, resize_grid_table, zoom_linear
 
 REF = Path(__file__).resolve().parent / 'data' / 'reference'
 TOL = 2e-5

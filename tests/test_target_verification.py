@@ -1,5 +1,5 @@
 """A resized conversion is checked at the target geometry too, against the source framework's own resize
-rule written independently (porting/reference_resize.py), and says so plainly when no such rule exists."""
+rule written independently (porting/verification/rules.py), and says so plainly when no such rule exists."""
 from pathlib import Path
 
 import pytest

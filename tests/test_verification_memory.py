@@ -66,7 +66,8 @@ def test_heap_weights_are_never_released(tmp_path):
 
 def test_timm_reference_weights_view_the_file_for_zip_pickles(tmp_path):
     """timm's load_state_dict, run with its own mmap option: a zip .pth is viewed in place, a legacy one still loads."""
-    from porting.verification import _file_mapped_ranges, _timm_weights
+    from porting.verification.timm_ref import timm_weights as _timm_weights
+    from timm_vit_variants.memory import file_mapped_ranges as _file_mapped_ranges
 
     state = {'blocks.0.mlp.fc1.weight': torch.randn(512, 256), 'norm.bias': torch.randn(256)}
     torch.save({'state_dict': state}, tmp_path / 'zip.pth')

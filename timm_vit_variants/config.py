@@ -7,15 +7,19 @@ width and heads, and each registered model is one row of ``MODELS``.
 """
 import dataclasses
 from dataclasses import dataclass, field, fields
-from typing import Any, Callable, Dict, Mapping, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, Mapping, Optional, Tuple, Union
 
 from .errors import ViTVariantsError
 from .limits import DEFAULT_LIMITS, Limits
 
+if TYPE_CHECKING:
+    import torch
+
 __all__ = [
     'SimpleViTConfig', 'Variant', 'VARIANTS', 'MODELS', 'POOL_TYPES', 'POS_EMBED_TYPES', 'RESAMPLE_RULE_NAMES',
     'PATCH_EMBED_TYPES', 'PATCH_NORM_TYPES', 'GRID_MODES', 'ACT_LAYERS', 'pair', 'grid_for', 'architecture_for',
-    'heads_for_width', 'activation_name', 'is_family_architecture',
+    'heads_for_width', 'activation_name', 'is_family_architecture', 'resample_rule', 'TensorSpec', 'HEAD_KEYS',
+    'DATA_CONFIG_KEYS',
 ]
 
 POOL_TYPES = ('avg', 'token', '')
@@ -39,6 +43,20 @@ _TRAINING_ONLY = ('drop_rate', 'pos_drop_rate', 'proj_drop_rate', 'attn_drop_rat
 _LEGACY = ('dynamic_img_pad',)
 
 Size = Union[int, Tuple[int, int]]
+# One tensor of a state dict: (key, shape, dtype); ``SimpleVisionTransformer.state_layout`` lists them.
+TensorSpec = Tuple[str, Tuple[int, ...], 'torch.dtype']
+# The classifier's tensors: left out when a conversion or load changes the class count.
+HEAD_KEYS = ('head.weight', 'head.bias')
+# The timm ``pretrained_cfg`` fields that belong to a set of weights (their preprocessing), not to the network.
+DATA_CONFIG_KEYS = ('mean', 'std', 'interpolation', 'crop_pct', 'crop_mode', 'license')
+
+
+def resample_rule(name: Any) -> str:
+    """``name`` if it names a learned-table resample rule (``RESAMPLE_RULE_NAMES``), else ViTVariantsError."""
+    if name not in RESAMPLE_RULE_NAMES:
+        raise ViTVariantsError(f'unknown position-table resample rule {name!r}; expected one of '
+                               f'{list(RESAMPLE_RULE_NAMES)}', key='pos_embed_resample')
+    return name
 
 
 def pair(value: Any, name: str = 'size') -> Tuple[int, int]:
@@ -179,8 +197,8 @@ class SimpleViTConfig:
         if self.rep_size is not None and (isinstance(self.rep_size, bool) or not isinstance(self.rep_size, int)
                                           or self.rep_size < 1):
             raise bad('rep_size', 'expected a positive integer or None')
-        choices = (('global_pool', POOL_TYPES), ('pos_embed', POS_EMBED_TYPES),
-                   ('pos_embed_resample', RESAMPLE_RULE_NAMES), ('act_layer', ACT_LAYERS),
+        resample_rule(self.pos_embed_resample)
+        choices = (('global_pool', POOL_TYPES), ('pos_embed', POS_EMBED_TYPES), ('act_layer', ACT_LAYERS),
                    ('patch_embed', PATCH_EMBED_TYPES), ('patch_norm', PATCH_NORM_TYPES),
                    ('weight_init', ('jax', 'skip')))
         for name, allowed in choices:

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from timm.layers import resample_patch_embed
 from timm.models import adapt_input_conv
 
-from .config import SimpleViTConfig, grid_for, pair
+from .config import SimpleViTConfig, grid_for, pair, resample_rule
 from .errors import ViTVariantsError
 
 __all__ = [
@@ -105,9 +105,7 @@ def resample_table(
         rule: str = 'bigvision',
 ) -> torch.Tensor:
     """Resize a learned (1, prefix + H*W, D) table to a new grid with an ecosystem's rule."""
-    if rule not in RESAMPLE_RULES:
-        raise ViTVariantsError(f'unknown resample rule {rule!r}, expected one of {list(RESAMPLE_RULES)}')
-    mode, align_corners, antialias = RESAMPLE_RULES[rule]
+    mode, align_corners, antialias = RESAMPLE_RULES[resample_rule(rule)]
     return interpolate_grid(table, new_grid[0], new_grid[1], old_grid[0], old_grid[1], num_prefix,
                             mode, align_corners, antialias)
 
@@ -158,8 +156,8 @@ def infer_grid(
         side = math.isqrt(max(tokens - extra, 0))
         if side > 0 and side * side == tokens - extra:
             return (side, side), extra
-    raise ViTVariantsError(f'{tokens} positions do not form a square grid; pass the source image size '
-                           '(--source-img-size)', path=path, key=key)
+    raise ViTVariantsError(f'{tokens} positions do not form a square grid; the source image size is needed to '
+                           'split them into rows and columns', path=path, key=key, needs='source_img_size')
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 A hostile file can claim any depth, width or size in a few bytes; every reader and the model
 config check the claims against these limits first, so memory and time stay bounded. Each limit
-can be lifted (``vit-port --limit depth=512``) for a genuinely larger model.
+can be lifted (``Limits(depth=512)``, on the command line ``--limit depth=512``) for a genuinely larger model.
 """
 from dataclasses import dataclass, fields, replace
 from typing import Iterable, Optional
@@ -30,7 +30,7 @@ class Limits:
     inflate_ratio: int = 32
 
     def with_overrides(self, pairs: Iterable[str]) -> 'Limits':
-        """A copy with ``name=value`` overrides, as given to ``vit-port --limit``."""
+        """A copy with ``name=value`` overrides (the form of the command line's ``--limit``)."""
         names = {f.name for f in fields(self)}
         changes = {}
         for pair in pairs:
@@ -53,7 +53,8 @@ class Limits:
         if value > bound:
             raise ViTVariantsError(
                 f'{name} {value} exceeds the limit of {bound}; refusing before reading or allocating anything '
-                f'(if the file is genuine, lift it with --limit {name}={value})', path=path, key=key)
+                f'(if the file is genuine, lift the {name} limit to {value})', path=path, key=key,
+                needs=f'limit:{name}={value}')
 
     def check_dims(
             self,

@@ -105,9 +105,6 @@ class AdaptivePatchEmbed(nn.Module):
         self.fc = nn.Linear(embed_dim, embed_dim, **dd) if kind == 'mlp' else nn.Identity()
         self.norm = LayerNorm(embed_dim, eps=norm_eps, **dd) if norm in ('post', 'dual') else nn.Identity()
 
-    def feat_size(self, img_size: Tuple[int, int]) -> Tuple[int, int]:
-        return self.grid_size if self.pool_grid else grid_for(img_size, self.patch_size, self.dynamic_img_pad)
-
     def set_input_size(
             self,
             img_size: Optional[Union[int, Tuple[int, int]]] = None,

@@ -6,6 +6,7 @@ import torch
 import torch.nn as nn
 from timm.layers import register_notrace_module
 
+from .config import resample_rule
 from .geometry import RESAMPLE_RULES, interpolate_grid, is_capturing, resample_table
 
 __all__ = ['sincos_2d', 'SinCos2dPosEmbed', 'LearnedPosResampler', 'PosEncodingGenerator']
@@ -61,8 +62,9 @@ class SinCos2dPosEmbed(nn.Module):
         self.init_non_persistent_buffers()
 
     def init_non_persistent_buffers(self) -> None:
-        """Rebuild the table, e.g. after materialising a model created on the meta device."""
-        self.table = sincos_2d(*self.grid_size, self.dim, self.temperature, device=self.table.device)
+        """Rebuild the table where it lives; a table on the meta device (a meta-device build) is rebuilt on the CPU."""
+        device = None if self.table.device.type == 'meta' else self.table.device
+        self.table = sincos_2d(*self.grid_size, self.dim, self.temperature, device=device)
 
     def forward(self, grid_h: int, grid_w: int) -> torch.Tensor:
         if not torch.jit.is_scripting():
@@ -81,11 +83,9 @@ class LearnedPosResampler(nn.Module):
 
     def __init__(self, num_prefix_tokens: int = 0, rule: str = 'bigvision') -> None:
         super().__init__()
-        if rule not in RESAMPLE_RULES:
-            raise ValueError(f'unknown position-embedding resample rule {rule!r}, expected one of {list(RESAMPLE_RULES)}')
         self.num_prefix_tokens = num_prefix_tokens
         self.rule = rule
-        self.mode, self.align_corners, self.antialias = RESAMPLE_RULES[rule]
+        self.mode, self.align_corners, self.antialias = RESAMPLE_RULES[resample_rule(rule)]
         self._cache: Dict[Tuple[int, int], Tuple[tuple, torch.Tensor]] = {}
 
     def forward(

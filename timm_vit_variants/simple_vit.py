@@ -7,18 +7,22 @@ import sys
 from dataclasses import replace
 from typing import Any, Callable, Dict, Optional
 
+import timm
 import torch
 from timm.models import build_model_with_cfg, generate_default_cfgs, register_model
 
-from .config import MODELS
+from .config import MODELS, SimpleViTConfig
 from .errors import ViTVariantsError
 from .geometry import Geometry, fit_stream, fixed_patch_reason, infer_grid
 from .vision_transformer import SimpleVisionTransformer
 
-__all__ = ['checkpoint_filter_fn', 'create_simple_vit']
+__all__ = ['checkpoint_filter_fn', 'create_simple_vit', 'pretrained_cfg_for', 'FOLDER_CFG_KEYS']
 
 _BV_URL = 'https://storage.googleapis.com/big_vision/vit_s16_i1k_{}ep.npz'
 _FLEXI_URL = 'https://storage.googleapis.com/big_vision/flexivit/flexivit_{}_i1k.npz'
+# The pretrained_cfg fields a Hub folder's config.json carries (timm's save_config_for_hf, minus sources and papers).
+FOLDER_CFG_KEYS = ('custom_load', 'input_size', 'fixed_input_size', 'interpolation', 'crop_pct', 'crop_mode', 'mean',
+                   'std', 'num_classes', 'pool_size', 'first_conv', 'classifier')
 
 
 def _cfg(url: str = '', **kwargs: Any) -> Dict[str, Any]:
@@ -68,6 +72,20 @@ def _flexi_cfg(size: str) -> Dict[str, Any]:
 def _untrained(name: str) -> Dict[str, Any]:
     img = MODELS[name].config().img_size
     return _cfg(input_size=(3, *img), crop_pct=1.0 if max(img) < 224 else 0.875)
+
+
+def pretrained_cfg_for(config: SimpleViTConfig, architecture: str) -> Dict[str, Any]:
+    """The ``pretrained_cfg`` of a model built from ``config`` under a registered ``architecture``.
+
+    The architecture's registered cfg (its default tag's preprocessing), with this model's input size,
+    class count and first conv; only ``FOLDER_CFG_KEYS``, as timm's ``save_config_for_hf`` writes them.
+    """
+    base = timm.models.get_pretrained_cfg(architecture).to_dict()
+    cfg = {key: base.get(key) for key in FOLDER_CFG_KEYS}
+    cfg.update(custom_load=False, crop_mode=base.get('crop_mode') or 'center', num_classes=config.num_classes,
+               input_size=(config.in_chans, *config.img_size),
+               first_conv=Geometry.of(config).kernel_key.rsplit('.', 1)[0])
+    return cfg
 
 
 default_cfgs = generate_default_cfgs({

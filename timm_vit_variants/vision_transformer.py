@@ -16,13 +16,14 @@ from typing import Any, Dict, List, Optional, Set, Tuple, Union
 import torch
 import torch.nn as nn
 from timm.layers import LayerNorm, Mlp, get_act_layer, trunc_normal_
-from timm.models import checkpoint_seq, named_apply
+from timm.models import named_apply
 from timm.models.vision_transformer import Block, init_weights_vit_jax
 from torch.utils.checkpoint import checkpoint
 
 from ._timm_compat import (
     declare_first_conv, feature_take_indices, get_device_dtype, update_model_args, update_model_input_size)
-from .config import POOL_TYPES, SimpleViTConfig
+from .checkpoints import load_into_model
+from .config import POOL_TYPES, SimpleViTConfig, TensorSpec
 from .geometry import Geometry, check_fit, fit_tensor
 from .patch_embed import AdaptivePatchEmbed
 from .posemb import LearnedPosResampler, PosEncodingGenerator, SinCos2dPosEmbed
@@ -33,6 +34,27 @@ __all__ = ['SimpleVisionTransformer']
 def _exact_width_mlp(in_features: int, hidden_features: Optional[int] = None, *, width: int, **kwargs) -> Mlp:
     # timm's Block sizes the MLP as int(dim * ratio); checkpoints need an exact width.
     return Mlp(in_features, width, **kwargs)
+
+
+def _blocks(cfg: SimpleViTConfig, act_layer: Any, norm_layer: Any, dd: Dict[str, Any]) -> nn.Sequential:
+    """timm's pre-norm transformer blocks, with the config's exact MLP width and a linear drop-path schedule."""
+    dpr = [x.item() for x in torch.linspace(0, cfg.drop_path_rate, cfg.depth, device='cpu')]
+    return nn.Sequential(*[
+        Block(
+            dim=cfg.embed_dim,
+            num_heads=cfg.num_heads,
+            mlp_ratio=cfg.mlp_dim / cfg.embed_dim,
+            qkv_bias=cfg.qkv_bias,
+            proj_drop=cfg.proj_drop_rate,
+            attn_drop=cfg.attn_drop_rate,
+            drop_path=dpr[i],
+            act_layer=act_layer,
+            norm_layer=norm_layer,
+            mlp_layer=partial(_exact_width_mlp, width=cfg.mlp_dim),
+            depth=i,
+            **dd,
+        )
+        for i in range(cfg.depth)])
 
 
 class SimpleVisionTransformer(nn.Module):
@@ -99,23 +121,7 @@ class SimpleVisionTransformer(nn.Module):
         self.pos_cpe = PosEncodingGenerator(embed_dim, self.num_prefix_tokens, **dd) if cfg.pos_cpe else None
         self.pos_drop = nn.Dropout(cfg.pos_drop_rate)
 
-        dpr = [x.item() for x in torch.linspace(0, cfg.drop_path_rate, cfg.depth, device='cpu')]
-        self.blocks = nn.Sequential(*[
-            Block(
-                dim=embed_dim,
-                num_heads=cfg.num_heads,
-                mlp_ratio=cfg.mlp_dim / embed_dim,
-                qkv_bias=cfg.qkv_bias,
-                proj_drop=cfg.proj_drop_rate,
-                attn_drop=cfg.attn_drop_rate,
-                drop_path=dpr[i],
-                act_layer=act_layer,
-                norm_layer=norm_layer,
-                mlp_layer=partial(_exact_width_mlp, width=cfg.mlp_dim),
-                depth=i,
-                **dd,
-            )
-            for i in range(cfg.depth)])
+        self.blocks = _blocks(cfg, act_layer, norm_layer, dd)
         reduction = self.patch_embed.patch_size[0]
         self.feature_info = [dict(module=f'blocks.{i}', num_chs=embed_dim, reduction=reduction)
                              for i in range(cfg.depth)]
@@ -134,6 +140,26 @@ class SimpleVisionTransformer(nn.Module):
         if cfg.weight_init != 'skip':
             self.init_weights()
 
+    @classmethod
+    def state_layout(cls, config: SimpleViTConfig) -> List[TensorSpec]:
+        """(key, shape, dtype) of every tensor in the state dict of a model built from ``config``.
+
+        Read off a meta-device build, so it costs no memory and cannot drift from the network;
+        the readers plan against it and the Hub-folder writer lays out its files from it.
+        """
+        model = cls(config.replace(weight_init='skip'), device='meta')
+        return [(key, tuple(t.shape), t.dtype) for key, t in model.state_dict().items()]
+
+    def init_non_persistent_buffers(self) -> None:
+        """Rebuild computed buffers (the sin-cos table), e.g. after loading into a meta-device model.
+
+        The same walk as timm's ``reinit_non_persistent_buffers``; a buffer left on the meta device
+        is rebuilt on the CPU.
+        """
+        for module in self.modules():
+            if module is not self and hasattr(module, 'init_non_persistent_buffers'):
+                module.init_non_persistent_buffers()
+
     def init_weights(self) -> None:
         """big_vision initialisers: xavier-uniform Dense, lecun-normal patchifier, zero head."""
         if self.pos_embed is not None:
@@ -151,8 +177,6 @@ class SimpleVisionTransformer(nn.Module):
         what the model computes there itself (for FlexiViT: big_vision's run-time resize from the stored
         7x7 table, at any patch size).
         """
-        from .checkpoints import load_into_model  # the readers plan against this class, so they import it
-
         load_into_model(self, checkpoint_path, prefix=prefix, resample_like=self.config.pos_embed_resample)
 
     @torch.jit.ignore
@@ -258,24 +282,14 @@ class SimpleVisionTransformer(nn.Module):
         if output_fmt not in ('NCHW', 'NLC'):
             raise ValueError(f"output_fmt must be 'NCHW' or 'NLC', got {output_fmt!r}")
         reshape = output_fmt == 'NCHW'
-        intermediates = []
         take_indices, max_index = feature_take_indices(len(self.blocks), indices)
 
         batch = x.shape[0]
         x, grid_h, grid_w = self._embed(x)
-        if torch.jit.is_scripting() or not stop_early:
-            blocks = self.blocks
-        else:
-            blocks = self.blocks[:max_index + 1]
-        for i, blk in enumerate(blocks):
-            if self.grad_checkpointing and not torch.jit.is_scripting():
-                x = checkpoint(blk, x, use_reentrant=False)
-            else:
-                x = blk(x)
-            if i == 0 and self.pos_cpe is not None:
-                x = self.pos_cpe(x, grid_h, grid_w)
-            if i in take_indices:
-                intermediates.append(self.norm(x) if norm else x)
+        stop = max_index if stop_early else len(self.blocks) - 1
+        x, intermediates = self._run_blocks(x, grid_h, grid_w, take_indices, stop)
+        if norm:
+            intermediates = [self.norm(y) for y in intermediates]
 
         prefix_tokens: Optional[List[torch.Tensor]] = None
         if self.num_prefix_tokens:
@@ -333,24 +347,30 @@ class SimpleVisionTransformer(nn.Module):
 
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
         x, grid_h, grid_w = self._embed(x)
-        if self.pos_cpe is not None:
-            x = self._blocks_with_cpe(x, grid_h, grid_w)
-        elif self.grad_checkpointing and not torch.jit.is_scripting():
-            x = checkpoint_seq(self.blocks, x)
-        else:
-            x = self.blocks(x)
+        x, _ = self._run_blocks(x, grid_h, grid_w, [], len(self.blocks) - 1)
         return self.norm(x)
 
-    def _blocks_with_cpe(self, x: torch.Tensor, grid_h: int, grid_w: int) -> torch.Tensor:
-        """The blocks one at a time, CPVT's position encoding generator after the first (it needs the grid)."""
+    def _run_blocks(
+            self,
+            x: torch.Tensor,
+            grid_h: int,
+            grid_w: int,
+            take: List[int],
+            stop: int,
+    ) -> Tuple[torch.Tensor, List[torch.Tensor]]:
+        """Blocks 0..``stop`` (CPVT's position encoding after block 0), and the outputs of the blocks in ``take``."""
+        taken: List[torch.Tensor] = []
         for i, blk in enumerate(self.blocks):
-            if self.grad_checkpointing and not torch.jit.is_scripting():
-                x = checkpoint(blk, x, use_reentrant=False)
-            else:
-                x = blk(x)
-            if i == 0:
-                x = self.pos_cpe(x, grid_h, grid_w)
-        return x
+            if i <= stop:  # not ``break``: TorchScript unrolls loops over modules
+                if self.grad_checkpointing and not torch.jit.is_scripting():
+                    x = checkpoint(blk, x, use_reentrant=False)
+                else:
+                    x = blk(x)
+                if i == 0 and self.pos_cpe is not None:
+                    x = self.pos_cpe(x, grid_h, grid_w)
+                if i in take:
+                    taken.append(x)
+        return x, taken
 
     def pool(self, x: torch.Tensor, pool_type: Optional[str] = None) -> torch.Tensor:
         pool_type = self.global_pool if pool_type is None else pool_type

@@ -2,8 +2,7 @@
 import argparse
 import sys
 
-from . import cmd_convert
-from .options import UsageError, size_arg
+from .options import UsageError, add_safety_args, limits_of, report, size_arg
 
 EXPORT_FORMATS = ('onnx', 'pt2')
 DEFAULT_OPSET = 18
@@ -41,6 +40,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         help='replace OUT if it is a file (never a source, never a folder)')
     parser.add_argument('--tol', type=float, default=1e-4,
                         help='verification tolerance on max |delta| of logits, float32 (default 1e-4)')
+    add_safety_args(parser)
     return parser
 
 
@@ -49,11 +49,10 @@ def run(args: argparse.Namespace) -> int:
     if fmt == 'pt2' and args.opset is not None:
         raise UsageError('--opset applies to --format onnx only')
     from ..export import export_onnx, export_pt2
+    from ..request import ExportRequest
 
-    common = dict(static=args.static, overwrite=args.overwrite, tol=args.tol, progress=sys.stderr.isatty())
-    if fmt == 'onnx':
-        result = export_onnx(args.src, args.out, opset=DEFAULT_OPSET if args.opset is None else args.opset, **common)
-    else:
-        result = export_pt2(args.src, args.out, **common)
-    cmd_convert.report(result)
+    request = ExportRequest.from_options(static=args.static, opset=args.opset, overwrite=args.overwrite, tol=args.tol,
+                                         limits=limits_of(args), progress=sys.stderr.isatty())
+    result = (export_onnx if fmt == 'onnx' else export_pt2)(args.src, args.out, request)
+    report(result)
     return 0

@@ -1,7 +1,7 @@
 """``vit-port inspect SRC``: tensor table, inferred config and an optional position-similarity plot."""
 import argparse
 
-from .options import UsageError, add_geometry_args, add_source_args, check_sizes, limits_of, say, source_hints
+from .options import UsageError, add_geometry_args, add_source_args, check_sizes, limits_of, say, source_options
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -23,13 +23,16 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError('--img-size/--patch-size/--resample-like only apply to --plot')
     from ..inspection import config_table, plot_position_similarity, tensor_table
     from ..pipeline import make_plan, open_source
+    from ..request import TargetOptions
 
-    with open_source(args.src, args.fmt, **source_hints(args)) as src:
+    with open_source(args.src, source_options(args), limits_of(args)) as src:
         say(tensor_table(src.inventory()))
         say('')
         say(config_table(src.format, src.model_args, src.grid))
         if args.plot:
-            plan = make_plan(src, img_size=args.img_size, patch_size=args.patch_size,
-                             resample_like=args.resample_like, limits=limits_of(args))
+            target = TargetOptions(img_size=args.img_size and tuple(args.img_size),
+                                   patch_size=args.patch_size and tuple(args.patch_size),
+                                   resample_like=args.resample_like)
+            plan = make_plan(src, target, limits_of(args))
             say(f'plot: {plot_position_similarity(src, plan, args.plot)}')
     return 0

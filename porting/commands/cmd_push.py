@@ -1,6 +1,7 @@
 """``vit-port push OUT_DIR REPO_ID`` and the ``--push-to`` options of ``vit-port convert``."""
 import argparse
 
+from .options import add_push_options, say
 
 _DESCRIPTION = """\
 Upload a converted model folder (model.safetensors or shards + index, config.json, README.md) to the
@@ -22,37 +23,21 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     return parser
 
 
-def add_push_options(parser: argparse.ArgumentParser, title: str = 'Hub upload') -> None:
-    """Options shared by ``push`` and ``convert --push-to``."""
-    g = parser.add_argument_group(title)
-    g.add_argument('--private', action='store_true', help='create the repo as private (if it does not exist)')
-    g.add_argument('--revision', metavar='BRANCH', default=None,
-                   help='branch to commit to, created from main when missing, or refs/pr/N to add to an open '
-                        'pull request (the PR target with --create-pr)')
-    g.add_argument('--create-pr', action='store_true', help='open a pull request instead of committing')
-    g.add_argument('--commit-message', metavar='MSG', default=None, help='commit title')
-    g.add_argument('--token', metavar='TOKEN', default=None, help='Hub token (default: HF_TOKEN, then login cache)')
-    g.add_argument('--endpoint', metavar='URL', default=None, help='Hub URL (default: HF_ENDPOINT or huggingface.co)')
-    g.add_argument('--dry-run', action='store_true',
-                   help='print the files (path, size, sha256) that would be uploaded; send nothing')
-    g.add_argument('--overwrite-card', action='store_true',
-                   help='replace a README.md on the Hub that differs from the local card (kept otherwise)')
-
-
-def add_push_to_option(parser: argparse.ArgumentParser) -> None:
-    """``--push-to REPO_ID`` plus the upload options, for ``vit-port convert``."""
-    parser.add_argument('--push-to', metavar='REPO_ID', default=None,
-                        help='after converting, push OUT_DIR to this Hub repo (see `vit-port push --help`)')
-    add_push_options(parser, title='Hub upload (with --push-to)')
-
-
 def push_from_args(args: argparse.Namespace, out_dir: str, repo_id: str):
     """Run the push described by parsed ``args`` (from ``push`` or ``convert --push-to``); returns a PushResult."""
     from ..publish import push_folder
 
-    return push_folder(out_dir, repo_id, private=args.private, revision=args.revision, create_pr=args.create_pr,
-                       commit_message=args.commit_message, token=args.token, endpoint=args.endpoint,
-                       dry_run=args.dry_run, overwrite_card=args.overwrite_card)
+    result = push_folder(out_dir, repo_id, private=args.private, revision=args.revision, create_pr=args.create_pr,
+                         commit_message=args.commit_message, token=args.token, endpoint=args.endpoint,
+                         dry_run=args.dry_run, overwrite_card=args.overwrite_card)
+    print_result(result)
+    return result
+
+
+def print_result(result) -> None:
+    """The push's URL (or dry-run listing, or "nothing changed") on stdout, its notes on stderr."""
+    for line, is_note in result.report():
+        say(line, err=is_note)
 
 
 def check_push_args(args: argparse.Namespace, repo_id: str) -> None:

@@ -1,10 +1,10 @@
 """``vit-port resize SRC_FOLDER OUT``: change the resolution / patch size of an already-converted folder."""
 import argparse
 import os
-import sys
 
-from . import cmd_convert
-from .options import UsageError, add_geometry_args, add_output_args, add_safety_args, check_sizes, limits_of
+from .options import (
+    UsageError, add_geometry_args, add_output_args, add_safety_args, add_verify_args, check_sizes, convert_request,
+    report)
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -19,7 +19,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     add_geometry_args(parser)
     add_output_args(parser)
     add_safety_args(parser)
-    cmd_convert.add_verify_args(parser)
+    add_verify_args(parser)
     return parser
 
 
@@ -34,11 +34,6 @@ def run(args: argparse.Namespace) -> int:
 
         raise ViTVariantsError('resize takes a converted folder with config.json; use "vit-port convert" '
                                'for checkpoint files', path=args.src)
-    result = convert(
-        args.src, args.out, fmt='timm', img_size=args.img_size, patch_size=args.patch_size,
-        resample_like=args.resample_like, overwrite=args.overwrite, tol=args.tol, verify=not args.no_verify,
-        max_shard_size=args.max_shard_size, license=args.license, base_model=args.base_model,
-        datasets=args.datasets, command=args.command_line, progress=sys.stderr.isatty(),
-        allow_nonfinite=args.allow_nonfinite, limits=limits_of(args))
-    cmd_convert.report(result)
+    result = convert(args.src, args.out, convert_request(args, fmt='timm'))
+    report(result)
     return 0

@@ -2,7 +2,7 @@
 import argparse
 import sys
 
-from .options import add_source_args, say, source_hints
+from .options import add_source_args, limits_of, say, source_options
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -23,15 +23,16 @@ def run(args: argparse.Namespace) -> int:
     from ..pipeline import open_source
     from ..verification import Verification, compare
 
-    converted, _ = read_config(args.converted)
-    with open_source(args.src, args.fmt, **source_hints(args)) as src:
+    converted, _ = read_config(args.converted, limits_of(args))
+    with open_source(args.src, source_options(args), limits_of(args)) as src:
         mismatch = _geometry_mismatch(src.config, converted)
         if mismatch:
             result = Verification('skipped', tolerance=args.tol, reason=(
                 f'{mismatch}: a resized or re-headed folder cannot equal its source; '
                 'verify the unresized conversion instead'))
         else:
-            result = compare(src.path, src.format, src.config.to_dict(), lambda: load_folder(args.converted),
+            result = compare(src.path, src.format, src.config.to_dict(),
+                             lambda: load_folder(args.converted, limits_of(args)),
                              args.tol, progress=sys.stderr.isatty())
     say(result.summary(), err=result.status != 'passed')
     return 0 if result.status == 'passed' else 1

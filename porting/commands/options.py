@@ -10,7 +10,8 @@ from typing import Any, Dict, List
 
 __all__ = [
     'say', 'UsageError', 'FORMATS', 'RESAMPLE_RULES', 'size_arg', 'byte_size_arg', 'add_geometry_args', 'add_source_args',
-    'add_output_args', 'add_safety_args', 'check_sizes', 'source_hints', 'limits_of', 'recorded_command',
+    'add_output_args', 'add_safety_args', 'add_verify_args', 'add_push_options', 'add_push_to_option', 'check_sizes',
+    'source_options', 'convert_request', 'limits_of', 'recorded_command', 'report', 'remedy',
 ]
 
 FORMATS = ('bigvision', 'vitjax', 'timm', 'hf')
@@ -23,6 +24,23 @@ _RECORDED = frozenset({
     'prefix', 'act_layer', 'norm_eps', 'pos_embed', 'use_ema', 'overwrite', 'max_shard_size', 'license', 'base_model',
     'datasets', 'tol', 'no_verify', 'allow_nonfinite', 'limits', 'push_to', 'private', 'revision', 'create_pr',
 })
+
+
+# The flag that gives what a ``ViTVariantsError.needs`` names.
+_FLAGS = {
+    'source_img_size': '--source-img-size H [W]',
+    'num_heads': '--num-heads N',
+    'prefix': "--prefix, e.g. --prefix 'params/img/'",
+}
+
+
+def remedy(needs: Any) -> str:
+    """The command-line hint for an error's ``needs`` (empty when there is none)."""
+    if not needs:
+        return ''
+    if needs.startswith('limit:'):
+        return f' (lift it with --limit {needs[len("limit:"):]})'
+    return f' (give it with {_FLAGS[needs]})' if needs in _FLAGS else ''
 
 
 def say(text: str, err: bool = False) -> None:
@@ -112,6 +130,43 @@ def add_output_args(parser: argparse.ArgumentParser) -> None:
                         help='write weights holding NaN or Inf (refused by default, even with --no-verify)')
 
 
+def add_verify_args(parser: argparse.ArgumentParser) -> None:
+    """--tol and --no-verify, shared by ``convert`` and ``resize``."""
+    parser.add_argument('--tol', type=float, default=1e-4,
+                        help='verification tolerance on max |delta| of logits and features, float32 (default 1e-4)')
+    parser.add_argument('--no-verify', action='store_true', help='skip the numerical check against the source')
+
+
+def add_push_options(parser: argparse.ArgumentParser, title: str = 'Hub upload') -> None:
+    """Options shared by ``push`` and ``convert --push-to``."""
+    g = parser.add_argument_group(title)
+    g.add_argument('--private', action='store_true', help='create the repo as private (if it does not exist)')
+    g.add_argument('--revision', metavar='BRANCH', default=None,
+                   help='branch to commit to, created from main when missing, or refs/pr/N to add to an open '
+                        'pull request (the PR target with --create-pr)')
+    g.add_argument('--create-pr', action='store_true', help='open a pull request instead of committing')
+    g.add_argument('--commit-message', metavar='MSG', default=None, help='commit title')
+    g.add_argument('--token', metavar='TOKEN', default=None, help='Hub token (default: HF_TOKEN, then login cache)')
+    g.add_argument('--endpoint', metavar='URL', default=None, help='Hub URL (default: HF_ENDPOINT or huggingface.co)')
+    g.add_argument('--dry-run', action='store_true',
+                   help='print the files (path, size, sha256) that would be uploaded; send nothing')
+    g.add_argument('--overwrite-card', action='store_true',
+                   help='replace a README.md on the Hub that differs from the local card (kept otherwise)')
+
+
+def add_push_to_option(parser: argparse.ArgumentParser) -> None:
+    """``--push-to REPO_ID`` plus the upload options, for ``vit-port convert``."""
+    parser.add_argument('--push-to', metavar='REPO_ID', default=None,
+                        help='after converting, push OUT_DIR to this Hub repo (see `vit-port push --help`)')
+    add_push_options(parser, title='Hub upload (with --push-to)')
+
+
+def report(result: Any) -> None:
+    """Quiet success: the output path, then one verification line (skips go to stderr)."""
+    say(result.summary())
+    say(result.verification.summary(), err=result.verification.status == 'skipped')
+
+
 def check_sizes(args: argparse.Namespace) -> None:
     """Size options take one (square) or two (H W) values."""
     for name in ('img_size', 'patch_size', 'source_img_size'):
@@ -120,14 +175,32 @@ def check_sizes(args: argparse.Namespace) -> None:
             raise UsageError(f'--{name.replace("_", "-")} takes one or two values, got {len(value)}')
 
 
-def source_hints(args: argparse.Namespace) -> Dict[str, Any]:
-    """Reader hints (``timm_vit_variants.checkpoints.HINTS``) from the source options; unset ones are None."""
-    size = getattr(args, 'source_img_size', None)
-    hints = {name: getattr(args, name, None) for name in ('num_heads', 'prefix', 'act_layer', 'norm_eps',
-                                                          'pos_embed', 'use_ema')}
-    hints['img_size'] = None if size is None else (size[0], size[-1])
-    hints['limits'] = limits_of(args)
-    return hints
+def source_options(args: argparse.Namespace) -> Any:
+    """The ``porting.request.SourceOptions`` the source options ask for (unset ones stay None)."""
+    from ..request import SourceOptions
+
+    return SourceOptions(**{name: getattr(args, name, None) for name in (
+        'fmt', 'prefix', 'num_heads', 'act_layer', 'norm_eps', 'pos_embed', 'use_ema')},
+        source_img_size=tuple(args.source_img_size) if getattr(args, 'source_img_size', None) else None)
+
+
+def convert_request(args: argparse.Namespace, **overrides: Any) -> Any:
+    """The ``porting.request.ConvertRequest`` a parsed ``convert`` or ``resize`` command line asks for."""
+    from ..request import ConvertRequest, OutputOptions, TargetOptions
+
+    def given(name: str) -> Any:
+        value = getattr(args, name, None)
+        return tuple(value) if isinstance(value, list) else value
+
+    request = ConvertRequest(
+        source=source_options(args),
+        target=TargetOptions(img_size=given('img_size'), patch_size=given('patch_size'),
+                             num_classes=given('num_classes'), resample_like=given('resample_like')),
+        output=OutputOptions(overwrite=args.overwrite, max_shard_size=args.max_shard_size, license=args.license,
+                             base_model=args.base_model, datasets=tuple(args.datasets or ()),
+                             allow_nonfinite=args.allow_nonfinite, command=getattr(args, 'command_line', None)),
+        verify=not args.no_verify, tol=args.tol, limits=limits_of(args), progress=sys.stderr.isatty())
+    return request.with_source(**overrides) if overrides else request
 
 
 def limits_of(args: argparse.Namespace) -> Any:

@@ -7,11 +7,11 @@ import os
 from typing import Any, Dict, Optional, Type
 
 from ..errors import ViTVariantsError
-from ..limits import DEFAULT_LIMITS
+from ..limits import DEFAULT_LIMITS, Limits
 from .files import discover
 from .flax import BigVisionCheckpoint, VitJaxCheckpoint
 from .hf import HFCheckpoint
-from .source import SourceCheckpoint
+from .source import LayoutFn, SourceCheckpoint
 from .stores import NpzStore, TensorStore, open_store
 from .timm_format import TimmCheckpoint
 
@@ -33,8 +33,7 @@ FORMATS = tuple(READERS)
 #   norm_eps   override the LayerNorm epsilon
 #   pos_embed  'sincos' or 'none' when a checkpoint has no position table (default 'sincos')
 #   use_ema    prefer EMA weights in timm training checkpoints (default True, as timm)
-#   limits     ``timm_vit_variants.limits.Limits`` bounding what the file may claim (default DEFAULT_LIMITS)
-HINTS = ('prefix', 'img_size', 'num_heads', 'act_layer', 'norm_eps', 'pos_embed', 'use_ema', 'limits')
+HINTS = ('prefix', 'img_size', 'num_heads', 'act_layer', 'norm_eps', 'pos_embed', 'use_ema')
 
 
 def _sniff(path: str, store: TensorStore, config: Dict[str, Any], config_path: Optional[str]) -> str:
@@ -61,8 +60,20 @@ def _sniff(path: str, store: TensorStore, config: Dict[str, Any], config_path: O
                            path=path, key='patch_embed.proj.weight')
 
 
-def open_checkpoint(path: 'str | os.PathLike', fmt: Optional[str] = None, **hints: Any) -> SourceCheckpoint:
-    """Open a checkpoint file or folder; ``fmt`` skips detection, ``hints`` are listed in ``HINTS``."""
+def open_checkpoint(
+        path: 'str | os.PathLike',
+        fmt: Optional[str] = None,
+        *,
+        layout: Optional[LayoutFn] = None,
+        limits: Limits = DEFAULT_LIMITS,
+        **hints: Any,
+) -> SourceCheckpoint:
+    """Open a checkpoint file or folder: the config it describes and, given a ``layout``, its tensor plan.
+
+    ``fmt`` skips detection; ``layout`` is the model's layout function
+    (``SimpleVisionTransformer.state_layout``), without which only the config and the raw inventory
+    are available; ``limits`` bound what the file may claim; ``hints`` are listed in ``HINTS``.
+    """
     unknown = sorted(set(hints) - set(HINTS))
     if unknown:
         raise TypeError(f'unknown checkpoint hint(s) {unknown}; expected some of {HINTS}')
@@ -72,12 +83,11 @@ def open_checkpoint(path: 'str | os.PathLike', fmt: Optional[str] = None, **hint
         raise ViTVariantsError(f'unknown checkpoint format {fmt!r}; expected one of {FORMATS}', path=str(path))
     hints = {k: v for k, v in hints.items() if v is not None}
     path = os.fspath(path)
-    limits = hints.get('limits') or DEFAULT_LIMITS
     files, config, config_path = discover(path, limits)
     store = open_store(files, limits, use_ema=hints.get('use_ema', True))
     try:
         fmt = fmt or _sniff(path, store, config, config_path)
-        return READERS[fmt](path, store, config, config_path, hints)
+        return READERS[fmt](path, store, config, config_path, hints, layout, limits)
     except BaseException:
         store.close()
         raise

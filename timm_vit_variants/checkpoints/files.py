@@ -49,8 +49,8 @@ def read_json(path: str, limits: Limits = DEFAULT_LIMITS) -> Dict[str, Any]:
     check_regular_file(path)
     size = os.path.getsize(path)
     if size > limits.json_bytes:
-        raise ViTVariantsError(f'{size} bytes is too large for a JSON config (limit {limits.json_bytes}; '
-                               'lift it with --limit json_bytes=N)', path=path)
+        raise ViTVariantsError(f'{size} bytes is too large for a JSON config (the json_bytes limit is '
+                               f'{limits.json_bytes})', path=path, needs=f'limit:json_bytes={size}')
     try:
         with open(path, 'rb') as fp:
             data = json.loads(fp.read().decode('utf-8'))

@@ -9,7 +9,6 @@ import re
 from typing import Any, Dict, Optional, Tuple
 
 from ..config import SimpleViTConfig
-from ..geometry import infer_grid
 from .source import Rule, SourceCheckpoint, copy, fuse_head_bias, fuse_heads, hwio_to_oihw, merge_heads, transpose
 
 __all__ = ['FlaxCheckpoint', 'BigVisionCheckpoint', 'VitJaxCheckpoint']
@@ -69,8 +68,8 @@ class FlaxCheckpoint(SourceCheckpoint):
             if f'{prefix}embedding/kernel' in self._store:
                 return prefix
         raise self._error(
-            'not a ViT parameter archive: no patch embedding found (if the ViT sits deeper, e.g. in a two-tower '
-            "model, pass its key prefix such as --prefix 'params/img/')", key=f'{candidates[0]}embedding/kernel')
+            'not a ViT parameter archive: no patch embedding found (if the ViT sits deeper, give the key prefix '
+            "it sits under, e.g. 'params/img/')", key=f'{candidates[0]}embedding/kernel', needs='prefix')
 
     def _candidates(self):
         return {n for n in self._store.names() if n.startswith(self._prefix)}
@@ -78,11 +77,7 @@ class FlaxCheckpoint(SourceCheckpoint):
     def _infer(self, hints: Dict[str, Any]) -> SimpleViTConfig:
         self._prefix = self._find_prefix(hints.get('prefix'))
         local = {n[len(self._prefix):] for n in self._candidates()}
-        for name in local:
-            for marker, reason in self.UNSUPPORTED.items():
-                if name.startswith(marker):
-                    raise self._error(reason, key=self._local(name))
-
+        self._refuse_unsupported(local)
         kernel_key = self._local('embedding/kernel')
         kernel = self._shape(kernel_key)
         if len(kernel) != 4:
@@ -90,65 +85,17 @@ class FlaxCheckpoint(SourceCheckpoint):
         patch_h, patch_w, in_chans, dim = kernel
         self._check_dims(kernel_key, width=dim, img_size=max(patch_h, patch_w))
         class_token = 'cls' in local
-
         slot = self.POS_CLS_SLOT and class_token
-        pos_embed = hints.get('pos_embed')
-        pos_key = self._local(self.NAMES['pos'])
-        if self.NAMES['pos'] in local:
-            if pos_embed not in (None, 'learn'):
-                raise self._error(f'the checkpoint has a learned position table, not pos_embed={pos_embed!r}',
-                                  key=pos_key)
-            pos_embed = 'learn'
-            pos = self._shape(pos_key)
-            if len(pos) != 3 or pos[0] != 1 or pos[2] != dim:
-                raise self._error('position table must be (1, tokens, width)', key=pos_key, shapes=(pos, (1, -1, dim)))
-            self._check_dims(pos_key, tokens=pos[1])
-            self.grid, _ = infer_grid(pos[1], (patch_h, patch_w), img_size=hints.get('img_size'),
-                                      class_token=class_token, slot=slot, path=self.path, key=pos_key)
-        else:
-            pos_embed = pos_embed or self.DEFAULT_POS_EMBED
-            if pos_embed is None:
-                raise self._error('missing key', key=pos_key)
-
-        # Blocks: one module per block, or one scanned module with a leading depth axis.
-        self._scanned = f'{_SCAN}{self.NAMES["ln1"]}/scale' in local
-        if self._scanned:
-            scale_key = self._local(f'{_SCAN}{self.NAMES["ln1"]}/scale')
-            scale = self._shape(scale_key)
-            if len(scale) != 2:
-                raise self._error('scanned parameters need a leading depth axis', key=scale_key,
-                                  shapes=(scale, ('depth', 'width')))
-            depth = scale[0]
-            self._check_dims(scale_key, depth=depth)
-        else:
-            indices = sorted({int(m.group(1)) for m in map(_BLOCK_RE.match, local) if m})
-            if indices:
-                self._check_dims(self._local(f'Transformer/encoderblock_{indices[-1]}'), depth=indices[-1] + 1)
-            depth = len(indices)
-            if indices != list(range(depth)):
-                missing = sorted(set(range(max(indices) + 1)) - set(indices))
-                raise self._error(f'inconsistent depth: blocks {indices} present, {missing} missing',
-                                  key=self._local(f'Transformer/encoderblock_{missing[0]}'))
-        if depth == 0:
-            raise self._error('no encoder blocks found', key=self._local('Transformer/encoderblock_0'))
-
+        pos_embed = self._position(local, dim, (patch_h, patch_w), class_token, slot, hints)
+        depth = self._depth(local)
+        num_heads = self._heads(dim, hints)
         names = self._fields(0)
-        query_key = self._local('{b}{attn}/query/kernel'.format(**names))
-        query = self._shape(query_key)[1 if self._scanned else 0:]
-        if len(query) != 3 or query[0] != dim or query[1] * query[2] != dim:
-            raise self._error('attention kernel must be (width, heads, head_dim) with heads * head_dim = width',
-                              key=query_key, shapes=(query, (dim, 'H', 'hd')))
-        num_heads = query[1]
-        if hints.get('num_heads') not in (None, num_heads):
-            raise self._error(f'num_heads={hints["num_heads"]} (given) contradicts the attention kernel ({num_heads} heads)',
-                              key=query_key)
         fc1_key = self._local('{b}{mlp}/Dense_0/kernel'.format(**names))
         mlp_dim = self._shape(fc1_key)[-1]
-        self._check_dims(fc1_key, mlp=mlp_dim, heads=num_heads)
+        self._check_dims(fc1_key, mlp=mlp_dim)
         rep_size = self._shape(self._local('pre_logits/kernel'))[-1] if 'pre_logits/kernel' in local else None
         num_classes = self._shape(self._local('head/kernel'))[-1] if 'head/kernel' in local else 0
         self._check_dims(self._local('head/kernel'), classes=num_classes, width=rep_size)
-
         if self.grid is not None:
             img_size: Any = (self.grid[0] * patch_h, self.grid[1] * patch_w)
         else:
@@ -174,6 +121,59 @@ class FlaxCheckpoint(SourceCheckpoint):
             norm_eps=hints.get('norm_eps') or 1e-6,
         )
 
+    def _refuse_unsupported(self, local: set) -> None:
+        for name in local:
+            for marker, reason in self.UNSUPPORTED.items():
+                if name.startswith(marker):
+                    raise self._error(reason, key=self._local(name))
+
+    def _position(self, local: set, dim: int, patch: Tuple[int, int], class_token: bool, slot: bool,
+                  hints: Dict[str, Any]) -> str:
+        """The position embedding: a stored learned table (its grid set on ``self.grid``) or the default."""
+        pos_embed = hints.get('pos_embed')
+        pos_key = self._local(self.NAMES['pos'])
+        if self.NAMES['pos'] not in local:
+            pos_embed = pos_embed or self.DEFAULT_POS_EMBED
+            if pos_embed is None:
+                raise self._error('missing key', key=pos_key)
+            return pos_embed
+        if pos_embed not in (None, 'learn'):
+            raise self._error(f'the checkpoint has a learned position table, not pos_embed={pos_embed!r}', key=pos_key)
+        self._table_grid(pos_key, dim, patch, class_token=class_token, slot=slot, img_size=hints.get('img_size'))
+        return 'learn'
+
+    def _depth(self, local: set) -> int:
+        """Blocks: one module per block, or one scanned module with a leading depth axis."""
+        self._scanned = f'{_SCAN}{self.NAMES["ln1"]}/scale' in local
+        if self._scanned:
+            scale_key = self._local(f'{_SCAN}{self.NAMES["ln1"]}/scale')
+            scale = self._shape(scale_key)
+            if len(scale) != 2:
+                raise self._error('scanned parameters need a leading depth axis', key=scale_key,
+                                  shapes=(scale, ('depth', 'width')))
+            self._check_dims(scale_key, depth=scale[0])
+            depth = scale[0]
+        else:
+            depth = self._block_count([int(m.group(1)) for m in map(_BLOCK_RE.match, local) if m],
+                                      lambda i: self._local(f'Transformer/encoderblock_{i}'))
+        if depth == 0:
+            raise self._error('no encoder blocks found', key=self._local('Transformer/encoderblock_0'))
+        return depth
+
+    def _heads(self, dim: int, hints: Dict[str, Any]) -> int:
+        """The head count, read off the (width, heads, head_dim) query kernel."""
+        query_key = self._local('{b}{attn}/query/kernel'.format(**self._fields(0)))
+        query = self._shape(query_key)[1 if self._scanned else 0:]
+        if len(query) != 3 or query[0] != dim or query[1] * query[2] != dim:
+            raise self._error('attention kernel must be (width, heads, head_dim) with heads * head_dim = width',
+                              key=query_key, shapes=(query, (dim, 'H', 'hd')))
+        num_heads = query[1]
+        if hints.get('num_heads') not in (None, num_heads):
+            raise self._error(f'num_heads={hints["num_heads"]} (given) contradicts the attention kernel '
+                              f'({num_heads} heads)', key=query_key)
+        self._check_dims(query_key, heads=num_heads)
+        return num_heads
+
     def _fields(self, block: Optional[int]) -> Dict[str, Any]:
         scanned = getattr(self, '_scanned', False)
         return dict(self.NAMES, b=_SCAN if scanned else f'Transformer/encoderblock_{block}/')
@@ -184,8 +184,8 @@ class FlaxCheckpoint(SourceCheckpoint):
         sources = tuple(self._local(t.format(**fields)) for t in rule.sources)
         return Rule(sources, rule.fill), block if self._scanned and block is not None else None
 
-    def _build_plan(self):
-        plan = super()._build_plan()
+    def _build_plan(self, layout):
+        plan = super()._build_plan(layout)
         if self._scanned:  # param-major: each stacked array is used by consecutive items, then released once
             plan.sort(key=lambda item: (item.sources, item.index) if item.index is not None else ((), 0))
         return plan

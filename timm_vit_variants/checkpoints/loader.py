@@ -15,14 +15,14 @@ from typing import Any, Dict, List, Optional, Tuple
 import torch
 import torch.nn as nn
 
+from ..config import HEAD_KEYS
 from ..errors import ViTVariantsError
 from ..geometry import Geometry, check_fit, fit_stream
+from ..limits import DEFAULT_LIMITS, Limits
 from .detect import open_checkpoint
 from .source import SourceCheckpoint
 
 __all__ = ['load_into_model']
-
-_HEAD_KEYS = ('head.weight', 'head.bias')
 
 
 def _fitted_shape(key: str, shape: Tuple[int, ...], src: Geometry, dst: Geometry) -> Tuple[int, ...]:
@@ -48,14 +48,14 @@ def _check(model: nn.Module, ckpt: SourceCheckpoint, dst: Geometry, skip_head: b
                        f'{model.pos_embed_type!r}', 'pos_embed', ckpt.tensor_shapes.get('pos_embed'),
                        targets.get('pos_embed'))
     for key, shape in ckpt.tensor_shapes.items():
-        if skip_head and key in _HEAD_KEYS:
+        if skip_head and key in HEAD_KEYS:
             continue
         if key not in targets:
             raise mismatch('the checkpoint has this tensor but the model does not', key, shape, ())
         fitted = _fitted_shape(key, shape, ckpt.geometry, dst) if ckpt.geometry.changes(dst) else shape
         if fitted != targets[key]:
             raise mismatch('shape differs between checkpoint and model', key, fitted, targets[key])
-    missing = [k for k in targets if k not in ckpt.tensor_shapes and not (skip_head and k in _HEAD_KEYS)]
+    missing = [k for k in targets if k not in ckpt.tensor_shapes and not (skip_head and k in HEAD_KEYS)]
     if missing:
         raise mismatch(f'the model needs {len(missing)} tensor(s) the checkpoint does not have', missing[0])
     # Settings without tensors: the caller chose the model, so differences are reported, not fatal.
@@ -74,17 +74,19 @@ def load_into_model(
         prefix: str = '',
         fmt: Optional[str] = None,
         resample_like: Optional[str] = None,
+        limits: Limits = DEFAULT_LIMITS,
         **hints: Any,
 ) -> None:
     """Load a big_vision/vit_jax/timm/transformers checkpoint (or our own Hub folder) into ``model``.
 
-    ``hints`` describe the *source* (see ``checkpoints.HINTS``), e.g. ``img_size`` for a
+    ``limits`` bound what the file may claim. ``hints`` describe the *source* (see ``checkpoints.HINTS``), e.g. ``img_size`` for a
     non-square learned table. A learned table that needs another grid is resampled with
     ``resample_like`` (a rule of ``geometry.RESAMPLE_RULES``), by default the source ecosystem's.
     Tensors are streamed one at a time; nothing is copied unless the whole checkpoint fits.
     """
     hints.setdefault('num_heads', model.config.num_heads)  # bare timm state dicts do not record it
-    with open_checkpoint(path, fmt, prefix=prefix or None, **hints) as ckpt:
+    with open_checkpoint(path, fmt, layout=type(model).state_layout, limits=limits, prefix=prefix or None,
+                         **hints) as ckpt:
         src = ckpt.geometry
         dst = replace(Geometry.of(model.config), rule=resample_like or src.rule)
         skip_head = not isinstance(model.head, nn.Linear) or model.num_classes != ckpt.config.num_classes
@@ -94,7 +96,7 @@ def load_into_model(
         pending: List[Tuple[str, torch.Tensor]] = []
         with torch.no_grad():
             for item, keep in ckpt.walk():
-                if skip_head and item.key in _HEAD_KEYS:
+                if skip_head and item.key in HEAD_KEYS:
                     continue
                 if item.key in fitted:
                     pending.append((item.key, ckpt.fill(item, torch.empty(item.shape), keep)))

@@ -2,11 +2,13 @@
 
 A reader says two things: which ``SimpleViTConfig`` the source describes (``_infer``), and, for
 each of our state-dict keys, which source tensors it is made of and how (``_rule``: source names
-plus a fill). The skeleton does the rest once for all formats: it lists our keys from a meta-device
-model of that config, checks that every source tensor exists, is floating point and fits (by
-running each fill on meta tensors), refuses unknown source tensors, and then fills real tensors
-one plan item at a time, straight into whatever destination the caller owns (a model parameter,
-a slice of an output file), with one copy per byte.
+plus a fill). The skeleton does the rest once for all formats. It is given the model's layout as
+data (a function from a config to its (key, shape, dtype) list, ``SimpleVisionTransformer.state_layout``),
+as big_vision's ``vit.load`` is given ``init_params``, so no reader builds or imports the model. It
+checks that every source tensor exists, is floating point and fits (by running each fill on meta
+tensors), refuses unknown source tensors, and then fills real tensors one plan item at a time,
+straight into whatever destination the caller owns (a model parameter, a slice of an output file),
+with one copy per byte.
 """
 import abc
 import re
@@ -15,17 +17,18 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Set,
 
 import torch
 
-from ..config import SimpleViTConfig
+from ..config import SimpleViTConfig, TensorSpec
 from ..errors import ViTVariantsError
-from ..geometry import Geometry
-from ..limits import DEFAULT_LIMITS
-from ..vision_transformer import SimpleVisionTransformer
+from ..geometry import Geometry, infer_grid
+from ..limits import DEFAULT_LIMITS, Limits
 from .stores import TensorStore
 
-__all__ = ['SourceCheckpoint', 'PlanItem', 'Rule', 'Inventory', 'copy', 'transpose', 'hwio_to_oihw', 'stack_rows',
-           'fuse_heads', 'fuse_head_bias', 'merge_heads']
+__all__ = ['SourceCheckpoint', 'PlanItem', 'Rule', 'Inventory', 'LayoutFn', 'copy', 'transpose', 'hwio_to_oihw',
+           'stack_rows', 'fuse_heads', 'fuse_head_bias', 'merge_heads']
 
 Inventory = List[Tuple[str, Tuple[int, ...], str]]
+# The model's state-dict layout for a config: ``SimpleVisionTransformer.state_layout``.
+LayoutFn = Callable[[SimpleViTConfig], Sequence[TensorSpec]]
 Fill = Callable[..., None]
 _BLOCK = re.compile(r'^blocks\.(\d+)\.')
 
@@ -112,12 +115,6 @@ class PlanItem:
     index: Optional[int] = None
 
 
-def _state_shapes(config: SimpleViTConfig) -> Dict[str, Tuple[int, ...]]:
-    """Our state-dict keys and shapes for ``config``, from a model on the meta device (no memory)."""
-    model = SimpleVisionTransformer(config.replace(weight_init='skip'), device='meta')
-    return {k: tuple(v.shape) for k, v in model.state_dict().items()}
-
-
 class SourceCheckpoint(abc.ABC):
     """An opened source checkpoint: the config it describes, plus its tensors in our layout.
 
@@ -139,17 +136,19 @@ class SourceCheckpoint(abc.ABC):
             source_config: Dict[str, Any],
             config_path: Optional[str],
             hints: Dict[str, Any],
+            layout: Optional[LayoutFn] = None,
+            limits: Limits = DEFAULT_LIMITS,
     ) -> None:
         self.path = str(path)
         self.source_config = source_config or {}
-        self.limits = hints.get('limits') or DEFAULT_LIMITS
+        self.limits = limits
         self.grid: Optional[Tuple[int, int]] = None
         self.label_names: Optional[List[str]] = None
         self._store = store
         self._config_path = config_path
         self._used: Set[str] = set()
         self.config = self._infer(hints).check_limits(self.limits, self.path)
-        self._plan = self._build_plan()
+        self._plan = self._build_plan(layout) if layout is not None else None
 
     # -- provided by each format ---------------------------------------------------------------------
     @abc.abstractmethod
@@ -166,8 +165,8 @@ class SourceCheckpoint(abc.ABC):
         return set(self._store.names())
 
     def data_config(self) -> Dict[str, Any]:
-        """Preprocessing that belongs to these weights, as timm ``pretrained_cfg`` fields."""
-        return {'mean': (0.5, 0.5, 0.5), 'std': (0.5, 0.5, 0.5)}
+        """The preprocessing the source records for these weights, as timm ``pretrained_cfg`` fields."""
+        return {}
 
     # -- shared ----------------------------------------------------------------------------------------
     @property
@@ -182,20 +181,25 @@ class SourceCheckpoint(abc.ABC):
 
     @property
     def plan(self) -> List[PlanItem]:
-        return list(self._plan)
+        """Every one of our tensors and where it comes from (needs the layout given to ``open_checkpoint``)."""
+        if self._plan is None:
+            raise ViTVariantsError('the checkpoint was opened for its config only (no model layout was given), so '
+                                   'it has no tensor plan; open it with layout=SimpleVisionTransformer.state_layout',
+                                   path=self.path)
+        return self._plan
 
     @property
     def tensor_shapes(self) -> Dict[str, Tuple[int, ...]]:
         """Our state-dict keys and the shapes the plan yields, known before any data is read."""
-        return {item.key: item.shape for item in self._plan}
+        return {item.key: item.shape for item in self.plan}
 
     def inventory(self) -> Inventory:
         """Raw source tensor names, shapes and dtypes, read without loading data."""
         return list(self._store.items())
 
-    def _build_plan(self) -> List[PlanItem]:
+    def _build_plan(self, layout: LayoutFn) -> List[PlanItem]:
         plan = []
-        for key, shape in _state_shapes(self.config).items():
+        for key, shape, _ in layout(self.config):
             match = _BLOCK.match(key)
             block = int(match.group(1)) if match else None
             pattern = _BLOCK.sub('blocks.{i}.', key) if match else key
@@ -211,7 +215,7 @@ class SourceCheckpoint(abc.ABC):
                 raise self._error(f'{e}: cannot become {key} {shape}', key=rule.sources[0], shapes=e.shapes) from None
             except (RuntimeError, IndexError) as e:  # e.g. a reshape the source's size does not allow
                 raise self._error(f'cannot become {key} {shape}: {e}', key=rule.sources[0]) from None
-            plan.append(PlanItem(key, shape, rule.sources, rule.fill, index))
+            plan.append(PlanItem(key, tuple(shape), rule.sources, rule.fill, index))
             self._used.update(rule.sources)
         unknown = sorted(self._candidates() - self._used)
         if unknown:
@@ -227,8 +231,9 @@ class SourceCheckpoint(abc.ABC):
 
     def walk(self) -> Iterator[Tuple[PlanItem, Tuple[str, ...]]]:
         """(plan item, source names the next item needs) in plan order, for ``fill(item, dst, keep)``."""
-        for i, item in enumerate(self._plan):
-            yield item, self._plan[i + 1].sources if i + 1 < len(self._plan) else ()
+        plan = self.plan
+        for i, item in enumerate(plan):
+            yield item, plan[i + 1].sources if i + 1 < len(plan) else ()
 
     def fill(self, item: PlanItem, dst: torch.Tensor, keep: Sequence[str] = ()) -> torch.Tensor:
         """Write ``item`` into ``dst`` (any float dtype and device) with one copy; returns ``dst``.
@@ -296,9 +301,10 @@ class SourceCheckpoint(abc.ABC):
         return f'{type(self).__name__}({self.path!r}, format={self.format!r}, config={self.config})'
 
     # -- helpers for readers ------------------------------------------------------------------------------
-    def _error(self, reason: str, key: Optional[str] = None, shapes: Optional[Sequence] = None) -> ViTVariantsError:
+    def _error(self, reason: str, key: Optional[str] = None, shapes: Optional[Sequence] = None,
+               needs: Optional[str] = None) -> ViTVariantsError:
         path = self._store.file_of(key) if key is not None and key in self._store else self.path
-        return ViTVariantsError(reason, path=path, key=key, shapes=shapes)
+        return ViTVariantsError(reason, path=path, key=key, shapes=shapes, needs=needs)
 
     def _check_dims(self, key: Optional[str] = None, **dims: Optional[int]) -> None:
         """Refuse claimed dimensions above ``self.limits`` before anything is planned or read."""
@@ -308,3 +314,24 @@ class SourceCheckpoint(abc.ABC):
         if name not in self._store:
             raise self._error('missing key', key=name)
         return self._store.shape(name)
+
+    def _table_grid(self, key: str, width: int, patch: Tuple[int, int], *, class_token: bool,
+                    slot: Optional[bool], img_size: Any) -> int:
+        """Check a learned table is (1, tokens, width) within the limits; sets ``self.grid``, returns its cls slots."""
+        shape = self._shape(key)
+        if len(shape) != 3 or shape[0] != 1 or shape[2] != width:
+            raise self._error('position table must be (1, tokens, width)', key=key, shapes=(shape, (1, -1, width)))
+        self._check_dims(key, tokens=shape[1])
+        self.grid, prefix = infer_grid(shape[1], patch, img_size=img_size, class_token=class_token, slot=slot,
+                                       path=self.path, key=key)
+        return prefix
+
+    def _block_count(self, indices: Sequence[int], key_of: Callable[[int], str]) -> int:
+        """The depth of numbered blocks ``indices`` (``key_of(i)`` names block i), within the limits and without gaps."""
+        indices = sorted(set(indices))
+        if indices:
+            self._check_dims(key_of(indices[-1]), depth=indices[-1] + 1)
+        if indices != list(range(len(indices))):
+            missing = sorted(set(range(indices[-1] + 1)) - set(indices))
+            raise self._error(f'inconsistent depth: blocks {indices} present, {missing} missing', key=key_of(missing[0]))
+        return len(indices)

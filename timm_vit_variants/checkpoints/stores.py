@@ -12,7 +12,6 @@ streaming conversion keeps about one tensor resident.
 """
 import abc
 import argparse
-import ctypes
 import io
 import json
 import math
@@ -30,10 +29,11 @@ from timm.models import clean_state_dict
 
 from ..errors import ViTVariantsError
 from ..limits import DEFAULT_LIMITS, Limits
+from ..memory import mapping_address, release_pages, release_tensor
 from .files import check_regular_file
 
 __all__ = ['TensorStore', 'NpzStore', 'SafetensorsStore', 'TorchPickleStore', 'open_store', 'SAFETENSORS_DTYPES',
-           'read_safetensors_header', 'drop_mapped_pages']
+           'read_safetensors_header']
 
 # safetensors dtype names and their torch dtypes.
 SAFETENSORS_DTYPES = {
@@ -50,7 +50,6 @@ _ARRAYS_OUTSIDE_BLOCKS = 64
 # Errors a damaged zip member or npy header can raise while being read.
 _READ_ERRORS = (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError, KeyError, TypeError, SyntaxError,
                 MemoryError, OverflowError, IndexError, NotImplementedError, struct.error)
-_PAGE = mmap.PAGESIZE
 
 
 class TensorStore(abc.ABC):
@@ -115,6 +114,7 @@ class _Mapping:
         self._file = open(path, 'rb')
         self.map: Optional[mmap.mmap] = mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_COPY) \
             if self.size else None
+        self._address = mapping_address(self.map) if self.map is not None else 0
 
     def view(self, offset: int, dtype: torch.dtype, shape: Tuple[int, ...]) -> torch.Tensor:
         count = math.prod(shape)
@@ -129,13 +129,9 @@ class _Mapping:
         return os.pread(self._file.fileno(), max(0, min(size, self.size - offset)), offset)
 
     def release(self, begin: int, end: int) -> None:
-        if self.map is None or end <= begin:
-            return
-        start = begin - begin % _PAGE
-        try:
-            self.map.madvise(mmap.MADV_DONTNEED, start, min(end, self.size) - start)
-        except (OSError, ValueError, AttributeError):
-            pass
+        """Hand back the pages of bytes [begin, end) of the file (never written, so they re-read from it)."""
+        if self.map is not None:
+            release_pages(self._address + begin, self._address + min(end, self.size))
 
     def close(self) -> None:
         # Never mmap.close(): torch.frombuffer views keep a reference to the mapping but no buffer export,
@@ -200,7 +196,8 @@ class NpzStore(TensorStore):
         if len(members) > most:
             raise ViTVariantsError(
                 f'{len(members)} arrays is more than a ViT within the depth limit of {self.limits.depth} holds '
-                f'(at most {most}); refusing before reading any (lift it with --limit depth=N)', path=self.path)
+                f'(at most {most}); refusing before reading any', path=self.path,
+                needs=f'limit:depth={-(-(len(members) - _ARRAYS_OUTSIDE_BLOCKS) // _ARRAYS_PER_BLOCK)}')
         for key, info in members.items():
             self.limits.check('tensor_bytes', info.file_size, path=self.path, key=key)
         packed = [info for info in members.values() if info.compress_type != zipfile.ZIP_STORED]
@@ -211,8 +208,8 @@ class NpzStore(TensorStore):
             worst = max(packed, key=lambda i: i.file_size / max(i.compress_size, 1))
             raise ViTVariantsError(
                 f'compressed members claim {claimed} bytes from {compressed} stored bytes (more than '
-                f'{self.limits.inflate_ratio}x, a decompression bomb); refusing before inflating any (if genuine, '
-                f'lift it with --limit inflate_ratio=N)', path=self.path, key=worst.filename[:-len('.npy')])
+                f'{self.limits.inflate_ratio}x, a decompression bomb); refusing before inflating any', path=self.path,
+                key=worst.filename[:-len('.npy')], needs=f'limit:inflate_ratio={-(-claimed // max(compressed, 1))}')
 
     def _read_header(self, key: str, info: zipfile.ZipInfo):
         try:
@@ -392,23 +389,6 @@ def _torch_load(file: str) -> Any:
         raise ViTVariantsError(reason, path=file) from e
 
 
-def drop_mapped_pages(tensor: torch.Tensor) -> None:
-    """``madvise(MADV_DONTNEED)`` on the whole pages inside a tensor that views a private file mapping.
-
-    Only for such a tensor: on heap memory it would zero the data. The next touch re-reads the file.
-    """
-    start = tensor.untyped_storage().data_ptr() + tensor.storage_offset() * tensor.element_size()
-    end = start + tensor.numel() * tensor.element_size()
-    start = -(-start // _PAGE) * _PAGE  # inward: a page shared with a neighbour is kept
-    end -= end % _PAGE
-    if end > start:
-        try:
-            ctypes.CDLL(None, use_errno=True).madvise(ctypes.c_void_p(start), ctypes.c_size_t(end - start),
-                                                      mmap.MADV_DONTNEED)
-        except (OSError, AttributeError):
-            pass
-
-
 class TorchPickleStore(TensorStore):
     """``torch.save`` state dicts, unwrapped from timm's training-checkpoint keys (EMA first)."""
 
@@ -447,7 +427,7 @@ class TorchPickleStore(TensorStore):
 
     def release(self, name: str) -> None:
         if self._mapped[self._where[name]]:  # never on heap memory: DONTNEED would zero it
-            drop_mapped_pages(self.tensor(name))
+            release_tensor(self.tensor(name))
 
     def close(self) -> None:
         self._states.clear()

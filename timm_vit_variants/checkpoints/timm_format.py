@@ -15,9 +15,8 @@ import timm
 import torch
 import torch.nn as nn
 
-from ..config import MODELS, SimpleViTConfig, activation_name, heads_for_width
+from ..config import DATA_CONFIG_KEYS, MODELS, SimpleViTConfig, activation_name, heads_for_width
 from ..errors import ViTVariantsError
-from ..geometry import infer_grid
 from .source import Rule, SourceCheckpoint
 
 __all__ = ['TimmCheckpoint']
@@ -28,7 +27,6 @@ _LOADING_ARGS = frozenset({'pretrained', 'pretrained_cfg', 'pretrained_cfg_overl
 # model_args sizes and the limit each is checked against, before anything is built from them.
 _CLAIMS = {'depth': 'depth', 'embed_dim': 'width', 'num_heads': 'heads', 'mlp_dim': 'mlp', 'num_classes': 'classes',
            'img_size': 'img_size', 'patch_size': 'img_size', 'rep_size': 'width'}
-_DATA_KEYS = ('mean', 'std', 'interpolation', 'crop_pct', 'crop_mode', 'license')
 # timm VisionTransformer features without a SimpleVisionTransformer equivalent, by tensor name.
 _UNSUPPORTED = (
     (re.compile(r'(^|\.)reg_token$'), 'register tokens (reg_tokens) are not supported'),
@@ -53,11 +51,9 @@ class TimmCheckpoint(SourceCheckpoint):
         return Rule((self._prefix + key,)), None
 
     def data_config(self) -> Dict[str, Any]:
-        cfg = super().data_config()
         timm_cfg = self.source_config.get('pretrained_cfg') or {}
-        cfg.update({k: tuple(v) if isinstance(v, list) else v for k, v in timm_cfg.items()
-                    if k in _DATA_KEYS and v is not None})
-        return cfg
+        return {k: tuple(v) if isinstance(v, list) else v for k, v in timm_cfg.items()
+                if k in DATA_CONFIG_KEYS and v is not None}
 
     # -- the architecture -------------------------------------------------------------------------------
     def _architecture(self) -> Tuple[Optional[str], Dict[str, Any]]:
@@ -161,27 +157,17 @@ class TimmCheckpoint(SourceCheckpoint):
         img_hint = hints.get('img_size') or facts.get('img_size')
         slot = False
         if 'pos_embed' in local:
-            pos = self._shape(p + 'pos_embed')
-            if len(pos) != 3 or pos[0] != 1 or pos[2] != dim:
-                raise self._error('position table must be (1, tokens, width)', key=p + 'pos_embed',
-                                  shapes=(pos, (1, -1, dim)))
-            self._check_dims(p + 'pos_embed', tokens=pos[1])
-            self.grid, prefix = infer_grid(pos[1], (patch_h, patch_w), img_size=img_hint, class_token=class_token,
-                                           slot=facts.get('pos_embed_cls_slot'), path=self.path, key=p + 'pos_embed')
-            slot = bool(prefix)
+            slot = bool(self._table_grid(p + 'pos_embed', dim, (patch_h, patch_w), class_token=class_token,
+                                         slot=facts.get('pos_embed_cls_slot'), img_size=img_hint))
             pos_embed = 'learn'
         else:
             pos_embed = hints.get('pos_embed') or facts.get('pos_embed') or 'sincos'
             if pos_embed == 'learn':
                 raise self._error('missing key', key=p + 'pos_embed')
-        indices = sorted({int(m.group(1)) for m in map(_BLOCK_RE.match, local) if m})
-        if not indices:
+        depth = self._block_count([int(m.group(1)) for m in map(_BLOCK_RE.match, local) if m],
+                                  lambda i: f'{p}blocks.{i}')
+        if not depth:
             raise self._error('no transformer blocks found', key=p + 'blocks.0.attn.qkv.weight')
-        self._check_dims(f'{p}blocks.{indices[-1]}', depth=indices[-1] + 1)
-        if indices != list(range(len(indices))):
-            missing = sorted(set(range(indices[-1] + 1)) - set(indices))
-            raise self._error(f'inconsistent depth: blocks {indices} present, {missing} missing',
-                              key=f'{p}blocks.{missing[0]}')
         mlp_dim = self._shape(p + 'blocks.0.mlp.fc1.weight')[0]
         rep_size = self._shape(p + 'pre_logits.fc.weight')[0] if 'pre_logits.fc.weight' in local else None
         num_classes = self._shape(p + 'head.weight')[0] if 'head.weight' in local else 0
@@ -198,7 +184,7 @@ class TimmCheckpoint(SourceCheckpoint):
             num_classes=num_classes,
             global_pool=facts.get('global_pool', 'token' if class_token else 'avg'),
             embed_dim=dim,
-            depth=len(indices),
+            depth=depth,
             num_heads=num_heads,
             mlp_dim=mlp_dim,
             qkv_bias='blocks.0.attn.qkv.bias' in local,

@@ -1,9 +1,10 @@
-"""Each source framework's own resize rules, written again in numpy to check ours against.
+"""Each source framework's own rules, written again in numpy to check ours against.
 
-``timm_vit_variants.geometry`` resizes with torch; these are independent transcriptions of what
-the source frameworks do, used only by verification (and tested against fixtures that Google's
-own code produced, ``tests/data/reference``):
+``timm_vit_variants.geometry`` and ``posemb`` compute with torch; these are independent transcriptions
+of what the source frameworks do, used only by verification (and tested against fixtures that
+Google's own code produced, ``tests/data/reference``):
 
+  * ``bigvision_posemb_sincos_2d``: big_vision's ``posemb_sincos_2d``;
   * ``zoom_linear``: ``scipy.ndimage.zoom(order=1)``, i.e. big_vision's ``vit.resample_posemb`` and
     vit_jax's ``checkpoint.interpolate_posembed`` (bilinear through the corner samples);
   * ``jax_linear``: ``jax.image.resize(method='linear')``, FlexiViT's run-time table resize
@@ -13,7 +14,24 @@ own code produced, ``tests/data/reference``):
 """
 import numpy as np
 
-__all__ = ['zoom_linear', 'jax_linear', 'tf_bilinear_matrix', 'flexi_pi_resize', 'resize_grid_table']
+from timm_vit_variants.errors import ViTVariantsError
+
+__all__ = ['bigvision_posemb_sincos_2d', 'zoom_linear', 'jax_linear', 'tf_bilinear_matrix', 'flexi_pi_resize',
+           'resize_grid_table']
+
+
+def bigvision_posemb_sincos_2d(h: int, w: int, width: int, temperature: float = 10_000.) -> np.ndarray:
+    """big_vision ``posemb_sincos_2d`` in numpy, shape (1, h*w, width), written from big_vision's formula."""
+    if width % 4:
+        raise ViTVariantsError(f'sin-cos position embedding needs a width divisible by 4, got {width}')
+    y, x = np.mgrid[:h, :w]
+    quarter = width // 4
+    omega = np.arange(quarter) / (quarter - 1)
+    omega = 1.0 / (temperature ** omega)
+    y = np.einsum('m,d->md', y.flatten(), omega)
+    x = np.einsum('m,d->md', x.flatten(), omega)
+    table = np.concatenate([np.sin(x), np.cos(x), np.sin(y), np.cos(y)], axis=1)
+    return np.asarray(table, np.float32)[None]
 
 
 def _linear_matrix(positions: np.ndarray, n_in: int) -> np.ndarray:

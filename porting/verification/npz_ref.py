@@ -1,0 +1,107 @@
+"""The Google ``.npz`` reference (big_vision, FlexiViT, vit_jax): an equivalent timm ``VisionTransformer`` loaded
+by timm's own npz loader (``load_pretrained``), never by our key mapping."""
+import itertools
+import tempfile
+import zipfile
+from pathlib import Path
+from typing import Any, Dict, Tuple, Union
+
+import numpy as np
+
+from .archive import ExtendedArchive
+from .rules import bigvision_posemb_sincos_2d
+from .timm_ref import PreLogitsHead, TimmReference, grid, timm_equivalent
+
+__all__ = ['npz_model']
+
+_PREFIXES = ('opt/target/', 'params/img/', 'params/', '')
+
+
+def _headers(path: str) -> Dict[str, Tuple[Tuple[int, ...], np.dtype]]:
+    """Shapes and dtypes of every array in an .npz, read from the member headers only."""
+    out = {}
+    with zipfile.ZipFile(path) as zf:
+        for name in zf.namelist():
+            if not name.endswith('.npy'):
+                continue
+            with zf.open(name) as fh:
+                major, _ = np.lib.format.read_magic(fh)
+                read_header = np.lib.format.read_array_header_1_0 if major == 1 else np.lib.format.read_array_header_2_0
+                shape, _, dtype = read_header(fh)
+            out[name[:-4]] = (tuple(shape), dtype)
+    return out
+
+
+def _bf16_to_float32(raw: np.ndarray) -> np.ndarray:
+    """A 2-byte void/uint16 bfloat16 array as float32 (bfloat16 is the top half of a float32)."""
+    return (raw.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
+
+
+def _timm_readable(path: str, model_args: Dict[str, Any], tmp: Path) -> Union[str, ExtendedArchive]:
+    """The archive timm's ``load_pretrained`` can read: the original path, or an archive built for it.
+
+    timm needs a stored ``pos_embedding``: for a sin-cos model the numpy big_vision table is appended
+    in memory to the original archive (nothing copied). timm cannot decode bfloat16 without jax, so
+    such archives are rewritten with the arrays widened to float32, one at a time (disk, not memory).
+    """
+    headers = _headers(path)
+    bf16 = any(dtype.kind == 'V' and dtype.itemsize == 2 for _, dtype in headers.values())
+    sincos = model_args.get('pos_embed') == 'sincos'
+    if not sincos and not bf16:
+        return path
+    prefix = next(p for p in _PREFIXES if f'{p}embedding/kernel' in headers or not p)
+    table = None
+    if sincos:
+        table = bigvision_posemb_sincos_2d(*grid(model_args), model_args['embed_dim'],
+                                           model_args.get('sincos_temperature', 10_000.))
+    if not bf16:
+        archive = ExtendedArchive(path)
+        with zipfile.ZipFile(archive, 'a', allowZip64=True) as extended, \
+                extended.open(f'{prefix}pos_embedding.npy', 'w', force_zip64=True) as fh:
+            np.lib.format.write_array(fh, table, allow_pickle=False)
+        archive.seek(0)
+        return archive
+    new_prefix = prefix or 'params/'  # timm recognises big_vision block names under params/
+    out_path = tmp / 'timm_reference.npz'
+    with np.load(path, allow_pickle=False) as src, zipfile.ZipFile(out_path, 'w', allowZip64=True) as dst:
+        arrays = ((name, src[name]) for name in src.files)
+        if table is not None:
+            arrays = itertools.chain(arrays, [(f'{prefix}pos_embedding', table)])
+        for name, array in arrays:
+            if array.dtype.kind == 'V' and array.dtype.itemsize == 2:
+                array = _bf16_to_float32(array)
+            local = name[len(prefix):] if name.startswith(prefix) else name
+            with dst.open(f'{new_prefix}{local}.npy', 'w', force_zip64=True) as fh:
+                np.lib.format.write_array(fh, np.ascontiguousarray(array), allow_pickle=False)
+            del array
+    return str(out_path)
+
+
+def _pre_logits_head(path: str) -> PreLogitsHead:
+    """The archive's own flax pre-logits and head Dense layers ((in, out) kernels)."""
+    with np.load(path, allow_pickle=False) as w:
+        prefix = next(p for p in _PREFIXES if f'{p}pre_logits/kernel' in w.files)
+
+        def get(name: str):
+            if f'{prefix}{name}' not in w.files:
+                return None
+            array = w[f'{prefix}{name}']
+            return _bf16_to_float32(array) if array.dtype.kind == 'V' else array.astype(np.float64)
+
+        return PreLogitsHead(get('pre_logits/kernel'), get('pre_logits/bias'), get('head/kernel'), get('head/bias'))
+
+
+def npz_model(path: str, model_args: Dict[str, Any]) -> TimmReference:
+    """timm's VisionTransformer loaded by timm's own npz loader (headless when there is a pre-logits layer)."""
+    head = _pre_logits_head(path) if model_args.get('rep_size') else None
+    with tempfile.TemporaryDirectory(prefix='vit-port-verify-') as tmp:
+        readable = _timm_readable(path, model_args, Path(tmp))
+        model = timm_equivalent(model_args, num_classes=0 if head is not None else None)
+        model.load_pretrained(readable)
+        name = 'timm VisionTransformer.load_pretrained(npz)'
+        if isinstance(readable, ExtendedArchive):
+            readable.close()
+            name += ' (the archive with the numpy big_vision sin-cos table appended in memory)'
+        elif readable != path:
+            name += ' (archive copy with bfloat16 widened to float32)'
+    return TimmReference(model, name, head)

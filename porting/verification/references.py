@@ -1,0 +1,64 @@
+"""Which reference implementation runs a source, by format, at the source or the target geometry."""
+from typing import Any, Callable, Dict, Optional, Tuple
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from timm_vit_variants.errors import ViTVariantsError
+from timm_vit_variants.memory import release_after_use
+
+from .hf_ref import hf_outputs
+from .npz_ref import npz_model
+from .result import NoReference, Outputs, ReferenceFailed, first_line
+from .target import at_target
+from .timm_ref import TimmReference, pair, timm_model
+
+__all__ = ['reference_outputs', 'release_as_it_runs']
+
+# The references that are timm networks (the target check can rebuild those at another geometry).
+_TIMM_BUILT: Dict[str, Callable[[str, Dict[str, Any]], TimmReference]] = {
+    'timm': timm_model,
+    'bigvision': npz_model,
+    'vitjax': npz_model,
+}
+
+
+def release_as_it_runs(model: nn.Module) -> None:
+    """Hand back the mapped weight pages of each of ``model``'s blocks once it has run (``memory.release_after_use``)."""
+    blocks = getattr(model, 'blocks', None)
+    if isinstance(blocks, nn.Sequential) and len(blocks):
+        release_after_use(blocks)
+
+
+def reference_outputs(
+        path: str,
+        fmt: str,
+        model_args: Dict[str, Any],
+        x: torch.Tensor,
+        target: Optional[Tuple[Dict[str, Any], str]] = None,
+) -> Outputs:
+    """Run the source's reference implementation on ``x``.
+
+    With ``target`` (target model args, resample rule) the reference runs at the target geometry, its
+    weights resized by the source framework's own rule (``target.at_target``), or transformers' own
+    resize. Raises ``NoReference`` when none can run (with the reason), and ``ReferenceFailed`` when the
+    reference library refuses or fails on the source.
+    """
+    try:
+        if fmt == 'hf':
+            return hf_outputs(path, model_args, x, target)
+        if fmt not in _TIMM_BUILT:
+            raise NoReference(f'no reference implementation for format {fmt!r}')
+        ref = _TIMM_BUILT[fmt](path, model_args)
+        if target is not None:
+            ref = at_target(ref, model_args, target[0], target[1])
+            patch = pair(target[0].get('patch_size', 16))
+            x = F.pad(x, (0, -x.shape[-1] % patch[1], 0, -x.shape[-2] % patch[0]))  # our model pads the same way
+        release_as_it_runs(ref.model)
+        return ref.outputs(x)
+    except (NoReference, ViTVariantsError):
+        raise
+    except Exception as e:  # noqa: BLE001  (reference libraries raise many types)
+        raise ReferenceFailed(f'the reference implementation could not load or run the source: {first_line(e)}') \
+            from None

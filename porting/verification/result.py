@@ -1,0 +1,65 @@
+"""What a verification found, in the shape the terminal line, the model card and ``config.json`` record."""
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+import torch
+
+from ..request import DEFAULT_TOL
+
+__all__ = ['DEFAULT_TOL', 'Verification', 'Outputs', 'NoReference', 'ReferenceFailed', 'first_line']
+
+
+@dataclass
+class Verification:
+    """Outcome of one check: 'passed', 'failed' or 'skipped', with the figures and the reasons."""
+    status: str
+    reference: Optional[str] = None
+    max_abs_logits: Optional[float] = None
+    max_abs_features: Optional[float] = None
+    tolerance: Optional[float] = None
+    reason: Optional[str] = None
+    notes: List[str] = field(default_factory=list)
+
+    def as_card_dict(self) -> Dict[str, Any]:
+        reason = '; '.join([r for r in [self.reason, *self.notes] if r]) or None
+        return dict(status=self.status, reference=self.reference, max_abs_logits=self.max_abs_logits,
+                    max_abs_features=self.max_abs_features, tolerance=self.tolerance, reason=reason)
+
+    def summary(self) -> str:
+        """One line for the terminal."""
+        if self.status == 'skipped':
+            return f'verification skipped: {self.reason}' + ''.join(f'; {n}' for n in self.notes)
+        figures = []
+        if self.max_abs_logits is not None:
+            figures.append(f'max|dlogits|={self.max_abs_logits:.2e}')
+        if self.max_abs_features is not None:
+            figures.append(f'max|dfeatures|={self.max_abs_features:.2e}')
+        tol = f' (tol {self.tolerance:g})' if self.tolerance is not None else ''
+        text = f'verification {self.status} vs {self.reference}: ' + ', '.join(figures) + tol
+        if self.reason:
+            text += f'; {self.reason}'
+        return text + ''.join(f'; {n}' for n in self.notes)
+
+
+@dataclass
+class Outputs:
+    """What a network produced on the verification inputs."""
+    features: Optional[torch.Tensor]  # final-norm tokens (B, T, D)
+    logits: Optional[torch.Tensor]
+    name: str
+    note: Optional[str] = None
+    pre_logits: Optional[torch.Tensor] = None  # a pooled pre-logits output (transformers ViTModel's pooler)
+
+
+class NoReference(Exception):
+    """No reference implementation can run this check; the message says why."""
+
+
+class ReferenceFailed(Exception):
+    """The reference implementation refused or could not run the source: the check fails, naming why."""
+
+
+def first_line(error: BaseException) -> str:
+    """``Type: first line of the message``: one line, however long the library's message is."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return f'{type(error).__name__}: {lines[0] if lines else ""}'.rstrip(': ')

@@ -1,0 +1,170 @@
+"""The timm reference: timm's own ``VisionTransformer`` and loaders, for timm sources and as the network the
+Google ``.npz`` and target-geometry references run in."""
+import zipfile
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any, Dict, Optional, Tuple
+
+import numpy as np
+import torch
+import torch.nn as nn
+
+from timm_vit_variants.checkpoints.files import SINGLE_WEIGHT_FILES
+from timm_vit_variants.errors import ViTVariantsError
+
+from .result import NoReference, Outputs
+
+__all__ = ['pair', 'grid', 'timm_equivalent', 'PreLogitsHead', 'TimmReference', 'timm_weights', 'timm_model']
+
+# Input-side options and the values timm's VisionTransformer can express ('linear' is 'conv' computed as a matmul).
+_TIMM_INPUT_SIDE = {'patch_embed': ('conv', 'linear'), 'patch_norm': (None,), 'grid_mode': ('pad', 'strict'),
+                    'pos_embed': ('sincos', 'learn', 'none')}
+
+
+def pair(v: Any) -> Tuple[int, int]:
+    return (int(v), int(v)) if isinstance(v, int) else (int(v[0]), int(v[-1]))
+
+
+def grid(model_args: Dict[str, Any]) -> Tuple[int, int]:
+    """The token grid of ``model_args`` (ceil division: the family pads right/bottom)."""
+    (h, w), (ph, pw) = pair(model_args.get('img_size', 224)), pair(model_args.get('patch_size', 16))
+    return -(-h // ph), -(-w // pw)
+
+
+def timm_equivalent(model_args: Dict[str, Any], num_classes: Optional[int] = None) -> nn.Module:
+    """A timm ``VisionTransformer`` computing the same function as ``SimpleVisionTransformer(**model_args)``.
+
+    big_vision 'gap' (norm all tokens, then average) is timm's ``fc_norm=False`` + ``global_pool='avg'``;
+    a table without a cls slot is ``no_embed_class=True``; a sin-cos table becomes a learned one. timm has
+    no pre-logits layer: give ``num_classes=0`` and apply ``explicit_head``. Built on the meta device and
+    left uninitialised (every parameter is loaded afterwards; one that is not makes the comparison fail
+    loudly), which saves seconds of random init on large models.
+    """
+    from timm.models.vision_transformer import VisionTransformer
+
+    beyond = [f'{name}={model_args[name]!r}' for name, same in _TIMM_INPUT_SIDE.items()
+              if model_args.get(name, same[0]) not in same]
+    if beyond:
+        raise NoReference(f"timm's VisionTransformer has no equivalent of {', '.join(beyond)}")
+    embed_dim = model_args['embed_dim']
+    mlp_dim = model_args.get('mlp_dim') or 4 * embed_dim
+    pos = model_args.get('pos_embed', 'sincos')
+    class_token = bool(model_args.get('class_token', False))
+    with torch.device('meta'):
+        model = VisionTransformer(
+            img_size=pair(model_args.get('img_size', 224)),
+            patch_size=pair(model_args.get('patch_size', 16)),
+            in_chans=model_args.get('in_chans', 3),
+            num_classes=model_args.get('num_classes', 0) if num_classes is None else num_classes,
+            global_pool=model_args.get('global_pool', 'avg'),
+            embed_dim=embed_dim,
+            depth=model_args['depth'],
+            num_heads=model_args['num_heads'],
+            mlp_ratio=mlp_dim / embed_dim,
+            qkv_bias=model_args.get('qkv_bias', True),
+            class_token=class_token,
+            pos_embed='none' if pos == 'none' else 'learn',
+            no_embed_class=not (model_args.get('pos_embed_cls_slot', False) and class_token),
+            fc_norm=False,
+            act_layer=model_args.get('act_layer', 'gelu_tanh'),
+            norm_layer=partial(nn.LayerNorm, eps=model_args.get('norm_eps', 1e-6)),
+        )
+    if model.blocks[0].mlp.fc1.out_features != mlp_dim:
+        raise ViTVariantsError(f'timm cannot express an MLP width of {mlp_dim} for width {embed_dim}')
+    return model.to_empty(device='cpu').eval()
+
+
+@dataclass
+class PreLogitsHead:
+    """``head(tanh(pre_logits(pooled)))``, the layer timm does not have, in float64 numpy; kernels are (in, out)."""
+    pre_kernel: np.ndarray
+    pre_bias: np.ndarray
+    head_kernel: Optional[np.ndarray] = None
+    head_bias: Optional[np.ndarray] = None
+
+    @classmethod
+    def pop_from(cls, state: Dict[str, torch.Tensor]) -> 'PreLogitsHead':
+        """Take our ``pre_logits.fc`` and ``head`` (torch Linear, (out, in)) out of a state dict."""
+        def kernel(key: str) -> Optional[np.ndarray]:
+            value = state.pop(key, None)
+            return None if value is None else value.detach().double().numpy().T
+
+        def bias(key: str) -> Optional[np.ndarray]:
+            value = state.pop(key, None)
+            return None if value is None else value.detach().double().numpy()
+
+        return cls(kernel('pre_logits.fc.weight'), bias('pre_logits.fc.bias'), kernel('head.weight'),
+                   bias('head.bias'))
+
+    def __call__(self, pooled: torch.Tensor) -> torch.Tensor:
+        out = np.tanh(pooled.numpy().astype(np.float64) @ self.pre_kernel + self.pre_bias)
+        if self.head_kernel is not None:
+            out = out @ self.head_kernel + self.head_bias
+        return torch.from_numpy(out.astype(np.float32))
+
+
+@dataclass
+class TimmReference:
+    """A timm network standing for the source, plus the pre-logits layer it cannot express (if any)."""
+    model: nn.Module
+    name: str
+    head: Optional[PreLogitsHead] = None
+
+    def outputs(self, x: torch.Tensor) -> Outputs:
+        with torch.no_grad():
+            feats = self.model.forward_features(x)
+            if self.head is not None:
+                logits = self.head(self.model.forward_head(feats, pre_logits=True))
+                return Outputs(feats, logits, self.name, note='logits via an explicit numpy '
+                               "head(tanh(pre_logits(x))) (timm has no pre-logits layer)")
+            logits = self.model.forward_head(feats) if self.model.num_classes else None
+        return Outputs(feats, logits, self.name)
+
+
+def timm_weights(file: Path) -> Dict[str, torch.Tensor]:
+    """A timm weight file as tensors viewing the file where the format allows (safetensors, zip pickles)."""
+    from timm.models import clean_state_dict, load_state_dict
+
+    if file.suffix == '.safetensors':
+        from safetensors import safe_open
+
+        with safe_open(str(file), framework='pt') as f:
+            return {k: f.get_tensor(k) for k in f.keys()}
+    if zipfile.is_zipfile(file):
+        from timm_vit_variants._timm_compat import mapped_torch_load
+
+        with mapped_torch_load():
+            return clean_state_dict(load_state_dict(str(file)))  # timm's own unwrapping of training checkpoints
+    return clean_state_dict(load_state_dict(str(file)))
+
+
+def timm_model(path: str, model_args: Dict[str, Any]) -> TimmReference:
+    """timm's network, built from config.json (``local-dir:``) or as the equivalent VisionTransformer.
+
+    The weights are assigned, not copied, into a meta-device model, so the reference costs the file
+    once in memory rather than a state dict plus a model.
+    """
+    import timm
+
+    folder = Path(path)
+    head = None
+    if folder.is_dir():
+        if not (folder / 'config.json').is_file():
+            raise NoReference('timm loads a folder only through its config.json, and this folder has none')
+        files = [folder / name for name in SINGLE_WEIGHT_FILES if (folder / name).is_file()]
+        if not files:
+            raise NoReference('timm can only load an unsharded Hub folder (config.json + model.safetensors)')
+        import timm_vit_variants  # noqa: F401  (simple_vit folders need the plugin)
+        with torch.device('meta'):
+            model = timm.create_model(f'local-dir:{folder}', pretrained=False)
+        state, name = timm_weights(files[0]), "timm.create_model('local-dir:...') + its weights"
+    else:
+        state, name = timm_weights(folder), 'timm VisionTransformer + timm load_state_dict'
+        if model_args.get('rep_size'):
+            head = PreLogitsHead.pop_from(state)
+        model = timm_equivalent(model_args, num_classes=0 if head is not None else None)
+    model.load_state_dict(state, strict=True, assign=True)
+    if hasattr(model, 'init_non_persistent_buffers'):  # a computed table, left on the meta device
+        model.init_non_persistent_buffers()
+    return TimmReference(model.eval(), name, head)
