@@ -34,6 +34,7 @@ def build_model_card(
         base_model: Optional[str] = None,
         datasets: Optional[list] = None,
         label_names: Optional[list] = None,
+        assumed: Optional[dict] = None,
 ) -> ModelCard:
     """Build the card for a converted checkpoint.
 
@@ -48,6 +49,7 @@ def build_model_card(
             'max_abs_features', 'tolerance', 'reason'}``.
         license, base_model, datasets: card metadata, included only when known.
         label_names: class names, one per output, when known.
+        assumed: {field: (value, why)} for what the source does not record and was assumed.
     """
     if not architecture:
         raise ViTVariantsError('model card needs an architecture name')
@@ -72,6 +74,7 @@ def build_model_card(
         _usage(repo_id or REPO_PLACEHOLDER, placeholder=repo_id is None),
         _conversion(source, conversion_command),
         _verification(verification),
+        *([_assumptions(assumed)] if assumed else []),
         _provenance(base_model, license, datasets),
     ]
     body = '\n\n'.join(sections) + '\n'
@@ -178,7 +181,8 @@ def _verification(v: Optional[dict]) -> str:
     if status == 'skipped':
         return head + f'Numerical verification was **skipped**: {v.get("reason") or "no reason given"}.'
     ref = v.get('reference') or 'the source implementation'
-    lines = [f'Checked against {ref} on the same inputs: **{status}**.', '']
+    but = f', but {"; ".join(v["caveats"])}' if v.get('caveats') and status == 'passed' else ''
+    lines = [f'Checked against {ref} on the same inputs: **{status}**{but}.', '']
     for label, key in (('max abs diff, logits', 'max_abs_logits'), ('max abs diff, features', 'max_abs_features'),
                        ('tolerance', 'tolerance')):
         if v.get(key) is not None:
@@ -186,6 +190,12 @@ def _verification(v: Optional[dict]) -> str:
     if v.get('reason'):
         lines.append(f'- note: {v["reason"]}')
     return head + '\n'.join(lines)
+
+
+def _assumptions(assumed: dict) -> str:
+    lines = ['## Assumed', '', 'The source does not record these; they were assumed:', '']
+    lines += [f'- `{name}` = `{value!r}`: {why}' for name, (value, why) in assumed.items()]
+    return '\n'.join(lines)
 
 
 def _provenance(base_model, license, datasets) -> str:

@@ -9,7 +9,11 @@ The rules, in the order they are checked:
   * Output is built in a hidden sibling ``.OUT.vit-port-partial-XXXX`` and renamed into place; an old
     OUT is moved aside to ``.OUT.vit-port-old-XXXX`` and deleted only once the new one is in place.
     Both hold an ``flock`` while in use, so a later run on the same OUT removes those a killed run
-    left behind and never touches those of a run still going.
+    left behind and never touches those of a run still going. It removes only what vit-port makes (a
+    folder of vit-port's file names, or a partial export file of ours); anything else so named is
+    reported and left alone, and nothing that is not a regular file or folder is opened.
+  * Signals are held only over the renames of our own entries, never while waiting for a lock; a
+    lock another process holds is waited for a bounded time, then reported.
   * A full disk or any other write failure ends in one ``ViTVariantsError``, with nothing left behind.
 """
 import errno
@@ -21,6 +25,8 @@ import shutil
 import signal
 import stat
 import tempfile
+import time
+import warnings
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, List, Optional, Sequence, Union
@@ -37,6 +43,11 @@ OLD = 'vit-port-old'
 _OUR_NAMES = re.compile('|'.join(map(re.escape, ('README.md', CONFIG_FILE, SINGLE_WEIGHT_FILES[0], INDEX_FILES[0])))
                         + r'|model-\d{5}-of-\d{5}\.safetensors')
 _STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
+# How long to wait for a lock another run holds on OUT's folder (the renames it guards take milliseconds).
+_LOCK_PATIENCE = 30.0
+# The first bytes of what export writes into a partial file: an ONNX model (protobuf field 1, ir_version) or
+# a torch.export archive (zip).
+_PARTIAL_MAGIC = (b'\x08', b'PK\x03\x04')
 
 PathLike = Union[str, os.PathLike]
 
@@ -133,34 +144,78 @@ def _try_lock(fd: int) -> bool:
         return False
 
 
-def _remove_stale(out: Path) -> None:
-    """Delete the partial and old siblings of OUT that a killed run left (unlocked); skip live ones."""
-    pattern = re.compile(re.escape(f'.{out.name}.') + f'(?:{PARTIAL}|{OLD})-[A-Za-z0-9_]+')
+# What tempfile.mkdtemp/mkstemp and secrets.token_hex(4) append: exactly 8 characters.
+_SUFFIX = r'[a-z0-9_]{8}'
+
+
+def _remove_stale(out: Path) -> List[str]:
+    """Delete the partial and old siblings of OUT that a killed run left; returns what was left alone, and why.
+
+    Only what vit-port makes is removed: a folder holding nothing but the names vit-port writes, or a
+    partial export file of ours (ours by owner, mode and first bytes). Anything else that matches the
+    name, or that another run still holds locked, is left as it is. Nothing that is not a regular file
+    or a folder is ever opened, and nothing here waits.
+    """
+    pattern = re.compile(re.escape(f'.{out.name}.') + f'(?:{PARTIAL}|{OLD})-{_SUFFIX}')
+    kept: List[str] = []
     try:
         names = os.listdir(out.parent)
     except OSError:
-        return
+        return kept
     for name in names:
         if not pattern.fullmatch(name):
             continue
         path = out.parent / name
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | (os.O_DIRECTORY if path.is_dir() else 0))
+            mode = os.lstat(path).st_mode
+        except OSError:
+            continue
+        if not (stat.S_ISDIR(mode) or stat.S_ISREG(mode)):
+            kept.append(f'{path} (not a regular file or folder)')
+            continue
+        try:  # O_NONBLOCK: a FIFO swapped in after the lstat cannot make the open wait
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | (os.O_DIRECTORY if stat.S_ISDIR(mode) else 0))
         except OSError:
             continue
         try:
-            if _try_lock(fd):
-                if stat.S_ISDIR(os.fstat(fd).st_mode):
-                    shutil.rmtree(path, ignore_errors=True)
-                else:
-                    os.unlink(path)
+            if not _try_lock(fd):
+                continue  # a run still going
+            why = _not_ours(path, fd)
+            if why:
+                kept.append(f'{path} ({why})')
+            elif stat.S_ISDIR(os.fstat(fd).st_mode):
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                os.unlink(path)
         finally:
             os.close(fd)
+    return kept
+
+
+def _not_ours(path: Path, fd: int) -> str:
+    """Why ``path`` (open as ``fd``) is not a leftover of vit-port's ('' when it is)."""
+    info = os.fstat(fd)
+    if info.st_uid != os.geteuid():
+        return 'owned by another user'
+    if stat.S_ISDIR(info.st_mode):
+        names = os.listdir(fd)
+        foreign = [n for n in names if not _OUR_NAMES.fullmatch(n) or not stat.S_ISREG(
+            os.stat(n, dir_fd=fd, follow_symlinks=False).st_mode)]
+        return f'it holds {", ".join(sorted(foreign)[:3])}, which vit-port does not write' if foreign else ''
+    if stat.S_IMODE(info.st_mode) != 0o600:  # mkstemp's mode, kept until the file is renamed into place
+        return 'not a partial file of ours (its mode)'
+    head = os.pread(fd, 4, 0)
+    if head and not head.startswith(_PARTIAL_MAGIC):
+        return 'not a partial file of ours (its first bytes)'
+    return ''
 
 
 @contextmanager
 def _signals_deferred() -> Iterator[None]:
-    """Hold Ctrl-C and SIGTERM until the renames are done, so OUT is never left half-replaced."""
+    """Hold Ctrl-C and SIGTERM over a few renames of our own entries, so OUT is never left half-replaced.
+
+    Never held while waiting for anything another process controls (a lock, a file).
+    """
     old = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
     try:
         yield
@@ -169,30 +224,40 @@ def _signals_deferred() -> Iterator[None]:
 
 
 @contextmanager
-def _locked(path: Path) -> Iterator[int]:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+def _locked(path: Path, patience: float = _LOCK_PATIENCE) -> Iterator[int]:
+    """An exclusive ``flock`` on a folder, waited for at most ``patience`` seconds (Ctrl-C stops the wait)."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        deadline = time.monotonic() + patience
+        while not _try_lock(fd):
+            if time.monotonic() > deadline:
+                raise ViTVariantsError(f'{path} has been locked by another process for {patience:.0f} s (another '
+                                       'vit-port run writing there?); nothing was changed, run again later',
+                                       path=str(path))
+            time.sleep(0.05)
         yield fd
     finally:
         os.close(fd)
 
 
 def _commit(tmp: Path, out: Path, overwrite: bool) -> None:
-    with _signals_deferred(), _locked(out.parent):
+    with _locked(out.parent):
         if not os.path.lexists(out):
-            os.rename(tmp, out)
+            with _signals_deferred():
+                os.rename(tmp, out)
             return
         if not overwrite:
             raise ViTVariantsError('output appeared while converting; pass --overwrite to replace it', path=str(out))
         old = out.parent / f'.{out.name}.{OLD}-{secrets.token_hex(4)}'
         if out.is_symlink() or not out.is_dir():
-            _swap(tmp, out, old)
-            os.unlink(old)
+            with _signals_deferred():
+                _swap(tmp, out, old)
+                os.unlink(old)
             return
         _check_replaceable(out)  # again: it may have changed while we converted
         with _locked(out):  # held until deleted, so no concurrent cleanup mistakes it for a leftover
-            _swap(tmp, out, old)
+            with _signals_deferred():
+                _swap(tmp, out, old)
             shutil.rmtree(old, ignore_errors=True)
 
 
@@ -232,18 +297,21 @@ def _atomic(out: PathLike, overwrite: bool, sources: Sequence[PathLike], folder:
     tmp: Optional[Path] = None
     lock = -1
     try:
-        # Ctrl-C/SIGTERM wait until the partial exists and is locked, then land inside this try.
+        # Ctrl-C/SIGTERM are held while our own entries are made, then land inside this try.
         with _signals_deferred():
             created = _make_parents(out)
-            with _locked(out.parent):  # a concurrent run's cleanup never sees our partial before it is locked
-                _remove_stale(out)
+        with _locked(out.parent):  # a concurrent run's cleanup never sees our partial before it is locked
+            kept = _remove_stale(out)
+            with _signals_deferred():
                 if folder:
                     tmp = Path(tempfile.mkdtemp(prefix=f'.{out.name}.{PARTIAL}-', dir=out.parent))
                     lock = os.open(tmp, os.O_RDONLY | os.O_DIRECTORY)
                 else:
                     lock, name = tempfile.mkstemp(prefix=f'.{out.name}.{PARTIAL}-', dir=out.parent)
                     tmp = Path(name)
-                fcntl.flock(lock, fcntl.LOCK_EX)
+                fcntl.flock(lock, fcntl.LOCK_EX)  # our own new entry: nobody else holds it
+        if kept:
+            warnings.warn('left alone, though named like a leftover of vit-port: ' + '; '.join(kept), stacklevel=3)
         yield tmp
         os.chmod(tmp, 0o755 if folder else 0o644)  # mkdtemp/mkstemp make it private
         _commit(tmp, out, overwrite)

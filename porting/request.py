@@ -26,17 +26,17 @@ def _given(options: Dict[str, Any], known: Any, what: str) -> Dict[str, Any]:
     if unknown:
         raise TypeError(f'unknown {what} option(s) {unknown}; expected some of {sorted(known)}')
     given = {k: v for k, v in options.items() if v is not None}
-    for name in ('img_size', 'patch_size', 'source_img_size', 'static'):
+    for name in ('img_size', 'patch_size', 'source_img_size', 'static', 'mean', 'std'):
         if name in given:
             given[name] = _size(given[name])
     return given
 
 
 def _size(value: Any) -> Size:
-    """One or two ints (or a sequence of them) as a tuple; None stays None."""
+    """A number or a sequence of them as a tuple; None stays None."""
     if value is None:
         return None
-    if isinstance(value, int) and not isinstance(value, bool):
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
         return (value,)
     return tuple(value)
 
@@ -53,21 +53,28 @@ class SourceOptions:
         act_layer, norm_eps: Overrides of the inferred MLP activation and LayerNorm epsilon.
         pos_embed: For a checkpoint without a position table: 'sincos' or 'none'.
         use_ema: Prefer the EMA weights of a timm training checkpoint (default: yes, as timm).
+        assume_heads: For a bare timm state dict of a non-standard width, assume timm's 64-wide heads.
+        mean, std, interpolation, crop_pct: The preprocessing, for sources that do not record it.
     """
     fmt: Optional[str] = None
     prefix: Optional[str] = None
     num_heads: Optional[int] = None
+    assume_heads: Optional[bool] = None
     source_img_size: Size = None
     act_layer: Optional[str] = None
     norm_eps: Optional[float] = None
     pos_embed: Optional[str] = None
     use_ema: Optional[bool] = None
+    mean: Optional[Tuple[float, ...]] = None
+    std: Optional[Tuple[float, ...]] = None
+    interpolation: Optional[str] = None
+    crop_pct: Optional[float] = None
 
     def hints(self) -> Dict[str, Any]:
         """The reader hints (``timm_vit_variants.checkpoints.HINTS``) these options set."""
         size = self.source_img_size
         hints = dict(prefix=self.prefix, num_heads=self.num_heads, act_layer=self.act_layer, norm_eps=self.norm_eps,
-                     pos_embed=self.pos_embed, use_ema=self.use_ema,
+                     pos_embed=self.pos_embed, use_ema=self.use_ema, assume_heads=self.assume_heads or None,
                      img_size=None if size is None else (size[0], size[-1]))
         return {k: v for k, v in hints.items() if v is not None}
 

@@ -77,15 +77,18 @@ def test_num_heads_inferred_for_standard_widths_only(tmp_path):
     path = tmp_path / 'raw.pth'
     ref = _timm_vit()
     torch.save(ref.state_dict(), path)
-    with pytest.warns(UserWarning, match='assuming 3, as in the standard ViT of width 192') as record:
-        model, ckpt = _ours(path)
-    assert len(record) == 1 and ckpt.model_args['num_heads'] == 3 and _diff(model, ref) <= TOL
-    # Any other width still needs the head count, and says how to give it.
+    model, ckpt = _ours(path)  # the assumption is recorded (reported by vit-port in the line, card and config)
+    assert ckpt.assumed['num_heads'] == (3, 'the standard ViT of width 192')
+    assert ckpt.model_args['num_heads'] == 3 and _diff(model, ref) <= TOL
+    # Any other width still needs the head count, and says what to give.
     odd = tmp_path / 'odd.pth'
     torch.save(_timm_vit(embed_dim=128, num_heads=2).state_dict(), odd)
-    with pytest.raises(ViTVariantsError, match='--num-heads 2') as info:
+    with pytest.raises(ViTVariantsError, match='64-wide heads, as timm vit_. use, would be 2') as info:
         open_checkpoint(odd)
     assert str(odd) in str(info.value) and 'blocks.0.attn.qkv.weight' in str(info.value)
+    assert info.value.needs == 'num_heads'
+    with open_checkpoint(odd, assume_heads=True) as ckpt:
+        assert ckpt.config.num_heads == 2 and ckpt.assumed['num_heads'][0] == 2
 
 
 @pytest.mark.parametrize('safe', [True, False])

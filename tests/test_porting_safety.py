@@ -431,9 +431,9 @@ def test_stale_partial_folders_are_removed_but_live_ones_kept(npz, tmp_path, cap
     stale = tmp_path / f'.out.{PARTIAL}-deadbeef'
     stale.mkdir()
     (stale / 'model.safetensors').write_bytes(b'x' * 1000)
-    stale_old = tmp_path / f'.out.{OLD}-cafe'
+    stale_old = tmp_path / f'.out.{OLD}-cafe0123'  # token_hex(4): 8 characters, as mkdtemp's
     stale_old.mkdir()
-    live = tmp_path / f'.out.{PARTIAL}-alive'
+    live = tmp_path / f'.out.{PARTIAL}-alive_12'
     live.mkdir()
     fd = os.open(live, os.O_RDONLY | os.O_DIRECTORY)
     fcntl.flock(fd, fcntl.LOCK_EX)  # as a conversion still running would hold it

@@ -60,11 +60,13 @@ def test_verify_command(tmp_path, capsys):
     assert main(['verify', str(src), str(other)]) == 1
     assert 'verification failed' in capsys.readouterr().err
 
+    # A resized folder is checked at its own geometry, with the rule it records (issue 16: it used to be skipped).
     resized = tmp_path / 'resized'
     assert main(['convert', str(src), str(resized), '--img-size', '48', '--no-verify']) == 0
     capsys.readouterr()
-    assert main(['verify', str(src), str(resized)]) == 1
-    assert 'skipped' in capsys.readouterr().err
+    assert main(['verify', str(src), str(resized)]) == 0
+    out = capsys.readouterr().out
+    assert 'verification passed' in out and "checked at the folder's geometry (48x48" in out
 
 
 def test_save_pretrained_folder_loads_in_timm(tmp_path):

@@ -19,10 +19,11 @@ from timm.models import adapt_input_conv
 
 from .config import SimpleViTConfig, grid_for, pair, resample_rule
 from .errors import ViTVariantsError
+from .limits import DEFAULT_LIMITS, Limits
 
 __all__ = [
     'RESAMPLE_RULES', 'Geometry', 'grid_for', 'is_capturing', 'interpolate_grid', 'resample_table', 'pi_resize',
-    'adapt_in_chans', 'infer_grid', 'fixed_patch_reason', 'check_fit', 'fit_tensor', 'fit_stream',
+    'adapt_in_chans', 'infer_grid', 'fixed_patch_reason', 'pi_resize_bytes', 'check_fit', 'fit_tensor', 'fit_stream',
 ]
 
 # How each ecosystem resizes a learned table: (mode, align_corners, antialias).
@@ -213,8 +214,17 @@ def fixed_patch_reason(patch_embed: str, patch_norm: Optional[str] = None) -> st
     return _FIXED_PATCH.get(patch_embed) or (_PIXEL_NORM if patch_norm in ('pre', 'dual') else '')
 
 
-def check_fit(src: Geometry, dst: Geometry) -> None:
-    """Raise ``ViTVariantsError``, saying why, if no rule here takes weights laid out as ``src`` to ``dst``."""
+def pi_resize_bytes(old: Tuple[int, int], new: Tuple[int, int]) -> int:
+    """Memory a PI-resize from patch ``old`` to ``new`` needs: its (new_h*new_w, old_h*old_w) float32 resize
+    matrix about four times over (the basis, the matrix, its pseudo-inverse, the SVD's work)."""
+    return 16 * old[0] * old[1] * new[0] * new[1]
+
+
+def check_fit(src: Geometry, dst: Geometry, limits: Limits = DEFAULT_LIMITS) -> None:
+    """Raise ``ViTVariantsError``, saying why, if no rule here takes weights laid out as ``src`` to ``dst``
+    (or the rule would cost more than ``limits.tensor_bytes``)."""
+    if src.patch != dst.patch and src.kernel_is_patch:
+        limits.check('tensor_bytes', pi_resize_bytes(src.patch, dst.patch), key=src.kernel_key)
     for geo in (src, dst):
         layout = f'patch_embed={geo.patch_embed!r}' + (f', patch_norm={geo.patch_norm!r}' if geo.patch_norm else '')
         why = fixed_patch_reason(geo.patch_embed, geo.patch_norm)

@@ -144,6 +144,9 @@ def create_simple_vit(variant: str, pretrained: bool = False, **kwargs: Any) -> 
         # timm's generic loader cannot read .npz; route it to our reader (model.load_pretrained).
         kwargs['pretrained_cfg_overlay'] = dict(overlay, custom_load=overlay.get('custom_load', True))
     out_indices = kwargs.pop('out_indices', 3)
+    # The one gate before anything is allocated, for every way timm builds one (local-dir:, hf-hub:, a name).
+    fields = {k: v for k, v in kwargs.items() if k in SimpleViTConfig.__dataclass_fields__}
+    MODELS[variant].config(**fields).check_limits(path=_pretrained_source(kwargs.get('pretrained_cfg')))
     return build_model_with_cfg(
         SimpleVisionTransformer,
         variant,
@@ -152,6 +155,12 @@ def create_simple_vit(variant: str, pretrained: bool = False, **kwargs: Any) -> 
         feature_cfg=dict(out_indices=out_indices, feature_cls='getter'),
         **dict(MODELS[variant].kwargs, **kwargs),
     )
+
+
+def _pretrained_source(cfg: Any) -> Optional[str]:
+    """Where timm is about to load weights from (a local-dir: folder's file, a Hub id), to name in errors."""
+    get = cfg.get if isinstance(cfg, dict) else lambda key: getattr(cfg, key, None)
+    return (get('file') or get('hf_hub_id') or None) if cfg is not None else None
 
 
 def _entrypoint(name: str) -> Callable[..., SimpleVisionTransformer]:

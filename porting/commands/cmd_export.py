@@ -32,8 +32,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument('out', metavar='OUT', help='output file, e.g. model.onnx (must not exist unless --overwrite)')
     parser.add_argument('--format', dest='export_format', choices=EXPORT_FORMATS, default=None,
                         help='onnx or pt2 (default: pt2 when OUT ends in .pt2, else onnx)')
-    parser.add_argument('--static', nargs=2, type=size_arg, metavar=('H', 'W'),
-                        help='fix the image size to H x W (default: dynamic height and width)')
+    parser.add_argument('--static', nargs='+', type=size_arg, metavar=('H', 'W'),
+                        help='fix the image size to H x W, or one value for a square (default: dynamic height and '
+                             'width)')
     parser.add_argument('--opset', type=int, default=None,
                         help=f'ONNX opset, 18 to 23 (default {DEFAULT_OPSET})')
     parser.add_argument('--overwrite', action='store_true',
@@ -45,6 +46,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.static is not None and len(args.static) > 2:
+        raise UsageError(f'--static takes one or two values, got {len(args.static)}')
     fmt = args.export_format or ('pt2' if args.out.endswith('.pt2') else 'onnx')
     if fmt == 'pt2' and args.opset is not None:
         raise UsageError('--opset applies to --format onnx only')

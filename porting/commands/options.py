@@ -6,7 +6,7 @@ choice lists below mirror constants of ``timm_vit_variants``; a test keeps them 
 import argparse
 import shlex
 import sys
-from typing import Any, Dict, List
+from typing import Any, List
 
 __all__ = [
     'say', 'UsageError', 'FORMATS', 'RESAMPLE_RULES', 'size_arg', 'byte_size_arg', 'add_geometry_args', 'add_source_args',
@@ -17,20 +17,23 @@ __all__ = [
 FORMATS = ('bigvision', 'vitjax', 'timm', 'hf')
 RESAMPLE_RULES = ('bigvision', 'timm', 'hf', 'flexi')
 ACT_LAYERS = ('gelu', 'gelu_tanh', 'quick_gelu', 'silu', 'relu')
+INTERPOLATIONS = ('bilinear', 'bicubic', 'nearest', 'lanczos')
 
 # Options a model card may record: nothing that can carry a credential (--token, --endpoint) or free text.
 _RECORDED = frozenset({
     'src', 'out', 'img_size', 'patch_size', 'resample_like', 'num_classes', 'fmt', 'num_heads', 'source_img_size',
     'prefix', 'act_layer', 'norm_eps', 'pos_embed', 'use_ema', 'overwrite', 'max_shard_size', 'license', 'base_model',
+    'assume_heads', 'mean', 'std', 'interpolation', 'crop_pct',
     'datasets', 'tol', 'no_verify', 'allow_nonfinite', 'limits', 'push_to', 'private', 'revision', 'create_pr',
 })
 
 
-# The flag that gives what a ``ViTVariantsError.needs`` names.
+# How to give, on the command line, what a ``ViTVariantsError.needs`` names.
 _FLAGS = {
-    'source_img_size': '--source-img-size H [W]',
-    'num_heads': '--num-heads N',
-    'prefix': "--prefix, e.g. --prefix 'params/img/'",
+    'source_img_size': 'give it with --source-img-size H [W]',
+    'num_heads': 'give it with --num-heads N, or --assume-heads to assume 64-wide heads',
+    'prefix': "give it with --prefix, e.g. --prefix 'params/img/'",
+    'fmt': 'leave --from out to detect the format, or give the right one',
 }
 
 
@@ -40,7 +43,7 @@ def remedy(needs: Any) -> str:
         return ''
     if needs.startswith('limit:'):
         return f' (lift it with --limit {needs[len("limit:"):]})'
-    return f' (give it with {_FLAGS[needs]})' if needs in _FLAGS else ''
+    return f' ({_FLAGS[needs]})' if needs in _FLAGS else ''
 
 
 def say(text: str, err: bool = False) -> None:
@@ -92,6 +95,9 @@ def add_source_args(parser: argparse.ArgumentParser) -> None:
                         help='source format (default: detected from the file)')
     parser.add_argument('--num-heads', type=size_arg,
                         help='attention heads, for sources that do not record them (e.g. a bare timm state dict)')
+    parser.add_argument('--assume-heads', action='store_true',
+                        help="bare timm state dict of a non-standard width: assume timm's 64-wide heads (a check "
+                             'against the same count cannot catch a wrong one)')
     parser.add_argument('--source-img-size', nargs='+', type=size_arg, metavar=('H', 'W'),
                         help='image size the source was trained at, for sources that do not record it: splits a '
                              'non-square learned table into its grid; sets the sin-cos source size (default 224)')
@@ -103,6 +109,11 @@ def add_source_args(parser: argparse.ArgumentParser) -> None:
                         help="for a checkpoint without a position table: big_vision sin-cos (default) or none")
     parser.add_argument('--no-ema', dest='use_ema', action='store_false', default=None,
                         help='timm training checkpoints: use state_dict rather than the EMA weights')
+    g = parser.add_argument_group('preprocessing, for sources that do not record it (else assumed, and said so)')
+    g.add_argument('--mean', nargs='+', type=float, metavar='M', help='input mean per channel, e.g. 0.485 0.456 0.406')
+    g.add_argument('--std', nargs='+', type=float, metavar='S', help='input std per channel')
+    g.add_argument('--interpolation', choices=INTERPOLATIONS, help='resize interpolation of the eval transform')
+    g.add_argument('--crop-pct', type=float, metavar='F', help='center-crop fraction of the eval transform, in (0, 1]')
     add_safety_args(parser)
 
 
@@ -161,10 +172,25 @@ def add_push_to_option(parser: argparse.ArgumentParser) -> None:
     add_push_options(parser, title='Hub upload (with --push-to)')
 
 
+# The flags that set what a conversion had to assume.
+_ASSUMED_FLAGS = {'num_heads': '--num-heads', 'img_size': '--source-img-size', 'mean': '--mean', 'std': '--std',
+                  'interpolation': '--interpolation', 'crop_pct': '--crop-pct', 'act_layer': '--act-layer',
+                  'norm_eps': '--norm-eps'}
+
+
 def report(result: Any) -> None:
-    """Quiet success: the output path, then one verification line (skips go to stderr)."""
+    """Quiet success: the output path, then one verification line (skips go to stderr); then, on stderr, what
+    the source did not record and was assumed, and how the source was read where that matters."""
     say(result.summary())
     say(result.verification.summary(), err=result.verification.status == 'skipped')
+    for note in getattr(result, 'notes', ()):
+        say(f'note: {note}', err=True)
+    assumed = getattr(result, 'assumed', None)
+    if assumed:
+        facts = ', '.join(f'{k}={v!r}' for k, (v, _) in assumed.items())
+        flags = ', '.join(dict.fromkeys(_ASSUMED_FLAGS[k] for k in assumed if k in _ASSUMED_FLAGS))
+        say(f'note: not recorded in the source, assumed: {facts}' + (f' (set with {flags})' if flags else ''),
+            err=True)
 
 
 def check_sizes(args: argparse.Namespace) -> None:
@@ -179,9 +205,13 @@ def source_options(args: argparse.Namespace) -> Any:
     """The ``porting.request.SourceOptions`` the source options ask for (unset ones stay None)."""
     from ..request import SourceOptions
 
-    return SourceOptions(**{name: getattr(args, name, None) for name in (
-        'fmt', 'prefix', 'num_heads', 'act_layer', 'norm_eps', 'pos_embed', 'use_ema')},
-        source_img_size=tuple(args.source_img_size) if getattr(args, 'source_img_size', None) else None)
+    def given(name: str) -> Any:
+        value = getattr(args, name, None)
+        return tuple(value) if isinstance(value, list) else value
+
+    return SourceOptions(**{name: given(name) for name in (
+        'fmt', 'prefix', 'num_heads', 'act_layer', 'norm_eps', 'pos_embed', 'use_ema', 'source_img_size', 'mean',
+        'std', 'interpolation', 'crop_pct')}, assume_heads=getattr(args, 'assume_heads', None) or None)
 
 
 def convert_request(args: argparse.Namespace, **overrides: Any) -> Any:

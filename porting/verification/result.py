@@ -19,23 +19,26 @@ class Verification:
     tolerance: Optional[float] = None
     reason: Optional[str] = None
     notes: List[str] = field(default_factory=list)
+    caveats: List[str] = field(default_factory=list)  # what the check could not catch (a shared assumption)
 
     def as_card_dict(self) -> Dict[str, Any]:
         reason = '; '.join([r for r in [self.reason, *self.notes] if r]) or None
         return dict(status=self.status, reference=self.reference, max_abs_logits=self.max_abs_logits,
-                    max_abs_features=self.max_abs_features, tolerance=self.tolerance, reason=reason)
+                    max_abs_features=self.max_abs_features, tolerance=self.tolerance, reason=reason,
+                    caveats=list(self.caveats) or None)
 
     def summary(self) -> str:
         """One line for the terminal."""
-        if self.status == 'skipped':
-            return f'verification skipped: {self.reason}' + ''.join(f'; {n}' for n in self.notes)
+        if self.status == 'skipped' or self.reference is None:
+            return f'verification {self.status}: {self.reason}' + ''.join(f'; {n}' for n in self.notes)
         figures = []
         if self.max_abs_logits is not None:
             figures.append(f'max|dlogits|={self.max_abs_logits:.2e}')
         if self.max_abs_features is not None:
             figures.append(f'max|dfeatures|={self.max_abs_features:.2e}')
         tol = f' (tol {self.tolerance:g})' if self.tolerance is not None else ''
-        text = f'verification {self.status} vs {self.reference}: ' + ', '.join(figures) + tol
+        but = f', but {"; ".join(self.caveats)},' if self.caveats and self.status == 'passed' else ''
+        text = f'verification {self.status}{but} vs {self.reference}: ' + ', '.join(figures) + tol
         if self.reason:
             text += f'; {self.reason}'
         return text + ''.join(f'; {n}' for n in self.notes)

@@ -29,11 +29,12 @@ FORMATS = tuple(READERS)
 #   prefix     key prefix inside the file (npz: e.g. 'params/'; torch: stripped before mapping)
 #   img_size   source image size, to split a non-square learned table into its grid
 #   num_heads  attention heads (bare timm state dicts of non-standard width; checked against others)
+#   assume_heads  for a bare timm state dict of a non-standard width: assume timm's 64-wide heads
 #   act_layer  override the MLP activation (e.g. 'gelu' to match timm's exact-GELU AugReg port)
 #   norm_eps   override the LayerNorm epsilon
 #   pos_embed  'sincos' or 'none' when a checkpoint has no position table (default 'sincos')
 #   use_ema    prefer EMA weights in timm training checkpoints (default True, as timm)
-HINTS = ('prefix', 'img_size', 'num_heads', 'act_layer', 'norm_eps', 'pos_embed', 'use_ema')
+HINTS = ('prefix', 'img_size', 'num_heads', 'assume_heads', 'act_layer', 'norm_eps', 'pos_embed', 'use_ema')
 
 
 def _sniff(path: str, store: TensorStore, config: Dict[str, Any], config_path: Optional[str]) -> str:
@@ -86,11 +87,29 @@ def open_checkpoint(
     files, config, config_path = discover(path, limits)
     store = open_store(files, limits, use_ema=hints.get('use_ema', True))
     try:
-        fmt = fmt or _sniff(path, store, config, config_path)
-        return READERS[fmt](path, store, config, config_path, hints, layout, limits)
+        if fmt is None:
+            return READERS[_sniff(path, store, config, config_path)](path, store, config, config_path, hints,
+                                                                     layout, limits)
+        try:
+            return READERS[fmt](path, store, config, config_path, hints, layout, limits)
+        except ViTVariantsError as e:
+            raise _wrong_format(e, fmt, path, store, config, config_path) from None
     except BaseException:
         store.close()
         raise
+
+
+def _wrong_format(error: ViTVariantsError, fmt: str, path: str, store: TensorStore, config: Dict[str, Any],
+                  config_path: Optional[str]) -> ViTVariantsError:
+    """``error`` from reading as ``fmt``, or, when the content says another format, an error that says so."""
+    try:
+        detected = _sniff(path, store, config, config_path)
+    except ViTVariantsError:
+        return error
+    if detected == fmt:
+        return error
+    return ViTVariantsError(f'it was read as format {fmt!r}, but its content is a {detected!r} checkpoint '
+                            f'({error.reason})', path=path, key=error.key, needs='fmt')
 
 
 def detect_format(path: 'str | os.PathLike') -> str:

@@ -48,6 +48,13 @@ _TABLE: Dict[str, Rule] = {
 class FlaxCheckpoint(SourceCheckpoint):
     """A flax ViT parameter archive; subclasses give the flavour's names."""
 
+    PREPROCESSING_DEFAULTS = {
+        'mean': ((0.5, 0.5, 0.5), 'big_vision and vit_jax feed pixels in [-1, 1]'),
+        'std': ((0.5, 0.5, 0.5), 'big_vision and vit_jax feed pixels in [-1, 1]'),
+        'interpolation': ('bilinear', 'an .npz records no preprocessing; the simple_vit default'),
+        'crop_pct': (0.875, 'an .npz records no preprocessing; the simple_vit default'),
+    }
+
     PREFIXES = ('', 'params/', 'opt/target/')
     # The flavour: block module names, the learned table's key, whether that table has a cls slot.
     NAMES: Dict[str, str] = {}
@@ -99,7 +106,8 @@ class FlaxCheckpoint(SourceCheckpoint):
         if self.grid is not None:
             img_size: Any = (self.grid[0] * patch_h, self.grid[1] * patch_w)
         else:
-            img_size = hints.get('img_size') or 224
+            img_size = self._unrecorded('img_size', hints, 224, 'the archive has no position table, so its image '
+                                        'size is not recorded (a sin-cos table fits any size)')
         return SimpleViTConfig(
             img_size=img_size,
             patch_size=(patch_h, patch_w),
@@ -114,12 +122,16 @@ class FlaxCheckpoint(SourceCheckpoint):
             class_token=class_token,
             pos_embed=pos_embed,
             pos_embed_cls_slot=slot and pos_embed == 'learn',
-            pos_embed_resample='bigvision',
+            pos_embed_resample=self._resample_rule((patch_h, patch_w), class_token),
             rep_size=rep_size,
             # flax nn.gelu defaults to the tanh approximation in both big_vision and vit_jax.
             act_layer=hints.get('act_layer') or 'gelu_tanh',
             norm_eps=hints.get('norm_eps') or 1e-6,
         )
+
+    def _resample_rule(self, patch: Tuple[int, int], class_token: bool) -> str:
+        """How this framework resizes a learned table: big_vision's and vit_jax's load-time zoom."""
+        return 'bigvision'
 
     def _refuse_unsupported(self, local: set) -> None:
         for name in local:
@@ -199,6 +211,20 @@ class BigVisionCheckpoint(FlaxCheckpoint):
                  pos='pos_embedding')
     POS_CLS_SLOT = False
     DEFAULT_POS_EMBED = 'sincos'
+
+    def _resample_rule(self, patch: Tuple[int, int], class_token: bool) -> str:
+        """FlexiViT's own run-time rule for an archive in the published FlexiViT layout, else big_vision's zoom.
+
+        The signature of ``proj/flexi``'s published files: the "underlying" 32x32 kernel, a 7x7 table
+        without a cls slot, and [CLS] pooling. Its model PI-resizes the kernel and resizes the table with
+        ``jax.image.resize`` at run time, which is what a conversion to another patch size must reproduce.
+        """
+        if patch == (32, 32) and self.grid == (7, 7) and class_token:
+            self.notes.append("a FlexiViT archive (a 32x32 kernel, a 7x7 table, [CLS] pooling): its table and "
+                              "kernel are resized with FlexiViT's own rule (jax.image.resize, PI-resize), as "
+                              'its model does')
+            return 'flexi'
+        return 'bigvision'
 
 
 class VitJaxCheckpoint(FlaxCheckpoint):

@@ -51,6 +51,9 @@ _TABLE: Dict[str, Rule] = {
 
 class HFCheckpoint(SourceCheckpoint):
     format = 'hf'
+    _WHY = "not recorded by the folder; transformers' ViTImageProcessor defaults"
+    PREPROCESSING_DEFAULTS = {'mean': ((0.5, 0.5, 0.5), _WHY), 'std': ((0.5, 0.5, 0.5), _WHY),
+                              'interpolation': ('bilinear', _WHY), 'crop_pct': (1.0, _WHY)}
 
     def _rule(self, pattern: str, block: Optional[int]) -> Tuple[Rule, Optional[int]]:
         rule = _TABLE[pattern]
@@ -155,7 +158,7 @@ class HFCheckpoint(SourceCheckpoint):
 
     def data_config(self) -> Dict[str, Any]:
         """The image processor's mean/std/resample from ``preprocessor_config.json``, when present."""
-        cfg = super().data_config()
+        cfg: Dict[str, Any] = {}
         proc_file = os.path.join(os.path.dirname(self._config_path), 'preprocessor_config.json')
         if not os.path.isfile(proc_file):
             return cfg

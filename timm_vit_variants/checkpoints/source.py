@@ -23,12 +23,14 @@ from ..geometry import Geometry, infer_grid
 from ..limits import DEFAULT_LIMITS, Limits
 from .stores import TensorStore
 
-__all__ = ['SourceCheckpoint', 'PlanItem', 'Rule', 'Inventory', 'LayoutFn', 'copy', 'transpose', 'hwio_to_oihw',
-           'stack_rows', 'fuse_heads', 'fuse_head_bias', 'merge_heads']
+__all__ = ['SourceCheckpoint', 'PlanItem', 'Rule', 'Inventory', 'LayoutFn', 'PREPROCESSING', 'copy', 'transpose',
+           'hwio_to_oihw', 'stack_rows', 'fuse_heads', 'fuse_head_bias', 'merge_heads']
 
 Inventory = List[Tuple[str, Tuple[int, ...], str]]
 # The model's state-dict layout for a config: ``SimpleVisionTransformer.state_layout``.
 LayoutFn = Callable[[SimpleViTConfig], Sequence[TensorSpec]]
+# The preprocessing facts a model card and config.json state, recorded by the source or assumed.
+PREPROCESSING = ('mean', 'std', 'interpolation', 'crop_pct')
 Fill = Callable[..., None]
 _BLOCK = re.compile(r'^blocks\.(\d+)\.')
 
@@ -125,9 +127,15 @@ class SourceCheckpoint(abc.ABC):
         grid: Source grid (rows, cols) of a learned table, None otherwise.
         label_names: Class names when the source has them.
         source_config: The ``config.json`` found next to the weights, if any.
+        assumed: Facts of ``config`` the source does not record, as {field: (value, why)}: the value was
+            assumed (a standard variant's head count, an ecosystem's default, a nominal image size).
+        given: Facts of ``config`` the source does not record but the caller gave as hints, {field: value}.
+        notes: Lines worth telling the user about how the source was read (e.g. a resize rule chosen).
     """
 
     format: str = ''
+    # Preprocessing this ecosystem uses when the source records none: {field: (value, why)}.
+    PREPROCESSING_DEFAULTS: Dict[str, Tuple[Any, str]] = {}
 
     def __init__(
             self,
@@ -144,6 +152,9 @@ class SourceCheckpoint(abc.ABC):
         self.limits = limits
         self.grid: Optional[Tuple[int, int]] = None
         self.label_names: Optional[List[str]] = None
+        self.assumed: Dict[str, Tuple[Any, str]] = {}
+        self.given: Dict[str, Any] = {}
+        self.notes: List[str] = []
         self._store = store
         self._config_path = config_path
         self._used: Set[str] = set()
@@ -167,6 +178,11 @@ class SourceCheckpoint(abc.ABC):
     def data_config(self) -> Dict[str, Any]:
         """The preprocessing the source records for these weights, as timm ``pretrained_cfg`` fields."""
         return {}
+
+    def preprocessing_assumed(self) -> Dict[str, Tuple[Any, str]]:
+        """The ``PREPROCESSING`` fields the source does not record: {field: (assumed value, why)}."""
+        recorded = self.data_config()
+        return {k: v for k, v in self.PREPROCESSING_DEFAULTS.items() if k not in recorded}
 
     # -- shared ----------------------------------------------------------------------------------------
     @property
@@ -305,6 +321,14 @@ class SourceCheckpoint(abc.ABC):
                needs: Optional[str] = None) -> ViTVariantsError:
         path = self._store.file_of(key) if key is not None and key in self._store else self.path
         return ViTVariantsError(reason, path=path, key=key, shapes=shapes, needs=needs)
+
+    def _unrecorded(self, field: str, hints: Dict[str, Any], default: Any, why: str) -> Any:
+        """A fact the source does not record: the caller's hint (``given``), else ``default`` (``assumed``)."""
+        if hints.get(field) is not None:
+            self.given[field] = hints[field]
+            return hints[field]
+        self.assumed[field] = (default, why)
+        return default
 
     def _check_dims(self, key: Optional[str] = None, **dims: Optional[int]) -> None:
         """Refuse claimed dimensions above ``self.limits`` before anything is planned or read."""

@@ -8,7 +8,6 @@ config is read back into a ``SimpleViTConfig``; a timm ``vit_*`` one is rebuilt 
 device to read the settings no tensor records; a bare state dict needs the head count.
 """
 import re
-import warnings
 from typing import Any, Dict, Optional, Tuple
 
 import timm
@@ -42,6 +41,9 @@ _UNSUPPORTED = (
 
 class TimmCheckpoint(SourceCheckpoint):
     format = 'timm'
+    _WHY = "not recorded by the checkpoint; timm's vit_* default"
+    PREPROCESSING_DEFAULTS = {'mean': ((0.5, 0.5, 0.5), _WHY), 'std': ((0.5, 0.5, 0.5), _WHY),
+                              'interpolation': ('bicubic', _WHY), 'crop_pct': (0.9, _WHY)}
 
     def _candidates(self):
         return {n for n in self._store.names() if n.startswith(self._prefix)}
@@ -51,18 +53,26 @@ class TimmCheckpoint(SourceCheckpoint):
         return Rule((self._prefix + key,)), None
 
     def data_config(self) -> Dict[str, Any]:
-        timm_cfg = self.source_config.get('pretrained_cfg') or {}
+        """``config.json``'s ``pretrained_cfg`` preprocessing, else what a timm training checkpoint's args record."""
+        timm_cfg = self.source_config.get('pretrained_cfg') or self._store.training_args()
         return {k: tuple(v) if isinstance(v, list) else v for k, v in timm_cfg.items()
-                if k in DATA_CONFIG_KEYS and v is not None}
+                if k in DATA_CONFIG_KEYS and v is not None and (k != 'crop_pct' or isinstance(v, (int, float)))}
 
     # -- the architecture -------------------------------------------------------------------------------
     def _architecture(self) -> Tuple[Optional[str], Dict[str, Any]]:
-        """(registered architecture, model_args) from config.json, checked before anything is built."""
-        if 'architecture' not in self.source_config:
-            return None, {}
-        arch = self.source_config['architecture']
-        args = self.source_config.get('model_args') or {}
-        where = dict(path=self._config_path)
+        """(registered architecture, model_args) from config.json, else from the args a timm training
+        checkpoint records (``args.model``, ``args.model_kwargs``); checked before anything is built."""
+        if 'architecture' in self.source_config:
+            arch = self.source_config['architecture']
+            args = self.source_config.get('model_args') or {}
+            where = dict(path=self._config_path)
+        else:
+            trained = self._store.training_args()
+            if not trained.get('model'):
+                return None, {}
+            arch, args = trained['model'], trained.get('model_kwargs') or {}
+            where = dict(path=self.path)
+            self._config_path = self.path
         if not isinstance(arch, str) or ':' in arch or not timm.is_model(arch):
             raise ViTVariantsError(f'architecture {arch!r} is not a registered timm model name (a local folder never '
                                    'loads a model from the Hub or another path)', key='architecture', **where)
@@ -175,14 +185,23 @@ class TimmCheckpoint(SourceCheckpoint):
         num_heads = self._heads(dim, facts, hints)
         if self.grid is not None:
             img_size: Any = (self.grid[0] * patch_h, self.grid[1] * patch_w)
+        elif facts.get('img_size'):
+            img_size = facts['img_size']
         else:
-            img_size = img_hint or 224
+            img_size = self._unrecorded('img_size', hints, 224, 'the state dict has no position table, so its image '
+                                        'size is not recorded')
+        recorded = {k: facts[k] for k in ('global_pool', 'act_layer', 'norm_eps') if k in facts}
+        defaults = {'global_pool': 'token' if class_token else 'avg', 'act_layer': 'gelu', 'norm_eps': 1e-6}
+        for name, default in defaults.items():  # timm vit_* use exact GELU and LayerNorm eps 1e-6
+            if name not in recorded:
+                recorded[name] = self._unrecorded(name, hints, default, "not recorded by a state dict; timm's "
+                                                  'VisionTransformer default')
         return SimpleViTConfig(
             img_size=img_size,
             patch_size=(patch_h, patch_w),
             in_chans=in_chans,
             num_classes=num_classes,
-            global_pool=facts.get('global_pool', 'token' if class_token else 'avg'),
+            global_pool=recorded['global_pool'],
             embed_dim=dim,
             depth=depth,
             num_heads=num_heads,
@@ -193,27 +212,36 @@ class TimmCheckpoint(SourceCheckpoint):
             pos_embed_cls_slot=slot,
             pos_embed_resample='timm',
             rep_size=rep_size,
-            act_layer=hints.get('act_layer') or facts.get('act_layer') or 'gelu',  # timm vit_* use exact GELU
-            norm_eps=hints.get('norm_eps') or facts.get('norm_eps') or 1e-6,
+            act_layer=hints.get('act_layer') or recorded['act_layer'],
+            norm_eps=hints.get('norm_eps') or recorded['norm_eps'],
         )
 
     def _heads(self, dim: int, facts: Dict[str, Any], hints: Dict[str, Any]) -> int:
-        """The head count: from config.json, else --num-heads, else the standard ViT of this width."""
+        """The head count: from the recorded architecture, else the caller's, else assumed where that is sound.
+
+        A timm state dict alone does not record it. The standard ViT of the width (192: 3, 384: 6, ...)
+        is assumed; ``assume_heads`` assumes timm's 64-wide heads for any other width; otherwise it is
+        refused, since a wrong count gives another network that a check against the same count passes.
+        """
         key = self._prefix + 'blocks.0.attn.qkv.weight'
-        if facts.get('num_heads') and hints.get('num_heads') not in (None, facts['num_heads']):
-            raise ViTVariantsError(f"num_heads={hints['num_heads']} contradicts the architecture in config.json "
-                                   f"({facts['num_heads']} heads)", path=self._config_path, key='num_heads')
-        heads = facts.get('num_heads') or hints.get('num_heads')
-        if not heads:
-            heads = heads_for_width(dim)
-            if heads is None:
-                raise self._error(
-                    f'a timm state dict does not record the number of attention heads, and width {dim} is not a '
-                    f'standard ViT width; pass --num-heads (timm vit_* models use 64-wide heads, i.e. --num-heads '
-                    f'{max(dim // 64, 1)} here)', key=key)
-            warnings.warn(f'{self.path}: the state dict does not record the number of attention heads; assuming '
-                          f'{heads}, as in the standard ViT of width {dim} (pass --num-heads to override)',
-                          stacklevel=2)
+        if facts.get('num_heads'):
+            if hints.get('num_heads') not in (None, facts['num_heads']):
+                raise ViTVariantsError(f"num_heads={hints['num_heads']} contradicts the recorded architecture "
+                                       f"({facts['num_heads']} heads)", path=self._config_path, key='num_heads')
+            heads = facts['num_heads']
+        elif hints.get('num_heads'):
+            heads = self._unrecorded('num_heads', hints, None, '')
+        elif heads_for_width(dim) is not None:
+            heads = self._unrecorded('num_heads', {}, heads_for_width(dim), f'the standard ViT of width {dim}')
+        elif hints.get('assume_heads') and dim % 64 == 0:
+            heads = self._unrecorded('num_heads', {}, dim // 64, "timm's 64-wide heads (asked for)")
+        else:
+            sixty_four = f'; 64-wide heads, as timm vit_* use, would be {dim // 64}' if dim % 64 == 0 else \
+                f' (64-wide heads, as timm vit_* use, do not divide it)'
+            raise self._error(
+                f'a timm state dict does not record the number of attention heads, and width {dim} is not a '
+                f'standard ViT width, so no count can be assumed safely: a wrong one would convert, and pass a '
+                f'check against the same count. The head count is needed{sixty_four}', key=key, needs='num_heads')
         if dim % int(heads):
             raise self._error(f'width {dim} is not divisible by {heads} heads', key=key)
         return int(heads)

@@ -12,11 +12,12 @@ would not find the plugin's models. This runner imports the plugin, then runs th
 import os
 import runpy
 import sys
+import zipfile
 from typing import List, Optional
 
 __all__ = ['main', 'run_script']
 
-_USAGE = '''usage: vit-variants-run SCRIPT.py [ARGS...]
+_USAGE = '''usage: vit-variants-run SCRIPT.py|FOLDER [ARGS...]
 
 Run a timm script (train.py, validate.py, benchmark.py, inference.py, onnx_export.py, ...) as
 __main__ with the simple_vit_* models registered. Every argument after SCRIPT goes to it unchanged.
@@ -26,15 +27,17 @@ __main__ with the simple_vit_* models registered. Every argument after SCRIPT go
 def run_script(script: str, args: List[str]) -> None:
     """Import the plugin, then execute ``script`` as ``__main__`` with ``sys.argv = [script, *args]``.
 
-    The script's directory goes first on ``sys.path``, as for ``python script.py``, so sibling
-    imports in a timm checkout keep working. ``sys.argv`` and ``sys.path`` are restored afterwards.
+    As for ``python SCRIPT``: a file's directory goes first on ``sys.path``, so sibling imports in a
+    timm checkout keep working; a folder (or zip) runs its ``__main__.py`` with itself first on
+    ``sys.path``. ``sys.argv`` and ``sys.path`` are restored afterwards.
     """
     import timm_vit_variants  # noqa: F401  (registers the simple_vit_* entrypoints with timm)
 
     script = os.path.abspath(script)
     saved_argv, saved_path = sys.argv, list(sys.path)
     sys.argv = [script, *args]
-    sys.path.insert(0, os.path.dirname(script))
+    if os.path.isfile(script) and not zipfile.is_zipfile(script):
+        sys.path.insert(0, os.path.dirname(script))  # runpy puts a folder or zip there itself
     try:
         runpy.run_path(script, run_name='__main__')
     finally:
@@ -49,7 +52,11 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(_USAGE, file=sys.stdout if argv else sys.stderr, end='')
         return 0 if argv else 2
     script, rest = argv[0], argv[1:]
-    if not os.path.isfile(script):
+    if os.path.isdir(script) and not os.path.isfile(os.path.join(script, '__main__.py')):
+        print(f'vit-variants-run: error: {script} is a folder without a __main__.py, so it cannot run as '
+              '`python FOLDER` would', file=sys.stderr)
+        return 2
+    if not os.path.exists(script):
         print(f'vit-variants-run: error: script not found: {script}', file=sys.stderr)
         return 2
     run_script(script, rest)  # a SystemExit from the script carries its own status

@@ -1,0 +1,88 @@
+"""What a conversion will do, decided before any tensor is read: the source opened once, and the target it becomes."""
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, Union
+
+from timm_vit_variants import SimpleVisionTransformer, SimpleViTConfig
+from timm_vit_variants.checkpoints import SourceCheckpoint, open_checkpoint
+from timm_vit_variants.config import pair, resample_rule
+from timm_vit_variants.errors import ViTVariantsError
+from timm_vit_variants.geometry import Geometry, check_fit
+from timm_vit_variants.limits import DEFAULT_LIMITS, Limits
+
+from .request import SourceOptions, TargetOptions
+
+__all__ = ['open_source', 'ConversionPlan', 'make_plan']
+
+
+def open_source(path: Union[str, Path], options: SourceOptions = SourceOptions(),
+                limits: Limits = DEFAULT_LIMITS) -> SourceCheckpoint:
+    """Open a checkpoint with the readers, planned against the ``simple_vit`` layout."""
+    return open_checkpoint(str(path), options.fmt, layout=SimpleVisionTransformer.state_layout, limits=limits,
+                           **options.hints())
+
+
+@dataclass(frozen=True)
+class ConversionPlan:
+    """The source and target of a conversion, decided before any tensor is read."""
+    source_path: str
+    source: SimpleViTConfig
+    target: SimpleViTConfig
+    source_geometry: Geometry
+    target_geometry: Geometry
+
+    @property
+    def changes_geometry(self) -> bool:
+        return self.source_geometry.changes(self.target_geometry)
+
+    @property
+    def changes_head(self) -> bool:
+        return self.source.num_classes != self.target.num_classes
+
+    @property
+    def is_identity(self) -> bool:
+        return not self.changes_geometry and not self.changes_head
+
+    @property
+    def rule(self) -> str:
+        return self.target_geometry.rule
+
+    def describe(self) -> str:
+        """One line saying which transformations the plan applies."""
+        src, dst = self.source_geometry, self.target_geometry
+        parts = []
+        if src.patch != dst.patch:
+            parts.append(f'patch {src.patch} -> {dst.patch} (PI-resize)')
+        if src.grid != dst.grid:
+            how = {'sincos': 'regenerated sin-cos', 'none': 'no position table'}.get(self.target.pos_table,
+                                                                                    f'{self.rule} resample')
+            parts.append(f'grid {src.grid} -> {dst.grid} ({how})')
+        if self.changes_head:
+            n = self.target.num_classes
+            parts.append('head removed' if n == 0 else f'head {self.source.num_classes} -> {n} classes (zero-init)')
+        return '; '.join(parts) if parts else 'no change'
+
+
+def make_plan(src: SourceCheckpoint, target: TargetOptions = TargetOptions(),
+              limits: Limits = DEFAULT_LIMITS) -> ConversionPlan:
+    """The target for a request; unset options keep the source's values. Impossible requests raise."""
+    source = src.config
+    rule = resample_rule(target.resample_like or source.pos_embed_resample)
+    target_img = pair(target.img_size, 'img_size') if target.img_size is not None else source.img_size
+    target_patch = pair(target.patch_size, 'patch_size') if target.patch_size is not None else source.patch_size
+    limits.check('img_size', max(*target_img, *target_patch), key='img_size')
+    if target_img[0] < target_patch[0] or target_img[1] < target_patch[1]:
+        raise ViTVariantsError(f'image size {target_img} is smaller than the patch size {target_patch}')
+    if not source.dynamic_img_pad and (target_img[0] % target_patch[0] or target_img[1] % target_patch[1]):
+        raise ViTVariantsError(f'image size {target_img} is not divisible by patch size {target_patch} and this model '
+                               'does not pad (dynamic_img_pad=False)')
+    classes = source.num_classes if target.num_classes is None else int(target.num_classes)
+    if classes < 0:
+        raise ViTVariantsError(f'the class count must be >= 0, got {classes}', key='num_classes')
+    changes: Dict[str, Any] = dict(img_size=target_img, patch_size=target_patch, num_classes=classes)
+    if source.pos_table == 'learn':
+        changes['pos_embed_resample'] = rule
+    config = source.replace(**changes).check_limits(limits)
+    target_geometry = Geometry.of(config)
+    check_fit(src.geometry, target_geometry, limits)
+    return ConversionPlan(src.path, source, config, src.geometry, target_geometry)

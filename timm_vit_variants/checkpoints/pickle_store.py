@@ -1,0 +1,104 @@
+"""``torch.save`` files as a tensor store: loaded with ``weights_only=True`` (zip files memory-mapped).
+
+Nothing is unpickled by anything but torch's weights-only unpickler. timm training checkpoints are
+unwrapped from their ``state_dict``/``model``/EMA keys, as timm does.
+"""
+import argparse
+import zipfile
+from typing import Any, Dict, List, Sequence, Tuple
+
+import torch
+from timm.models import clean_state_dict
+
+from ..errors import ViTVariantsError
+from ..memory import release_tensor
+from .store_base import TensorStore
+
+__all__ = ['TorchPickleStore']
+
+# Keys timm training scripts wrap a state dict in, in timm's order of preference (EMA first).
+_WRAPPER_KEYS = ('state_dict_ema', 'model_ema', 'state_dict', 'model')
+# What timm train.py's saved ``args`` may tell about the network and its preprocessing, with the types accepted.
+_TRAINING_ARGS = {'model': str, 'model_kwargs': dict, 'num_classes': int, 'img_size': int, 'mean': (list, tuple),
+                  'std': (list, tuple), 'interpolation': str, 'crop_pct': (int, float)}
+
+
+def _training_args(checkpoint: Any) -> Dict[str, Any]:
+    """The plain-data fields of a timm training checkpoint's ``args`` (an argparse.Namespace), typed as expected."""
+    args = checkpoint.get('args') if isinstance(checkpoint, dict) else None
+    fields = vars(args) if isinstance(args, argparse.Namespace) else args if isinstance(args, dict) else {}
+    out = {k: fields[k] for k, kind in _TRAINING_ARGS.items()
+           if isinstance(fields.get(k), kind) and not isinstance(fields.get(k), bool)}
+    if 'model_kwargs' in out and not all(isinstance(k, str) for k in out['model_kwargs']):
+        del out['model_kwargs']
+    return out
+
+
+def _torch_load(file: str) -> Any:
+    """``torch.load`` that never runs pickled code; zip-format files are memory-mapped."""
+    try:
+        mapped = zipfile.is_zipfile(file)
+    except OSError as e:
+        raise ViTVariantsError(f'unreadable file: {e}', path=file) from e
+    try:
+        # timm training checkpoints carry argparse.Namespace in 'args'; allow that one plain-data class.
+        with torch.serialization.safe_globals([argparse.Namespace]):
+            return torch.load(file, map_location='cpu', weights_only=True, mmap=mapped)
+    except FileNotFoundError as e:
+        raise ViTVariantsError('file not found', path=file) from e
+    except Exception as e:  # torch.load surfaces zip, pickle, EOF and storage errors under many types
+        text = str(e).split('\n')[0]
+        if 'Weights only load failed' in str(e) or 'Unsupported global' in str(e):
+            reason = f'refused to unpickle: the file needs code or classes that are not plain tensors ({text})'
+        else:
+            reason = f'truncated, corrupt or not a PyTorch weight file ({type(e).__name__}: {text})'
+        raise ViTVariantsError(reason, path=file) from e
+
+
+class TorchPickleStore(TensorStore):
+    """``torch.save`` state dicts, unwrapped from timm's training-checkpoint keys (EMA first)."""
+
+    def __init__(self, files: Sequence[str], use_ema: bool = True) -> None:
+        super().__init__(files)
+        self._states: List[Dict[str, torch.Tensor]] = []
+        self._mapped: List[bool] = []  # zip-format files are memory-mapped; legacy pickles live on the heap
+        self._args: Dict[str, Any] = {}
+        for index, file in enumerate(self.files):
+            self._mapped.append(zipfile.is_zipfile(file))
+            state = _torch_load(file)
+            self._args = self._args or _training_args(state)
+            if isinstance(state, dict):
+                for key in _WRAPPER_KEYS:
+                    if not use_ema and key in ('state_dict_ema', 'model_ema'):
+                        continue
+                    if isinstance(state.get(key), dict):
+                        state = state[key]
+                        break
+            if not isinstance(state, dict):
+                raise ViTVariantsError(f'expected a state dict, found {type(state).__name__}', path=file)
+            state = clean_state_dict(state)
+            for name, value in state.items():
+                if not isinstance(name, str) or not isinstance(value, torch.Tensor):
+                    raise ViTVariantsError(f'state-dict entry is a {type(value).__name__}, not a tensor',
+                                           path=file, key=str(name))
+                self._add(name, index)
+            self._states.append(state)
+
+    def training_args(self) -> Dict[str, Any]:
+        return dict(self._args)
+
+    def shape(self, name: str) -> Tuple[int, ...]:
+        return tuple(self._states[self._where[name]][name].shape)
+
+    def dtype(self, name: str) -> str:
+        return str(self._states[self._where[name]][name].dtype).replace('torch.', '')
+
+    def tensor(self, name: str) -> torch.Tensor:
+        return self._states[self._where[name]][name]
+
+    def release(self, name: str) -> None:
+        if self._mapped[self._where[name]]:  # never on heap memory: DONTNEED would zero it
+            release_tensor(self.tensor(name))
+
+    def close(self) -> None:
+        self._states.clear()
