@@ -63,7 +63,7 @@ def build_model_card(
 
     data = ModelCardData(
         library_name='timm',
-        pipeline_tag='image-classification',
+        pipeline_tag='image-classification' if num_classes else 'image-feature-extraction',
         tags=list(TAGS),
         license=license or None,
         base_model=base_model or None,
@@ -106,6 +106,12 @@ def _about(architecture, model_args, num_classes, repo_id, base_model, label_nam
     ]
     if base_model:
         lines += ['', f'Weights converted from `{base_model}`.']
+    if (model_args or {}).get('global_pool') == 'map' and num_classes == 0:
+        lines += ['', 'This is the image tower of a SigLIP-style image-text model. `model(x)` returns the image '
+                      'embedding: the output of the MAP head (attention pooling with a learned probe over the final '
+                      'tokens), before the L2 normalisation that the contrastive loss applies. The text tower, and '
+                      'the logit scale and bias, are not included, so text-image similarities cannot be computed '
+                      'with this model alone.']
     lines += ['', '## Model details', '', f'- **Architecture:** `{architecture}`',
               f'- **Classes:** {num_classes}' + (' (feature extractor, no classifier)' if num_classes == 0 else '')]
     if model_args:
@@ -183,8 +189,8 @@ def _verification(v: Optional[dict]) -> str:
     ref = v.get('reference') or 'the source implementation'
     but = f', but {"; ".join(v["caveats"])}' if v.get('caveats') and status == 'passed' else ''
     lines = [f'Checked against {ref} on the same inputs: **{status}**{but}.', '']
-    for label, key in (('max abs diff, logits', 'max_abs_logits'), ('max abs diff, features', 'max_abs_features'),
-                       ('tolerance', 'tolerance')):
+    for label, key in ((f'max abs diff, {v.get("output") or "logits"}', 'max_abs_logits'),
+                       ('max abs diff, features', 'max_abs_features'), ('tolerance', 'tolerance')):
         if v.get(key) is not None:
             lines.append(f'- {label}: {_num(v[key])}')
     if v.get('reason'):

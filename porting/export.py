@@ -56,7 +56,11 @@ class _Model:
     in_chans: int
     img_size: Size
     patch_size: Size
-    pads: bool
+    grid_mode: str  # 'pad', 'pool' and 'crop' take any size; 'strict' only patch multiples
+
+    @property
+    def any_size(self) -> bool:
+        return self.grid_mode != 'strict'
     data_config: Dict[str, Any]
     source_sha256: str
     label_names: Optional[List[str]] = None
@@ -81,15 +85,16 @@ class ExportResult:
         return f'{self.out} ({kind}, {axes})'
 
 
-def verification_sizes(img_size: Sequence[int], patch_size: Sequence[int], pads: bool) -> List[Size]:
+def verification_sizes(img_size: Sequence[int], patch_size: Sequence[int], any_size: bool) -> List[Size]:
     """The H x W sizes an export is verified at: nominal, smaller, larger, non-square and, when the model
-    pads, two the patch does not divide. Every axis keeps at least two patches (see ``export_pt2``)."""
+    takes any size (pads or crops), two the patch does not divide. Every axis keeps at least two patches
+    (see ``export_pt2``)."""
     (height, width), (ph, pw) = img_size, patch_size
     gh, gw = max(2, -(-height // ph)), max(2, -(-width // pw))
     grids = [(gh, gw), (max(2, gh // 2), max(2, gw // 2)), (gh + max(1, gh // 2), gw + max(1, gw // 2)),
              (gh, gw + max(1, gw // 3) + 1), (gh + 2, max(2, gw - 1))]
     sizes = [(a * ph, b * pw) for a, b in grids]
-    if pads and (ph > 1 or pw > 1):
+    if any_size and (ph > 1 or pw > 1):
         sizes += [(gh * ph + 1, gw * pw - 1), ((gh + 1) * ph - 1, 2 * pw + 1)]
     if (height, width) not in sizes:
         sizes.insert(0, (height, width))
@@ -126,8 +131,9 @@ def _describe(module: torch.nn.Module, name: str, data_config: Dict[str, Any], s
                                'and patch_size); only ViTs can be exported here')
     in_chans = getattr(module, 'in_chans', None) or embed.proj.in_channels
     _check_finite(module, where or name)
-    return _Model(module.eval(), name, int(in_chans), tuple(embed.img_size), tuple(embed.patch_size),
-                  bool(getattr(embed, 'dynamic_img_pad', False)), data_config, sha256, labels)
+    grid_mode = getattr(embed, 'grid_mode', None) or ('pad' if getattr(embed, 'dynamic_img_pad', False) else 'strict')
+    return _Model(module.eval(), name, int(in_chans), tuple(embed.img_size), tuple(embed.patch_size), grid_mode,
+                  data_config, sha256, labels)
 
 
 def _open(source: Union[str, os.PathLike, torch.nn.Module], limits: Limits = DEFAULT_LIMITS) -> _Model:
@@ -190,9 +196,10 @@ def _check_static(model: _Model, static: Optional[Sequence[int]], limits: Limits
     limits.check('img_size', max(size), key='static')
     limits.check('tokens', -(-size[0] // ph) * -(-size[1] // pw), key='static')
     limits.check('tensor_bytes', 2 * model.in_chans * size[0] * size[1] * 4, key='static')  # the example batch
-    if not model.pads and (size[0] % ph or size[1] % pw):
+    if not model.any_size and (size[0] % ph or size[1] % pw):
         raise ViTVariantsError(f'static size {size[0]}x{size[1]} is not divisible by patch size {ph}x{pw} and this '
-                               'model does not pad (dynamic_img_pad=False)', key='static')
+                               "model neither pads nor crops (grid_mode='strict', the older dynamic_img_pad=False)",
+                               key='static')
     return size
 
 
@@ -207,8 +214,9 @@ def _metadata(model: _Model, static: Optional[Size], exporter: str) -> Dict[str,
         'input_size': json.dumps([model.in_chans, *(static or model.img_size)]),
         'patch_size': json.dumps(list(model.patch_size)),
         'dynamic_axes': 'batch' if static else 'batch,height,width',
-        'size_rule': ('any H, W: padded right/bottom to a patch multiple in the graph' if model.pads else
-                      'H and W must be multiples of patch_size (the model does not pad)'),
+        'size_rule': {'crop': 'any H, W: cropped to whole patches in the graph (a VALID patch conv)',
+                      'strict': 'H and W must be multiples of patch_size (the model neither pads nor crops)'}.get(
+            model.grid_mode, 'any H, W: padded right/bottom to a patch multiple in the graph'),
         'source_sha256': model.source_sha256,
         'exported_by': f'vit-port export (timm-vit-variants {plugin_version}, torch {torch.__version__}, {exporter})',
     }
@@ -307,7 +315,7 @@ def export_onnx(
     if weight_bytes > _ONNX_MAX_BYTES:
         raise ViTVariantsError(f'the weights take {weight_bytes / 2 ** 30:.2f} GiB; one ONNX file holds at most 2 GiB '
                                '(export --format pt2 instead)', path=str(out_path))
-    sizes = [size] if size else verification_sizes(model.img_size, model.patch_size, model.pads)
+    sizes = [size] if size else verification_sizes(model.img_size, model.patch_size, model.any_size)
     meta = _metadata(model, size, f'torch.onnx dynamo exporter, opset {opset}')
     axes = {0: 'batch'} if size else {0: 'batch', 2: 'height', 3: 'width'}
     with atomic_file(out_path, overwrite, sources=paths) as tmp:
@@ -370,7 +378,7 @@ def export_pt2(
     out_path = check_output(out, overwrite, sources=paths, folder=False)
     model = _open(source, request.limits)
     size = _check_static(model, request.static, request.limits)
-    sizes = [size] if size else verification_sizes(model.img_size, model.patch_size, model.pads)
+    sizes = [size] if size else verification_sizes(model.img_size, model.patch_size, model.any_size)
     meta = _metadata(model, size, 'torch.export.export')
     dynamic = torch.export.Dim.DYNAMIC
     axes = {0: dynamic} if size else {0: dynamic, 2: dynamic, 3: dynamic}

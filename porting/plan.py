@@ -73,9 +73,9 @@ def make_plan(src: SourceCheckpoint, target: TargetOptions = TargetOptions(),
     limits.check('img_size', max(*target_img, *target_patch), key='img_size')
     if target_img[0] < target_patch[0] or target_img[1] < target_patch[1]:
         raise ViTVariantsError(f'image size {target_img} is smaller than the patch size {target_patch}')
-    if not source.dynamic_img_pad and (target_img[0] % target_patch[0] or target_img[1] % target_patch[1]):
+    if source.grid_mode == 'strict' and (target_img[0] % target_patch[0] or target_img[1] % target_patch[1]):
         raise ViTVariantsError(f'image size {target_img} is not divisible by patch size {target_patch} and this model '
-                               'does not pad (dynamic_img_pad=False)')
+                               "neither pads nor crops (grid_mode='strict', the older dynamic_img_pad=False)")
     classes = source.num_classes if target.num_classes is None else int(target.num_classes)
     if classes < 0:
         raise ViTVariantsError(f'the class count must be >= 0, got {classes}', key='num_classes')

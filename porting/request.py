@@ -54,7 +54,7 @@ class SourceOptions:
         pos_embed: For a checkpoint without a position table: 'sincos' or 'none'.
         use_ema: Prefer the EMA weights of a timm training checkpoint (default: yes, as timm).
         assume_heads: For a bare timm state dict of a non-standard width, assume timm's 64-wide heads.
-        mean, std, interpolation, crop_pct: The preprocessing, for sources that do not record it.
+        mean, std, interpolation, crop_pct, crop_mode: The preprocessing, for sources that do not record it.
     """
     fmt: Optional[str] = None
     prefix: Optional[str] = None
@@ -69,6 +69,7 @@ class SourceOptions:
     std: Optional[Tuple[float, ...]] = None
     interpolation: Optional[str] = None
     crop_pct: Optional[float] = None
+    crop_mode: Optional[str] = None
 
     def hints(self) -> Dict[str, Any]:
         """The reader hints (``timm_vit_variants.checkpoints.HINTS``) these options set."""

@@ -16,15 +16,30 @@ from timm.models import get_notrace_functions, get_notrace_modules
 from timm.models._manipulate import group_parameters
 
 import timm_vit_variants  # noqa: F401
-from timm_vit_variants.config import grid_for
+from timm_vit_variants.config import MODELS, SIGLIP_TOWERS, grid_for
 
 MODEL_NAMES = sorted(timm.list_models('simple_vit_*'))
+
+
+def _one_per_network(names):
+    """The first name of each distinct network: entries that differ only in their nominal image size (the SigLIP
+    towers at 224/256/384/512, say) run the same code, so the real-tensor checks run one of them."""
+    seen = {}
+    for name in names:
+        args = dict(MODELS[name].kwargs)
+        args.pop('img_size', None)
+        seen.setdefault(repr(sorted(args.items())), name)
+    return sorted(seen.values())
+
+
+NETWORKS = _one_per_network(MODEL_NAMES)
 EXPECTED = {
     'simple_vit_tiny', 'simple_vit_small', 'simple_vit_base', 'simple_vit_large', 'simple_vit_huge',
     'simple_vit_tiny_patch16_224', 'simple_vit_small_patch16_224', 'simple_vit_base_patch16_224',
     'simple_vit_large_patch16_224', 'simple_vit_huge_patch16_224',
     'simple_vit_small_patch32_224', 'simple_vit_base_patch32_224', 'simple_vit_tiny_patch4_32',
     'simple_vit_small_flexi_240', 'simple_vit_base_flexi_240', 'simple_vit_large_flexi_240',
+    *(f'simple_vit_{size}_patch{patch}_siglip_{img}' for size, patch, sizes in SIGLIP_TOWERS for img in sizes),
 }
 
 
@@ -35,7 +50,9 @@ def _small_input(name: str, batch: int = 2) -> torch.Tensor:
 
 
 def _real_kwargs(name: str) -> dict:
-    return dict(depth=2) if 'large' in name or 'huge' in name else {}
+    # Real-tensor checks of the big variants (and of every SigLIP tower, whose blocks are the base ones) run 2
+    # blocks, at full width, heads and MLP; their full structure is checked on the meta device.
+    return dict(depth=2) if any(size in name for size in ('large', 'huge', 'siglip')) else {}
 
 
 @functools.lru_cache(maxsize=None)
@@ -58,8 +75,10 @@ def test_registry_lists_family():
 
 @pytest.mark.parametrize('name', MODEL_NAMES)
 def test_default_cfg_and_api_contract(name):
-    with torch.device('meta'):
-        model = timm.create_model(name, device='meta', dtype=torch.float32).eval()
+    headless = timm.get_pretrained_cfg_value(name, 'num_classes') == 0  # the SigLIP towers: an image embedding
+    assert headless == ('_siglip_' in name)
+    with torch.device('meta'):  # with a classifier, so that its contract is checked too
+        model = timm.create_model(name, device='meta', dtype=torch.float32, num_classes=1000).eval()
     cfg = model.pretrained_cfg
     assert cfg['input_size'][0] == model.in_chans == 3
     assert cfg['mean'] == cfg['std'] == (0.5, 0.5, 0.5)
@@ -117,7 +136,7 @@ def test_default_cfg_and_api_contract(name):
     assert not [n for n, p in frozen.named_parameters() if p.requires_grad]
 
 
-@pytest.mark.parametrize('name', MODEL_NAMES)
+@pytest.mark.parametrize('name', NETWORKS)
 def test_forward_and_grad_checkpointing(name):
     model = _real_model(name)
     x = _small_input(name)
@@ -132,7 +151,7 @@ def test_forward_and_grad_checkpointing(name):
     torch.testing.assert_close(out, out_ckpt, rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize('name', MODEL_NAMES)
+@pytest.mark.parametrize('name', NETWORKS)
 def test_backward_reaches_every_parameter(name):
     model = _real_model(name)
     model.train()
@@ -146,7 +165,7 @@ def test_backward_reaches_every_parameter(name):
         model.eval()
 
 
-@pytest.mark.parametrize('name', MODEL_NAMES)
+@pytest.mark.parametrize('name', NETWORKS)
 def test_torchscript_matches_eager(name):
     model = _real_model(name)
     x = _small_input(name, batch=1)
@@ -155,7 +174,7 @@ def test_torchscript_matches_eager(name):
         torch.testing.assert_close(scripted(x), model(x))
 
 
-@pytest.mark.parametrize('name', MODEL_NAMES)
+@pytest.mark.parametrize('name', NETWORKS)
 def test_fx_trace_matches_eager(name):
     from torchvision.models.feature_extraction import create_feature_extractor, get_graph_node_names
     model = _real_model(name)
@@ -167,7 +186,7 @@ def test_fx_trace_matches_eager(name):
         torch.testing.assert_close(fx_model(x)[eval_nodes[-1]], model(x))
 
 
-@pytest.mark.parametrize('name', MODEL_NAMES)
+@pytest.mark.parametrize('name', NETWORKS)
 def test_forward_intermediates_parity(name):
     model = _real_model(name)
     x = _small_input(name, batch=1)
@@ -176,7 +195,7 @@ def test_forward_intermediates_parity(name):
         final, inter = model.forward_intermediates(x)
         torch.testing.assert_close(final, model.forward_features(x))
         assert len(inter) == depth
-        grid = grid_for(tuple(x.shape[-2:]), model.patch_embed.patch_size)
+        grid = grid_for(tuple(x.shape[-2:]), model.patch_embed.patch_size, model.patch_embed.dynamic_img_pad)
         assert all(t.shape == (1, model.embed_dim, *grid) for t in inter)
         nlc = model.forward_intermediates(x, indices=[0, depth - 1], output_fmt='NLC', intermediates_only=True)
         torch.testing.assert_close(nlc[-1].transpose(1, 2).reshape(inter[-1].shape), inter[-1])
@@ -186,7 +205,7 @@ def test_forward_intermediates_parity(name):
         assert set(as_dict) == {'image_intermediates', 'image_features'}
 
 
-@pytest.mark.parametrize('name', MODEL_NAMES)
+@pytest.mark.parametrize('name', NETWORKS)
 def test_features_only(name):
     torch.manual_seed(0)
     feat_model = timm.create_model(name, features_only=True, out_indices=(0, 1), **_real_kwargs(name)).eval()
@@ -194,9 +213,10 @@ def test_features_only(name):
     with torch.no_grad():
         feats = feat_model(x)
     assert len(feats) == 2
+    crops = timm.create_model(name, device='meta').config.grid_mode == 'crop'  # a VALID conv: floor, not ceil
     for f, ch, red in zip(feats, feat_model.feature_info.channels(), feat_model.feature_info.reduction()):
         assert f.shape[1] == ch
-        assert f.shape[-1] == -(-x.shape[-1] // red)
+        assert f.shape[-1] == (x.shape[-1] // red if crops else -(-x.shape[-1] // red))
 
 
 def test_features_only_equals_forward_intermediates():

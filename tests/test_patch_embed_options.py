@@ -42,11 +42,13 @@ OPTIONS = {
     'pool': dict(grid_mode='pool'),
     'pool_learn': dict(grid_mode='pool', pos_embed='learn', patch_embed='overlap'),
     'strict': dict(grid_mode='strict'),
+    'crop': dict(grid_mode='crop'),
+    'crop_linear_pre': dict(grid_mode='crop', patch_embed='linear', patch_norm='pre'),
 }
 # Options whose kernel cannot follow a patch-size change, and the words of the reason.
 FIXED_PATCH = {'conv_stem': 'stride-2', 'overlap': 'wider than the stride', 'pre': 'one weight per pixel',
                'dual': 'one weight per pixel', 'mlp_dual': 'one weight per pixel', 'stem_post': 'stride-2',
-               'pool_learn': 'wider than the stride'}
+               'pool_learn': 'wider than the stride', 'crop_linear_pre': 'one weight per pixel'}
 SIZES = [(32, 32), (48, 24), (37, 30)]
 
 
@@ -90,7 +92,8 @@ def test_forward_backward_at_any_size(option):
             model.zero_grad(set_to_none=True)
             model.eval()
         tokens, grid_h, grid_w = model._embed(x)
-        expected = model.config.grid_size if option.startswith('pool') else (-(-size[0] // 8), -(-size[1] // 8))
+        expected = model.config.grid_size if option.startswith('pool') else (size[0] // 8, size[1] // 8) \
+            if option.startswith('crop') else (-(-size[0] // 8), -(-size[1] // 8))
         assert (grid_h, grid_w) == expected
 
 
@@ -290,7 +293,7 @@ def test_old_config_json_with_dynamic_img_pad_still_loads(tmp_path):
     (dict(patch_embed='unfold'), 'expected one of'),
     (dict(patch_norm='both'), 'expected one of'),
     (dict(pos_embed='cpe+sincos'), 'expected one of'),
-    (dict(grid_mode='crop'), 'expected one of'),
+    (dict(grid_mode='trim'), 'expected one of'),
     (dict(grid_mode='pool', dynamic_img_pad=False), 'contradicts'),
     (dict(pos_embed='sincos+cpe', embed_dim=30, num_heads=2), 'divisible by 4'),
 ])

@@ -108,7 +108,7 @@ def test_preprocessing_not_recorded_is_assumed_out_loud_and_set_by_flags(tmp_pat
     assumed = json.loads((tmp_path / 'a' / 'config.json').read_text())['conversion']['assumed']
     assert {'mean', 'std', 'interpolation', 'crop_pct', 'img_size'} <= set(assumed)
     code, _, err = _run(capsys, ['convert', str(src), str(tmp_path / 'b'), '--mean', '0.1', '0.2', '0.3', '--std',
-                                 '0.2', '0.2', '0.2', '--interpolation', 'bicubic', '--crop-pct', '0.9',
+                                 '0.2', '0.2', '0.2', '--interpolation', 'bicubic', '--crop-pct', '0.9', '--crop-mode', 'center',
                                  '--source-img-size', '32'])
     assert code == 0 and 'assumed' not in err
     raw = json.loads((tmp_path / 'b' / 'config.json').read_text())

@@ -17,12 +17,13 @@ if TYPE_CHECKING:
 
 __all__ = [
     'SimpleViTConfig', 'Variant', 'VARIANTS', 'MODELS', 'POOL_TYPES', 'POS_EMBED_TYPES', 'RESAMPLE_RULE_NAMES',
-    'PATCH_EMBED_TYPES', 'PATCH_NORM_TYPES', 'GRID_MODES', 'ACT_LAYERS', 'pair', 'grid_for', 'architecture_for',
+    'PATCH_EMBED_TYPES', 'PATCH_NORM_TYPES', 'GRID_MODES', 'ACT_LAYERS', 'SIGLIP_TOWERS', 'pair', 'grid_for',
+    'architecture_for',
     'heads_for_width', 'activation_name', 'is_family_architecture', 'resample_rule', 'TensorSpec', 'HEAD_KEYS',
     'DATA_CONFIG_KEYS',
 ]
 
-POOL_TYPES = ('avg', 'token', '')
+POOL_TYPES = ('avg', 'token', 'map', '')
 # Each ``pos_embed`` value as (absolute table, CPVT conditional position encoding after the first block).
 POS_EMBEDS: Dict[str, Tuple[str, bool]] = {
     'sincos': ('sincos', False), 'learn': ('learn', False), 'none': ('none', False),
@@ -32,8 +33,9 @@ POS_EMBED_TYPES = tuple(POS_EMBEDS)
 PATCH_EMBED_TYPES = ('conv', 'linear', 'conv_stem', 'overlap', 'mlp')
 PATCH_NORM_TYPES = (None, 'pre', 'post', 'dual')
 # What the model does with an input size the patch does not divide: pad it right/bottom, refuse it,
-# or pad and then pool the token grid to the nominal one (the same token count at every size).
-GRID_MODES = ('pad', 'strict', 'pool')
+# pad and then pool the token grid to the nominal one (the same token count at every size), or crop the
+# remainder away as a VALID convolution does (big_vision's and timm's patch conv).
+GRID_MODES = ('pad', 'strict', 'pool', 'crop')
 # Names of the learned-table resample rules; their definitions live in ``geometry.RESAMPLE_RULES``.
 RESAMPLE_RULE_NAMES = ('bigvision', 'timm', 'hf', 'flexi')
 ACT_LAYERS = ('gelu_tanh', 'gelu', 'quick_gelu', 'silu', 'relu')
@@ -72,7 +74,7 @@ def pair(value: Any, name: str = 'size') -> Tuple[int, int]:
 
 
 def grid_for(img_size: Tuple[int, int], patch_size: Tuple[int, int], pad: bool = True) -> Tuple[int, int]:
-    """Token grid for an image size: ceil division when padding, floor division otherwise."""
+    """Token grid for an image size: ceil division when padding, floor division otherwise (strict, crop)."""
     if pad:
         return -(-img_size[0] // patch_size[0]), -(-img_size[1] // patch_size[1])
     return img_size[0] // patch_size[0], img_size[1] // patch_size[1]
@@ -105,7 +107,8 @@ class SimpleViTConfig:
     Attributes:
         img_size: Nominal input size (H, W); any other size also works at forward time.
         patch_size: Patch size (H, W); change it later with ``set_input_size(patch_size=...)``.
-        global_pool: 'avg' (big_vision 'gap': norm every token, then mean), 'token' or ''.
+        global_pool: 'avg' (big_vision 'gap': norm every token, then mean), 'token', 'map' (big_vision's
+            MAPHead: attention pooling with a learned probe, SigLIP's) or ''.
         mlp_dim: MLP hidden width; None means 4 * embed_dim.
         class_token: Prepend a learned [CLS] token (needed for 'token' pooling).
         patch_embed: How pixels become tokens: 'conv' (one PxP stride-P conv), 'linear' (Unfold + Linear,
@@ -122,10 +125,11 @@ class SimpleViTConfig:
         act_layer: MLP activation name; flax ``nn.gelu`` is 'gelu_tanh'.
         norm_eps: LayerNorm epsilon (big_vision/timm 1e-6, transformers 1e-12).
         grid_mode: Input sizes the patch does not divide: 'pad' (right/bottom, the default), 'strict'
-            (raise) or 'pool' (pad, then adaptive-average-pool the token grid to the nominal grid, so
-            every input size gives the same token count).
+            (raise), 'pool' (pad, then adaptive-average-pool the token grid to the nominal grid, so
+            every input size gives the same token count) or 'crop' (drop the last pixel rows and
+            columns, as big_vision's and timm's VALID patch conv do: 384 px at patch 14 is 27x27).
         dynamic_img_pad: The older name of ``grid_mode`` (True: 'pad', False: 'strict'), accepted from
-            callers and config.json files, never written; afterwards True unless grid_mode is 'strict'.
+            callers and config.json files, never written; afterwards True when grid_mode pads ('pad', 'pool').
         weight_init: 'jax' (big_vision initialisers, zero head) or 'skip' (to be loaded).
     """
     img_size: Size = 224
@@ -165,7 +169,7 @@ class SimpleViTConfig:
         fix('mlp_dim', self.mlp_dim or 4 * self.embed_dim if isinstance(self.embed_dim, int) else self.mlp_dim)
         fix('rep_size', self.rep_size or None)
         fix('grid_mode', self._grid_mode())
-        fix('dynamic_img_pad', self.grid_mode != 'strict')
+        fix('dynamic_img_pad', self.grid_mode in ('pad', 'pool'))
         self._validate()
         # A cls slot exists only in a learned table next to a class token.
         fix('pos_embed_cls_slot', bool(self.pos_embed_cls_slot and self.class_token and self.pos_table == 'learn'))
@@ -179,7 +183,7 @@ class SimpleViTConfig:
             return 'strict' if legacy is False else 'pad'
         if mode not in GRID_MODES:
             raise ViTVariantsError(f'grid_mode={mode!r}: expected one of {GRID_MODES}', key='grid_mode')
-        if legacy is not None and legacy != (mode != 'strict'):
+        if legacy is not None and legacy != (mode in ('pad', 'pool')):
             raise ViTVariantsError(f"dynamic_img_pad={legacy} contradicts grid_mode={mode!r} (the older name: True "
                                    "means 'pad', False means 'strict')", key='dynamic_img_pad')
         return mode
@@ -312,13 +316,15 @@ class Variant:
         return dict(embed_dim=self.width, depth=self.depth, mlp_dim=self.mlp, num_heads=self.heads)
 
 
-# From big_vision/models/vit.py.
+# From big_vision/models/vit.py (decode_variant); So400m and g-opt are the SigLIP shapes.
 VARIANTS: Dict[str, Variant] = {
     'tiny': Variant(192, 12, 768, 3),
     'small': Variant(384, 12, 1536, 6),
     'base': Variant(768, 12, 3072, 12),
     'large': Variant(1024, 24, 4096, 16),
     'huge': Variant(1280, 32, 5120, 16),
+    'so400m': Variant(1152, 27, 4304, 16),
+    'giantopt': Variant(1536, 40, 6144, 16),
 }
 
 
@@ -341,6 +347,14 @@ class ModelEntry:
 # FlexiViT's published ImageNet-1k models: tok pooling, a learned table without a cls slot, 240px.
 _FLEXI = {'img_size': 240, 'patch_size': 16, 'class_token': True, 'global_pool': 'token', 'pos_embed': 'learn',
           'pos_embed_resample': 'flexi'}
+
+# SigLIP / SigLIP 2 image towers: a learned table without a cls slot, big_vision's MAPHead, no classifier
+# (model(x) is the image embedding), and the VALID patch conv's crop.
+_SIGLIP = {'pos_embed': 'learn', 'global_pool': 'map', 'grid_mode': 'crop', 'num_classes': 0}
+# (variant, patch, image sizes) of the published towers (big_vision configs/proj/image_text/README_siglip2.md).
+SIGLIP_TOWERS = (('base', 16, (224, 256, 384, 512)), ('base', 32, (256,)), ('large', 16, (256, 384, 512)),
+                 ('so400m', 14, (224, 384)), ('so400m', 16, (256, 384, 512)), ('giantopt', 16, (256, 384)))
+_SIGLIP_LABEL = {'base': 'B', 'large': 'L', 'so400m': 'So400m', 'giantopt': 'g-opt'}
 
 MODELS: Dict[str, ModelEntry] = {
     'simple_vit_tiny': ModelEntry('tiny', {}, 'ViT-Ti/16 plain recipe (width 192, depth 12, 3 heads).'),
@@ -366,10 +380,14 @@ MODELS: Dict[str, ModelEntry] = {
         f'FlexiViT-{size[0].upper()} (big_vision proj/flexi): 240px, [CLS] pooling, a learned table resampled like '
         'FlexiViT at run time; create it with any patch_size= to load the published weights at that patch size '
         '(tag bv_i1k_1200ep).') for size in ('small', 'base', 'large')},
+    **{f'simple_vit_{size}_patch{patch}_siglip_{img}': ModelEntry(
+        size, dict(_SIGLIP, img_size=img, patch_size=patch),
+        f'SigLIP image tower {_SIGLIP_LABEL[size]}/{patch} at {img}px (big_vision): learned table, MAP head, no '
+        'classifier, so model(x) is the image embedding.') for size, patch, sizes in SIGLIP_TOWERS for img in sizes},
 }
 
 # What must match for ``architecture`` to name a registered model, most telling first.
-_DIMS = ('embed_dim', 'num_heads', 'mlp_dim', 'depth', 'patch_size', 'rep_size', 'img_size')
+_DIMS = ('embed_dim', 'num_heads', 'mlp_dim', 'depth', 'patch_size', 'rep_size', 'img_size', 'global_pool')
 
 
 def architecture_for(config: SimpleViTConfig) -> str:

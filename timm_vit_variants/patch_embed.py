@@ -17,7 +17,13 @@ __all__ = ['AdaptivePatchEmbed']
 def _raise_indivisible(height: int, width: int, patch_h: int, patch_w: int) -> None:
     raise ViTVariantsError(
         f'image size {height}x{width} is not divisible by patch size {patch_h}x{patch_w}; '
-        f"resize the input, or create the model with grid_mode='pad' (pad right/bottom) or 'pool'")
+        f"resize the input, or create the model with grid_mode='pad' (pad right/bottom), 'crop' or 'pool'")
+
+
+@torch.jit.ignore
+def _raise_too_small(height: int, width: int, patch_h: int, patch_w: int) -> None:
+    raise ViTVariantsError(f'image size {height}x{width} is smaller than one {patch_h}x{patch_w} patch, so cropping '
+                           'to whole patches leaves nothing')
 
 
 @torch.jit.ignore
@@ -26,11 +32,13 @@ def _raise_bad_input(shape: List[int], in_chans: int) -> None:
 
 
 @torch.fx.wrap
-def check_and_pad(x: torch.Tensor, in_chans: int, patch_h: int, patch_w: int, pad: bool) -> torch.Tensor:
-    """Validate an NCHW batch and pad it right/bottom to a patch multiple (or raise if padding is off).
+def check_and_pad(x: torch.Tensor, in_chans: int, patch_h: int, patch_w: int, mode: str) -> torch.Tensor:
+    """Validate an NCHW batch and bring it to whole patches as ``mode`` says (``SimpleViTConfig.grid_mode``).
 
-    While a graph is captured the pad is always recorded (a zero pad is a no-op), so the graph pads
-    whatever size it is given; ``torch.jit.trace`` would only freeze the checks, so it skips them.
+    'pad' and 'pool' pad right/bottom, 'crop' drops the last rows and columns (a VALID conv), 'strict'
+    raises. While a graph is captured the pad or crop is always recorded (a zero pad or a full slice is
+    a no-op), so the graph fits whatever size it is given; ``torch.jit.trace`` would only freeze the
+    checks, so it skips them.
     """
     tracing, capturing = False, False
     if not torch.jit.is_scripting():
@@ -38,9 +46,16 @@ def check_and_pad(x: torch.Tensor, in_chans: int, patch_h: int, patch_w: int, pa
     if not tracing and (x.ndim != 4 or x.shape[1] != in_chans or x.shape[2] < 1 or x.shape[3] < 1):
         _raise_bad_input(list(x.shape), in_chans)
     height, width = x.shape[-2], x.shape[-1]
+    if mode == 'crop':
+        if not tracing and (height < patch_h or width < patch_w):
+            _raise_too_small(height, width, patch_h, patch_w)
+        if capturing or height % patch_h or width % patch_w:  # a negative pad crops; torch.export can reason on it
+            x = F.pad(x, (0, width // patch_w * patch_w - width, 0, height // patch_h * patch_h - height))
+        return x
     # ceil division: torch.export can then prove a symbolic padded size is at least one patch
     pad_h = (height + patch_h - 1) // patch_h * patch_h - height
     pad_w = (width + patch_w - 1) // patch_w * patch_w - width
+    pad = mode != 'strict'
     if capturing and pad:
         return F.pad(x, (0, pad_w, 0, pad_h))
     if pad_h > 0 or pad_w > 0:
@@ -53,7 +68,7 @@ def check_and_pad(x: torch.Tensor, in_chans: int, patch_h: int, patch_w: int, pa
 class AdaptivePatchEmbed(nn.Module):
     """Patchifier returning NHWC tokens for whatever H x W it is given.
 
-    Pad (or refuse) to a patch multiple, then: optional per-patch pixel LayerNorm ('pre'), optional
+    Pad, crop (or refuse) to a patch multiple, then: optional per-patch pixel LayerNorm ('pre'), optional
     conv stem, the projection ``proj`` ('conv', 'linear', 'overlap', or the stem's 1x1), for 'mlp' an
     activation and a second (1x1) projection ``fc``, optional adaptive pooling to the nominal grid,
     optional LayerNorm of the embedding ('post'). Differs from timm's PatchEmbed in that a
@@ -68,10 +83,9 @@ class AdaptivePatchEmbed(nn.Module):
             in_chans: int = 3,
             embed_dim: int = 768,
             bias: bool = True,
-            dynamic_img_pad: bool = True,
+            grid_mode: str = 'pad',
             kind: str = 'conv',
             norm: Optional[str] = None,
-            pool_grid: bool = False,
             norm_eps: float = 1e-6,
             act_layer: Callable[[], nn.Module] = nn.GELU,
             device=None,
@@ -79,8 +93,9 @@ class AdaptivePatchEmbed(nn.Module):
     ) -> None:
         """
         Args:
+            grid_mode: ``SimpleViTConfig.grid_mode``: pad, refuse ('strict') or crop a size the patch does not
+                divide; 'pool' pads, then pools every token grid to the nominal one.
             kind: ``SimpleViTConfig.patch_embed``; norm: ``SimpleViTConfig.patch_norm``.
-            pool_grid: Pool every token grid to the nominal one (``grid_mode='pool'``).
             act_layer: The activation between the two projections of 'mlp'.
         """
         super().__init__()
@@ -89,11 +104,12 @@ class AdaptivePatchEmbed(nn.Module):
         self.patch_size = to_2tuple(patch_size)
         self.in_chans = in_chans
         self.embed_dim = embed_dim
-        self.dynamic_img_pad = dynamic_img_pad
+        self.grid_mode = grid_mode
+        self.dynamic_img_pad = grid_mode in ('pad', 'pool')  # timm's name: whether sizes are padded up
         self.kind = kind
         self.norm_kind = norm
-        self.pool_grid = pool_grid
-        self.grid_size = grid_for(self.img_size, self.patch_size, dynamic_img_pad)
+        self.pool_grid = grid_mode == 'pool'
+        self.grid_size = grid_for(self.img_size, self.patch_size, self.dynamic_img_pad)
         self.num_patches = self.grid_size[0] * self.grid_size[1]
         self.norm_pre = PatchPixelNorm(in_chans, self.patch_size, norm_eps, **dd) if norm in ('pre', 'dual') \
             else nn.Identity()
@@ -134,7 +150,7 @@ class AdaptivePatchEmbed(nn.Module):
         self.num_patches = self.grid_size[0] * self.grid_size[1]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = check_and_pad(x, self.in_chans, self.patch_size[0], self.patch_size[1], self.dynamic_img_pad)
+        x = check_and_pad(x, self.in_chans, self.patch_size[0], self.patch_size[1], self.grid_mode)
         x = self.proj(self.stem(self.norm_pre(x))).permute(0, 2, 3, 1)
         x = self.fc(self.act(x))
         if self.pool_grid:

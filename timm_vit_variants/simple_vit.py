@@ -69,9 +69,52 @@ def _flexi_cfg(size: str) -> Dict[str, Any]:
     )
 
 
-def _untrained(name: str) -> Dict[str, Any]:
+_SIGLIP_URL = 'https://storage.googleapis.com/big_vision/'
+# The published image-text files (big_vision configs/proj/image_text/README_siglip2.md, the SigLIP demo
+# notebooks): (model, tag) -> file. Each is a whole two-tower file; the plugin reads its image tower.
+_SIGLIP_FILES = {
+    **{(f'simple_vit_base_patch16_siglip_{img}', 'webli'): f'siglip/webli_en_b16_{img}_{n}.npz' for img, n in (
+        (224, 63724782), (256, 60500360), (384, 68578854), (512, 68580893))},
+    ('simple_vit_base_patch16_siglip_256', 'webli_i18n'): 'siglip/webli_i18n_b16_256_66117334.npz',
+    ('simple_vit_large_patch16_siglip_256', 'webli'): 'siglip/webli_en_l16_256_60552751.npz',
+    ('simple_vit_large_patch16_siglip_384', 'webli'): 'siglip/webli_en_l16_384_63634585.npz',
+    ('simple_vit_so400m_patch14_siglip_224', 'webli'): 'siglip/webli_en_so400m_224_57633886.npz',
+    ('simple_vit_so400m_patch14_siglip_384', 'webli'): 'siglip/webli_en_so400m_384_58765454.npz',
+    ('simple_vit_so400m_patch16_siglip_256', 'webli_i18n'): 'siglip/webli_i18n_so400m_16_256_78061115.npz',
+    **{(f'simple_vit_{name}_siglip_{img}', 'v2_webli'): f'siglip2/siglip2_{short}_{img}.npz'
+       for name, short, sizes in (('base_patch32', 'b32', (256,)), ('base_patch16', 'b16', (224, 256, 384, 512)),
+                                  ('large_patch16', 'l16', (256, 384, 512)), ('so400m_patch14', 'so400m14', (224, 384)),
+                                  ('so400m_patch16', 'so400m16', (256, 384, 512)),
+                                  ('giantopt_patch16', 'g-opt16', (256, 384)))
+       for img in sizes},
+}
+
+
+def _siglip_cfg(name: str, tag: str) -> Dict[str, Any]:
+    """A SigLIP tower's published weights: the image embedding (no classifier), big_vision's evaluation transform."""
     img = MODELS[name].config().img_size
-    return _cfg(input_size=(3, *img), crop_pct=1.0 if max(img) < 224 else 0.875)
+    version = 'SigLIP 2' if tag == 'v2_webli' else 'SigLIP'
+    return _cfg(
+        url=_SIGLIP_URL + _SIGLIP_FILES[(name, tag)],
+        custom_load=True,
+        num_classes=0,
+        input_size=(3, *img),
+        # big_vision SigLIP: resize(size)|value_range(-1, 1), the whole image squashed to the model's size
+        crop_pct=1.0,
+        crop_mode='squash',
+        paper_ids='arXiv:2502.14786' if tag == 'v2_webli' else 'arXiv:2303.15343',
+        paper_name='SigLIP 2: Multilingual Vision-Language Encoders with Improved Semantic Understanding, '
+                   'Localization, and Dense Features' if tag == 'v2_webli' else
+                   'Sigmoid Loss for Language Image Pre-Training',
+        origin_url='https://github.com/google-research/big_vision',
+        notes=(f'big_vision {version} image tower ({_SIGLIP_FILES[(name, tag)]}); the text tower is not loaded',),
+    )
+
+
+def _untrained(name: str) -> Dict[str, Any]:
+    config = MODELS[name].config()
+    return _cfg(input_size=(3, *config.img_size), crop_pct=1.0 if max(config.img_size) < 224 else 0.875,
+                num_classes=config.num_classes)
 
 
 def pretrained_cfg_for(config: SimpleViTConfig, architecture: str) -> Dict[str, Any]:
@@ -90,7 +133,8 @@ def pretrained_cfg_for(config: SimpleViTConfig, architecture: str) -> Dict[str, 
 
 default_cfgs = generate_default_cfgs({
     **{f'{name}.untrained': _untrained(name) for name in MODELS
-       if name != 'simple_vit_small_patch16_224' and '_flexi_' not in name},
+       if name != 'simple_vit_small_patch16_224' and '_flexi_' not in name and '_siglip_' not in name},
+    **{f'{name}.{tag}': _siglip_cfg(name, tag) for name, tag in _SIGLIP_FILES},
     **{f'simple_vit_{size}_flexi_240.bv_i1k_1200ep': _flexi_cfg(size) for size in ('small', 'base', 'large')},
     'simple_vit_small_patch16_224.bv_i1k_300ep': _bv_cfg(300),
     'simple_vit_small_patch16_224.bv_i1k_150ep': _bv_cfg(150),

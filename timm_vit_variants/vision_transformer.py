@@ -15,7 +15,7 @@ from typing import Any, Dict, List, Optional, Set, Tuple, Union
 
 import torch
 import torch.nn as nn
-from timm.layers import LayerNorm, Mlp, get_act_layer, trunc_normal_
+from timm.layers import AttentionPoolLatent, LayerNorm, Mlp, get_act_layer, trunc_normal_
 from timm.models import named_apply
 from timm.models.vision_transformer import Block, init_weights_vit_jax
 from torch.utils.checkpoint import checkpoint
@@ -101,8 +101,8 @@ class SimpleVisionTransformer(nn.Module):
 
         self.patch_embed = AdaptivePatchEmbed(
             img_size=cfg.img_size, patch_size=cfg.patch_size, in_chans=cfg.in_chans, embed_dim=embed_dim,
-            dynamic_img_pad=cfg.dynamic_img_pad, kind=cfg.patch_embed, norm=cfg.patch_norm,
-            pool_grid=cfg.grid_mode == 'pool', norm_eps=cfg.norm_eps, act_layer=act_layer, **dd)
+            grid_mode=cfg.grid_mode, kind=cfg.patch_embed, norm=cfg.patch_norm, norm_eps=cfg.norm_eps,
+            act_layer=act_layer, **dd)
         declare_first_conv(self, Geometry.of(cfg).kernel_key.rsplit('.', 1)[0])
         grid = self.patch_embed.grid_size
 
@@ -126,6 +126,12 @@ class SimpleVisionTransformer(nn.Module):
         self.feature_info = [dict(module=f'blocks.{i}', num_chs=embed_dim, reduction=reduction)
                              for i in range(cfg.depth)]
         self.norm = norm_layer(embed_dim, **dd)
+        # big_vision's MAPHead is exactly timm's AttentionPoolLatent: a learned probe queries every token, no
+        # residual around that attention, then x + MLP(LN(x)). timm sizes its MLP as int(D * ratio), so the
+        # ratio is nudged by half a unit to land on the exact width a checkpoint has (4304 for So400m).
+        self.attn_pool = AttentionPoolLatent(
+            embed_dim, num_heads=cfg.num_heads, mlp_ratio=(cfg.mlp_dim + 0.5) / embed_dim, qkv_bias=cfg.qkv_bias,
+            norm_layer=norm_layer, act_layer=act_layer, **dd) if cfg.global_pool == 'map' else None
 
         if cfg.rep_size:
             self.pre_logits = nn.Sequential(OrderedDict([
@@ -187,7 +193,7 @@ class SimpleVisionTransformer(nn.Module):
     def group_matcher(self, coarse: bool = False) -> Dict[str, Any]:
         return dict(
             stem=r'^cls_token|pos_embed|patch_embed',
-            blocks=[(r'^blocks\.(\d+)', None), (r'^pos_cpe', (0,)), (r'^norm', (99999,))],
+            blocks=[(r'^blocks\.(\d+)', None), (r'^pos_cpe', (0,)), (r'^norm', (99999,)), (r'^attn_pool', (99999,))],
         )
 
     @torch.jit.ignore
@@ -205,6 +211,11 @@ class SimpleVisionTransformer(nn.Module):
                 raise ValueError(f'global_pool must be one of {POOL_TYPES}, got {global_pool!r}')
             if global_pool == 'token' and not self.has_class_token:
                 raise ValueError("global_pool='token' needs a class token")
+            if global_pool == 'map' and self.attn_pool is None:
+                raise ValueError("global_pool='map' needs the model's attention pool, which a reset cannot create "
+                                 "(create the model with global_pool='map')")
+            if global_pool != 'map':
+                self.attn_pool = None  # as timm: leaving 'map' removes the attention pool
             self.global_pool = global_pool
             update_model_args(self, global_pool=global_pool)
         self.num_classes = num_classes
@@ -374,6 +385,8 @@ class SimpleVisionTransformer(nn.Module):
 
     def pool(self, x: torch.Tensor, pool_type: Optional[str] = None) -> torch.Tensor:
         pool_type = self.global_pool if pool_type is None else pool_type
+        if self.attn_pool is not None and pool_type == 'map':
+            return self.attn_pool(x)
         if pool_type == 'avg':
             return x[:, self.num_prefix_tokens:].mean(dim=1)
         if pool_type == 'token':

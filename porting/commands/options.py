@@ -23,7 +23,7 @@ INTERPOLATIONS = ('bilinear', 'bicubic', 'nearest', 'lanczos')
 _RECORDED = frozenset({
     'src', 'out', 'img_size', 'patch_size', 'resample_like', 'num_classes', 'fmt', 'num_heads', 'source_img_size',
     'prefix', 'act_layer', 'norm_eps', 'pos_embed', 'use_ema', 'overwrite', 'max_shard_size', 'license', 'base_model',
-    'assume_heads', 'mean', 'std', 'interpolation', 'crop_pct',
+    'assume_heads', 'mean', 'std', 'interpolation', 'crop_pct', 'crop_mode',
     'datasets', 'tol', 'no_verify', 'allow_nonfinite', 'limits', 'push_to', 'private', 'revision', 'create_pr',
 })
 
@@ -114,6 +114,8 @@ def add_source_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument('--std', nargs='+', type=float, metavar='S', help='input std per channel')
     g.add_argument('--interpolation', choices=INTERPOLATIONS, help='resize interpolation of the eval transform')
     g.add_argument('--crop-pct', type=float, metavar='F', help='center-crop fraction of the eval transform, in (0, 1]')
+    g.add_argument('--crop-mode', choices=('center', 'squash', 'border'),
+                   help="eval transform: resize the short side and center-crop, or 'squash' the whole image")
     add_safety_args(parser)
 
 
@@ -174,7 +176,8 @@ def add_push_to_option(parser: argparse.ArgumentParser) -> None:
 
 # The flags that set what a conversion had to assume.
 _ASSUMED_FLAGS = {'num_heads': '--num-heads', 'img_size': '--source-img-size', 'mean': '--mean', 'std': '--std',
-                  'interpolation': '--interpolation', 'crop_pct': '--crop-pct', 'act_layer': '--act-layer',
+                  'interpolation': '--interpolation', 'crop_pct': '--crop-pct', 'crop_mode': '--crop-mode',
+                  'act_layer': '--act-layer',
                   'norm_eps': '--norm-eps'}
 
 
@@ -211,7 +214,7 @@ def source_options(args: argparse.Namespace) -> Any:
 
     return SourceOptions(**{name: given(name) for name in (
         'fmt', 'prefix', 'num_heads', 'act_layer', 'norm_eps', 'pos_embed', 'use_ema', 'source_img_size', 'mean',
-        'std', 'interpolation', 'crop_pct')}, assume_heads=getattr(args, 'assume_heads', None) or None)
+        'std', 'interpolation', 'crop_pct', 'crop_mode')}, assume_heads=getattr(args, 'assume_heads', None) or None)
 
 
 def convert_request(args: argparse.Namespace, **overrides: Any) -> Any:

@@ -55,29 +55,31 @@ def compare(
         ours = build_ours().eval()
         release_as_it_runs(ours)
         has_pre_logits = not isinstance(ours.pre_logits, nn.Identity)
+        output = 'logits' if ours.num_classes else 'embedding'
         with torch.no_grad():
             feats = ours.forward_features(x)
-            head_out = ours.forward_head(feats) if compare_logits and (ours.num_classes or has_pre_logits) else None
+            # the classifier's logits, or without one the pooled embedding (a MAP head's, a pre-logits layer's)
+            head_out = ours.forward_head(feats) if compare_logits and ref.logits is not None else None
             pre_logits = ours.forward_head(feats, pre_logits=True) if ref.pre_logits is not None else None
         del ours
         trim_heap()
         bar.update(1)
     if ref.features is None or tuple(ref.features.shape) != tuple(feats.shape):
-        return Verification('failed', reference=ref.name, tolerance=tol, reason=(
+        return Verification('failed', reference=ref.name, tolerance=tol, output=output, reason=(
             f'feature shapes differ: reference {tuple(ref.features.shape) if ref.features is not None else None} '
             f'vs ours {tuple(feats.shape)}'))
     d_feat = _max_diff(ref.features, feats)
     d_logit = None
     notes = [ref.note] if ref.note else []
-    if ref.logits is not None and head_out is not None:
+    if head_out is not None:
         if ref.logits.shape != head_out.shape:
-            return Verification('failed', reference=ref.name, tolerance=tol, max_abs_features=d_feat,
-                                reason=f'logit shapes differ: {tuple(ref.logits.shape)} vs {tuple(head_out.shape)}')
+            return Verification('failed', reference=ref.name, tolerance=tol, max_abs_features=d_feat, output=output,
+                                reason=f'{output} shapes differ: {tuple(ref.logits.shape)} vs {tuple(head_out.shape)}')
         d_logit = _max_diff(ref.logits, head_out)
-    elif head_out is not None and ref.pre_logits is None:
-        notes.append('logits not compared: the reference has no classifier')
     elif ref.logits is not None:
         notes.append('logits not compared: the output has a new, zero-initialised head')
+    elif output == 'logits' and ref.pre_logits is None:
+        notes.append('logits not compared: the reference has no classifier')
     d_pre = None
     if pre_logits is not None:
         d_pre = _max_diff(ref.pre_logits, pre_logits)
@@ -87,4 +89,4 @@ def compare(
     worst = max(d for d in (d_feat, d_logit, d_pre) if d is not None)
     status = 'passed' if worst <= tol else 'failed'  # NaN compares False: a NaN output fails
     return Verification(status, reference=ref.name, max_abs_logits=d_logit, max_abs_features=d_feat,
-                        tolerance=tol, notes=notes)
+                        tolerance=tol, notes=notes, output=output)

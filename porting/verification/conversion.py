@@ -83,7 +83,8 @@ def _where(plan: ConversionPlan) -> str:
 
 def _target_line(plan: ConversionPlan, target: Verification) -> str:
     figures = ', '.join(f'{label}={value:.2e}' for label, value in (
-        ('max|dlogits|', target.max_abs_logits), ('max|dfeatures|', target.max_abs_features)) if value is not None)
+        (f'max|d{target.output}|', target.max_abs_logits), ('max|dfeatures|', target.max_abs_features))
+        if value is not None)
     found = f'vs {target.reference}: {figures}' if target.reference else f': {target.reason}'
     return f'target geometry ({_where(plan)}) {target.status} {found}'
 

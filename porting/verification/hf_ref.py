@@ -1,4 +1,5 @@
-"""The transformers reference: ``ViTForImageClassification`` / ``ViTModel.from_pretrained`` on the source folder."""
+"""The transformers reference: ``ViTForImageClassification`` / ``ViTModel`` or ``SiglipVisionModel`` /
+``SiglipModel`` ``.from_pretrained`` on the source folder."""
 from pathlib import Path
 from typing import Any, Dict, Optional, Tuple
 
@@ -18,7 +19,8 @@ def hf_outputs(path: str, model_args: Dict[str, Any], x: torch.Tensor,
     if target is not None:
         if pair(target[0].get('patch_size', 16)) != pair(model_args.get('patch_size', 16)):
             raise NoReference('transformers has no rule for a patch-size change')
-        if any(s % p for s, p in zip(pair(target[0].get('img_size', 224)), pair(target[0].get('patch_size', 16)))):
+        if target[0].get('grid_mode') != 'crop' and any(
+                s % p for s, p in zip(pair(target[0].get('img_size', 224)), pair(target[0].get('patch_size', 16)))):
             raise NoReference('transformers drops the pixels the patch does not divide, where this model pads them')
         if target[1] != 'hf':
             raise NoReference(f"the table was resized with the {target[1]!r} rule, not transformers' own")
@@ -27,8 +29,11 @@ def hf_outputs(path: str, model_args: Dict[str, Any], x: torch.Tensor,
     except ImportError:
         raise NoReference('transformers is not installed') from None
     transformers.utils.logging.disable_progress_bar()
+    transformers.utils.logging.set_verbosity_error()  # the reference's load messages are not ours to print
     folder = Path(path) if Path(path).is_dir() else Path(path).parent
     cfg = read_json(str(folder / 'config.json')) if (folder / 'config.json').is_file() else {}
+    if cfg.get('model_type') in ('siglip', 'siglip_vision_model'):
+        return _siglip(transformers, folder, cfg, x, target is not None)
     classify = any('ForImageClassification' in a for a in cfg.get('architectures') or [])
     cls = transformers.ViTForImageClassification if classify else transformers.ViTModel
     # A bare ViTModel's pooler (Dense + tanh) is our pre-logits layer when the reader found one.
@@ -45,3 +50,18 @@ def hf_outputs(path: str, model_args: Dict[str, Any], x: torch.Tensor,
             feats, logits, pooled = out.last_hidden_state, None, out.pooler_output
     name = f'transformers {cls.__name__}.from_pretrained' + (' with interpolate_pos_encoding' if resize else '')
     return Outputs(feats, logits, name, pre_logits=pooled)
+
+
+def _siglip(transformers: Any, folder: Path, cfg: Dict[str, Any], x: torch.Tensor, resize: bool) -> Outputs:
+    """A SigLIP folder's vision tower: post-LayerNorm tokens, and the MAP head's pooled embedding."""
+    if cfg.get('model_type') == 'siglip':
+        model = transformers.SiglipModel.from_pretrained(str(folder), attn_implementation='eager').vision_model
+        name = 'transformers SiglipModel.from_pretrained(...).vision_model'
+    else:
+        model = transformers.SiglipVisionModel.from_pretrained(str(folder), attn_implementation='eager')
+        name = 'transformers SiglipVisionModel.from_pretrained'
+    model = model.eval().float()
+    with torch.no_grad():
+        out = model(pixel_values=x, interpolate_pos_encoding=resize)
+    name += ' with interpolate_pos_encoding' if resize else ''
+    return Outputs(out.last_hidden_state, out.pooler_output, name + ' (pooler_output: the MAP head)')

@@ -4,7 +4,7 @@ import itertools
 import tempfile
 import zipfile
 from pathlib import Path
-from typing import Any, Dict, Tuple, Union
+from typing import Any, Dict, List, Tuple, Union
 
 import numpy as np
 
@@ -14,7 +14,9 @@ from .timm_ref import PreLogitsHead, TimmReference, grid, timm_equivalent
 
 __all__ = ['npz_model']
 
-_PREFIXES = ('opt/target/', 'params/img/', 'params/', '')
+_PREFIXES = ('opt/target/', 'params/img/', 'params/', 'img/', '')
+# The MAP head's sub-modules, inlined at the top of the tower in old files.
+_OLD_MAP_HEAD = ('probe', 'MultiHeadDotProductAttention_0', 'LayerNorm_0', 'MlpBlock_0')
 
 
 def _headers(path: str) -> Dict[str, Tuple[Tuple[int, ...], np.dtype]]:
@@ -37,37 +39,55 @@ def _bf16_to_float32(raw: np.ndarray) -> np.ndarray:
     return (raw.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
 
 
-def _timm_readable(path: str, model_args: Dict[str, Any], tmp: Path) -> Union[str, ExtendedArchive]:
+def _prefix(headers: Dict[str, Any]) -> str:
+    """Where the (image) ViT's arrays start in the archive."""
+    return next(p for p in _PREFIXES if f'{p}embedding/kernel' in headers or not p)
+
+
+def _additions(path: str, headers: Dict[str, Any], model_args: Dict[str, Any]) -> List[Tuple[str, np.ndarray]]:
+    """Arrays timm's loader needs and the archive does not store under the names timm reads.
+
+    A sin-cos model has no stored table: the numpy big_vision table is added. An old MAP-head layout
+    (the probe, attention, LayerNorm and MLP inlined at the top of the tower) gets copies of those
+    arrays under ``MAPHead_0/``, the move big_vision's ``vit.fix_old_checkpoints`` makes.
+    """
+    prefix = _prefix(headers)
+    extra = []
+    if model_args.get('pos_embed') == 'sincos':
+        extra.append((f'{prefix}pos_embedding', bigvision_posemb_sincos_2d(
+            *grid(model_args), model_args['embed_dim'], model_args.get('sincos_temperature', 10_000.))))
+    if f'{prefix}probe' in headers and f'{prefix}MAPHead_0/probe' not in headers:
+        moved = [n for n in headers if n.startswith(prefix) and n[len(prefix):].split('/')[0] in _OLD_MAP_HEAD]
+        with np.load(path, allow_pickle=False) as archive:
+            extra += [(f'{prefix}MAPHead_0/{n[len(prefix):]}', archive[n]) for n in moved]
+    return extra
+
+
+def _timm_readable(path: str, model_args: Dict[str, Any], tmp: Path,
+                   extra: List[Tuple[str, np.ndarray]]) -> Union[str, ExtendedArchive]:
     """The archive timm's ``load_pretrained`` can read: the original path, or an archive built for it.
 
-    timm needs a stored ``pos_embedding``: for a sin-cos model the numpy big_vision table is appended
-    in memory to the original archive (nothing copied). timm cannot decode bfloat16 without jax, so
-    such archives are rewritten with the arrays widened to float32, one at a time (disk, not memory).
+    Arrays timm needs beyond what is stored (``_additions``) are appended in memory to the original
+    archive (nothing copied). timm cannot decode bfloat16 without jax, so such archives are rewritten
+    with the arrays widened to float32, one at a time (disk, not memory).
     """
     headers = _headers(path)
     bf16 = any(dtype.kind == 'V' and dtype.itemsize == 2 for _, dtype in headers.values())
-    sincos = model_args.get('pos_embed') == 'sincos'
-    if not sincos and not bf16:
+    if not extra and not bf16:
         return path
-    prefix = next(p for p in _PREFIXES if f'{p}embedding/kernel' in headers or not p)
-    table = None
-    if sincos:
-        table = bigvision_posemb_sincos_2d(*grid(model_args), model_args['embed_dim'],
-                                           model_args.get('sincos_temperature', 10_000.))
     if not bf16:
         archive = ExtendedArchive(path)
-        with zipfile.ZipFile(archive, 'a', allowZip64=True) as extended, \
-                extended.open(f'{prefix}pos_embedding.npy', 'w', force_zip64=True) as fh:
-            np.lib.format.write_array(fh, table, allow_pickle=False)
+        with zipfile.ZipFile(archive, 'a', allowZip64=True) as extended:
+            for name, array in extra:
+                with extended.open(f'{name}.npy', 'w', force_zip64=True) as fh:
+                    np.lib.format.write_array(fh, np.ascontiguousarray(array), allow_pickle=False)
         archive.seek(0)
         return archive
+    prefix = _prefix(headers)
     new_prefix = prefix or 'params/'  # timm recognises big_vision block names under params/
     out_path = tmp / 'timm_reference.npz'
     with np.load(path, allow_pickle=False) as src, zipfile.ZipFile(out_path, 'w', allowZip64=True) as dst:
-        arrays = ((name, src[name]) for name in src.files)
-        if table is not None:
-            arrays = itertools.chain(arrays, [(f'{prefix}pos_embedding', table)])
-        for name, array in arrays:
+        for name, array in itertools.chain(((name, src[name]) for name in src.files), extra):
             if array.dtype.kind == 'V' and array.dtype.itemsize == 2:
                 array = _bf16_to_float32(array)
             local = name[len(prefix):] if name.startswith(prefix) else name
@@ -94,14 +114,21 @@ def _pre_logits_head(path: str) -> PreLogitsHead:
 def npz_model(path: str, model_args: Dict[str, Any]) -> TimmReference:
     """timm's VisionTransformer loaded by timm's own npz loader (headless when there is a pre-logits layer)."""
     head = _pre_logits_head(path) if model_args.get('rep_size') else None
+    headers = _headers(path)
+    extra = _additions(path, headers, model_args)
     with tempfile.TemporaryDirectory(prefix='vit-port-verify-') as tmp:
-        readable = _timm_readable(path, model_args, Path(tmp))
+        readable = _timm_readable(path, model_args, Path(tmp), extra)
         model = timm_equivalent(model_args, num_classes=0 if head is not None else None)
-        model.load_pretrained(readable)
+        # timm finds 'params/img/' itself but not a bare 'img/' tower; a rewritten bf16 copy moves '' to 'params/'
+        prefix = _prefix(headers) if isinstance(readable, ExtendedArchive) or readable == path else ''
+        model.load_pretrained(readable, prefix=prefix)
         name = 'timm VisionTransformer.load_pretrained(npz)'
         if isinstance(readable, ExtendedArchive):
             readable.close()
-            name += ' (the archive with the numpy big_vision sin-cos table appended in memory)'
+            added = dict.fromkeys('the numpy big_vision sin-cos table' if key.endswith('pos_embedding') else
+                                  "the MAP head under MAPHead_0/ (as big_vision's fix_old_checkpoints moves it)"
+                                  for key, _ in extra)
+            name += f' (the archive with {" and ".join(added)} appended in memory)'
         elif readable != path:
             name += ' (archive copy with bfloat16 widened to float32)'
     return TimmReference(model, name, head)

@@ -3,7 +3,6 @@ from typing import Any, Callable, Dict, Optional, Tuple
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 from timm_vit_variants.errors import ViTVariantsError
 from timm_vit_variants.memory import release_after_use
@@ -12,7 +11,7 @@ from .hf_ref import hf_outputs
 from .npz_ref import npz_model
 from .result import NoReference, Outputs, ReferenceFailed, first_line
 from .target import at_target
-from .timm_ref import TimmReference, pair, timm_model
+from .timm_ref import TimmReference, fit_input, timm_model
 
 __all__ = ['reference_outputs', 'release_as_it_runs']
 
@@ -53,8 +52,7 @@ def reference_outputs(
         ref = _TIMM_BUILT[fmt](path, model_args)
         if target is not None:
             ref = at_target(ref, model_args, target[0], target[1])
-            patch = pair(target[0].get('patch_size', 16))
-            x = F.pad(x, (0, -x.shape[-1] % patch[1], 0, -x.shape[-2] % patch[0]))  # our model pads the same way
+            x = fit_input(x, target[0])  # padded or cropped to whole patches, as our model does
         release_as_it_runs(ref.model)
         return ref.outputs(x)
     except (NoReference, ViTVariantsError):

@@ -20,12 +20,13 @@ class Verification:
     reason: Optional[str] = None
     notes: List[str] = field(default_factory=list)
     caveats: List[str] = field(default_factory=list)  # what the check could not catch (a shared assumption)
+    output: str = 'logits'  # what max_abs_logits measures: 'logits', or 'embedding' for a model without a head
 
     def as_card_dict(self) -> Dict[str, Any]:
         reason = '; '.join([r for r in [self.reason, *self.notes] if r]) or None
         return dict(status=self.status, reference=self.reference, max_abs_logits=self.max_abs_logits,
                     max_abs_features=self.max_abs_features, tolerance=self.tolerance, reason=reason,
-                    caveats=list(self.caveats) or None)
+                    caveats=list(self.caveats) or None, output=self.output)
 
     def summary(self) -> str:
         """One line for the terminal."""
@@ -33,7 +34,7 @@ class Verification:
             return f'verification {self.status}: {self.reason}' + ''.join(f'; {n}' for n in self.notes)
         figures = []
         if self.max_abs_logits is not None:
-            figures.append(f'max|dlogits|={self.max_abs_logits:.2e}')
+            figures.append(f'max|d{self.output}|={self.max_abs_logits:.2e}')
         if self.max_abs_features is not None:
             figures.append(f'max|dfeatures|={self.max_abs_features:.2e}')
         tol = f' (tol {self.tolerance:g})' if self.tolerance is not None else ''

@@ -9,17 +9,19 @@ from typing import Any, Dict, Optional, Tuple
 import numpy as np
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 from timm_vit_variants.checkpoints.files import SINGLE_WEIGHT_FILES
 from timm_vit_variants.errors import ViTVariantsError
 
 from .result import NoReference, Outputs
 
-__all__ = ['pair', 'grid', 'timm_equivalent', 'PreLogitsHead', 'TimmReference', 'timm_weights', 'timm_model']
+__all__ = ['pair', 'grid', 'fit_input', 'timm_equivalent', 'PreLogitsHead', 'TimmReference', 'timm_weights',
+           'timm_model']
 
 # Input-side options and the values timm's VisionTransformer can express ('linear' is 'conv' computed as a matmul).
-_TIMM_INPUT_SIDE = {'patch_embed': ('conv', 'linear'), 'patch_norm': (None,), 'grid_mode': ('pad', 'strict'),
-                    'pos_embed': ('sincos', 'learn', 'none')}
+_TIMM_INPUT_SIDE = {'patch_embed': ('conv', 'linear'), 'patch_norm': (None,),
+                    'grid_mode': ('pad', 'strict', 'crop'), 'pos_embed': ('sincos', 'learn', 'none')}
 
 
 def pair(v: Any) -> Tuple[int, int]:
@@ -27,15 +29,26 @@ def pair(v: Any) -> Tuple[int, int]:
 
 
 def grid(model_args: Dict[str, Any]) -> Tuple[int, int]:
-    """The token grid of ``model_args`` (ceil division: the family pads right/bottom)."""
+    """The token grid of ``model_args``: ceil division where the model pads, floor where it crops."""
     (h, w), (ph, pw) = pair(model_args.get('img_size', 224)), pair(model_args.get('patch_size', 16))
+    if model_args.get('grid_mode') in ('crop', 'strict'):
+        return h // ph, w // pw
     return -(-h // ph), -(-w // pw)
+
+
+def fit_input(x: torch.Tensor, model_args: Dict[str, Any]) -> torch.Tensor:
+    """``x`` padded right/bottom or cropped to whole patches, as the model of ``model_args`` treats its input."""
+    (gh, gw), (ph, pw) = grid(dict(model_args, img_size=tuple(x.shape[-2:]))), pair(model_args.get('patch_size', 16))
+    if model_args.get('grid_mode') in ('crop', 'strict'):
+        return x[..., :gh * ph, :gw * pw]
+    return F.pad(x, (0, gw * pw - x.shape[-1], 0, gh * ph - x.shape[-2]))
 
 
 def timm_equivalent(model_args: Dict[str, Any], num_classes: Optional[int] = None) -> nn.Module:
     """A timm ``VisionTransformer`` computing the same function as ``SimpleVisionTransformer(**model_args)``.
 
     big_vision 'gap' (norm all tokens, then average) is timm's ``fc_norm=False`` + ``global_pool='avg'``;
+    'map' is timm's own ``AttentionPoolLatent``; 'crop' is timm's VALID patch conv at the nominal size;
     a table without a cls slot is ``no_embed_class=True``; a sin-cos table becomes a learned one. timm has
     no pre-logits layer: give ``num_classes=0`` and apply ``explicit_head``. Built on the meta device and
     left uninitialised (every parameter is loaded afterwards; one that is not makes the comparison fail
@@ -61,7 +74,7 @@ def timm_equivalent(model_args: Dict[str, Any], num_classes: Optional[int] = Non
             embed_dim=embed_dim,
             depth=model_args['depth'],
             num_heads=model_args['num_heads'],
-            mlp_ratio=mlp_dim / embed_dim,
+            mlp_ratio=(mlp_dim + 0.5) / embed_dim,  # timm takes int(dim * ratio): this lands on mlp_dim exactly
             qkv_bias=model_args.get('qkv_bias', True),
             class_token=class_token,
             pos_embed='none' if pos == 'none' else 'learn',
@@ -118,7 +131,8 @@ class TimmReference:
                 logits = self.head(self.model.forward_head(feats, pre_logits=True))
                 return Outputs(feats, logits, self.name, note='logits via an explicit numpy '
                                "head(tanh(pre_logits(x))) (timm has no pre-logits layer)")
-            logits = self.model.forward_head(feats) if self.model.num_classes else None
+            # Without a classifier this is the pooled embedding (a MAP head's output, say), compared too.
+            logits = self.model.forward_head(feats)
         return Outputs(feats, logits, self.name)
 
 

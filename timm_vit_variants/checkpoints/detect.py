@@ -11,6 +11,7 @@ from ..limits import DEFAULT_LIMITS, Limits
 from .files import discover
 from .flax import BigVisionCheckpoint, VitJaxCheckpoint
 from .hf import HFCheckpoint
+from .hf_siglip import SIGLIP_MODEL_TYPES, HFSiglipCheckpoint
 from .source import LayoutFn, SourceCheckpoint
 from .stores import NpzStore, TensorStore, open_store
 from .timm_format import TimmCheckpoint
@@ -49,10 +50,10 @@ def _sniff(path: str, store: TensorStore, config: Dict[str, Any], config_path: O
     if 'architecture' in config:
         return 'timm'
     if 'model_type' in config:
-        if config['model_type'] == 'vit':
+        if config['model_type'] in ('vit', *SIGLIP_MODEL_TYPES):
             return 'hf'
-        raise ViTVariantsError(f"model_type {config['model_type']!r} is not a transformers ViT", path=config_path,
-                               key='model_type')
+        raise ViTVariantsError(f"model_type {config['model_type']!r} is not a transformers ViT or SigLIP model",
+                               path=config_path, key='model_type')
     if any(n.endswith('embeddings.patch_embeddings.projection.weight') for n in names):
         return 'hf'
     if any(n.endswith('patch_embed.proj.weight') for n in names):
@@ -88,15 +89,22 @@ def open_checkpoint(
     store = open_store(files, limits, use_ema=hints.get('use_ema', True))
     try:
         if fmt is None:
-            return READERS[_sniff(path, store, config, config_path)](path, store, config, config_path, hints,
-                                                                     layout, limits)
+            return _reader(_sniff(path, store, config, config_path), config)(path, store, config, config_path, hints,
+                                                                             layout, limits)
         try:
-            return READERS[fmt](path, store, config, config_path, hints, layout, limits)
+            return _reader(fmt, config)(path, store, config, config_path, hints, layout, limits)
         except ViTVariantsError as e:
             raise _wrong_format(e, fmt, path, store, config, config_path) from None
     except BaseException:
         store.close()
         raise
+
+
+def _reader(fmt: str, config: Dict[str, Any]) -> Type[SourceCheckpoint]:
+    """The reader of a format; a transformers folder's ``model_type`` tells a ViT from a SigLIP tower."""
+    if fmt == 'hf' and config.get('model_type') in SIGLIP_MODEL_TYPES:
+        return HFSiglipCheckpoint
+    return READERS[fmt]
 
 
 def _wrong_format(error: ViTVariantsError, fmt: str, path: str, store: TensorStore, config: Dict[str, Any],

@@ -1,9 +1,11 @@
-"""Flax ViT ``.npz`` archives: big_vision's plain ViT and the original vit_jax / AugReg layout.
+"""Flax ViT ``.npz`` archives: big_vision's plain ViT (SigLIP image towers included) and the original
+vit_jax / AugReg layout.
 
-Both store flax parameters flattened with ``/`` (optionally under ``params/`` or ``opt/target/``),
-with HWIO patch kernels, per-head (D, heads, head_dim) attention kernels and (in, out) Dense
-kernels. They differ only in the block module names and in where the learned table lives and
-whether it has a class-token slot; each flavour is a row of names below.
+Both store flax parameters flattened with ``/`` (optionally under ``params/`` or ``opt/target/``; a
+two-tower SigLIP file holds the image tower under ``params/img/`` or ``img/``), with HWIO patch
+kernels, per-head (D, heads, head_dim) attention kernels and (in, out) Dense kernels. They differ
+only in the block module names and in where the learned table lives and whether it has a
+class-token slot; each flavour is a row of names below.
 """
 import re
 from typing import Any, Dict, Optional, Tuple
@@ -42,6 +44,22 @@ _TABLE: Dict[str, Rule] = {
     'pre_logits.fc.bias': Rule(('pre_logits/bias',), copy),
     'head.weight': Rule(('head/kernel',), transpose),
     'head.bias': Rule(('head/bias',)),
+    # big_vision's MAPHead as timm's AttentionPoolLatent; {map} is 'MAPHead_0/', or '' in old files.
+    'attn_pool.latent': Rule(('{map}probe',)),
+    'attn_pool.q.weight': Rule(('{map}MultiHeadDotProductAttention_0/query/kernel',), fuse_heads),
+    'attn_pool.q.bias': Rule(('{map}MultiHeadDotProductAttention_0/query/bias',), fuse_head_bias),
+    'attn_pool.kv.weight': Rule(tuple(f'{{map}}MultiHeadDotProductAttention_0/{n}/kernel' for n in ('key', 'value')),
+                                fuse_heads),
+    'attn_pool.kv.bias': Rule(tuple(f'{{map}}MultiHeadDotProductAttention_0/{n}/bias' for n in ('key', 'value')),
+                              fuse_head_bias),
+    'attn_pool.proj.weight': Rule(('{map}MultiHeadDotProductAttention_0/out/kernel',), merge_heads),
+    'attn_pool.proj.bias': Rule(('{map}MultiHeadDotProductAttention_0/out/bias',)),
+    'attn_pool.norm.weight': Rule(('{map}LayerNorm_0/scale',)),
+    'attn_pool.norm.bias': Rule(('{map}LayerNorm_0/bias',)),
+    'attn_pool.mlp.fc1.weight': Rule(('{map}MlpBlock_0/Dense_0/kernel',), transpose),
+    'attn_pool.mlp.fc1.bias': Rule(('{map}MlpBlock_0/Dense_0/bias',)),
+    'attn_pool.mlp.fc2.weight': Rule(('{map}MlpBlock_0/Dense_1/kernel',), transpose),
+    'attn_pool.mlp.fc2.bias': Rule(('{map}MlpBlock_0/Dense_1/bias',)),
 }
 
 
@@ -53,16 +71,20 @@ class FlaxCheckpoint(SourceCheckpoint):
         'std': ((0.5, 0.5, 0.5), 'big_vision and vit_jax feed pixels in [-1, 1]'),
         'interpolation': ('bilinear', 'an .npz records no preprocessing; the simple_vit default'),
         'crop_pct': (0.875, 'an .npz records no preprocessing; the simple_vit default'),
+        'crop_mode': ('center', 'an .npz records no preprocessing; the simple_vit default'),
     }
+    # SigLIP evaluates the whole image resized to the model's size: resize(size)|value_range(-1, 1).
+    _SIGLIP_WHY = "an .npz records no preprocessing; big_vision SigLIP's resize(size)|value_range(-1, 1)"
+    SIGLIP_PREPROCESSING = dict(PREPROCESSING_DEFAULTS, interpolation=('bilinear', _SIGLIP_WHY),
+                                crop_pct=(1.0, _SIGLIP_WHY), crop_mode=('squash', _SIGLIP_WHY))
 
-    PREFIXES = ('', 'params/', 'opt/target/')
+    PREFIXES = ('', 'params/', 'opt/target/', 'params/img/', 'img/')
     # The flavour: block module names, the learned table's key, whether that table has a cls slot.
     NAMES: Dict[str, str] = {}
     POS_CLS_SLOT = False
     # Position embedding when the archive holds no table (None: the table is required).
     DEFAULT_POS_EMBED: Optional[str] = None
     UNSUPPORTED = {
-        'MAPHead_0': "big_vision 'map' pooling (MAPHead) is not supported by SimpleVisionTransformer",
         'conv_root': 'hybrid ResNet-ViT checkpoints (ResNet stem) are not supported',
     }
 
@@ -85,6 +107,8 @@ class FlaxCheckpoint(SourceCheckpoint):
         self._prefix = self._find_prefix(hints.get('prefix'))
         local = {n[len(self._prefix):] for n in self._candidates()}
         self._refuse_unsupported(local)
+        self._map = self._map_head(local)
+        self._note_skipped()
         kernel_key = self._local('embedding/kernel')
         kernel = self._shape(kernel_key)
         if len(kernel) != 4:
@@ -113,7 +137,7 @@ class FlaxCheckpoint(SourceCheckpoint):
             patch_size=(patch_h, patch_w),
             in_chans=in_chans,
             num_classes=num_classes,
-            global_pool='token' if class_token else 'avg',
+            global_pool='map' if self._map is not None else 'token' if class_token else 'avg',
             embed_dim=dim,
             depth=depth,
             num_heads=num_heads,
@@ -127,11 +151,36 @@ class FlaxCheckpoint(SourceCheckpoint):
             # flax nn.gelu defaults to the tanh approximation in both big_vision and vit_jax.
             act_layer=hints.get('act_layer') or 'gelu_tanh',
             norm_eps=hints.get('norm_eps') or 1e-6,
+            # big_vision's patch conv is VALID; a SigLIP tower's nominal size (384 at patch 14) relies on it
+            grid_mode='crop' if self._map is not None else None,
         )
 
     def _resample_rule(self, patch: Tuple[int, int], class_token: bool) -> str:
         """How this framework resizes a learned table: big_vision's and vit_jax's load-time zoom."""
         return 'bigvision'
+
+    def _preprocessing_defaults(self) -> Dict[str, Tuple[Any, str]]:
+        return self.SIGLIP_PREPROCESSING if self.config.global_pool == 'map' else self.PREPROCESSING_DEFAULTS
+
+    def _map_head(self, local: set) -> Optional[str]:
+        """Where the MAP head's names start ('MAPHead_0/', or '' for the old inlined layout), None without one.
+
+        Before ``MAPHead_0`` existed, the probe, attention, LayerNorm and MLP of the head sat at the top
+        of the tower; big_vision's ``vit.fix_old_checkpoints`` moves them, and so does this mapping.
+        """
+        if 'MAPHead_0/probe' in local:
+            return 'MAPHead_0/'
+        return '' if 'probe' in local else None
+
+    def _note_skipped(self) -> None:
+        """One line naming what the file holds besides the image tower (a SigLIP text tower, ``t``, ``b``)."""
+        others = [n for n in self._store.names() if not n.startswith(self._prefix)]
+        if others and self._prefix:
+            outer = self._prefix.rstrip('/').rpartition('/')[0]
+            tops = sorted({n[len(outer) + 1 if outer else 0:].split('/')[0] for n in others})
+            self.notes.append(f'read the image tower under {self._prefix!r}; skipped {len(others)} other arrays '
+                              f'({", ".join(tops[:6])}: e.g. a text tower and its logit scale and bias), which '
+                              'the image model does not use')
 
     def _refuse_unsupported(self, local: set) -> None:
         for name in local:
@@ -188,7 +237,8 @@ class FlaxCheckpoint(SourceCheckpoint):
 
     def _fields(self, block: Optional[int]) -> Dict[str, Any]:
         scanned = getattr(self, '_scanned', False)
-        return dict(self.NAMES, b=_SCAN if scanned else f'Transformer/encoderblock_{block}/')
+        return dict(self.NAMES, b=_SCAN if scanned else f'Transformer/encoderblock_{block}/',
+                    map=getattr(self, '_map', None) or '')
 
     def _rule(self, pattern: str, block: Optional[int]) -> Tuple[Rule, Optional[int]]:
         rule = _TABLE[pattern]

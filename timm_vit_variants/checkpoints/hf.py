@@ -53,14 +53,20 @@ class HFCheckpoint(SourceCheckpoint):
     format = 'hf'
     _WHY = "not recorded by the folder; transformers' ViTImageProcessor defaults"
     PREPROCESSING_DEFAULTS = {'mean': ((0.5, 0.5, 0.5), _WHY), 'std': ((0.5, 0.5, 0.5), _WHY),
-                              'interpolation': ('bilinear', _WHY), 'crop_pct': (1.0, _WHY)}
+                              'interpolation': ('bilinear', _WHY), 'crop_pct': (1.0, _WHY),
+                              'crop_mode': ('squash', _WHY)}
 
     def _rule(self, pattern: str, block: Optional[int]) -> Tuple[Rule, Optional[int]]:
         rule = _TABLE[pattern]
         return Rule(tuple(t.format(p=self._prefix, i=block) for t in rule.sources), rule.fill), None
 
+    @property
+    def _settings(self) -> Dict[str, Any]:
+        """The part of ``config.json`` that describes the vision network (all of it for a ViT)."""
+        return self.source_config
+
     def _entry(self, name: str, default: Any = None) -> int:
-        value = self.source_config.get(name, default)
+        value = self._settings.get(name, default)
         if value is None:
             raise ViTVariantsError('missing config entry', path=self._config_path, key=name)
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
@@ -68,7 +74,7 @@ class HFCheckpoint(SourceCheckpoint):
         return value
 
     def _size(self, name: str) -> Tuple[int, int]:
-        value = self.source_config.get(name)
+        value = self._settings.get(name)
         if isinstance(value, (list, tuple)):
             try:
                 return pair(value, name)
@@ -77,22 +83,9 @@ class HFCheckpoint(SourceCheckpoint):
         size = self._entry(name)
         return size, size
 
-    def _infer(self, hints: Dict[str, Any]) -> SimpleViTConfig:
+    def _network(self, hints: Dict[str, Any], eps_default: float) -> Dict[str, Any]:
+        """The encoder's settings from ``config.json``, each checked (and against the limits) before use."""
         cfg_path = self._config_path
-        if cfg_path is None:
-            raise ViTVariantsError('a transformers ViT needs its config.json next to the weights', path=self.path,
-                                   key='config.json')
-        model_type = self.source_config.get('model_type')
-        if model_type != 'vit':
-            raise ViTVariantsError(f"model_type {model_type!r} is not a transformers ViT ('vit')", path=cfg_path,
-                                   key='model_type')
-        names = self._store.names()
-        prefix = hints.get('prefix')
-        self._prefix = ('vit.' if any(n.startswith('vit.') for n in names) else '') if prefix is None else prefix
-        for short, reason in _UNSUPPORTED.items():
-            if self._prefix + short in self._store:
-                raise self._error(reason, key=self._prefix + short)
-
         dim = self._entry('hidden_size')
         depth = self._entry('num_hidden_layers')
         num_heads = self._entry('num_attention_heads')
@@ -110,11 +103,11 @@ class HFCheckpoint(SourceCheckpoint):
         if hints.get('num_heads') not in (None, num_heads):
             raise ViTVariantsError(f'num_heads={hints["num_heads"]} (given) contradicts num_attention_heads={num_heads}',
                                    path=cfg_path, key='num_attention_heads')
-        act = self.source_config.get('hidden_act', 'gelu')
+        act = self._settings.get('hidden_act', 'gelu')
         if not isinstance(act, str) or act not in _ACTS:
             raise ViTVariantsError(f'hidden_act {act!r} is not supported ({", ".join(_ACTS)})', path=cfg_path,
                                    key='hidden_act')
-        eps = self.source_config.get('layer_norm_eps', 1e-12)
+        eps = self._settings.get('layer_norm_eps', eps_default)
         if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps > 0:
             raise ViTVariantsError(f'expected a positive number, got {eps!r}', path=cfg_path, key='layer_norm_eps')
         self.grid = (img[0] // patch[0], img[1] // patch[1])
@@ -122,6 +115,27 @@ class HFCheckpoint(SourceCheckpoint):
             raise ViTVariantsError(f'image_size {img} is smaller than patch_size {patch}', path=cfg_path,
                                    key='image_size')
         self.limits.check('tokens', self.grid[0] * self.grid[1], path=cfg_path, key='image_size')
+        return dict(img_size=img, patch_size=patch, in_chans=in_chans, embed_dim=dim, depth=depth,
+                    num_heads=num_heads, mlp_dim=mlp_dim, act_layer=hints.get('act_layer') or _ACTS[act],
+                    norm_eps=hints.get('norm_eps') or float(eps))
+
+    def _infer(self, hints: Dict[str, Any]) -> SimpleViTConfig:
+        cfg_path = self._config_path
+        if cfg_path is None:
+            raise ViTVariantsError('a transformers ViT needs its config.json next to the weights', path=self.path,
+                                   key='config.json')
+        model_type = self.source_config.get('model_type')
+        if model_type != 'vit':
+            raise ViTVariantsError(f"model_type {model_type!r} is not a transformers ViT ('vit')", path=cfg_path,
+                                   key='model_type')
+        names = self._store.names()
+        prefix = hints.get('prefix')
+        self._prefix = ('vit.' if any(n.startswith('vit.') for n in names) else '') if prefix is None else prefix
+        for short, reason in _UNSUPPORTED.items():
+            if self._prefix + short in self._store:
+                raise self._error(reason, key=self._prefix + short)
+        network = self._network(hints, eps_default=1e-12)
+        depth = network['depth']
         extra_layer = f'{self._prefix}encoder.layer.{depth}.layernorm_before.weight'
         if extra_layer in self._store:
             raise self._error(f'inconsistent depth: config says num_hidden_layers={depth}', key=extra_layer)
@@ -139,11 +153,9 @@ class HFCheckpoint(SourceCheckpoint):
         self._check_dims('classifier.weight', classes=num_classes, width=rep_size)
         self.label_names = self._labels(num_classes)
         return SimpleViTConfig(
-            img_size=img, patch_size=patch, in_chans=in_chans, num_classes=num_classes, global_pool='token',
-            embed_dim=dim, depth=depth, num_heads=num_heads, mlp_dim=mlp_dim,
-            qkv_bias=bool(self.source_config.get('qkv_bias', True)), class_token=True, pos_embed='learn',
-            pos_embed_cls_slot=True, pos_embed_resample='hf', rep_size=rep_size,
-            act_layer=hints.get('act_layer') or _ACTS[act], norm_eps=hints.get('norm_eps') or float(eps))
+            num_classes=num_classes, global_pool='token', qkv_bias=bool(self.source_config.get('qkv_bias', True)),
+            class_token=True, pos_embed='learn', pos_embed_cls_slot=True, pos_embed_resample='hf', rep_size=rep_size,
+            **network)
 
     def _labels(self, num_classes: int) -> Optional[list]:
         id2label = self.source_config.get('id2label')
@@ -171,5 +183,5 @@ class HFCheckpoint(SourceCheckpoint):
         if proc.get('resample') in _PIL_RESAMPLE:
             cfg['interpolation'] = _PIL_RESAMPLE[proc['resample']]
         if proc.get('do_resize', True) and not proc.get('do_center_crop', False):
-            cfg['crop_pct'] = 1.0  # the ViT image processor resizes straight to the model size
+            cfg['crop_pct'], cfg['crop_mode'] = 1.0, 'squash'  # the image processor resizes straight to the size
         return cfg

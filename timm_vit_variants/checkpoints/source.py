@@ -23,14 +23,15 @@ from ..geometry import Geometry, infer_grid
 from ..limits import DEFAULT_LIMITS, Limits
 from .stores import TensorStore
 
-__all__ = ['SourceCheckpoint', 'PlanItem', 'Rule', 'Inventory', 'LayoutFn', 'PREPROCESSING', 'copy', 'transpose',
-           'hwio_to_oihw', 'stack_rows', 'fuse_heads', 'fuse_head_bias', 'merge_heads']
+__all__ = ['SourceCheckpoint', 'PlanItem', 'Rule', 'Fill', 'Inventory', 'LayoutFn', 'PREPROCESSING', 'copy',
+           'transpose', 'hwio_to_oihw', 'stack_rows', 'split_rows', 'add_leading_axis', 'fuse_heads', 'fuse_head_bias',
+           'merge_heads']
 
 Inventory = List[Tuple[str, Tuple[int, ...], str]]
 # The model's state-dict layout for a config: ``SimpleVisionTransformer.state_layout``.
 LayoutFn = Callable[[SimpleViTConfig], Sequence[TensorSpec]]
 # The preprocessing facts a model card and config.json state, recorded by the source or assumed.
-PREPROCESSING = ('mean', 'std', 'interpolation', 'crop_pct')
+PREPROCESSING = ('mean', 'std', 'interpolation', 'crop_pct', 'crop_mode')
 Fill = Callable[..., None]
 _BLOCK = re.compile(r'^blocks\.(\d+)\.')
 
@@ -77,6 +78,22 @@ def stack_rows(dst: torch.Tensor, *parts: torch.Tensor) -> None:
     rows = dst.shape[0] // len(parts)
     for i, part in enumerate(parts):
         _put(dst[i * rows:(i + 1) * rows], part)
+
+
+def split_rows(first: int, stop: int, parts: int) -> Fill:
+    """A fill taking rows [first, stop) of ``parts`` equal row blocks of one source (q, then k and v of a packed
+    ``in_proj``)."""
+    def fill(dst: torch.Tensor, src: torch.Tensor) -> None:
+        rows = src.shape[0] // parts
+        _put(dst, src[first * rows:stop * rows])
+
+    fill.__name__ = fill.__qualname__ = f'rows_{first}_to_{stop}_of_{parts}'
+    return fill
+
+
+def add_leading_axis(dst: torch.Tensor, src: torch.Tensor) -> None:
+    """A (N, D) table (an ``nn.Embedding``'s weight) as our (1, N, D)."""
+    _put(dst, _rank(src, 2).unsqueeze(0))
 
 
 def fuse_heads(dst: torch.Tensor, *parts: torch.Tensor) -> None:
@@ -182,7 +199,10 @@ class SourceCheckpoint(abc.ABC):
     def preprocessing_assumed(self) -> Dict[str, Tuple[Any, str]]:
         """The ``PREPROCESSING`` fields the source does not record: {field: (assumed value, why)}."""
         recorded = self.data_config()
-        return {k: v for k, v in self.PREPROCESSING_DEFAULTS.items() if k not in recorded}
+        return {k: v for k, v in self._preprocessing_defaults().items() if k not in recorded}
+
+    def _preprocessing_defaults(self) -> Dict[str, Tuple[Any, str]]:
+        return self.PREPROCESSING_DEFAULTS
 
     # -- shared ----------------------------------------------------------------------------------------
     @property

@@ -34,7 +34,7 @@ _UNSUPPORTED = (
     (re.compile(r'^norm_pre\.'), 'a pre-norm (norm_pre, CLIP-style) is not supported'),
     (re.compile(r'^fc_norm\.'), 'fc_norm (a norm after pooling) is not supported: SimpleVisionTransformer '
                                 'normalises every token before pooling (timm fc_norm=False)'),
-    (re.compile(r'^attn_pool\.'), "attention pooling (global_pool='map') is not supported"),
+    (re.compile(r'^attn_pool\.pos_embed$'), 'an attention pool with its own position table is not supported'),
     (re.compile(r'\.(attn|mlp)\.norm\.'), 'scale_attn_norm / scale_mlp_norm are not supported'),
 )
 
@@ -43,7 +43,8 @@ class TimmCheckpoint(SourceCheckpoint):
     format = 'timm'
     _WHY = "not recorded by the checkpoint; timm's vit_* default"
     PREPROCESSING_DEFAULTS = {'mean': ((0.5, 0.5, 0.5), _WHY), 'std': ((0.5, 0.5, 0.5), _WHY),
-                              'interpolation': ('bicubic', _WHY), 'crop_pct': (0.9, _WHY)}
+                              'interpolation': ('bicubic', _WHY), 'crop_pct': (0.9, _WHY),
+                              'crop_mode': ('center', _WHY)}
 
     def _candidates(self):
         return {n for n in self._store.names() if n.startswith(self._prefix)}
@@ -102,8 +103,8 @@ class TimmCheckpoint(SourceCheckpoint):
         if not isinstance(blocks, nn.Sequential) or not hasattr(model, 'patch_embed') or not len(blocks):
             raise ViTVariantsError(f'{arch!r} is not a plain Vision Transformer', path=self._config_path,
                                    key='architecture')
-        if model.global_pool not in ('token', 'avg', ''):
-            raise ViTVariantsError(f"global_pool={model.global_pool!r} is not supported (token, avg or '')",
+        if model.global_pool not in ('token', 'avg', 'map', ''):
+            raise ViTVariantsError(f"global_pool={model.global_pool!r} is not supported (token, avg, map or '')",
                                    path=self._config_path, key='global_pool')
         try:
             act = activation_name(blocks[0].mlp.act)
@@ -111,7 +112,8 @@ class TimmCheckpoint(SourceCheckpoint):
             raise ViTVariantsError(str(e), path=self._config_path, key='architecture') from None
         return dict(num_heads=blocks[0].attn.num_heads, global_pool=model.global_pool, act_layer=act,
                     norm_eps=blocks[0].norm1.eps, img_size=tuple(model.patch_embed.img_size),
-                    pos_embed_cls_slot=not getattr(model, 'no_embed_class', False),
+                    pos_embed_cls_slot=not getattr(model, 'no_embed_class', False) and
+                    getattr(model, 'cls_token', None) is not None,
                     pos_embed='learn' if getattr(model, 'pos_embed', None) is not None else 'none')
 
     # -- inference --------------------------------------------------------------------------------------
@@ -191,6 +193,9 @@ class TimmCheckpoint(SourceCheckpoint):
             img_size = self._unrecorded('img_size', hints, 224, 'the state dict has no position table, so its image '
                                         'size is not recorded')
         recorded = {k: facts[k] for k in ('global_pool', 'act_layer', 'norm_eps') if k in facts}
+        if 'attn_pool.latent' in local:  # the tensors say it: timm's AttentionPoolLatent, SigLIP's MAP head
+            recorded['global_pool'] = 'map'
+            self._check_attn_pool(p, dim, mlp_dim)
         defaults = {'global_pool': 'token' if class_token else 'avg', 'act_layer': 'gelu', 'norm_eps': 1e-6}
         for name, default in defaults.items():  # timm vit_* use exact GELU and LayerNorm eps 1e-6
             if name not in recorded:
@@ -214,7 +219,19 @@ class TimmCheckpoint(SourceCheckpoint):
             rep_size=rep_size,
             act_layer=hints.get('act_layer') or recorded['act_layer'],
             norm_eps=hints.get('norm_eps') or recorded['norm_eps'],
+            # timm's patch conv is VALID: a SigLIP tower's nominal size (384 at patch 14) relies on it
+            grid_mode='crop' if recorded['global_pool'] == 'map' else None,
         )
+
+    def _check_attn_pool(self, p: str, dim: int, mlp_dim: int) -> None:
+        """An attention pool this family's MAP head expresses: one latent query, the blocks' MLP width."""
+        latent, fc1 = p + 'attn_pool.latent', p + 'attn_pool.mlp.fc1.weight'
+        if self._shape(latent) != (1, 1, dim):
+            raise self._error('only one latent query (1, 1, width) is supported', key=latent,
+                              shapes=(self._shape(latent), (1, 1, dim)))
+        if fc1 in self._store and self._shape(fc1)[0] != mlp_dim:
+            raise self._error(f'the attention pool\'s MLP width {self._shape(fc1)[0]} differs from the blocks\' '
+                              f'{mlp_dim}; the MAP head shares it', key=fc1)
 
     def _heads(self, dim: int, facts: Dict[str, Any], hints: Dict[str, Any]) -> int:
         """The head count: from the recorded architecture, else the caller's, else assumed where that is sound.

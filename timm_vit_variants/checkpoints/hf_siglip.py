@@ -1,0 +1,103 @@
+"""transformers SigLIP image towers: ``SiglipVisionModel`` and ``SiglipModel`` folders (the vision part).
+
+``SiglipVisionModel`` saves its tensors without a prefix, ``SiglipModel`` under ``vision_model.``
+beside a text tower and the logit scale and bias, which are skipped. The encoder is a plain ViT with
+a learned (N, D) position embedding and no [CLS] token; its MAP head (``head``: a probe, an
+``nn.MultiheadAttention`` with one packed ``in_proj``, a LayerNorm and an MLP) is this family's
+``attn_pool``. The patch conv is ``padding="valid"``, so the grid crops, as big_vision's does.
+"""
+from typing import Any, Dict, Optional, Tuple
+
+from ..config import SimpleViTConfig
+from ..errors import ViTVariantsError
+from .hf import HFCheckpoint
+from .source import Fill, Rule, add_leading_axis, split_rows, stack_rows
+
+__all__ = ['HFSiglipCheckpoint', 'SIGLIP_MODEL_TYPES']
+
+SIGLIP_MODEL_TYPES = ('siglip', 'siglip_vision_model')
+_QKV = tuple(f'{{p}}encoder.layers.{{i}}.self_attn.{n}_proj' for n in ('q', 'k', 'v'))
+_IN_PROJ = '{p}head.attention.in_proj_'
+
+# Our key -> transformers names; {p} is '' or 'vision_model.', {i} the layer.
+_TABLE: Dict[str, Rule] = {
+    'patch_embed.proj.weight': Rule(('{p}embeddings.patch_embedding.weight',)),
+    'patch_embed.proj.bias': Rule(('{p}embeddings.patch_embedding.bias',)),
+    'pos_embed': Rule(('{p}embeddings.position_embedding.weight',), add_leading_axis),
+    'blocks.{i}.norm1.weight': Rule(('{p}encoder.layers.{i}.layer_norm1.weight',)),
+    'blocks.{i}.norm1.bias': Rule(('{p}encoder.layers.{i}.layer_norm1.bias',)),
+    'blocks.{i}.attn.qkv.weight': Rule(tuple(n + '.weight' for n in _QKV), stack_rows),
+    'blocks.{i}.attn.qkv.bias': Rule(tuple(n + '.bias' for n in _QKV), stack_rows),
+    'blocks.{i}.attn.proj.weight': Rule(('{p}encoder.layers.{i}.self_attn.out_proj.weight',)),
+    'blocks.{i}.attn.proj.bias': Rule(('{p}encoder.layers.{i}.self_attn.out_proj.bias',)),
+    'blocks.{i}.norm2.weight': Rule(('{p}encoder.layers.{i}.layer_norm2.weight',)),
+    'blocks.{i}.norm2.bias': Rule(('{p}encoder.layers.{i}.layer_norm2.bias',)),
+    'blocks.{i}.mlp.fc1.weight': Rule(('{p}encoder.layers.{i}.mlp.fc1.weight',)),
+    'blocks.{i}.mlp.fc1.bias': Rule(('{p}encoder.layers.{i}.mlp.fc1.bias',)),
+    'blocks.{i}.mlp.fc2.weight': Rule(('{p}encoder.layers.{i}.mlp.fc2.weight',)),
+    'blocks.{i}.mlp.fc2.bias': Rule(('{p}encoder.layers.{i}.mlp.fc2.bias',)),
+    'norm.weight': Rule(('{p}post_layernorm.weight',)),
+    'norm.bias': Rule(('{p}post_layernorm.bias',)),
+    'attn_pool.latent': Rule(('{p}head.probe',)),
+    # nn.MultiheadAttention packs q, k and v as the rows of one in_proj; timm's pool has q and kv.
+    'attn_pool.q.weight': Rule((_IN_PROJ + 'weight',), split_rows(0, 1, 3)),
+    'attn_pool.q.bias': Rule((_IN_PROJ + 'bias',), split_rows(0, 1, 3)),
+    'attn_pool.kv.weight': Rule((_IN_PROJ + 'weight',), split_rows(1, 3, 3)),
+    'attn_pool.kv.bias': Rule((_IN_PROJ + 'bias',), split_rows(1, 3, 3)),
+    'attn_pool.proj.weight': Rule(('{p}head.attention.out_proj.weight',)),
+    'attn_pool.proj.bias': Rule(('{p}head.attention.out_proj.bias',)),
+    'attn_pool.norm.weight': Rule(('{p}head.layernorm.weight',)),
+    'attn_pool.norm.bias': Rule(('{p}head.layernorm.bias',)),
+    'attn_pool.mlp.fc1.weight': Rule(('{p}head.mlp.fc1.weight',)),
+    'attn_pool.mlp.fc1.bias': Rule(('{p}head.mlp.fc1.bias',)),
+    'attn_pool.mlp.fc2.weight': Rule(('{p}head.mlp.fc2.weight',)),
+    'attn_pool.mlp.fc2.bias': Rule(('{p}head.mlp.fc2.bias',)),
+}
+
+
+class HFSiglipCheckpoint(HFCheckpoint):
+    """A transformers SigLIP folder, read as its image tower."""
+
+    _WHY = "not recorded by the folder; transformers' SiglipImageProcessor defaults"
+    PREPROCESSING_DEFAULTS = {'mean': ((0.5, 0.5, 0.5), _WHY), 'std': ((0.5, 0.5, 0.5), _WHY),
+                              'interpolation': ('bicubic', _WHY), 'crop_pct': (1.0, _WHY),
+                              'crop_mode': ('squash', _WHY)}
+
+    @property
+    def _settings(self) -> Dict[str, Any]:
+        nested = self.source_config.get('vision_config')
+        return nested if self.source_config.get('model_type') == 'siglip' and isinstance(nested, dict) else \
+            self.source_config
+
+    def _rule(self, pattern: str, block: Optional[int]) -> Tuple[Rule, Optional[int]]:
+        rule = _TABLE[pattern]
+        return Rule(tuple(t.format(p=self._prefix, i=block) for t in rule.sources), rule.fill), None
+
+    def _candidates(self):
+        return {n for n in self._store.names() if n.startswith(self._prefix)}
+
+    def _infer(self, hints: Dict[str, Any]) -> SimpleViTConfig:
+        cfg_path = self._config_path
+        if cfg_path is None:
+            raise ViTVariantsError('a transformers SigLIP model needs its config.json next to the weights',
+                                   path=self.path, key='config.json')
+        model_type = self.source_config.get('model_type')
+        if model_type == 'siglip' and not isinstance(self.source_config.get('vision_config'), dict):
+            raise ViTVariantsError('a SigLIP config.json needs a vision_config', path=cfg_path, key='vision_config')
+        names = self._store.names()
+        prefix = hints.get('prefix')
+        self._prefix = ('vision_model.' if any(n.startswith('vision_model.') for n in names) else '') \
+            if prefix is None else prefix
+        others = [n for n in names if not n.startswith(self._prefix)]
+        if others:
+            self.notes.append(f'read the vision tower under {self._prefix!r}; skipped {len(others)} other tensors '
+                              '(the text tower, logit_scale and logit_bias), which the image model does not use')
+        network = self._network(hints, eps_default=1e-6)
+        depth = network['depth']
+        extra_layer = f'{self._prefix}encoder.layers.{depth}.layer_norm1.weight'
+        if extra_layer in self._store:
+            raise self._error(f'inconsistent depth: config says num_hidden_layers={depth}', key=extra_layer)
+        has_head = bool(self._settings.get('vision_use_head', True)) and f'{self._prefix}head.probe' in self._store
+        return SimpleViTConfig(
+            num_classes=0, global_pool='map' if has_head else '', qkv_bias=True, class_token=False,
+            pos_embed='learn', pos_embed_resample='hf', grid_mode='crop', **network)
