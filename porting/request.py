@@ -55,6 +55,7 @@ class SourceOptions:
         use_ema: Prefer the EMA weights of a timm training checkpoint (default: yes, as timm).
         assume_heads: For a bare timm state dict of a non-standard width, assume timm's 64-wide heads.
         mean, std, interpolation, crop_pct, crop_mode: The preprocessing, for sources that do not record it.
+        in_chans: Input channels, for a NaFlex Dense patch kernel (it records only P*P*C).
     """
     fmt: Optional[str] = None
     prefix: Optional[str] = None
@@ -70,13 +71,14 @@ class SourceOptions:
     interpolation: Optional[str] = None
     crop_pct: Optional[float] = None
     crop_mode: Optional[str] = None
+    in_chans: Optional[int] = None
 
     def hints(self) -> Dict[str, Any]:
         """The reader hints (``timm_vit_variants.checkpoints.HINTS``) these options set."""
         size = self.source_img_size
         hints = dict(prefix=self.prefix, num_heads=self.num_heads, act_layer=self.act_layer, norm_eps=self.norm_eps,
                      pos_embed=self.pos_embed, use_ema=self.use_ema, assume_heads=self.assume_heads or None,
-                     img_size=None if size is None else (size[0], size[-1]))
+                     img_size=None if size is None else (size[0], size[-1]), in_chans=self.in_chans)
         return {k: v for k, v in hints.items() if v is not None}
 
 

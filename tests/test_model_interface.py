@@ -40,6 +40,7 @@ EXPECTED = {
     'simple_vit_small_patch32_224', 'simple_vit_base_patch32_224', 'simple_vit_tiny_patch4_32',
     'simple_vit_small_flexi_240', 'simple_vit_base_flexi_240', 'simple_vit_large_flexi_240',
     *(f'simple_vit_{size}_patch{patch}_siglip_{img}' for size, patch, sizes in SIGLIP_TOWERS for img in sizes),
+    'simple_vit_base_patch16_siglip_naflex', 'simple_vit_so400m_patch16_siglip_naflex',
 }
 
 

@@ -40,7 +40,8 @@ GRID_MODES = ('pad', 'strict', 'pool', 'crop')
 RESAMPLE_RULE_NAMES = ('bigvision', 'timm', 'hf', 'flexi')
 ACT_LAYERS = ('gelu_tanh', 'gelu', 'quick_gelu', 'silu', 'relu')
 # Constructor arguments that shape training, not the network: never written to config.json.
-_TRAINING_ONLY = ('drop_rate', 'pos_drop_rate', 'proj_drop_rate', 'attn_drop_rate', 'drop_path_rate', 'weight_init')
+_TRAINING_ONLY = ('drop_rate', 'pos_drop_rate', 'proj_drop_rate', 'attn_drop_rate', 'drop_path_rate',
+                  'patch_drop_rate', 'weight_init')
 # Older names still accepted (config.json files carry them) but written under the new name only.
 _LEGACY = ('dynamic_img_pad',)
 
@@ -130,6 +131,8 @@ class SimpleViTConfig:
             columns, as big_vision's and timm's VALID patch conv do: 384 px at patch 14 is 27x27).
         dynamic_img_pad: The older name of ``grid_mode`` (True: 'pad', False: 'strict'), accepted from
             callers and config.json files, never written; afterwards True when grid_mode pads ('pad', 'pool').
+        patch_drop_rate: NaViT's token dropping in training, for NaFlex inputs (a dict or a list of images):
+            each image keeps a random ``1 - rate`` of its patch tokens.
         weight_init: 'jax' (big_vision initialisers, zero head) or 'skip' (to be loaded).
     """
     img_size: Size = 224
@@ -159,6 +162,7 @@ class SimpleViTConfig:
     proj_drop_rate: float = 0.
     attn_drop_rate: float = 0.
     drop_path_rate: float = 0.
+    patch_drop_rate: float = 0.
     weight_init: str = 'jax'
 
     def __post_init__(self) -> None:
@@ -223,6 +227,8 @@ class SimpleViTConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
                 raise bad(name, 'expected a rate in [0, 1]')
+        if self.patch_drop_rate >= 1:
+            raise bad('patch_drop_rate', 'expected a rate in [0, 1): every image keeps at least one token')
 
     def _validate_patch_embed(self, bad: Callable[[str, str], ViTVariantsError]) -> None:
         """Refuse patch embedding / patch norm combinations that have no meaning."""
@@ -384,6 +390,11 @@ MODELS: Dict[str, ModelEntry] = {
         size, dict(_SIGLIP, img_size=img, patch_size=patch),
         f'SigLIP image tower {_SIGLIP_LABEL[size]}/{patch} at {img}px (big_vision): learned table, MAP head, no '
         'classifier, so model(x) is the image embedding.') for size, patch, sizes in SIGLIP_TOWERS for img in sizes},
+    **{f'simple_vit_{size}_patch16_siglip_naflex': ModelEntry(
+        size, dict(_SIGLIP, img_size=256, patch_size=16, patch_embed='linear', pos_embed_resample='flexi'),
+        f'SigLIP 2 NaFlex image tower {_SIGLIP_LABEL[size]}/16 (big_vision naflex_vit): a 16x16 learned table '
+        "resized to each image's own grid, MAP head; takes a NaFlex dict or a list of images at their own sizes.")
+       for size in ('base', 'so400m')},
 }
 
 # What must match for ``architecture`` to name a registered model, most telling first.

@@ -149,6 +149,27 @@ class AdaptivePatchEmbed(nn.Module):
         self.grid_size = grid_for(self.img_size, self.patch_size, self.dynamic_img_pad)
         self.num_patches = self.grid_size[0] * self.grid_size[1]
 
+    def embed_patches(self, patches: torch.Tensor, channels_last: bool = False) -> torch.Tensor:
+        """(T, D) tokens of T flattened patches (T, C*Ph*Pw), each seen alone: the NaFlex path, one matmul for all.
+
+        ``channels_last`` says the patches are flattened P-P-C (timm's NaFlex loader, big_vision) rather
+        than C-P-P; the weights are permuted to match, never the (larger) patches. Only for embeddings
+        that see one patch at a time ('conv', 'linear', 'mlp').
+        """
+        (ph, pw), chans = self.patch_size, self.in_chans
+        weight = self.proj.weight
+        pre = self.norm_pre if isinstance(self.norm_pre, PatchPixelNorm) else None
+        norm_w, norm_b = (pre.weight, pre.bias) if pre is not None else (None, None)
+        if channels_last:
+            weight = weight.permute(0, 2, 3, 1)
+            if pre is not None:
+                norm_w = norm_w.view(chans, ph, pw).permute(1, 2, 0).reshape(-1)
+                norm_b = norm_b.view(chans, ph, pw).permute(1, 2, 0).reshape(-1)
+        if pre is not None:
+            patches = F.layer_norm(patches, (patches.shape[-1],), norm_w, norm_b, pre.eps)
+        x = F.linear(patches, weight.reshape(weight.shape[0], -1), self.proj.bias)
+        return self.norm(self.fc(self.act(x)))
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = check_and_pad(x, self.in_chans, self.patch_size[0], self.patch_size[1], self.grid_mode)
         x = self.proj(self.stem(self.norm_pre(x))).permute(0, 2, 3, 1)

@@ -1,6 +1,6 @@
 """Position embeddings: big_vision's fixed 2D sin-cos table, a learned table at the runtime grid, and CPVT's
 conditional position encoding generator."""
-from typing import Dict, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import torch
 import torch.nn as nn
@@ -9,7 +9,7 @@ from timm.layers import register_notrace_module
 from .config import resample_rule
 from .geometry import RESAMPLE_RULES, interpolate_grid, is_capturing, resample_table
 
-__all__ = ['sincos_2d', 'SinCos2dPosEmbed', 'LearnedPosResampler', 'PosEncodingGenerator']
+__all__ = ['sincos_2d', 'sincos_2d_at', 'SinCos2dPosEmbed', 'LearnedPosResampler', 'PosEncodingGenerator']
 
 
 def sincos_2d(
@@ -37,6 +37,17 @@ def sincos_2d(
     omega = 1. / (temperature ** omega)
     x = x.reshape(-1, 1) * omega.reshape(1, -1)
     y = y.reshape(-1, 1) * omega.reshape(1, -1)
+    return torch.cat([x.sin(), x.cos(), y.sin(), y.cos()], dim=1)
+
+
+def sincos_2d_at(coords: torch.Tensor, dim: int, temperature: float = 10000.) -> torch.Tensor:
+    """``sincos_2d``'s rows for (y, x) grid coordinates, (N, 2) -> (N, dim): the same float32 operations, so a
+    token gets exactly the value the table of its image's grid holds (a table row depends on (y, x) alone)."""
+    q = dim // 4
+    omega = torch.arange(q, dtype=torch.float32, device=coords.device) / max(q - 1, 1)
+    omega = 1. / (temperature ** omega)
+    y = coords[:, 0].to(torch.float32).reshape(-1, 1) * omega.reshape(1, -1)
+    x = coords[:, 1].to(torch.float32).reshape(-1, 1) * omega.reshape(1, -1)
     return torch.cat([x.sin(), x.cos(), y.sin(), y.cos()], dim=1)
 
 
@@ -140,3 +151,22 @@ class PosEncodingGenerator(nn.Module):
         grid = tokens.transpose(1, 2).reshape(batch, dim, grid_h, grid_w)
         tokens = tokens + self.proj(grid).flatten(2).transpose(1, 2)
         return torch.cat([prefix, tokens], dim=1) if self.num_prefix_tokens else tokens
+
+    def forward_packed(self, x: torch.Tensor, cells: torch.Tensor, canvas: List[int]) -> torch.Tensor:
+        """The same on packed rows of images of different grids: ``cells`` (rows, capacity) gives each slot's
+        cell in an (images, rows, cols) ``canvas`` (-1: a prefix token or an empty slot).
+
+        Each image sits at the top-left of its canvas with zeros beyond its grid, which is exactly the
+        zero padding its own grid would get, so every image is encoded as if it were alone.
+        """
+        images, height, width = canvas[0], canvas[1], canvas[2]
+        flat = x.reshape(-1, x.shape[-1])
+        used = (cells >= 0).reshape(-1)
+        where = cells.reshape(-1)[used]
+        grid = flat.new_zeros(images * height * width, flat.shape[-1])
+        grid[where] = flat[used]
+        grid = grid.reshape(images, height, width, -1).permute(0, 3, 1, 2)
+        encoded = self.proj(grid).permute(0, 2, 3, 1).reshape(images * height * width, -1)
+        out = flat.clone()
+        out[used] = flat[used] + encoded[where]
+        return out.reshape(x.shape)

@@ -87,6 +87,8 @@ _SIGLIP_FILES = {
                                   ('so400m_patch16', 'so400m16', (256, 384, 512)),
                                   ('giantopt_patch16', 'g-opt16', (256, 384)))
        for img in sizes},
+    ('simple_vit_base_patch16_siglip_naflex', 'v2_webli'): 'siglip2/siglip2_b16_naflex.npz',
+    ('simple_vit_so400m_patch16_siglip_naflex', 'v2_webli'): 'siglip2/siglip2_so400m16_naflex.npz',
 }
 
 

@@ -25,6 +25,7 @@ from ._timm_compat import (
 from .checkpoints import load_into_model
 from .config import POOL_TYPES, SimpleViTConfig, TensorSpec
 from .geometry import Geometry, check_fit, fit_tensor
+from .naflex import NaFlexMixin, is_naflex
 from .patch_embed import AdaptivePatchEmbed
 from .posemb import LearnedPosResampler, PosEncodingGenerator, SinCos2dPosEmbed
 
@@ -57,7 +58,7 @@ def _blocks(cfg: SimpleViTConfig, act_layer: Any, norm_layer: Any, dd: Dict[str,
         for i in range(cfg.depth)])
 
 
-class SimpleVisionTransformer(nn.Module):
+class SimpleVisionTransformer(NaFlexMixin, nn.Module):
     """Plain ViT with a resolution-adaptive patch embedding and timm's complete model interface.
 
     Built from a ``SimpleViTConfig``, or from its fields as keyword arguments (which is how
@@ -289,11 +290,21 @@ class SimpleVisionTransformer(nn.Module):
             intermediates_only: bool = False,
             output_dict: bool = False,
     ) -> Union[List[torch.Tensor], Tuple[torch.Tensor, List[torch.Tensor]], Dict[str, Any]]:
-        """Final features plus the outputs of selected blocks (timm's contract, NCHW or NLC)."""
+        """Final features plus the outputs of selected blocks (timm's contract, NCHW or NLC).
+
+        For a NaFlex dict or a list of images (whose grids differ), NLC only, in ``forward_features``'
+        layout; ``output_dict=True`` also returns their ``patch_valid``.
+        """
         if output_fmt not in ('NCHW', 'NLC'):
             raise ValueError(f"output_fmt must be 'NCHW' or 'NLC', got {output_fmt!r}")
         reshape = output_fmt == 'NCHW'
         take_indices, max_index = feature_take_indices(len(self.blocks), indices)
+        if not torch.jit.is_scripting():
+            if is_naflex(x):
+                if reshape:
+                    raise ValueError("images of different grids have no common NCHW shape: use output_fmt='NLC'")
+                return self._naflex_intermediates(x, take_indices, max_index if stop_early else len(self.blocks) - 1,
+                                                  norm, return_prefix_tokens, intermediates_only, output_dict)
 
         batch = x.shape[0]
         x, grid_h, grid_w = self._embed(x)
@@ -357,6 +368,10 @@ class SimpleVisionTransformer(nn.Module):
             output_fmt='NCHW' if reshape else 'NLC', intermediates_only=True)
 
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
+        """Final-norm tokens [B, T, D]; for a NaFlex dict or a list of images, ``{'patches', 'patch_valid'}``."""
+        if not torch.jit.is_scripting():
+            if is_naflex(x):
+                return self._naflex_features(x)
         x, grid_h, grid_w = self._embed(x)
         x, _ = self._run_blocks(x, grid_h, grid_w, [], len(self.blocks) - 1)
         return self.norm(x)
@@ -368,36 +383,60 @@ class SimpleVisionTransformer(nn.Module):
             grid_w: int,
             take: List[int],
             stop: int,
+            attn_mask: Optional[torch.Tensor] = None,
+            cells: Optional[torch.Tensor] = None,
+            canvas: Optional[List[int]] = None,
     ) -> Tuple[torch.Tensor, List[torch.Tensor]]:
-        """Blocks 0..``stop`` (CPVT's position encoding after block 0), and the outputs of the blocks in ``take``."""
+        """Blocks 0..``stop`` (CPVT's position encoding after block 0), and the outputs of the blocks in ``take``.
+
+        Packed NaFlex rows come with their ``attn_mask`` and, for the encoding, each slot's canvas cell.
+        """
         taken: List[torch.Tensor] = []
         for i, blk in enumerate(self.blocks):
             if i <= stop:  # not ``break``: TorchScript unrolls loops over modules
                 if self.grad_checkpointing and not torch.jit.is_scripting():
-                    x = checkpoint(blk, x, use_reentrant=False)
+                    x = checkpoint(blk, x, attn_mask=attn_mask, use_reentrant=False)
                 else:
-                    x = blk(x)
+                    x = blk(x, attn_mask=attn_mask)
                 if i == 0 and self.pos_cpe is not None:
-                    x = self.pos_cpe(x, grid_h, grid_w)
+                    if cells is not None and canvas is not None:
+                        x = self.pos_cpe.forward_packed(x, cells, canvas)
+                    else:
+                        x = self.pos_cpe(x, grid_h, grid_w)
                 if i in take:
                     taken.append(x)
         return x, taken
 
-    def pool(self, x: torch.Tensor, pool_type: Optional[str] = None) -> torch.Tensor:
+    def pool(self, x: torch.Tensor, pool_type: Optional[str] = None,
+             patch_valid: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """Pool the final tokens; ``patch_valid`` [B, N] leaves padding out (a masked mean, a key-only MAP mask)."""
         pool_type = self.global_pool if pool_type is None else pool_type
         if self.attn_pool is not None and pool_type == 'map':
-            return self.attn_pool(x)
+            if patch_valid is None:
+                return self.attn_pool(x)
+            keys = torch.cat([patch_valid.new_ones(x.shape[0], self.num_prefix_tokens), patch_valid], dim=1)
+            return self.attn_pool(x, attn_mask=keys[:, None, None, :])
         if pool_type == 'avg':
-            return x[:, self.num_prefix_tokens:].mean(dim=1)
+            patches = x[:, self.num_prefix_tokens:]
+            if patch_valid is None:
+                return patches.mean(dim=1)
+            weight = patch_valid.to(patches.dtype).unsqueeze(-1)
+            return (patches * weight).sum(dim=1) / weight.sum(dim=1).clamp(min=1)
         if pool_type == 'token':
             return x[:, 0]
         return x
 
-    def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
-        x = self.pool(x)
+    def forward_head(self, x: torch.Tensor, pre_logits: bool = False,
+                     patch_valid: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """Pool, pre-logits, head; ``x`` may be ``forward_features``' NaFlex dict (its ``patch_valid`` is used)."""
+        if not torch.jit.is_scripting():
+            if is_naflex(x):
+                x, patch_valid = x['patches'], x['patch_valid']
+        x = self.pool(x, patch_valid=patch_valid)
         x = self.pre_logits(x)
         x = self.head_drop(x)
         return x if pre_logits else self.head(x)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Logits (or the embedding, without a head) for an NCHW batch, a NaFlex dict or a list of images."""
         return self.forward_head(self.forward_features(x))

@@ -23,7 +23,7 @@ INTERPOLATIONS = ('bilinear', 'bicubic', 'nearest', 'lanczos')
 _RECORDED = frozenset({
     'src', 'out', 'img_size', 'patch_size', 'resample_like', 'num_classes', 'fmt', 'num_heads', 'source_img_size',
     'prefix', 'act_layer', 'norm_eps', 'pos_embed', 'use_ema', 'overwrite', 'max_shard_size', 'license', 'base_model',
-    'assume_heads', 'mean', 'std', 'interpolation', 'crop_pct', 'crop_mode',
+    'assume_heads', 'mean', 'std', 'interpolation', 'crop_pct', 'crop_mode', 'in_chans',
     'datasets', 'tol', 'no_verify', 'allow_nonfinite', 'limits', 'push_to', 'private', 'revision', 'create_pr',
 })
 
@@ -105,6 +105,9 @@ def add_source_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument('--act-layer', choices=ACT_LAYERS,
                         help="override the inferred MLP activation (e.g. 'gelu' to match timm's exact-GELU AugReg port)")
     parser.add_argument('--norm-eps', type=float, help='override the inferred LayerNorm epsilon')
+    parser.add_argument('--in-chans', type=int, metavar='C',
+                        help='input channels, for a NaFlex Dense patch kernel (P*P*C, width), which does not record '
+                             'them (default 3)')
     parser.add_argument('--pos-embed', choices=('sincos', 'none'),
                         help="for a checkpoint without a position table: big_vision sin-cos (default) or none")
     parser.add_argument('--no-ema', dest='use_ema', action='store_false', default=None,
@@ -177,8 +180,7 @@ def add_push_to_option(parser: argparse.ArgumentParser) -> None:
 # The flags that set what a conversion had to assume.
 _ASSUMED_FLAGS = {'num_heads': '--num-heads', 'img_size': '--source-img-size', 'mean': '--mean', 'std': '--std',
                   'interpolation': '--interpolation', 'crop_pct': '--crop-pct', 'crop_mode': '--crop-mode',
-                  'act_layer': '--act-layer',
-                  'norm_eps': '--norm-eps'}
+                  'act_layer': '--act-layer', 'norm_eps': '--norm-eps', 'in_chans': '--in-chans'}
 
 
 def report(result: Any) -> None:
@@ -214,7 +216,7 @@ def source_options(args: argparse.Namespace) -> Any:
 
     return SourceOptions(**{name: given(name) for name in (
         'fmt', 'prefix', 'num_heads', 'act_layer', 'norm_eps', 'pos_embed', 'use_ema', 'source_img_size', 'mean',
-        'std', 'interpolation', 'crop_pct', 'crop_mode')}, assume_heads=getattr(args, 'assume_heads', None) or None)
+        'std', 'interpolation', 'crop_pct', 'crop_mode', 'in_chans')}, assume_heads=getattr(args, 'assume_heads', None) or None)
 
 
 def convert_request(args: argparse.Namespace, **overrides: Any) -> Any:

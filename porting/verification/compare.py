@@ -6,6 +6,7 @@ import torch.nn as nn
 
 from timm_vit_variants.memory import trim_heap
 
+from .naflex_ref import MIXED_GRIDS, mixed_batch
 from .references import reference_outputs, release_as_it_runs
 from .result import DEFAULT_TOL, NoReference, ReferenceFailed, Verification
 from .timm_ref import pair
@@ -18,6 +19,17 @@ def verification_inputs(model_args: Dict[str, Any], batch: int = 1, seed: int = 
     h, w = pair(model_args.get('img_size', 224))
     generator = torch.Generator().manual_seed(seed)
     return torch.randn(batch, model_args.get('in_chans', 3), h, w, generator=generator)
+
+
+def takes_naflex_dict(model_args: Dict[str, Any]) -> bool:
+    """Whether the model of ``model_args`` takes timm's NaFlex dict (its patch embedding sees one patch at a time)."""
+    return model_args.get('patch_embed', 'conv') in ('conv', 'linear', 'mlp') and model_args.get('grid_mode') != 'pool'
+
+
+def _mixed_outputs(model: nn.Module, batch: Dict[str, torch.Tensor]) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Our valid patch tokens (T, D) and pooled output on a NaFlex batch."""
+    laid = model.forward_features(batch)
+    return laid['patches'][:, model.num_prefix_tokens:][laid['patch_valid']], model.forward_head(laid, pre_logits=True)
 
 
 def _max_diff(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -43,9 +55,10 @@ def compare(
     from tqdm import tqdm
 
     x = verification_inputs(target[0] if target is not None else model_args)
+    mixed = mixed_batch(model_args) if target is None and takes_naflex_dict(model_args) else None
     with tqdm(total=2, desc='verify', unit='model', disable=not progress, leave=False) as bar:
         try:
-            ref = reference_outputs(path, fmt, model_args, x, target)
+            ref = reference_outputs(path, fmt, model_args, x, target, mixed)
         except NoReference as e:
             return Verification('skipped', reason=str(e), tolerance=tol)
         except ReferenceFailed as e:
@@ -61,6 +74,7 @@ def compare(
             # the classifier's logits, or without one the pooled embedding (a MAP head's, a pre-logits layer's)
             head_out = ours.forward_head(feats) if compare_logits and ref.logits is not None else None
             pre_logits = ours.forward_head(feats, pre_logits=True) if ref.pre_logits is not None else None
+            mixed_out = _mixed_outputs(ours, mixed) if ref.mixed_features is not None else None
         del ours
         trim_heap()
         bar.update(1)
@@ -86,7 +100,12 @@ def compare(
         notes.append(f'pre-logits (pooler output) max|d|={d_pre:.2e}')
     elif has_pre_logits and d_logit is None:
         notes.append('the pre-logits layer was not covered: neither logits nor pooled output were compared')
-    worst = max(d for d in (d_feat, d_logit, d_pre) if d is not None)
+    d_mixed = None
+    if mixed_out is not None:
+        d_mixed = max(_max_diff(ref.mixed_features, mixed_out[0]), _max_diff(ref.mixed_pooled, mixed_out[1]))
+        grids = ', '.join(f'{h}x{w}' for h, w in MIXED_GRIDS)
+        notes.append(f'a NaFlex batch of grids {grids} (padded): max|d| of tokens and pooled={d_mixed:.2e}')
+    worst = max(d for d in (d_feat, d_logit, d_pre, d_mixed) if d is not None)
     status = 'passed' if worst <= tol else 'failed'  # NaN compares False: a NaN output fails
     return Verification(status, reference=ref.name, max_abs_logits=d_logit, max_abs_features=d_feat,
                         tolerance=tol, notes=notes, output=output)

@@ -14,8 +14,14 @@ __all__ = ['hf_outputs']
 
 
 def hf_outputs(path: str, model_args: Dict[str, Any], x: torch.Tensor,
-               target: Optional[Tuple[Dict[str, Any], str]] = None) -> Outputs:
-    """transformers itself; at a target geometry only through its own ``interpolate_pos_encoding``."""
+               target: Optional[Tuple[Dict[str, Any], str]] = None,
+               mixed: Optional[Dict[str, torch.Tensor]] = None) -> Outputs:
+    """transformers itself; at a target geometry only through its own ``interpolate_pos_encoding`` (SigLIP 2:
+    its own per-image table resize)."""
+    folder = Path(path) if Path(path).is_dir() else Path(path).parent
+    cfg = read_json(str(folder / 'config.json')) if (folder / 'config.json').is_file() else {}
+    if str(cfg.get('model_type')).startswith('siglip2'):
+        return _siglip2(_transformers(), folder, cfg, model_args, x, target, mixed)
     if target is not None:
         if pair(target[0].get('patch_size', 16)) != pair(model_args.get('patch_size', 16)):
             raise NoReference('transformers has no rule for a patch-size change')
@@ -24,14 +30,7 @@ def hf_outputs(path: str, model_args: Dict[str, Any], x: torch.Tensor,
             raise NoReference('transformers drops the pixels the patch does not divide, where this model pads them')
         if target[1] != 'hf':
             raise NoReference(f"the table was resized with the {target[1]!r} rule, not transformers' own")
-    try:
-        import transformers
-    except ImportError:
-        raise NoReference('transformers is not installed') from None
-    transformers.utils.logging.disable_progress_bar()
-    transformers.utils.logging.set_verbosity_error()  # the reference's load messages are not ours to print
-    folder = Path(path) if Path(path).is_dir() else Path(path).parent
-    cfg = read_json(str(folder / 'config.json')) if (folder / 'config.json').is_file() else {}
+    transformers = _transformers()
     if cfg.get('model_type') in ('siglip', 'siglip_vision_model'):
         return _siglip(transformers, folder, cfg, x, target is not None)
     classify = any('ForImageClassification' in a for a in cfg.get('architectures') or [])
@@ -50,6 +49,56 @@ def hf_outputs(path: str, model_args: Dict[str, Any], x: torch.Tensor,
             feats, logits, pooled = out.last_hidden_state, None, out.pooler_output
     name = f'transformers {cls.__name__}.from_pretrained' + (' with interpolate_pos_encoding' if resize else '')
     return Outputs(feats, logits, name, pre_logits=pooled)
+
+
+def _transformers() -> Any:
+    try:
+        import transformers
+    except ImportError:
+        raise NoReference('transformers is not installed') from None
+    transformers.utils.logging.disable_progress_bar()
+    transformers.utils.logging.set_verbosity_error()  # the reference's load messages are not ours to print
+    return transformers
+
+
+def _patchify(x: torch.Tensor, patch: Tuple[int, int]) -> Dict[str, torch.Tensor]:
+    """An NCHW batch as SigLIP 2's inputs: P-P-C flattened patches, row-major, all valid, and the grid."""
+    (ph, pw), (batch, chans, height, width) = patch, x.shape
+    gh, gw = height // ph, width // pw
+    x = x[..., :gh * ph, :gw * pw].reshape(batch, chans, gh, ph, gw, pw)
+    patches = x.permute(0, 2, 4, 3, 5, 1).reshape(batch, gh * gw, ph * pw * chans)
+    return {'pixel_values': patches, 'pixel_attention_mask': torch.ones(batch, gh * gw, dtype=torch.long),
+            'spatial_shapes': torch.tensor([[gh, gw]] * batch)}
+
+
+def _siglip2(transformers: Any, folder: Path, cfg: Dict[str, Any], model_args: Dict[str, Any], x: torch.Tensor,
+             target: Optional[Tuple[Dict[str, Any], str]], mixed: Optional[Dict[str, torch.Tensor]]) -> Outputs:
+    """A SigLIP 2 folder's vision tower on ``x`` patchified (any grid: its table is resized per image) and on
+    the mixed-size NaFlex batch."""
+    if target is not None:
+        if pair(target[0].get('patch_size', 16)) != pair(model_args.get('patch_size', 16)):
+            raise NoReference('transformers has no rule for a patch-size change')
+        if target[1] != 'flexi':
+            raise NoReference(f"the table was resized with the {target[1]!r} rule, not SigLIP 2's own")
+    if cfg.get('model_type') == 'siglip2':
+        model = transformers.Siglip2Model.from_pretrained(str(folder), attn_implementation='eager').vision_model
+        name = 'transformers Siglip2Model.from_pretrained(...).vision_model'
+    else:
+        model = transformers.Siglip2VisionModel.from_pretrained(str(folder), attn_implementation='eager')
+        name = 'transformers Siglip2VisionModel.from_pretrained'
+    model = model.eval().float()
+    with torch.no_grad():
+        out = model(**_patchify(x, pair(model_args.get('patch_size', 16))))
+        result = Outputs(out.last_hidden_state, out.pooler_output, name + ' (spatial_shapes; pooler_output: the MAP '
+                         'head)')
+        if mixed is not None:
+            grids = torch.stack([mixed['patch_coord'][i][valid].amax(0) + 1
+                                 for i, valid in enumerate(mixed['patch_valid'])])
+            mixed_out = model(pixel_values=mixed['patches'], pixel_attention_mask=mixed['patch_valid'].long(),
+                              spatial_shapes=grids)
+            result.mixed_features = mixed_out.last_hidden_state[mixed['patch_valid']]
+            result.mixed_pooled = mixed_out.pooler_output
+    return result
 
 
 def _siglip(transformers: Any, folder: Path, cfg: Dict[str, Any], x: torch.Tensor, resize: bool) -> Outputs:

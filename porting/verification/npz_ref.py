@@ -1,5 +1,5 @@
-"""The Google ``.npz`` reference (big_vision, FlexiViT, vit_jax): an equivalent timm ``VisionTransformer`` loaded
-by timm's own npz loader (``load_pretrained``), never by our key mapping."""
+"""The Google ``.npz`` reference (big_vision, FlexiViT, vit_jax): an equivalent timm ``VisionTransformer`` (for a
+NaFlex tower, timm's ``NaFlexVit``) loaded by timm's own npz loader (``load_pretrained``), never by our key mapping."""
 import itertools
 import tempfile
 import zipfile
@@ -9,6 +9,7 @@ from typing import Any, Dict, List, Tuple, Union
 import numpy as np
 
 from .archive import ExtendedArchive
+from .naflex_ref import naflex_model
 from .rules import bigvision_posemb_sincos_2d
 from .timm_ref import PreLogitsHead, TimmReference, grid, timm_equivalent
 
@@ -113,8 +114,10 @@ def _pre_logits_head(path: str) -> PreLogitsHead:
 
 def npz_model(path: str, model_args: Dict[str, Any]) -> TimmReference:
     """timm's VisionTransformer loaded by timm's own npz loader (headless when there is a pre-logits layer)."""
-    head = _pre_logits_head(path) if model_args.get('rep_size') else None
     headers = _headers(path)
+    if len(headers.get(f'{_prefix(headers)}embedding/kernel', ((),))[0]) == 2:  # big_vision's NaFlex tower
+        return naflex_model(path, model_args, _prefix(headers))
+    head = _pre_logits_head(path) if model_args.get('rep_size') else None
     extra = _additions(path, headers, model_args)
     with tempfile.TemporaryDirectory(prefix='vit-port-verify-') as tmp:
         readable = _timm_readable(path, model_args, Path(tmp), extra)

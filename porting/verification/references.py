@@ -36,17 +36,18 @@ def reference_outputs(
         model_args: Dict[str, Any],
         x: torch.Tensor,
         target: Optional[Tuple[Dict[str, Any], str]] = None,
+        mixed: Optional[Dict[str, torch.Tensor]] = None,
 ) -> Outputs:
     """Run the source's reference implementation on ``x``.
 
     With ``target`` (target model args, resample rule) the reference runs at the target geometry, its
     weights resized by the source framework's own rule (``target.at_target``), or transformers' own
-    resize. Raises ``NoReference`` when none can run (with the reason), and ``ReferenceFailed`` when the
+    resize. A reference that takes NaFlex batches also runs ``mixed`` (at the source geometry). Raises ``NoReference`` when none can run (with the reason), and ``ReferenceFailed`` when the
     reference library refuses or fails on the source.
     """
     try:
         if fmt == 'hf':
-            return hf_outputs(path, model_args, x, target)
+            return hf_outputs(path, model_args, x, target, mixed)
         if fmt not in _TIMM_BUILT:
             raise NoReference(f'no reference implementation for format {fmt!r}')
         ref = _TIMM_BUILT[fmt](path, model_args)
@@ -54,7 +55,7 @@ def reference_outputs(
             ref = at_target(ref, model_args, target[0], target[1])
             x = fit_input(x, target[0])  # padded or cropped to whole patches, as our model does
         release_as_it_runs(ref.model)
-        return ref.outputs(x)
+        return ref.outputs(x, mixed if target is None else None)
     except (NoReference, ViTVariantsError):
         raise
     except Exception as e:  # noqa: BLE001  (reference libraries raise many types)

@@ -53,6 +53,9 @@ class Outputs:
     name: str
     note: Optional[str] = None
     pre_logits: Optional[torch.Tensor] = None  # a pooled pre-logits output (transformers ViTModel's pooler)
+    # On the mixed-size NaFlex batch, where the reference takes one: valid patch tokens (T, D), pooled (B, D).
+    mixed_features: Optional[torch.Tensor] = None
+    mixed_pooled: Optional[torch.Tensor] = None
 
 
 class NoReference(Exception):

@@ -7,6 +7,7 @@ from typing import Any, Dict
 
 import torch
 
+from .naflex_ref import classic_state
 from .result import NoReference
 from .rules import bigvision_posemb_sincos_2d, flexi_pi_resize, resize_grid_table
 from .timm_ref import PreLogitsHead, TimmReference, grid, pair, timm_equivalent
@@ -19,7 +20,7 @@ RULE_NAMES = {'bigvision': "big_vision's scipy zoom", 'flexi': "FlexiViT's jax.i
 
 def at_target(ref: TimmReference, source_args: Dict[str, Any], target_args: Dict[str, Any], rule: str) -> TimmReference:
     """``ref`` rebuilt as a timm ``VisionTransformer`` at the target geometry (a pre-logits layer kept explicit)."""
-    state = dict(ref.model.state_dict())
+    state = classic_state(ref.model) if ref.naflex else dict(ref.model.state_dict())
     head = ref.head
     if head is None and 'pre_logits.fc.weight' in state:  # our own folder, loaded through timm's local-dir:
         head = PreLogitsHead.pop_from(state)

@@ -123,8 +123,9 @@ class TimmReference:
     model: nn.Module
     name: str
     head: Optional[PreLogitsHead] = None
+    naflex: bool = False  # a timm NaFlexVit, which also runs the mixed-size NaFlex batch
 
-    def outputs(self, x: torch.Tensor) -> Outputs:
+    def outputs(self, x: torch.Tensor, mixed: Optional[Dict[str, torch.Tensor]] = None) -> Outputs:
         with torch.no_grad():
             feats = self.model.forward_features(x)
             if self.head is not None:
@@ -133,7 +134,12 @@ class TimmReference:
                                "head(tanh(pre_logits(x))) (timm has no pre-logits layer)")
             # Without a classifier this is the pooled embedding (a MAP head's output, say), compared too.
             logits = self.model.forward_head(feats)
-        return Outputs(feats, logits, self.name)
+            out = Outputs(feats, logits, self.name)
+            if self.naflex and mixed is not None:
+                laid = self.model.forward_features(**mixed)
+                out.mixed_features = laid['patches'][:, self.model.num_prefix_tokens:][mixed['patch_valid']]
+                out.mixed_pooled = self.model.forward_head(laid['patches'], patch_valid=mixed['patch_valid'])
+        return out
 
 
 def timm_weights(file: Path) -> Dict[str, torch.Tensor]:

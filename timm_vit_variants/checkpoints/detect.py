@@ -35,7 +35,8 @@ FORMATS = tuple(READERS)
 #   norm_eps   override the LayerNorm epsilon
 #   pos_embed  'sincos' or 'none' when a checkpoint has no position table (default 'sincos')
 #   use_ema    prefer EMA weights in timm training checkpoints (default True, as timm)
-HINTS = ('prefix', 'img_size', 'num_heads', 'assume_heads', 'act_layer', 'norm_eps', 'pos_embed', 'use_ema')
+HINTS = ('prefix', 'img_size', 'num_heads', 'assume_heads', 'act_layer', 'norm_eps', 'pos_embed', 'use_ema',
+         'in_chans')
 
 
 def _sniff(path: str, store: TensorStore, config: Dict[str, Any], config_path: Optional[str]) -> str:

@@ -1,5 +1,5 @@
-"""Flax ViT ``.npz`` archives: big_vision's plain ViT (SigLIP image towers included) and the original
-vit_jax / AugReg layout.
+"""Flax ViT ``.npz`` archives: big_vision's plain ViT (SigLIP image towers included), its NaFlex tower
+(SigLIP 2 NaFlex) and the original vit_jax / AugReg layout.
 
 Both store flax parameters flattened with ``/`` (optionally under ``params/`` or ``opt/target/``; a
 two-tower SigLIP file holds the image tower under ``params/img/`` or ``img/``), with HWIO patch
@@ -7,11 +7,13 @@ kernels, per-head (D, heads, head_dim) attention kernels and (in, out) Dense ker
 only in the block module names and in where the learned table lives and whether it has a
 class-token slot; each flavour is a row of names below.
 """
+import math
 import re
 from typing import Any, Dict, Optional, Tuple
 
 from ..config import SimpleViTConfig
-from .source import Rule, SourceCheckpoint, copy, fuse_head_bias, fuse_heads, hwio_to_oihw, merge_heads, transpose
+from .source import (Rule, SourceCheckpoint, copy, dense_patch_kernel, flatten_grid_table, fuse_head_bias, fuse_heads,
+                     hwio_to_oihw, merge_heads, transpose)
 
 __all__ = ['FlaxCheckpoint', 'BigVisionCheckpoint', 'VitJaxCheckpoint']
 
@@ -63,6 +65,14 @@ _TABLE: Dict[str, Rule] = {
 }
 
 
+
+# big_vision's NaFlex tower: a Dense over P-P-C flattened patches, and a (G, G, D) learned table.
+_NAFLEX_TABLE: Dict[str, Rule] = {
+    'patch_embed.proj.weight': Rule(('embedding/kernel',), dense_patch_kernel),
+    'pos_embed': Rule(('pos_embedding',), flatten_grid_table),
+}
+
+
 class FlaxCheckpoint(SourceCheckpoint):
     """A flax ViT parameter archive; subclasses give the flavour's names."""
 
@@ -79,6 +89,7 @@ class FlaxCheckpoint(SourceCheckpoint):
                                 crop_pct=(1.0, _SIGLIP_WHY), crop_mode=('squash', _SIGLIP_WHY))
 
     PREFIXES = ('', 'params/', 'opt/target/', 'params/img/', 'img/')
+    NAFLEX = False  # whether a (P*P*C, D) Dense patch embedding (big_vision's NaFlex tower) is read
     # The flavour: block module names, the learned table's key, whether that table has a cls slot.
     NAMES: Dict[str, str] = {}
     POS_CLS_SLOT = False
@@ -111,13 +122,20 @@ class FlaxCheckpoint(SourceCheckpoint):
         self._note_skipped()
         kernel_key = self._local('embedding/kernel')
         kernel = self._shape(kernel_key)
-        if len(kernel) != 4:
+        self._naflex = self.NAFLEX and len(kernel) == 2
+        if self._naflex:
+            patch_h, patch_w, in_chans, dim = self._naflex_kernel(kernel_key, kernel, hints)
+        elif len(kernel) == 4:
+            patch_h, patch_w, in_chans, dim = kernel
+        else:
             raise self._error('patch embedding kernel must be (P, P, C, D)', key=kernel_key, shapes=(kernel,))
-        patch_h, patch_w, in_chans, dim = kernel
         self._check_dims(kernel_key, width=dim, img_size=max(patch_h, patch_w))
         class_token = 'cls' in local
         slot = self.POS_CLS_SLOT and class_token
-        pos_embed = self._position(local, dim, (patch_h, patch_w), class_token, slot, hints)
+        if self._naflex:
+            pos_embed = self._naflex_table(local, dim)
+        else:
+            pos_embed = self._position(local, dim, (patch_h, patch_w), class_token, slot, hints)
         depth = self._depth(local)
         num_heads = self._heads(dim, hints)
         names = self._fields(0)
@@ -146,7 +164,8 @@ class FlaxCheckpoint(SourceCheckpoint):
             class_token=class_token,
             pos_embed=pos_embed,
             pos_embed_cls_slot=slot and pos_embed == 'learn',
-            pos_embed_resample=self._resample_rule((patch_h, patch_w), class_token),
+            pos_embed_resample='flexi' if self._naflex else self._resample_rule((patch_h, patch_w), class_token),
+            patch_embed='linear' if self._naflex else 'conv',
             rep_size=rep_size,
             # flax nn.gelu defaults to the tanh approximation in both big_vision and vit_jax.
             act_layer=hints.get('act_layer') or 'gelu_tanh',
@@ -154,6 +173,30 @@ class FlaxCheckpoint(SourceCheckpoint):
             # big_vision's patch conv is VALID; a SigLIP tower's nominal size (384 at patch 14) relies on it
             grid_mode='crop' if self._map is not None else None,
         )
+
+    def _naflex_kernel(self, key: str, kernel: Tuple[int, ...], hints: Dict[str, Any]) -> Tuple[int, int, int, int]:
+        """(P, P, C, D) of a NaFlex Dense kernel (P*P*C, D): C is not recorded, so 3 is assumed unless given."""
+        flat, dim = kernel
+        in_chans = self._unrecorded('in_chans', hints, 3, 'a NaFlex patch kernel is (P*P*C, width) and records '
+                                    'neither P nor C; 3 channels and a square patch assumed')
+        patch = math.isqrt(flat // in_chans) if in_chans > 0 and flat % in_chans == 0 else 0
+        if patch * patch * in_chans != flat:
+            raise self._error(f'a NaFlex patch kernel must be (P*P*C, width) with a square patch; {flat} is not '
+                              f'P*P*{in_chans}', key=key, shapes=(kernel, ('P*P*C', 'width')), needs='in_chans')
+        return patch, patch, in_chans, dim
+
+    def _naflex_table(self, local: set, dim: int) -> str:
+        """A NaFlex tower's (G_h, G_w, D) table, resized per image with FlexiViT's rule; sets ``self.grid``."""
+        key = self._local('pos_embedding')
+        shape = self._shape(key)
+        if len(shape) != 3 or shape[2] != dim:
+            raise self._error('a NaFlex position table must be (rows, cols, width)', key=key,
+                              shapes=(shape, ('rows', 'cols', dim)))
+        self._check_dims(key, tokens=shape[0] * shape[1])
+        self.grid = (shape[0], shape[1])
+        self.notes.append("a big_vision NaFlex tower: its table is resized to each image's grid with "
+                          'jax.image.scale_and_translate (bilinear, half-pixel, antialiased), the flexi rule')
+        return 'learn'
 
     def _resample_rule(self, patch: Tuple[int, int], class_token: bool) -> str:
         """How this framework resizes a learned table: big_vision's and vit_jax's load-time zoom."""
@@ -241,7 +284,7 @@ class FlaxCheckpoint(SourceCheckpoint):
                     map=getattr(self, '_map', None) or '')
 
     def _rule(self, pattern: str, block: Optional[int]) -> Tuple[Rule, Optional[int]]:
-        rule = _TABLE[pattern]
+        rule = _NAFLEX_TABLE.get(pattern, _TABLE[pattern]) if getattr(self, '_naflex', False) else _TABLE[pattern]
         fields = self._fields(block)
         sources = tuple(self._local(t.format(**fields)) for t in rule.sources)
         return Rule(sources, rule.fill), block if self._scanned and block is not None else None
@@ -261,6 +304,7 @@ class BigVisionCheckpoint(FlaxCheckpoint):
                  pos='pos_embedding')
     POS_CLS_SLOT = False
     DEFAULT_POS_EMBED = 'sincos'
+    NAFLEX = True
 
     def _resample_rule(self, patch: Tuple[int, int], class_token: bool) -> str:
         """FlexiViT's own run-time rule for an archive in the published FlexiViT layout, else big_vision's zoom.

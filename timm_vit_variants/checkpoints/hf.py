@@ -83,6 +83,10 @@ class HFCheckpoint(SourceCheckpoint):
         size = self._entry(name)
         return size, size
 
+    def _image_size(self, patch: Tuple[int, int]) -> Tuple[int, int]:
+        """The nominal image size, which a ViT config records."""
+        return self._size('image_size')
+
     def _network(self, hints: Dict[str, Any], eps_default: float) -> Dict[str, Any]:
         """The encoder's settings from ``config.json``, each checked (and against the limits) before use."""
         cfg_path = self._config_path
@@ -92,7 +96,7 @@ class HFCheckpoint(SourceCheckpoint):
         mlp_dim = self._entry('intermediate_size')
         in_chans = self._entry('num_channels', 3)
         patch = self._size('patch_size')
-        img = self._size('image_size')
+        img = self._image_size(patch)
         for name, limit, value in (('hidden_size', 'width', dim), ('num_hidden_layers', 'depth', depth),
                                    ('num_attention_heads', 'heads', num_heads), ('intermediate_size', 'mlp', mlp_dim),
                                    ('image_size', 'img_size', max(img)), ('patch_size', 'img_size', max(patch))):

@@ -1,21 +1,27 @@
-"""transformers SigLIP image towers: ``SiglipVisionModel`` and ``SiglipModel`` folders (the vision part).
+"""transformers SigLIP image towers: ``SiglipVisionModel`` and ``SiglipModel`` folders (the vision part), and
+SigLIP 2 NaFlex's ``Siglip2VisionModel`` and ``Siglip2Model``.
 
 ``SiglipVisionModel`` saves its tensors without a prefix, ``SiglipModel`` under ``vision_model.``
 beside a text tower and the logit scale and bias, which are skipped. The encoder is a plain ViT with
 a learned (N, D) position embedding and no [CLS] token; its MAP head (``head``: a probe, an
 ``nn.MultiheadAttention`` with one packed ``in_proj``, a LayerNorm and an MLP) is this family's
 ``attn_pool``. The patch conv is ``padding="valid"``, so the grid crops, as big_vision's does.
+SigLIP 2's NaFlex tower embeds P-P-C flattened patches with a Linear and resizes its square (G*G, D)
+table to each image's grid (bilinear, antialiased: FlexiViT's rule); its config records ``num_patches``
+instead of an image size.
 """
+import math
 from typing import Any, Dict, Optional, Tuple
 
 from ..config import SimpleViTConfig
 from ..errors import ViTVariantsError
 from .hf import HFCheckpoint
-from .source import Fill, Rule, add_leading_axis, split_rows, stack_rows
+from .source import Rule, add_leading_axis, linear_patch_kernel, split_rows, stack_rows
 
 __all__ = ['HFSiglipCheckpoint', 'SIGLIP_MODEL_TYPES']
 
-SIGLIP_MODEL_TYPES = ('siglip', 'siglip_vision_model')
+SIGLIP_MODEL_TYPES = ('siglip', 'siglip_vision_model', 'siglip2', 'siglip2_vision_model')
+_TWO_TOWER = ('siglip', 'siglip2')
 _QKV = tuple(f'{{p}}encoder.layers.{{i}}.self_attn.{n}_proj' for n in ('q', 'k', 'v'))
 _IN_PROJ = '{p}head.attention.in_proj_'
 
@@ -54,6 +60,9 @@ _TABLE: Dict[str, Rule] = {
     'attn_pool.mlp.fc2.bias': Rule(('{p}head.mlp.fc2.bias',)),
 }
 
+# SigLIP 2: nn.Linear(C*P*P, D) over P-P-C flattened patches.
+_NAFLEX_KERNEL = Rule(('{p}embeddings.patch_embedding.weight',), linear_patch_kernel)
+
 
 class HFSiglipCheckpoint(HFCheckpoint):
     """A transformers SigLIP folder, read as its image tower."""
@@ -62,15 +71,38 @@ class HFSiglipCheckpoint(HFCheckpoint):
     PREPROCESSING_DEFAULTS = {'mean': ((0.5, 0.5, 0.5), _WHY), 'std': ((0.5, 0.5, 0.5), _WHY),
                               'interpolation': ('bicubic', _WHY), 'crop_pct': (1.0, _WHY),
                               'crop_mode': ('squash', _WHY)}
+    _WHY2 = "not recorded by the folder; transformers' Siglip2ImageProcessor defaults"
+    NAFLEX_PREPROCESSING = {'mean': ((0.5, 0.5, 0.5), _WHY2), 'std': ((0.5, 0.5, 0.5), _WHY2),
+                            'interpolation': ('bilinear', _WHY2), 'crop_pct': (1.0, _WHY2),
+                            'crop_mode': ('squash', _WHY2)}
+
+    def _preprocessing_defaults(self) -> Dict[str, Tuple[Any, str]]:
+        return self.NAFLEX_PREPROCESSING if self._naflex else self.PREPROCESSING_DEFAULTS
 
     @property
     def _settings(self) -> Dict[str, Any]:
         nested = self.source_config.get('vision_config')
-        return nested if self.source_config.get('model_type') == 'siglip' and isinstance(nested, dict) else \
+        return nested if self.source_config.get('model_type') in _TWO_TOWER and isinstance(nested, dict) else \
             self.source_config
 
+    @property
+    def _naflex(self) -> bool:
+        return str(self.source_config.get('model_type')).startswith('siglip2')
+
+    def _image_size(self, patch: Tuple[int, int]) -> Tuple[int, int]:
+        """SigLIP 2 records its square table's ``num_patches``: the nominal size is that grid of patches."""
+        if not self._naflex:
+            return super()._image_size(patch)
+        tokens = self._entry('num_patches', 256)
+        self.limits.check('tokens', tokens, path=self._config_path, key='num_patches')
+        side = math.isqrt(tokens)
+        if side * side != tokens:
+            raise ViTVariantsError(f'num_patches {tokens} is not a square grid', path=self._config_path,
+                                   key='num_patches')
+        return side * patch[0], side * patch[1]
+
     def _rule(self, pattern: str, block: Optional[int]) -> Tuple[Rule, Optional[int]]:
-        rule = _TABLE[pattern]
+        rule = _NAFLEX_KERNEL if self._naflex and pattern == 'patch_embed.proj.weight' else _TABLE[pattern]
         return Rule(tuple(t.format(p=self._prefix, i=block) for t in rule.sources), rule.fill), None
 
     def _candidates(self):
@@ -82,7 +114,7 @@ class HFSiglipCheckpoint(HFCheckpoint):
             raise ViTVariantsError('a transformers SigLIP model needs its config.json next to the weights',
                                    path=self.path, key='config.json')
         model_type = self.source_config.get('model_type')
-        if model_type == 'siglip' and not isinstance(self.source_config.get('vision_config'), dict):
+        if model_type in _TWO_TOWER and not isinstance(self.source_config.get('vision_config'), dict):
             raise ViTVariantsError('a SigLIP config.json needs a vision_config', path=cfg_path, key='vision_config')
         names = self._store.names()
         prefix = hints.get('prefix')
@@ -100,4 +132,5 @@ class HFSiglipCheckpoint(HFCheckpoint):
         has_head = bool(self._settings.get('vision_use_head', True)) and f'{self._prefix}head.probe' in self._store
         return SimpleViTConfig(
             num_classes=0, global_pool='map' if has_head else '', qkv_bias=True, class_token=False,
-            pos_embed='learn', pos_embed_resample='hf', grid_mode='crop', **network)
+            pos_embed='learn', pos_embed_resample='flexi' if self._naflex else 'hf', grid_mode='crop',
+            patch_embed='linear' if self._naflex else 'conv', **network)

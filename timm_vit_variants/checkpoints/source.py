@@ -24,8 +24,8 @@ from ..limits import DEFAULT_LIMITS, Limits
 from .stores import TensorStore
 
 __all__ = ['SourceCheckpoint', 'PlanItem', 'Rule', 'Fill', 'Inventory', 'LayoutFn', 'PREPROCESSING', 'copy',
-           'transpose', 'hwio_to_oihw', 'stack_rows', 'split_rows', 'add_leading_axis', 'fuse_heads', 'fuse_head_bias',
-           'merge_heads']
+           'transpose', 'hwio_to_oihw', 'dense_patch_kernel', 'linear_patch_kernel', 'flatten_grid_table', 'stack_rows',
+           'split_rows', 'add_leading_axis', 'fuse_heads', 'fuse_head_bias', 'merge_heads']
 
 Inventory = List[Tuple[str, Tuple[int, ...], str]]
 # The model's state-dict layout for a config: ``SimpleVisionTransformer.state_layout``.
@@ -94,6 +94,24 @@ def split_rows(first: int, stop: int, parts: int) -> Fill:
 def add_leading_axis(dst: torch.Tensor, src: torch.Tensor) -> None:
     """A (N, D) table (an ``nn.Embedding``'s weight) as our (1, N, D)."""
     _put(dst, _rank(src, 2).unsqueeze(0))
+
+
+def dense_patch_kernel(dst: torch.Tensor, kernel: torch.Tensor) -> None:
+    """A Dense over P-P-C flattened patches (P*P*C, D) -> torch Conv2d (D, C, P, P): the same map, as a conv."""
+    dim, chans, patch_h, patch_w = dst.shape
+    if tuple(_rank(kernel, 2).shape) != (patch_h * patch_w * chans, dim):
+        raise _Misfit('shape does not fit', kernel.shape, (patch_h * patch_w * chans, dim))
+    _put(dst, kernel.reshape(patch_h, patch_w, chans, dim).permute(3, 2, 0, 1))
+
+
+def linear_patch_kernel(dst: torch.Tensor, weight: torch.Tensor) -> None:
+    """A torch Linear over P-P-C flattened patches (D, P*P*C) -> torch Conv2d (D, C, P, P)."""
+    dense_patch_kernel(dst, _rank(weight, 2).T)
+
+
+def flatten_grid_table(dst: torch.Tensor, table: torch.Tensor) -> None:
+    """A (G_h, G_w, D) grid of position vectors as our row-major (1, G_h * G_w, D)."""
+    _put(dst, _rank(table, 3).reshape(1, -1, table.shape[-1]))
 
 
 def fuse_heads(dst: torch.Tensor, *parts: torch.Tensor) -> None:

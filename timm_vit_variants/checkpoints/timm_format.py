@@ -254,7 +254,7 @@ class TimmCheckpoint(SourceCheckpoint):
             heads = self._unrecorded('num_heads', {}, dim // 64, "timm's 64-wide heads (asked for)")
         else:
             sixty_four = f'; 64-wide heads, as timm vit_* use, would be {dim // 64}' if dim % 64 == 0 else \
-                f' (64-wide heads, as timm vit_* use, do not divide it)'
+                ' (64-wide heads, as timm vit_* use, do not divide it)'
             raise self._error(
                 f'a timm state dict does not record the number of attention heads, and width {dim} is not a '
                 f'standard ViT width, so no count can be assumed safely: a wrong one would convert, and pass a '

@@ -15,7 +15,8 @@ Pieces used from timm: ``create_model``, ``resolve_data_config``, ``create_datas
 (transforms, DistributedSampler, scheduled multi-resolution batches), ``create_optimizer_v2``
 (layer decay via ``group_matcher``), ``create_scheduler_v2``, ``LabelSmoothingCrossEntropy`` /
 ``SoftTargetCrossEntropy`` with ``Mixup``, ``ModelEmaV3``, ``CheckpointSaver``,
-``dispatch_clip_grad`` and ``init_distributed_device_so``.
+``dispatch_clip_grad`` and ``init_distributed_device_so``; with ``--naflex-loader``, timm's
+``create_naflex_loader`` and ``NaFlexMixup`` (images at their own aspect ratio, sequence-length buckets).
 """
 import argparse
 import os
@@ -28,7 +29,7 @@ from typing import Any, Callable, ContextManager, Dict, List, Optional, Sequence
 import torch
 import torch.distributed as dist
 import torch.nn as nn
-from timm.data import Mixup, create_dataset, create_loader, resolve_data_config
+from timm.data import Mixup, NaFlexMixup, create_dataset, create_loader, create_naflex_loader, resolve_data_config
 from timm.loss import LabelSmoothingCrossEntropy, SoftTargetCrossEntropy
 from timm.models import create_model
 from timm.optim import create_optimizer_v2, optimizer_kwargs
@@ -71,6 +72,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help='per-batch square resolutions for multi-resolution training')
     g.add_argument('--train-batch-sizes', type=int, nargs='+', default=None)
     g.add_argument('--train-size-probs', type=float, nargs='+', default=None)
+    g.add_argument('--naflex-loader', action='store_true', default=False,
+                   help="timm's NaFlex loader: each image at its own aspect ratio, batched by sequence length")
+    g.add_argument('--naflex-train-seq-lens', type=int, nargs='+', default=[128, 256, 576, 784, 1024],
+                   help='token budgets of the training batches (--naflex-loader)')
+    g.add_argument('--naflex-max-seq-len', type=int, default=576, help='token budget for validation (--naflex-loader)')
+    g.add_argument('--naflex-loss-scale', default='linear', choices=('none', 'sqrt', 'linear'),
+                   help='scale each batch loss by its size relative to --batch-size, as train.py does')
     g = p.add_argument_group('model')
     g.add_argument('--model', default='simple_vit_tiny_patch4_32')
     g.add_argument('--model-kwargs', nargs='*', default={}, action=ParseKwargs)
@@ -149,7 +157,10 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         if unknown:
             parser.error(f'{known.config}: keys not supported by this trainer: {", ".join(unknown)}')
         parser.set_defaults(**cfg)
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.naflex_loader and args.train_img_sizes is not None:
+        parser.error('--naflex-loader and --train-img-sizes are alternative loader modes')
+    return args
 
 
 @dataclass
@@ -226,7 +237,7 @@ def evaluate(
     model.eval()
     loss_sum, correct, count = 0.0, 0, 0
     for images, target in loader:
-        images, target = images.to(device), target.to(device)
+        images, target = _to(images, device), target.to(device)
         with autocast():
             logits = model(images)
         logits = logits.float()
@@ -255,6 +266,67 @@ class TrainResult:
     step_losses: List[float] = field(default_factory=list)
 
 
+def _to(images: Any, device: torch.device) -> Any:
+    """An NCHW batch or a NaFlex dict on ``device``."""
+    if isinstance(images, dict):
+        return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in images.items()}
+    return images.to(device)
+
+
+def _batch_size(images: Any) -> int:
+    return images['patches'].shape[0] if isinstance(images, dict) else images.shape[0]
+
+
+def _loss_scale(args: argparse.Namespace, batch: int) -> float:
+    """train.py's ``--naflex-loss-scale``: NaFlex batches vary in size, so each loss is weighted by it."""
+    if not args.naflex_loader or args.naflex_loss_scale == 'none':
+        return 1.0
+    scale = batch / args.batch_size
+    return scale ** 0.5 if args.naflex_loss_scale == 'sqrt' else scale
+
+
+def _loaders(args: argparse.Namespace, data_config: Dict[str, Any], env: DistEnv, dataset_train: Any,
+             dataset_eval: Any) -> Any:
+    """timm's standard loaders: fixed-size NCHW batches (or scheduled sizes with --train-img-sizes)."""
+    common = _loader_kwargs(args, data_config, env)
+    train = create_loader(
+        dataset_train, input_size=data_config['input_size'], batch_size=args.batch_size, is_training=True,
+        no_aug=args.no_aug, re_prob=args.reprob, scale=args.scale, ratio=args.ratio, hflip=args.hflip,
+        vflip=args.vflip, color_jitter=args.color_jitter, auto_augment=args.aa,
+        interpolation=data_config['interpolation'] if args.no_aug or not args.train_interpolation
+        else args.train_interpolation,
+        input_size_choices=args.train_img_sizes, batch_size_choices=args.train_batch_sizes,
+        batch_choice_weights=args.train_size_probs, batch_choice_seed=args.seed, **common)
+    evaluation = None
+    if dataset_eval is not None and env.is_primary:
+        evaluation = create_loader(
+            dataset_eval, input_size=data_config['input_size'],
+            batch_size=args.validation_batch_size or args.batch_size, is_training=False,
+            interpolation=data_config['interpolation'], crop_pct=data_config['crop_pct'],
+            **dict(common, distributed=False))
+    return train, evaluation
+
+
+def _naflex_loaders(args: argparse.Namespace, model: nn.Module, data_config: Dict[str, Any], env: DistEnv,
+                    dataset_train: Any, dataset_eval: Any, mixup: Optional[NaFlexMixup]) -> Any:
+    """timm's NaFlex loaders, called as train.py calls them (the model's own patch size)."""
+    common = dict(mean=data_config['mean'], std=data_config['std'], num_workers=args.workers, use_prefetcher=False,
+                  device=env.device, persistent_workers=False, pin_memory=False, patch_size=model.get_patch_size())
+    train = create_naflex_loader(
+        dataset_train, train_seq_lens=tuple(args.naflex_train_seq_lens), batch_size=args.batch_size,
+        is_training=True, mixup_fn=mixup, no_aug=args.no_aug, re_prob=args.reprob, scale=args.scale,
+        ratio=args.ratio, hflip=args.hflip, vflip=args.vflip, color_jitter=args.color_jitter, auto_augment=args.aa,
+        interpolation=data_config['interpolation'] if args.no_aug or not args.train_interpolation
+        else args.train_interpolation, distributed=env.distributed, rank=env.rank, world_size=env.world_size,
+        seed=args.seed, **common)
+    evaluation = None
+    if dataset_eval is not None and env.is_primary:
+        evaluation = create_naflex_loader(
+            dataset_eval, max_seq_len=args.naflex_max_seq_len, batch_size=args.validation_batch_size or args.batch_size,
+            is_training=False, interpolation=data_config['interpolation'], **common)
+    return train, evaluation
+
+
 def _loader_kwargs(args: argparse.Namespace, data_config: Dict[str, Any], env: DistEnv) -> Dict[str, Any]:
     return dict(
         mean=data_config['mean'], std=data_config['std'], num_workers=args.workers, distributed=env.distributed,
@@ -273,8 +345,8 @@ def _train_loss(args: argparse.Namespace, num_classes: int):
 
 
 def _set_epoch(loader: Any, epoch: int) -> None:
-    # The distributed / scheduled samplers reshuffle per epoch only when told the epoch.
-    for obj in (loader.batch_sampler, loader.sampler):
+    # The distributed / scheduled samplers (and NaFlex's dataset wrapper) reshuffle per epoch only when told the epoch.
+    for obj in (loader.batch_sampler, loader.sampler, loader.dataset):
         if hasattr(obj, 'set_epoch'):
             obj.set_epoch(epoch)
             return
@@ -331,24 +403,15 @@ def build(
     if dataset_eval is None and args.val_split and args.data_dir:
         dataset_eval = create_dataset(args.dataset, root=args.data_dir, split=args.val_split, is_training=False,
                                       input_img_mode=img_mode)
-    common = _loader_kwargs(args, data_config, env)
-    loader_train = create_loader(
-        dataset_train, input_size=data_config['input_size'], batch_size=args.batch_size, is_training=True,
-        no_aug=args.no_aug, re_prob=args.reprob, scale=args.scale, ratio=args.ratio, hflip=args.hflip,
-        vflip=args.vflip, color_jitter=args.color_jitter, auto_augment=args.aa,
-        interpolation=data_config['interpolation'] if args.no_aug or not args.train_interpolation
-        else args.train_interpolation,
-        input_size_choices=args.train_img_sizes, batch_size_choices=args.train_batch_sizes,
-        batch_choice_weights=args.train_size_probs, batch_choice_seed=args.seed, **common)
-    loader_eval = None
-    if dataset_eval is not None and env.is_primary:
-        loader_eval = create_loader(
-            dataset_eval, input_size=data_config['input_size'],
-            batch_size=args.validation_batch_size or args.batch_size, is_training=False,
-            interpolation=data_config['interpolation'], crop_pct=data_config['crop_pct'],
-            **dict(common, distributed=False))
-
     loss_fn, mixup = _train_loss(args, args.num_classes)
+    if args.naflex_loader:  # mixup happens inside the NaFlex loader, on its padded dicts
+        naflex_mixup = NaFlexMixup(num_classes=args.num_classes, mixup_alpha=args.mixup, cutmix_alpha=args.cutmix,
+                                   label_smoothing=args.smoothing) if mixup is not None else None
+        loader_train, loader_eval = _naflex_loaders(args, model, data_config, env, dataset_train, dataset_eval,
+                                                    naflex_mixup)
+        mixup = None
+    else:
+        loader_train, loader_eval = _loaders(args, data_config, env, dataset_train, dataset_eval)
     optimizer = create_optimizer_v2(model, **optimizer_kwargs(cfg=args))
     ema = ModelEmaV3(model, decay=args.model_ema_decay, use_warmup=args.model_ema_warmup) \
         if args.model_ema else None
@@ -381,13 +444,14 @@ def train_one_epoch(s: Session, epoch: int, on_step: Callable[[float], None]) ->
     s.train_module.train()
     loss_sum, seen = 0.0, 0
     for images, target in s.loader_train:
-        images, target = images.to(s.env.device), target.to(s.env.device)
+        images, target = _to(images, s.env.device), target.to(s.env.device)
         if s.mixup is not None:
             images, target = s.mixup(images, target)
+        batch = _batch_size(images)
         with s.autocast():
             loss = s.loss_fn(s.train_module(images), target)
         s.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        (loss * _loss_scale(s.args, batch)).backward()
         if s.args.clip_grad is not None:
             dispatch_clip_grad(s.model.parameters(), value=s.args.clip_grad, mode=s.args.clip_mode)
         s.optimizer.step()
@@ -397,8 +461,8 @@ def train_one_epoch(s: Session, epoch: int, on_step: Callable[[float], None]) ->
             s.ema.update(s.model, step=s.num_updates)
         loss_val = loss.item()
         on_step(loss_val)
-        loss_sum += loss_val * images.shape[0]
-        seen += images.shape[0]
+        loss_sum += loss_val * batch
+        seen += batch
         if s.num_updates >= s.steps:
             break
     train_loss = loss_sum / max(seen, 1)

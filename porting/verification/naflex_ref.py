@@ -1,0 +1,76 @@
+"""NaFlex references and inputs: timm's ``NaFlexVit`` loaded by its own npz loader stands for big_vision's NaFlex
+tower, and a fixed batch of images at different aspect ratios is what both networks are compared on."""
+from typing import Any, Dict, Tuple
+
+import torch
+
+from .timm_ref import TimmReference, grid, pair
+
+__all__ = ['MIXED_GRIDS', 'mixed_batch', 'naflex_model', 'classic_state']
+
+# Token grids of the mixed-size check: wide, tall, square (and one grid side below and above the table's).
+MIXED_GRIDS: Tuple[Tuple[int, int], ...] = ((3, 7), (6, 4), (5, 5))
+
+
+def mixed_batch(model_args: Dict[str, Any], seed: int = 1) -> Dict[str, torch.Tensor]:
+    """timm's NaFlex dict for fixed random images at ``MIXED_GRIDS``, padded to the longest (P-P-C patches)."""
+    (ph, pw), chans = pair(model_args.get('patch_size', 16)), model_args.get('in_chans', 3)
+    longest = max(h * w for h, w in MIXED_GRIDS)
+    generator = torch.Generator().manual_seed(seed)
+    patches = torch.zeros(len(MIXED_GRIDS), longest, ph * pw * chans)
+    coords = torch.zeros(len(MIXED_GRIDS), longest, 2, dtype=torch.long)
+    valid = torch.zeros(len(MIXED_GRIDS), longest, dtype=torch.bool)
+    for i, (h, w) in enumerate(MIXED_GRIDS):
+        y, x = torch.meshgrid(torch.arange(h), torch.arange(w), indexing='ij')
+        coords[i, :h * w] = torch.stack([y.reshape(-1), x.reshape(-1)], 1)
+        patches[i, :h * w] = torch.randn(h * w, ph * pw * chans, generator=generator)
+        valid[i, :h * w] = True
+    return {'patches': patches, 'patch_coord': coords, 'patch_valid': valid}
+
+
+def naflex_model(path: str, model_args: Dict[str, Any], prefix: str) -> TimmReference:
+    """timm's ``NaFlexVit`` with big_vision's table rule (bilinear, antialiased), loaded by ``load_pretrained``.
+
+    timm's default ``pos_embed_interp_mode`` is bicubic, which is not big_vision's rule (1e-2 off); the
+    reference is set to bilinear, the rule big_vision's ``naflex_vit`` implements.
+    """
+    from timm.models.naflexvit import NaFlexVit, NaFlexVitCfg
+
+    embed_dim = model_args['embed_dim']
+    cfg = NaFlexVitCfg(
+        patch_size=pair(model_args.get('patch_size', 16)),
+        embed_dim=embed_dim,
+        depth=model_args['depth'],
+        num_heads=model_args['num_heads'],
+        mlp_ratio=((model_args.get('mlp_dim') or 4 * embed_dim) + 0.5) / embed_dim,
+        qkv_bias=model_args.get('qkv_bias', True),
+        act_layer=model_args.get('act_layer', 'gelu_tanh'),
+        global_pool=model_args.get('global_pool', 'map'),
+        pos_embed_grid_size=grid(model_args),
+        pos_embed_interp_mode='bilinear',
+        class_token=bool(model_args.get('class_token', False)),
+    )
+    with torch.device('meta'):
+        model = NaFlexVit(cfg, in_chans=model_args.get('in_chans', 3), num_classes=model_args.get('num_classes', 0),
+                          img_size=pair(model_args.get('img_size', 224)))
+    model = model.to_empty(device='cpu').eval()
+    eps = model_args.get('norm_eps', 1e-6)
+    for module in model.modules():
+        if isinstance(module, torch.nn.LayerNorm):
+            module.eps = eps
+    model.load_pretrained(path, prefix=prefix)
+    return TimmReference(model, "timm NaFlexVit.load_pretrained(npz) (bilinear table resize, big_vision's rule)",
+                         naflex=True)
+
+
+def classic_state(model: torch.nn.Module) -> Dict[str, torch.Tensor]:
+    """A ``NaFlexVit``'s weights under a timm ``VisionTransformer``'s names (Linear patch kernel as a conv)."""
+    state = dict(model.state_dict())
+    kernel = state.pop('embeds.proj.weight')
+    (ph, pw), chans = model.embeds.patch_size, model.embeds.in_chans
+    state['patch_embed.proj.weight'] = kernel.reshape(kernel.shape[0], ph, pw, chans).permute(0, 3, 1, 2)
+    state['patch_embed.proj.bias'] = state.pop('embeds.proj.bias')
+    table = state.pop('embeds.pos_embed')
+    state['pos_embed'] = table.reshape(1, -1, table.shape[-1])
+    return state
+
