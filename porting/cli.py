@@ -58,11 +58,22 @@ def _on_signal(signum: int, frame) -> NoReturn:
     raise Stopped(signum)
 
 
+def version() -> str:
+    """The installed timm-vit-variants version, read from the package metadata (no torch import)."""
+    from importlib.metadata import PackageNotFoundError, version as installed
+
+    try:
+        return f'{installed("timm-vit-variants")} (timm-vit-variants)'
+    except PackageNotFoundError:
+        return 'unknown (timm-vit-variants is not installed; run from a checkout)'
+
+
 def build_parser() -> Parser:
     parser = Parser(
         prog=PROG,
         description='Convert official ViT weights (big_vision / vit_jax .npz, timm, transformers) into '
                     'timm-vit-variants simple_vit_* Hub folders, with numerical verification.')
+    parser.add_argument('--version', action='version', version=f'{PROG} {version()}')
     sub = parser.add_subparsers(dest='command', metavar='COMMAND', parser_class=Parser)
     sub.required = True
     for command in COMMANDS:

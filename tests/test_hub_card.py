@@ -12,7 +12,7 @@ ARGS = dict(embed_dim=384, depth=12, num_heads=6, patch_size=16, img_size=224, p
 def _card(**over):
     kw = dict(
         architecture='simple_vit_small_patch16_224', model_args=ARGS, num_classes=3, repo_id='org/vit-s16',
-        source={'path': 'S_16.npz', 'format': 'big_vision', 'sha256': SHA},
+        source={'name': 'S_16.npz', 'format': 'big_vision', 'sha256': SHA},
         conversion_command='vit-port convert S_16.npz out --format big_vision',
         verification={'status': 'passed', 'reference': 'big_vision (flax)', 'max_abs_logits': 1.5e-6,
                       'max_abs_features': 2.5e-6, 'tolerance': 1e-4},

@@ -495,7 +495,7 @@ def test_push_respects_hf_hub_offline(npz, tmp_path, capsys, monkeypatch):
     attempts = []
     monkeypatch.setattr(socket.socket, 'connect', lambda self, *a: attempts.append(a))
     monkeypatch.setenv('HF_HUB_OFFLINE', '1')
-    err = _fails(capsys, ['push', str(out), 'org/name', '--token', SECRET, '--endpoint', 'http://127.0.0.1:9'])
+    err = _fails(capsys, ['push', 'org/name', str(out), '--token', SECRET, '--endpoint', 'http://127.0.0.1:9'])
     assert 'HF_HUB_OFFLINE' in err and SECRET not in err and attempts == []
 
 
