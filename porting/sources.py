@@ -38,6 +38,9 @@ _LOCAL_PREFIX = 'local-dir:'
 # Besides the weights, what a reader may look at in a Hub repo.
 _SIDE_FILES = (CONFIG_FILE, 'preprocessor_config.json')
 _SHARD_PATTERNS = ('model-*-of-*.safetensors', 'pytorch_model-*-of-*.bin')
+# The weight sets a repo may hold, in the readers' order (``checkpoints.files``): one file, an index and its
+# shards, or a single .npz.
+_WEIGHT_SETS = (*((name,) for name in SINGLE_WEIGHT_FILES), *zip(INDEX_FILES, _SHARD_PATTERNS), ('*.npz',))
 # A name ending like a checkpoint file is a path, never a Hub id.
 _FILE_SUFFIXES = ('.npz', '.pth', '.pt', '.bin', '.safetensors', '.tar', '.ckpt', '.json')
 _REPO_RE = re.compile(r'^[A-Za-z0-9][\w.-]*/[\w.-]+(@[\w./-]+)?$')
@@ -114,7 +117,7 @@ def _from_hub(spec: str, endpoint: Optional[str], token: Optional[str], progress
     label = f'{HUB_PREFIX}{repo_id}' + (f'@{revision}' if revision else '')
     with _hub_errors(typed, repo_id, revision, token, bare=not typed.startswith(HUB_PREFIX)), \
             _progress_bars(progress):
-        path = _download_from_hub(repo_id, revision, endpoint, token, filename)
+        path = _the_npz_of(_download_from_hub(repo_id, revision, endpoint, token, filename))
     snapshot = Path(path) if os.path.isdir(path) else Path(path).parent
     return ResolvedSource(path, label, 'hub', {'revision': snapshot.name})
 
@@ -122,25 +125,57 @@ def _from_hub(spec: str, endpoint: Optional[str], token: Optional[str], progress
 def _download_from_hub(repo_id: str, revision: Optional[str], endpoint: Optional[str], token: Optional[str],
                        filename: Optional[str]) -> str:
     from huggingface_hub import HfApi, hf_hub_download, snapshot_download
+    from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError, RevisionNotFoundError
 
+    where = dict(revision=revision, endpoint=endpoint, token=token)
     if filename is not None:
-        return hf_hub_download(repo_id, filename, revision=revision, endpoint=endpoint, token=token)
-    if is_offline():  # the cached snapshot, whichever of the files it holds
-        return snapshot_download(repo_id, revision=revision, endpoint=endpoint, token=token,
-                                 allow_patterns=_every_wanted_file())
-    names = [s.rfilename for s in HfApi(endpoint=endpoint, token=token).model_info(repo_id, revision=revision).siblings]
+        return hf_hub_download(repo_id, filename, local_files_only=is_offline(), **where)
+    if is_offline():
+        return _cached_snapshot(repo_id, where)
+    try:
+        names = [s.rfilename for s in HfApi(endpoint=endpoint, token=token).model_info(repo_id, revision=revision).siblings]
+    except (GatedRepoError, RepositoryNotFoundError, RevisionNotFoundError):
+        raise
+    except Exception as unreachable:  # noqa: BLE001  (a connection or server failure: the cache may still serve)
+        try:
+            return _cached_snapshot(repo_id, where)
+        except Exception:  # noqa: BLE001  (not cached either: the first failure is the one to report)
+            raise unreachable from None
     wanted = _wanted_files(names)
     if wanted is None:
         raise ViTVariantsError(f'the Hub repo holds no weights vit-port reads (looked for {", ".join(SINGLE_WEIGHT_FILES)}, '
                                f'a shard index, or one .npz; it has: {", ".join(sorted(names)[:12]) or "no files"})',
                                path=f'{HUB_PREFIX}{repo_id}')
     if len(wanted) == 1 and wanted[0].endswith('.npz'):
-        return hf_hub_download(repo_id, wanted[0], revision=revision, endpoint=endpoint, token=token)
-    return snapshot_download(repo_id, revision=revision, endpoint=endpoint, token=token, allow_patterns=wanted)
+        return hf_hub_download(repo_id, wanted[0], **where)
+    return snapshot_download(repo_id, allow_patterns=wanted, **where)
 
 
-def _every_wanted_file() -> List[str]:
-    return [*_SIDE_FILES, *SINGLE_WEIGHT_FILES, *INDEX_FILES, *_SHARD_PATTERNS, '*.npz']
+def _cached_snapshot(repo_id: str, where: Dict[str, Optional[str]]) -> str:
+    """The cached snapshot holding the side files and one complete weight set, tried in the readers' order.
+
+    ``snapshot_download`` refuses a cached snapshot that misses a file its patterns match, so each weight set
+    is asked for on its own: a cache holding ``model.safetensors`` is complete for that set even when the repo
+    also lists a ``pytorch_model.bin`` that was never downloaded.
+    """
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    first_error: Optional[Exception] = None
+    for weights in _WEIGHT_SETS:
+        try:
+            return snapshot_download(repo_id, local_files_only=True, allow_patterns=[*_SIDE_FILES, *weights], **where)
+        except LocalEntryNotFoundError as e:  # IncompleteSnapshotError too
+            first_error = first_error or e
+    raise first_error
+
+
+def _the_npz_of(path: str) -> str:
+    """A snapshot folder that holds one ``.npz`` and no Hub-folder weights is that file (readers take it as one)."""
+    if not os.path.isdir(path) or any(os.path.exists(os.path.join(path, n)) for n in (*SINGLE_WEIGHT_FILES, *INDEX_FILES)):
+        return path
+    npz = [n for n in os.listdir(path) if n.endswith('.npz')]
+    return os.path.join(path, npz[0]) if len(npz) == 1 else path
 
 
 def _wanted_files(names: List[str]) -> Optional[List[str]]:
@@ -288,7 +323,10 @@ def _from_tag(name: str, endpoint: Optional[str], token: Optional[str], progress
 
     if not timm.is_model(name.split('.', 1)[0]):
         return None
-    cfg = timm.models.get_pretrained_cfg(name)
+    try:
+        cfg = timm.models.get_pretrained_cfg(name)
+    except RuntimeError:  # timm: "Invalid pretrained tag (...) for ..."
+        cfg = None
     if cfg is None:
         raise ViTVariantsError(f'{name!r} is a registered model, but no such pretrained tag (registered: '
                                f'{", ".join(timm.list_pretrained(name.split(".", 1)[0] + ".*")) or "none"})',
