@@ -72,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
     from ..request import ExportRequest
 
     request = ExportRequest.from_options(static=args.static, opset=args.opset, overwrite=args.overwrite, tol=args.tol,
-                                         limits=limits_of(args), progress=sys.stderr.isatty())
+                                         limit=limits_of(args), progress=sys.stderr.isatty())
     result = (export_onnx if fmt == 'onnx' else export_pt2)(args.src, args.out, request)
     report(result)
     return 0
