@@ -58,6 +58,13 @@ def _on_signal(signum: int, frame) -> NoReturn:
     raise Stopped(signum)
 
 
+class _Version(argparse.Action):
+    """``--version``: the version is looked up only when asked for (the metadata lookup costs ``--help`` time)."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> NoReturn:
+        parser.exit(0, f'{PROG} {version()}\n')
+
+
 def version() -> str:
     """The installed timm-vit-variants version, read from the package metadata (no torch import)."""
     from importlib.metadata import PackageNotFoundError, version as installed
@@ -73,7 +80,7 @@ def build_parser() -> Parser:
         prog=PROG,
         description='Convert official ViT weights (big_vision / vit_jax .npz, timm, transformers) into '
                     'timm-vit-variants simple_vit_* Hub folders, with numerical verification.')
-    parser.add_argument('--version', action='version', version=f'{PROG} {version()}')
+    parser.add_argument('--version', action=_Version, nargs=0, help="show vit-port's version and exit")
     sub = parser.add_subparsers(dest='command', metavar='COMMAND', parser_class=Parser)
     sub.required = True
     for command in COMMANDS:
