@@ -62,7 +62,8 @@ class _Version(argparse.Action):
     """``--version``: the version is looked up only when asked for (the metadata lookup costs ``--help`` time)."""
 
     def __call__(self, parser, namespace, values, option_string=None) -> NoReturn:
-        parser.exit(0, f'{PROG} {version()}\n')
+        print(f'{PROG} {version()}')
+        parser.exit(0)
 
 
 def version() -> str:
