@@ -76,7 +76,7 @@ def resolve_source(source: Union[str, os.PathLike], endpoint: Optional[str] = No
     text = os.fspath(source)
     local = text[len(_LOCAL_PREFIX):] if text.startswith(_LOCAL_PREFIX) else text
     if os.path.lexists(local):
-        return ResolvedSource(local, Path(local).resolve().name or local, 'local')
+        return ResolvedSource(local, os.path.basename(os.path.abspath(local)) or local, 'local')
     if text.startswith(HUB_PREFIX):
         return _from_hub(text[len(HUB_PREFIX):], endpoint, token, progress, typed=text)
     if text.startswith(('https://', 'http://')):
