@@ -5,7 +5,7 @@ vit_jax/AugReg ``.npz``, timm ``.safetensors`` and timm ``.pth``), then, for eac
 processes so every run starts alike:
 
   copy        ``shutil.copyfile`` of the same file, then fsync (the floor for any conversion)
-  convert     ``porting.pipeline.convert(..., verify=False)``, timed inside the process (no start-up)
+  convert     ``porting.pipeline.convert(..., no_verify=True)``, timed inside the process (no start-up)
   verified    the same with numerical verification against the source's reference implementation
   CLI         ``python -m porting convert SRC OUT --no-verify``, wall time including interpreter start-up
 
@@ -62,7 +62,7 @@ if kind == 'copy':
     with open(out, 'rb') as f:
         os.fsync(f.fileno())
 else:
-    result = convert(src, out, verify=(kind == 'verified'))
+    result = convert(src, out, no_verify=(kind != 'verified'))
 seconds = time.perf_counter() - start
 done.set()
 sampler.join()

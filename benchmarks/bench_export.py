@@ -11,8 +11,9 @@ resample rules, and timm's ``vit_*`` with ``dynamic_img_size=True``, also with `
   ``torch._dynamo.utils.counters['stats']['unique_graphs']``, for a square first input (also marked
   with ``torch._dynamo.mark_dynamic``) and a non-square one, and max |delta| against eager;
 * ONNX Runtime throughput against eager PyTorch on CPU at two sizes, as a ratio (> 1: ONNX Runtime is
-  faster), timed in the same process with the same thread count, alternating which runs first, median
-  of ``--rounds`` (ONNX Runtime's idle threads do not spin, so they leave the cores to PyTorch).
+  faster), timed in the same process with the same thread count, alternating which runs first: the
+  median and range of the per-round ratios over ``--rounds`` (ONNX Runtime's idle threads do not spin, so
+  they leave the cores to PyTorch). The header line records the versions and the load average.
 
 Heads and learned tables are randomised (N(0, 1)) so a wrong pad or resample shows in the logits.
 
@@ -20,6 +21,7 @@ Heads and learned tables are randomised (N(0, 1)) so a wrong pad or resample sho
     python benchmarks/bench_export.py --depth 2 --rounds 3     # quicker
 """
 import argparse
+import os
 import statistics
 import tempfile
 import time
@@ -97,8 +99,9 @@ def compile_cell(model: torch.nn.Module, first: Tuple[int, int], sizes: Sequence
 
 
 def throughput_ratio(model: torch.nn.Module, onnx_path: Path, size: Tuple[int, int], batch: int, threads: int,
-                     rounds: int, iters: int) -> float:
-    """ONNX Runtime images/s divided by eager PyTorch images/s, alternating the order each round."""
+                     rounds: int, iters: int) -> Tuple[float, float, float]:
+    """ONNX Runtime images/s divided by eager PyTorch images/s in each round (the order alternating each round):
+    (median, lowest, highest) over the rounds."""
     import onnxruntime
 
     options = onnxruntime.SessionOptions()
@@ -123,12 +126,20 @@ def throughput_ratio(model: torch.nn.Module, onnx_path: Path, size: Tuple[int, i
         return (time.perf_counter() - start) / iters
 
     run_torch(), run_ort()  # warm-up
-    times: Dict[str, List[float]] = {'torch': [], 'ort': []}
+    ratios: List[float] = []
     for r in range(rounds):
         order = [('torch', run_torch), ('ort', run_ort)]
+        times: Dict[str, float] = {}
         for key, fn in (order if r % 2 == 0 else order[::-1]):
-            times[key].append(timed(fn))
-    return statistics.median(times['torch']) / statistics.median(times['ort'])
+            times[key] = timed(fn)
+        ratios.append(times['torch'] / times['ort'])
+    return statistics.median(ratios), min(ratios), max(ratios)
+
+
+def _version(module: str) -> str:
+    from importlib.metadata import version
+
+    return version(module)
 
 
 def main(argv: Sequence[str] = None) -> None:
@@ -152,6 +163,7 @@ def main(argv: Sequence[str] = None) -> None:
             'torch.compile(dynamic=True), non-square first (224×240)',
             'ONNX Runtime / eager PyTorch, images/s, 224×224', 'ONNX Runtime / eager PyTorch, images/s, 288×192']
     table: Dict[str, Dict[str, str]] = {row: {} for row in rows}
+    load_before = os.getloadavg()
     with tempfile.TemporaryDirectory() as tmp:
         for index, column in enumerate(COLUMNS):
             model = build(column, args.size, args.depth)
@@ -167,8 +179,9 @@ def main(argv: Sequence[str] = None) -> None:
             ]
             for size in ((224, 224), (288, 192)):
                 if onnx_path.exists():
-                    ratio = throughput_ratio(model, onnx_path, size, args.batch, args.threads, args.rounds, args.iters)
-                    cells.append(f'{ratio:.2f}')
+                    median, low, high = throughput_ratio(model, onnx_path, size, args.batch, args.threads,
+                                                         args.rounds, args.iters)
+                    cells.append(f'{median:.2f} ({low:.2f}–{high:.2f})')
                 else:
                     cells.append('no ONNX file')
             for row, cell in zip(rows, cells):
@@ -177,7 +190,9 @@ def main(argv: Sequence[str] = None) -> None:
 
     print(f'\nViT-{args.size[0].upper()}/16 depth {args.depth}, random weights (heads and tables N(0, 1)); '
           f'torch {torch.__version__}, timm {timm.__version__}; {args.threads} threads; compile backend '
-          f'{args.compile_backend}; throughput batch {args.batch}, median of {args.rounds} rounds x {args.iters}\n')
+          f'{args.compile_backend}; throughput batch {args.batch}, median (range) of {args.rounds} rounds x '
+          f'{args.iters} calls; onnxruntime {_version("onnxruntime")}; 1-min load average '
+          f'{load_before[0]:.2f} before, {os.getloadavg()[0]:.2f} after\n')
     print('| feature | ' + ' | '.join(COLUMNS) + ' |')
     print('|---' * (len(COLUMNS) + 1) + '|')
     for row in rows:

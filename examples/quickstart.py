@@ -1,4 +1,4 @@
-"""Quick start: train a plain ViT on real handwritten digits in a couple of CPU minutes.
+"""Training demo: train a plain ViT on real handwritten digits in a couple of CPU minutes.
 
     python examples/quickstart.py [--epochs N] [--out DIR [--overwrite]]
 

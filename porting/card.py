@@ -19,6 +19,12 @@ TAGS = ['image-classification', 'timm', 'timm-vit-variants']
 REPO_PLACEHOLDER = 'ORG/NAME'
 VERIFICATION_STATUSES = ('passed', 'failed', 'skipped')
 _MAX_LISTED_LABELS = 20
+# timm-vit-variants is not published on PyPI: it installs from its source tree.
+INSTALL_LINE = ('It is not on PyPI: install it from a checkout of its repository (`pip install -e .` there; '
+                "`pip install -e '.[hf]'` adds transformers).")
+# How each provenance fact of a source is shown.
+_SOURCE_FACTS = (('url', 'Source URL'), ('hf_hub_id', 'Hub repo'), ('revision', 'Hub revision'),
+                 ('format', 'Source format'), ('sha256', 'Source sha256'))
 
 
 def build_model_card(
@@ -43,7 +49,8 @@ def build_model_card(
         model_args: the kwargs the model is built with (the ``model_args`` of ``config.json``).
         num_classes: classifier width (0 for a headless feature extractor).
         repo_id: Hub repo id used in the usage snippet; ``ORG/NAME`` stands in when unknown.
-        source: ``{'path', 'format', 'sha256'}`` of the file converted from.
+        source: ``{'name', 'format', 'sha256'}`` of what was converted, ``name`` as ``porting.sources`` labels it
+            (Hub id, URL, tag, or a local file's name), plus ``url`` / ``revision`` / ``hf_hub_id`` when known.
         conversion_command: the exact command run; any ``--token`` value is masked.
         verification: ``{'status': 'passed'|'failed'|'skipped', 'reference', 'max_abs_logits',
             'max_abs_features', 'tolerance', 'reason'}``.
@@ -155,8 +162,8 @@ def _usage(repo_ref: str, placeholder: bool) -> str:
         "    logits = model(**processor(img, return_tensors='pt')).logits",
         '```',
     ])
-    text = ('## Usage\n\nInstall the plugin (`pip install timm-vit-variants`); plain timm cannot build '
-            '`simple_vit_*` models.\n\n' + snippet + '\n\n'
+    text = ('## Usage\n\nInstall the plugin first: plain timm cannot build `simple_vit_*` models. '
+            f'{INSTALL_LINE}\n\n' + snippet + '\n\n'
             f"Pin a revision with `hf-hub:{repo_ref}@REVISION` (a branch, tag or commit).\n\n"
             'transformers (5.x) loads the same folder through its timm wrapper, with the same logits:\n\n'
             + transformers + '\n\n'
@@ -169,11 +176,12 @@ def _usage(repo_ref: str, placeholder: bool) -> str:
 def _conversion(source: Optional[dict], command: Optional[str]) -> str:
     lines = ['## Conversion', '']
     if source:
-        lines += [f'- **Source file:** `{source.get("path", "unknown")}`',
-                  f'- **Source format:** {source.get("format", "unknown")}',
-                  f'- **Source sha256:** `{source.get("sha256", "unknown")}`']
+        name = source.get('name', 'unknown')
+        lines += [f'- **Source:** `{name}`']
+        lines += [f'- **{label}:** `{source[key]}`' for key, label in _SOURCE_FACTS
+                  if source.get(key) and source[key] != name]
     else:
-        lines += ['- **Source file:** not recorded']
+        lines += ['- **Source:** not recorded']
     if command:
         lines += ['', 'Converted with:', '', '```bash', command, '```']
     return '\n'.join(lines)

@@ -58,11 +58,30 @@ def _on_signal(signum: int, frame) -> NoReturn:
     raise Stopped(signum)
 
 
+class _Version(argparse.Action):
+    """``--version``: the version is looked up only when asked for (the metadata lookup costs ``--help`` time)."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> NoReturn:
+        print(f'{PROG} {version()}')
+        parser.exit(0)
+
+
+def version() -> str:
+    """The installed timm-vit-variants version, read from the package metadata (no torch import)."""
+    from importlib.metadata import PackageNotFoundError, version as installed
+
+    try:
+        return f'{installed("timm-vit-variants")} (timm-vit-variants)'
+    except PackageNotFoundError:
+        return 'unknown (timm-vit-variants is not installed; run from a checkout)'
+
+
 def build_parser() -> Parser:
     parser = Parser(
         prog=PROG,
         description='Convert official ViT weights (big_vision / vit_jax .npz, timm, transformers) into '
                     'timm-vit-variants simple_vit_* Hub folders, with numerical verification.')
+    parser.add_argument('--version', action=_Version, nargs=0, help="show vit-port's version and exit")
     sub = parser.add_subparsers(dest='command', metavar='COMMAND', parser_class=Parser)
     sub.required = True
     for command in COMMANDS:

@@ -13,7 +13,6 @@ model at several sizes (the nominal one, smaller, larger, non-square, and one th
 divide when the model pads). Files are written beside OUT and renamed into place only once verified
 (``porting.output.atomic_file``), so a failure leaves nothing behind.
 """
-import importlib.util
 import json
 import os
 import re
@@ -27,6 +26,7 @@ from timm_vit_variants import __version__ as plugin_version
 from timm_vit_variants.errors import ViTVariantsError
 from timm_vit_variants.limits import DEFAULT_LIMITS, Limits
 
+from .extras import require
 from .hub_folder import load_folder, read_config
 from .output import atomic_file, check_output
 from .request import DEFAULT_OPSET, ExportRequest
@@ -99,12 +99,6 @@ def verification_sizes(img_size: Sequence[int], patch_size: Sequence[int], any_s
     if (height, width) not in sizes:
         sizes.insert(0, (height, width))
     return list(dict.fromkeys(sizes))
-
-
-def _require(*modules: str) -> None:
-    missing = [m for m in modules if importlib.util.find_spec(m) is None]
-    if missing:
-        raise ViTVariantsError(f'ONNX export needs {", ".join(missing)}: pip install "timm-vit-variants[onnx]"')
 
 
 def _recorded_sha256(raw: Dict[str, Any], where: str) -> str:
@@ -306,7 +300,7 @@ def export_onnx(
     if opset not in ONNX_OPSETS:
         raise ViTVariantsError(f'opset {opset} is not supported: the dynamo exporter writes opsets '
                                f'{ONNX_OPSETS.start} to {ONNX_OPSETS.stop - 1}', key='opset')
-    _require('onnx', 'onnxscript', 'onnxruntime')
+    require('onnx', 'ONNX export', 'export --format pt2')
     paths = _source_paths(source)
     out_path = check_output(out, overwrite, sources=paths, folder=False)
     model = _open(source, request.limits)

@@ -32,7 +32,7 @@ from timm_vit_variants.errors import ViTVariantsError
 from timm_vit_variants.limits import DEFAULT_LIMITS, Limits
 from timm_vit_variants.simple_vit import pretrained_cfg_for
 
-from . import sizes
+from .sizes import parse_size as parse_size_text
 from .output import atomic_folder
 from .redact import redact
 
@@ -51,7 +51,7 @@ _ST_NAMES = {dtype: name for name, dtype in SAFETENSORS_DTYPES.items()}
 def parse_size(text: Union[str, int]) -> int:
     """'5GB', '500MB', '1.5GiB' or a byte count as an int number of bytes (Hub convention: GB = 10**9)."""
     try:
-        return sizes.parse_size(text)
+        return parse_size_text(text)
     except ValueError as e:
         raise ViTVariantsError(str(e)) from None
 

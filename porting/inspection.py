@@ -17,7 +17,8 @@ from timm_vit_variants.posemb import sincos_2d
 
 from .pipeline import ConversionPlan
 
-__all__ = ['tensor_table', 'config_table', 'position_tables', 'similarity_mosaic', 'plot_position_similarity']
+__all__ = ['tensor_table', 'config_table', 'position_tables', 'similarities', 'similarity_mosaic', 'colour_range',
+           'plot_position_similarity']
 
 
 def tensor_table(inventory: List[Tuple[str, Tuple[int, ...], Any]]) -> str:
@@ -62,11 +63,16 @@ def position_tables(src: Any, plan: ConversionPlan) -> Tuple[torch.Tensor, Optio
     return table[0, src_geo.prefix:], (after[0, src_geo.prefix:] if after is not None else None)
 
 
-def similarity_mosaic(table: torch.Tensor, grid: Tuple[int, int]) -> np.ndarray:
+def similarities(table: torch.Tensor) -> np.ndarray:
+    """(tokens, tokens) cosine similarities of a (tokens, D) table."""
+    unit = torch.nn.functional.normalize(table.float(), dim=-1)
+    return (unit @ unit.T).numpy()
+
+
+def similarity_mosaic(sims: np.ndarray, grid: Tuple[int, int]) -> np.ndarray:
     """An image tiling, for each position (r, c), the grid of its cosine similarities; NaN gutters."""
     rows, cols = grid
-    unit = torch.nn.functional.normalize(table.float(), dim=-1)
-    sims = (unit @ unit.T).reshape(rows, cols, rows, cols).numpy()
+    sims = sims.reshape(rows, cols, rows, cols)
     mosaic = np.full((rows * (rows + 1) - 1, cols * (cols + 1) - 1), np.nan, dtype=np.float32)
     for r in range(rows):
         for c in range(cols):
@@ -74,8 +80,25 @@ def similarity_mosaic(table: torch.Tensor, grid: Tuple[int, int]) -> np.ndarray:
     return mosaic
 
 
-def plot_position_similarity(src: Any, plan: ConversionPlan, path: Union[str, Path]) -> Path:
-    """Draw the similarity mosaics (source, and resized when requested) into a PNG."""
+def colour_range(sims: np.ndarray) -> Tuple[float, float]:
+    """The colour scale a panel's data calls for: the smallest to the largest similarity between two different
+    positions (each position's similarity to itself, 1, would otherwise flatten a smooth table to one colour)."""
+    others = sims[~np.eye(len(sims), dtype=bool)]
+    if others.size == 0:
+        return -1.0, 1.0
+    low, high = float(others.min()), float(others.max())
+    if high - low < 1e-6:  # a constant table: centre a small range on it
+        low, high = low - 0.5e-3, high + 0.5e-3
+    return low, high
+
+
+def plot_position_similarity(src: Any, plan: ConversionPlan, path: Union[str, Path],
+                             source_name: Optional[str] = None) -> Path:
+    """Draw the similarity mosaics (source, and resized when requested) into a PNG, each with its own colour scale.
+
+    The figure is laid out tight (constrained layout, saved with a small pad), titled with ``source_name``, and
+    carries a caption line saying how to read it and how the colour scale was chosen.
+    """
     import matplotlib
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
@@ -86,21 +109,27 @@ def plot_position_similarity(src: Any, plan: ConversionPlan, path: Union[str, Pa
     if after is not None:
         how = 'regenerated sin-cos' if plan.source.pos_table == 'sincos' else f'{plan.rule} resample'
         panels.append((after, dst_grid, f'{dst_grid[0]}x{dst_grid[1]} ({how})'))
-    mosaics = [similarity_mosaic(table, grid) for table, grid, _ in panels]
+    sims = [similarities(table) for table, _, _ in panels]
+    mosaics = [similarity_mosaic(s, grid) for s, (_, grid, _) in zip(sims, panels)]
     # At least one screen pixel per mosaic pixel (dpi 100), so large grids do not alias.
-    side = max(5.0, 1.1 * max(max(m.shape) for m in mosaics) / 100)
-    fig, axes = plt.subplots(1, len(panels), figsize=(side * len(panels) + 1.5, side + 1), squeeze=False)
-    image = None
-    for ax, mosaic, (_, _, title) in zip(axes[0], mosaics, panels):
-        image = ax.imshow(mosaic, cmap='viridis', vmin=-1, vmax=1, interpolation='nearest')
-        ax.set_title(title)
-        ax.set_xticks([])
-        ax.set_yticks([])
-    fig.suptitle('Position embedding similarity (each tile: one position vs all)')
-    fig.colorbar(image, ax=axes[0].tolist(), shrink=0.8, label='cosine similarity')
+    side = max(3.2, 1.05 * max(max(m.shape) for m in mosaics) / 100)
+    fig, axes = plt.subplots(1, len(panels), figsize=(side * 1.22 * len(panels), side + 0.9), squeeze=False,
+                             layout='constrained')
+    for ax, mosaic, s, (_, _, title) in zip(axes[0], mosaics, sims, panels):
+        low, high = colour_range(s)
+        image = ax.imshow(mosaic, cmap='viridis', vmin=low, vmax=high, interpolation='nearest')
+        ax.set_title(title, fontsize=10)
+        ax.set_axis_off()
+        bar = fig.colorbar(image, ax=ax, fraction=0.046, pad=0.02)
+        bar.ax.tick_params(labelsize=8)
+    what = f'{source_name}: ' if source_name else ''
+    fig.suptitle(f'{what}position-embedding similarity', fontsize=11)
+    fig.supxlabel('Tile (r, c): cosine similarity of position (r, c) to every position. Colour scale per panel, '
+                  'from the data:\nthe least to the most similar pair of different positions (a tile\'s own '
+                  'position, 1.0, shows at the top colour).', fontsize=8)
     path = Path(path)
     try:
-        fig.savefig(path, dpi=100)
+        fig.savefig(path, dpi=100, bbox_inches='tight', pad_inches=0.05)
     except OSError as e:
         raise ViTVariantsError(f'cannot write the plot: {e.strerror or e}', path=str(path)) from None
     finally:

@@ -23,15 +23,17 @@ from timm_vit_variants.config import HEAD_KEYS
 from timm_vit_variants.errors import ViTVariantsError
 from timm_vit_variants.geometry import fit_stream
 
-from .hub_folder import CONFIG_FILE, SafetensorsWriter, parse_size, write_card, write_config
+from .hub_folder import CONFIG_FILE, SINGLE_FILE, SafetensorsWriter, parse_size, write_card, write_config
 from .output import atomic_folder, check_output
 from .hashing import source_sha256
 from .plan import ConversionPlan, make_plan, open_source
 from .request import ConvertRequest, SourceOptions
+from .sources import resolve_source
 from .verification import Verification
 from .verification.conversion import shared_caveats, verify_source
+from .verification.references import require_reference
 
-__all__ = ['ConvertResult', 'convert', 'write_weights', 'source_sha256', 'preprocessing']
+__all__ = ['ConvertResult', 'convert', 'write_weights', 'source_sha256', 'preprocessing', 'resize', 'sharded_note']
 
 
 @dataclass
@@ -141,18 +143,24 @@ def convert(source: Union[str, Path], out: Union[str, Path], request: Optional[C
             **options) -> ConvertResult:
     """Convert ``source`` into the Hub folder ``out``; nothing is left behind on failure.
 
-    ``request`` says how (``porting.request.ConvertRequest``); or give its options as keywords named as
-    the CLI options (``num_heads=12``, ``img_size=384``, ``overwrite=True``, ...). Raises
-    ViTVariantsError for bad input, an unusable OUT and a failed verification.
+    ``source`` is a local file or folder, a Hub id (``hf-hub:ORG/NAME[@REV]`` or ``ORG/NAME``), an ``https://``
+    URL or a registered tag (``porting.sources``). ``request`` says how (``porting.request.ConvertRequest``); or
+    give its options as keywords named as the CLI options (``num_heads=12``, ``img_size=384``, ``from_='timm'``,
+    ``overwrite=True``, ...). Raises ViTVariantsError for bad input, an unusable OUT, a missing reference
+    library (before any work) and a failed verification.
     """
     if request is None:
         request = ConvertRequest.from_options(**options)
     elif options:
         raise TypeError('give either a ConvertRequest or keyword options, not both')
     output, limits = request.output, request.limits
-    out_path = check_output(out, output.overwrite, sources=[source])
+    check_output(out, output.overwrite, sources=[source])  # before any download
+    resolved = resolve_source(source, request.source.endpoint, request.source.token, request.progress)
+    out_path = check_output(out, output.overwrite, sources=[resolved.path])
     shard_bytes = parse_size(output.max_shard_size)
-    with open_source(source, request.source, limits) as src, ThreadPoolExecutor(max_workers=1) as hasher:
+    with open_source(resolved.path, request.source, limits) as src, ThreadPoolExecutor(max_workers=1) as hasher:
+        if request.verify:
+            require_reference(src.format)
         plan = make_plan(src, request.target, limits)
         sha_future = hasher.submit(source_sha256, src.path)  # hashlib releases the GIL on large buffers
         labels = None if plan.changes_head else src.label_names
@@ -160,7 +168,7 @@ def convert(source: Union[str, Path], out: Union[str, Path], request: Optional[C
         assumed = {**src.assumed, **assumed_data}
         license = output.license or data_cfg.pop('license', None)
         architecture = architecture_for(plan.target)
-        with atomic_folder(out_path, output.overwrite, sources=[source]) as tmp:
+        with atomic_folder(out_path, output.overwrite, sources=[resolved.path]) as tmp:
             num_files = write_weights(src, plan, tmp, shard_bytes, request.progress, output.allow_nonfinite)
             write_config(tmp / CONFIG_FILE, plan.target, data_config=dict(data_cfg, license=license),
                          label_names=labels, architecture=architecture)
@@ -173,7 +181,8 @@ def convert(source: Union[str, Path], out: Union[str, Path], request: Optional[C
             if verification.status == 'failed':
                 raise ViTVariantsError(verification.summary(), path=src.path)
             sha256 = sha_future.result()
-            conversion = {'source': Path(str(source)).name, 'source_format': src.format, 'source_sha256': sha256,
+            source_record = {'source': resolved.label, **{f'source_{k}': v for k, v in resolved.provenance.items()}}
+            conversion = {**source_record, 'source_format': src.format, 'source_sha256': sha256,
                           'converter': f'timm-vit-variants {__version__}',
                           'assumed': {k: {'value': _json_value(v), 'why': why} for k, (v, why) in assumed.items()},
                           'given': {k: _json_value(v) for k, v in src.given.items()},
@@ -183,12 +192,42 @@ def convert(source: Union[str, Path], out: Union[str, Path], request: Optional[C
             write_card(
                 tmp, architecture=architecture, model_args=plan.target.to_dict(),
                 num_classes=plan.target.num_classes,
-                source={'path': str(source), 'format': src.format, 'sha256': sha256},
+                source={'name': resolved.label, **resolved.provenance, 'format': src.format, 'sha256': sha256},
                 conversion_command=output.command, verification=verification.as_card_dict(), license=license,
                 base_model=output.base_model, datasets=list(output.datasets) or None,
                 label_names=labels if labels and len(labels) == plan.target.num_classes else None,
                 assumed=assumed)
-    return ConvertResult(out_path, plan, verification, sha256, num_files, assumed, list(src.notes))
+    notes = list(src.notes)
+    if num_files > 1:
+        notes.append(sharded_note(out_path, num_files))
+    return ConvertResult(out_path, plan, verification, sha256, num_files, assumed, notes)
+
+
+def resize(source: Union[str, Path], out: Union[str, Path], request: Optional[ConvertRequest] = None,
+           **options) -> ConvertResult:
+    """Write the converted folder ``source`` again into ``out`` at a new image and/or patch size.
+
+    The same pipeline as ``convert``, with the folder read as a timm-format source (so it is first checked
+    against timm's own ``local-dir:`` loader): learned tables are resampled, sin-cos tables regenerated, the
+    patchifier PI-resized. Options as for ``convert``; ``img_size`` and/or ``patch_size`` is required.
+    """
+    if request is None:
+        request = ConvertRequest.from_options(**options)
+    elif options:
+        raise TypeError('give either a ConvertRequest or keyword options, not both')
+    if request.target.img_size is None and request.target.patch_size is None:
+        raise ViTVariantsError('resize needs a new image size and/or patch size (img_size=, patch_size=)')
+    if not (Path(source) / CONFIG_FILE).is_file():
+        raise ViTVariantsError('resize takes a converted folder with config.json; use "vit-port convert" '
+                               'for checkpoint files', path=str(source))
+    return convert(source, out, request.with_source(from_='timm'))
+
+
+def sharded_note(folder: Path, num_files: int) -> str:
+    """How to load a sharded folder, which timm's own loaders cannot read."""
+    return (f'the weights are in {num_files} shards; timm\'s local-dir: and hf-hub: read only a single '
+            f'{SINGLE_FILE}, so load this folder with vit_port.load_folder({str(folder)!r}), or convert again with a '
+            '--max-shard-size above the model\'s size for one file')
 
 
 def _json_value(value: Any) -> Any:

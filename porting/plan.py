@@ -18,7 +18,7 @@ __all__ = ['open_source', 'ConversionPlan', 'make_plan']
 def open_source(path: Union[str, Path], options: SourceOptions = SourceOptions(),
                 limits: Limits = DEFAULT_LIMITS) -> SourceCheckpoint:
     """Open a checkpoint with the readers, planned against the ``simple_vit`` layout."""
-    return open_checkpoint(str(path), options.fmt, layout=SimpleVisionTransformer.state_layout, limits=limits,
+    return open_checkpoint(str(path), options.from_, layout=SimpleVisionTransformer.state_layout, limits=limits,
                            **options.hints())
 
 

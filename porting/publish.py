@@ -17,7 +17,6 @@ from typing import Iterator, List, Optional, Tuple
 
 import timm
 from huggingface_hub import CommitOperationAdd, HfApi, get_token
-from huggingface_hub import constants as hf_constants
 from huggingface_hub.errors import HfHubHTTPError, HFValidationError, RevisionNotFoundError
 from huggingface_hub.utils import validate_repo_id
 from tqdm import tqdm
@@ -26,6 +25,7 @@ from timm_vit_variants.checkpoints.files import CONFIG_FILE, read_json, weight_f
 from timm_vit_variants.errors import ViTVariantsError
 
 from .card import REPO_PLACEHOLDER, build_model_card, fill_repo_id
+from .hub_access import full_repo_id, is_offline
 from .redact import redact
 from .hub_folder import CARD_FILE, INDEX_FILE, SINGLE_FILE
 
@@ -93,13 +93,25 @@ def require_token(token: Optional[str] = None) -> str:
 
 
 def check_repo_id(repo_id: str) -> None:
-    """A Hub model id ``ORG/NAME`` (the namespace is required so ``hf-hub:ORG/NAME`` names it exactly)."""
+    """A Hub model id as ``huggingface_hub`` validates it: ``ORG/NAME``, or a bare ``NAME`` for the token's own
+    namespace (``target_repo_id``)."""
     try:
         validate_repo_id(repo_id)
     except HFValidationError as e:
         raise ViTVariantsError(f'invalid repo id {repo_id!r}: {e}', key='repo_id') from None
-    if repo_id.count('/') != 1:
-        raise ViTVariantsError(f'repo id must be ORG/NAME, got {repo_id!r}', key='repo_id')
+
+
+def target_repo_id(repo_id: str, token: Optional[str], endpoint: Optional[str] = None, dry_run: bool = False) -> str:
+    """The ``ORG/NAME`` a push goes to: a bare name under the token's namespace, asked of the Hub (``whoami``).
+
+    A dry run sends nothing, so it cannot ask: a bare name there is refused with what to give instead.
+    """
+    if '/' in repo_id:
+        return repo_id
+    if dry_run:
+        raise ViTVariantsError(f'repo id {repo_id!r} has no namespace, and --dry-run sends no request to ask the Hub '
+                               "for the token's: give ORG/NAME", key='repo_id')
+    return full_repo_id(repo_id, token, endpoint)
 
 
 def collect_folder(folder, repo_id: str) -> list[UploadFile]:
@@ -110,7 +122,8 @@ def collect_folder(folder, repo_id: str) -> list[UploadFile]:
     """
     root = Path(folder)
     if not root.is_dir():
-        raise ViTVariantsError('output folder to push does not exist or is not a folder', path=root)
+        raise ViTVariantsError('the folder to push does not exist or is not a folder (push takes REPO_ID, then FOLDER, '
+                               'as `hf upload`)', path=root)
     config = _read_config(root)
     weight_files(str(root))  # complete weights: the single file, or every shard the index names
 
@@ -147,6 +160,7 @@ def push_folder(
     """Upload ``folder`` to ``repo_id`` in one commit (or pull request); ``PushResult.report()`` says what happened.
 
     Args:
+        repo_id: ``ORG/NAME``, or a bare ``NAME`` for the token's own namespace (as ``hf upload``).
         revision: branch to commit to (created from ``main`` when missing), or ``refs/pr/N`` to add to an open
             pull request; the pull request's target branch with ``create_pr``.
         token: Hub token; defaults to ``HF_TOKEN``, then the login cache.
@@ -155,6 +169,11 @@ def push_folder(
         overwrite_card: replace a different ``README.md`` already on the Hub (kept otherwise).
     """
     check_repo_id(repo_id)
+    if not dry_run and is_offline():
+        raise ViTVariantsError('HF_HUB_OFFLINE is set, so nothing is pushed (unset it, or use --dry-run to list the '
+                               'files)', path=folder)
+    if '/' not in repo_id:
+        repo_id = target_repo_id(repo_id, None if dry_run else resolve_token(token), endpoint, dry_run)
     branch = revision or DEFAULT_BRANCH
     files = collect_folder(folder, repo_id)
     result = PushResult(repo_id=repo_id, revision=branch, files=files, dry_run=dry_run, create_pr=create_pr)
@@ -164,9 +183,6 @@ def push_folder(
     if dry_run:
         result.planned = _describe_plan(result, private, create_pr)
         return result
-    if os.environ.get('HF_HUB_OFFLINE', '').upper() in ('1', 'ON', 'YES', 'TRUE') or hf_constants.HF_HUB_OFFLINE:
-        raise ViTVariantsError('HF_HUB_OFFLINE is set, so nothing is pushed (unset it, or use --dry-run to list the '
-                               'files)', path=folder)
     token = require_token(token)
     api = HfApi(endpoint=endpoint, token=token)
     where = f'{api.endpoint}/{repo_id}'

@@ -2,15 +2,15 @@
 
 ``convert``, ``resize`` and ``export`` take a request built once, from parsed CLI arguments or from
 Python keywords; each keyword is named as the CLI option that sets it (``img_size`` is ``--img-size``,
-``source_img_size`` is ``--source-img-size``, ``fmt`` is ``--from``).
+``source_img_size`` is ``--source-img-size``, ``from_`` is ``--from``: ``from`` is a Python keyword).
 """
 from dataclasses import dataclass, field, fields, replace
-from typing import Any, Dict, Optional, Tuple, Union
+from typing import Any, Dict, Iterable, Optional, Tuple, Union
 
 from timm_vit_variants.limits import DEFAULT_LIMITS, Limits
 
 __all__ = ['DEFAULT_TOL', 'DEFAULT_OPSET', 'SourceOptions', 'TargetOptions', 'OutputOptions', 'ConvertRequest',
-           'ExportRequest']
+           'ExportRequest', 'limits_from']
 
 # Verification tolerance on max |delta| of logits and features, float32.
 DEFAULT_TOL = 1e-4
@@ -32,6 +32,32 @@ def _given(options: Dict[str, Any], known: Any, what: str) -> Dict[str, Any]:
     return given
 
 
+# Keywords spelled as a CLI flag whose request field is named otherwise: flag -> field.
+_FIELD_OF_FLAG = {'no_verify': 'verify', 'no_ema': 'use_ema', 'dataset': 'datasets', 'limit': 'limits'}
+
+
+def _as_field(flag: str, value: Any) -> Tuple[str, Any]:
+    """(field, value) for a keyword spelled as its flag; None as the value means "not given"."""
+    if flag == 'no_verify':
+        return 'verify', not value
+    if flag == 'no_ema':
+        return 'use_ema', False if value else None
+    if flag == 'dataset':
+        return 'datasets', (value,) if isinstance(value, str) else tuple(value)
+    if flag == 'limit':
+        return 'limits', limits_from(value)
+    return flag, value
+
+
+def limits_from(limit: Union[None, str, Iterable[str], Limits]) -> Limits:
+    """The ``Limits`` a ``limit=`` keyword means: a ``Limits``, or ``--limit``'s ``'NAME=N'`` text (one or a list)."""
+    if limit is None:
+        return DEFAULT_LIMITS
+    if isinstance(limit, Limits):
+        return limit
+    return DEFAULT_LIMITS.with_overrides([limit] if isinstance(limit, str) else limit)
+
+
 def _size(value: Any) -> Size:
     """A number or a sequence of them as a tuple; None stays None."""
     if value is None:
@@ -46,7 +72,7 @@ class SourceOptions:
     """How to read the source, and facts about it that a checkpoint may not record.
 
     Attributes:
-        fmt: The source format (``--from``); detected when None.
+        from_: The source format (``--from``); detected when None.
         prefix: Key prefix inside the source (``--prefix``).
         num_heads: Attention heads (``--num-heads``), for sources that do not record them.
         source_img_size: The image size the source was trained at (``--source-img-size``).
@@ -56,8 +82,11 @@ class SourceOptions:
         assume_heads: For a bare timm state dict of a non-standard width, assume timm's 64-wide heads.
         mean, std, interpolation, crop_pct, crop_mode: The preprocessing, for sources that do not record it.
         in_chans: Input channels, for a NaFlex Dense patch kernel (it records only P*P*C).
+        endpoint, token: How to reach a source named by Hub id, for a private repo or another Hub
+            (``--endpoint``, ``--token``; default ``HF_ENDPOINT`` and ``HF_TOKEN`` or the login cache).
+            The token is never shown in the request's repr.
     """
-    fmt: Optional[str] = None
+    from_: Optional[str] = None
     prefix: Optional[str] = None
     num_heads: Optional[int] = None
     assume_heads: Optional[bool] = None
@@ -72,6 +101,16 @@ class SourceOptions:
     crop_pct: Optional[float] = None
     crop_mode: Optional[str] = None
     in_chans: Optional[int] = None
+    endpoint: Optional[str] = None
+    token: Optional[str] = field(default=None, repr=False)
+
+    @classmethod
+    def from_options(cls, **options: Any) -> 'SourceOptions':
+        """Source options from keywords spelled as the CLI flags (``from_='timm'``, ``num_heads=12``,
+        ``no_ema=True``); None means "not given", unknown keywords raise TypeError."""
+        known = {f.name for f in fields(cls)} - {'use_ema'} | {'no_ema'}
+        pairs = (_as_field(flag, value) for flag, value in _given(options, known, 'source').items())
+        return cls(**{name: value for name, value in pairs if value is not None})
 
     def hints(self) -> Dict[str, Any]:
         """The reader hints (``timm_vit_variants.checkpoints.HINTS``) these options set."""
@@ -116,7 +155,8 @@ class ConvertRequest:
 
     @classmethod
     def from_options(cls, **options: Any) -> 'ConvertRequest':
-        """A request from flat keywords named as the CLI options (``num_heads=12``, ``img_size=384``, ...).
+        """A request from flat keywords spelled as the CLI flags (``from_='timm'``, ``num_heads=12``,
+        ``img_size=384``, ``no_verify=True``, ``dataset=['imagenet-1k']``, ``limit=['depth=512']``, ...).
 
         Unknown keywords raise TypeError; None means "not given".
         """
@@ -124,8 +164,11 @@ class ConvertRequest:
         owners = {f.name: part for part, kind in (('source', SourceOptions), ('target', TargetOptions),
                                                   ('output', OutputOptions)) for f in fields(kind)}
         owners.update({name: '' for name in ('verify', 'tol', 'limits', 'progress')})
-        for name, value in _given(options, owners, 'conversion').items():
-            parts[owners[name]][name] = tuple(value) if name == 'datasets' else value
+        known = {name for name in owners if name not in _FIELD_OF_FLAG.values()} | set(_FIELD_OF_FLAG)
+        for flag, value in _given(options, known, 'conversion').items():
+            name, value = _as_field(flag, value)
+            if value is not None:
+                parts[owners[name]][name] = value
         return cls(SourceOptions(**parts['source']), TargetOptions(**parts['target']),
                    OutputOptions(**parts['output']), **parts[''])
 
@@ -145,5 +188,7 @@ class ExportRequest:
 
     @classmethod
     def from_options(cls, **options: Any) -> 'ExportRequest':
-        """A request from keywords named as the CLI options; None means "not given"."""
-        return cls(**_given(options, {f.name for f in fields(cls)}, 'export'))
+        """A request from keywords spelled as the CLI flags (``static=384``, ``opset=18``, ``limit=[...]``);
+        None means "not given"."""
+        known = {f.name for f in fields(cls)} - {'limits'} | {'limit'}
+        return cls(**dict(_as_field(flag, value) for flag, value in _given(options, known, 'export').items()))

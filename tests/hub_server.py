@@ -1,8 +1,9 @@
 """A loopback Hugging Face Hub for tests: a real HTTP server that the real ``huggingface_hub`` client talks to.
 
-It implements the calls the client makes to create a repo, validate a card, pre-upload and commit files (regular,
-base64 in the NDJSON commit body; no LFS), branch, open pull requests, list and describe files, and download
-(``HEAD``/``GET /{repo}/resolve/{rev}/{file}``). Repos live in memory with 40-hex commit ids. Every request is
+It implements the calls the client makes to say whose token it holds (``whoami-v2``), create a repo, validate a
+card, pre-upload and commit files (regular, base64 in the NDJSON commit body; no LFS), branch, open pull requests,
+list and describe files, and download (``HEAD``/``GET /{repo}/resolve/{rev}/{file}``, which ``snapshot_download``
+uses after the repo info and tree). Repos live in memory with 40-hex commit ids. Every request is
 recorded (method, path, query, headers, body) and failures can be injected per route: HTTP 500/401/403 or a
 dropped connection.
 
@@ -98,10 +99,12 @@ class _HttpError(Exception):
 
 
 class FakeHub:
-    """In-memory Hub behind a loopback HTTP server. ``token``: the one write token the server accepts."""
+    """In-memory Hub behind a loopback HTTP server. ``token``: the one write token the server accepts; ``user``: the
+    account ``/api/whoami-v2`` says it belongs to (the namespace of a bare repo name)."""
 
-    def __init__(self, token: Optional[str] = None, max_lifetime: float = 120.0):
+    def __init__(self, token: Optional[str] = None, max_lifetime: float = 120.0, user: str = 'loopback-user'):
         self.token = token
+        self.user = user
         self.max_lifetime = max_lifetime
         self.repos: dict[str, Repo] = {}
         self.requests: list[Recorded] = []
@@ -264,6 +267,8 @@ class _Handler(BaseHTTPRequestHandler):
             return 'validate-yaml', self._validate_yaml, ()
         if method == 'GET' and path == '/api/agent-harnesses':  # the client's daily, token-less registry fetch
             return 'agent-harnesses', lambda **_: (200, EMPTY_AGENT_REGISTRY, {}), ()
+        if method == 'GET' and path == '/api/whoami-v2':
+            return 'whoami', self._whoami, ()
         if m:
             repo_id = f'{unquote(m.group(1))}/{unquote(m.group(2))}'
             rest = [unquote(s) for s in (m.group(3) or '').split('/')] if m.group(3) else []
@@ -317,6 +322,12 @@ class _Handler(BaseHTTPRequestHandler):
         return commit
 
     # ----- routes -----
+    def _whoami(self, **_):
+        if not self.headers.get('Authorization') or not self._authorized():
+            raise _HttpError(401, 'Invalid credentials in Authorization header')
+        return 200, {'type': 'user', 'name': self.hub.user, 'orgs': [],
+                     'auth': {'type': 'access_token', 'accessToken': {'role': 'write'}}}, {}
+
     def _create(self, *, body, **_):
         self._require_write()
         data = json.loads(body or b'{}')

@@ -86,7 +86,7 @@ def test_non_standard_depth_round_trips_through_config_json(tmp_path):
     assert len(loaded.blocks) == 7 and loaded.config == model.config
 
 
-@pytest.mark.parametrize('argv', [['--help'], ['convert', '--help'], ['resize', '--help'], ['inspect', '--help'],
+@pytest.mark.parametrize('argv', [['--help'], ['--version'], ['convert', '--help'], ['resize', '--help'], ['inspect', '--help'],
                                   ['verify', '--help'], ['export', '--help'], ['push', '--help']])
 def test_help_imports_neither_torch_nor_timm(argv):
     code = ('import sys\nfrom porting.cli import main\nrc = main(%r)\n'
@@ -108,6 +108,10 @@ def test_cli_choices_match_the_package():
     assert options.RESAMPLE_RULES == config.RESAMPLE_RULE_NAMES == tuple(RESAMPLE_RULES)
     assert set(options.ACT_LAYERS) == set(config.ACT_LAYERS)
     assert cmd_export.EXPORT_FORMATS == export.FORMATS and cmd_export.DEFAULT_OPSET == export.DEFAULT_OPSET
+    assert cmd_export.ONNX_OPSETS == export.ONNX_OPSETS
+    from dataclasses import fields
+    from timm_vit_variants.limits import Limits
+    assert options.LIMIT_NAMES == tuple(f.name for f in fields(Limits))
 
 
 # -- the import map -------------------------------------------------------------------------------------
@@ -122,6 +126,7 @@ def _project_imports():
             parts = path.relative_to(REPO).with_suffix('').parts
             name = '.'.join(parts[:-1] if parts[-1] == '__init__' else parts)
             modules[name] = path
+    modules['vit_port'] = REPO / 'vit_port.py'  # the public API module, above both packages
     graph = {}
     for name, path in modules.items():
         is_package = path.name == '__init__.py'
@@ -170,6 +175,8 @@ def test_data_flows_one_way():
     upward = {m: sorted(t for t in targets if t.startswith('porting')) for m, targets in graph.items()
               if m.startswith('timm_vit_variants')}
     assert not any(upward.values()), {m: t for m, t in upward.items() if t}
+    assert not [m for m, targets in graph.items() if 'vit_port' in targets]  # nothing imports the API module
+    assert graph['vit_port'] == {'porting.api'}
     readers = {m: targets for m, targets in graph.items() if m.startswith('timm_vit_variants.checkpoints')}
     model_modules = {'timm_vit_variants.vision_transformer', 'timm_vit_variants.simple_vit', 'timm_vit_variants'}
     assert not {m: targets & model_modules for m, targets in readers.items() if targets & model_modules}

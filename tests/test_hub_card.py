@@ -12,7 +12,7 @@ ARGS = dict(embed_dim=384, depth=12, num_heads=6, patch_size=16, img_size=224, p
 def _card(**over):
     kw = dict(
         architecture='simple_vit_small_patch16_224', model_args=ARGS, num_classes=3, repo_id='org/vit-s16',
-        source={'path': 'S_16.npz', 'format': 'big_vision', 'sha256': SHA},
+        source={'name': 'S_16.npz', 'format': 'big_vision', 'sha256': SHA},
         conversion_command='vit-port convert S_16.npz out --format big_vision',
         verification={'status': 'passed', 'reference': 'big_vision (flax)', 'max_abs_logits': 1.5e-6,
                       'max_abs_features': 2.5e-6, 'tolerance': 1e-4},
@@ -94,3 +94,15 @@ def test_placeholder_filled_at_push_time():
 def test_bad_arguments_raise(over, key):
     with pytest.raises(ViTVariantsError, match=key):
         _card(**over)
+
+
+def test_card_names_the_source_by_hub_id_or_url_and_the_install_line_that_works():
+    source = {'name': 'simple_vit_small_patch16_224.bv_i1k_300ep', 'format': 'bigvision', 'sha256': SHA,
+              'url': 'https://storage.googleapis.com/big_vision/vit_s16_i1k_300ep.npz'}
+    text = _card(source=source).text
+    assert '**Source:** `simple_vit_small_patch16_224.bv_i1k_300ep`' in text
+    assert '**Source URL:** `https://storage.googleapis.com/big_vision/vit_s16_i1k_300ep.npz`' in text
+    hub = _card(source={'name': 'hf-hub:google/vit-base-patch16-224', 'revision': 'c' * 40, 'format': 'hf'}).text
+    assert '**Source:** `hf-hub:google/vit-base-patch16-224`' in hub and f'**Hub revision:** `{"c" * 40}`' in hub
+    # timm-vit-variants is not on PyPI: the card says how to install it from its source
+    assert 'pip install timm-vit-variants' not in text and 'not on PyPI' in text and '`pip install -e .`' in text

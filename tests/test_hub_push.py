@@ -94,7 +94,7 @@ def write_requests(hub):
 
 def test_cli_push_uploads_files_byte_for_byte(hub, folder, tmp_path):
     before = snapshot(folder)
-    proc = run_cli([str(folder), REPO, '--commit-message', 'Add tiny ViT'], hub.url, token_env=TOKEN,
+    proc = run_cli([REPO, str(folder), '--commit-message', 'Add tiny ViT'], hub.url, token_env=TOKEN,
                    tmp_home=tmp_path / 'home')
     assert proc.returncode == 0, proc.stderr
     head = hub.history(REPO)[0]
@@ -126,7 +126,7 @@ def test_cli_push_uploads_files_byte_for_byte(hub, folder, tmp_path):
 
 def test_cli_dry_run_lists_files_and_sends_nothing(hub, folder, tmp_path):
     before = snapshot(folder)
-    proc = run_cli([str(folder), REPO, '--dry-run'], hub.url, token_env=TOKEN, tmp_home=tmp_path / 'home')
+    proc = run_cli([REPO, str(folder), '--dry-run'], hub.url, token_env=TOKEN, tmp_home=tmp_path / 'home')
     assert proc.returncode == 0, proc.stderr
     assert hub.requests == []  # no HTTP at all, not even the client's own housekeeping calls
     assert TOKEN not in proc.stdout + proc.stderr
@@ -144,7 +144,7 @@ def test_cli_dry_run_lists_files_and_sends_nothing(hub, folder, tmp_path):
 
 def test_dry_run_needs_no_token(folder, capsys):
     # No token anywhere and no server at all: still lists the files.
-    assert push_main([str(folder), REPO, '--dry-run', '--endpoint', 'http://127.0.0.1:9']) == 0
+    assert push_main([REPO, str(folder), '--dry-run', '--endpoint', 'http://127.0.0.1:9']) == 0
     assert 'model.safetensors' in capsys.readouterr().out
 
 
@@ -280,7 +280,7 @@ def test_private_repo(hub, folder):
 def test_injected_failures(hub, folder, capsys, route, kind, words):
     hub.fail(route, kind)
     before = snapshot(folder)
-    args = [str(folder), REPO, '--endpoint', hub.url, '--token', TOKEN]
+    args = [REPO, str(folder), '--endpoint', hub.url, '--token', TOKEN]
     if route == 'branch':
         args += ['--revision', 'dev']
     assert push_main(args) == 1
@@ -301,28 +301,64 @@ def test_transient_preupload_error_is_retried(hub, folder):
 
 def test_wrong_token_is_rejected_and_not_echoed(hub, folder, capsys):
     wrong = 'hf_' + 'WrongWrongWrong' * 2
-    assert push_main([str(folder), REPO, '--endpoint', hub.url, '--token', wrong]) == 1
+    assert push_main([REPO, str(folder), '--endpoint', hub.url, '--token', wrong]) == 1
     out = capsys.readouterr()
     assert 'HTTP 401' in out.err and wrong not in out.out + out.err
 
 
-@pytest.mark.parametrize('repo_id, words', [('no-namespace', 'ORG/NAME'), ('a/b/c', 'invalid repo id'),
+@pytest.mark.parametrize('repo_id, words', [('a/b/c', 'invalid repo id'),
                                             ('org/bad name!', 'invalid repo id')])
 def test_bad_repo_id(hub, folder, capsys, repo_id, words):
-    assert push_main([str(folder), repo_id, '--endpoint', hub.url, '--token', TOKEN]) == 1
+    assert push_main([repo_id, str(folder), '--endpoint', hub.url, '--token', TOKEN]) == 1
     assert words in capsys.readouterr().err
     assert hub.requests == []
 
 
+def test_bare_repo_name_goes_to_the_tokens_namespace(hub, folder, capsys):
+    # As `hf upload NAME PATH`: the namespace is the token's own, asked of the Hub with whoami.
+    assert push_main(['tiny-vit', str(folder), '--endpoint', hub.url, '--token', TOKEN]) == 0
+    out = capsys.readouterr()
+    full = f'{hub.user}/tiny-vit'
+    assert out.out.strip() == f'{hub.url}/{full}/commit/{hub.history(full)[0].oid}' and out.err == ''
+    assert hub.files(full)['model.safetensors'] == (folder / 'model.safetensors').read_bytes()
+    assert f"hf-hub:{full}" in hub.files(full)['README.md'].decode()
+    whoami = [r for r in hub.requests if r.path == '/api/whoami-v2']
+    assert len(whoami) == 1 and whoami[0].headers['authorization'] == f'Bearer {TOKEN}'
+
+
+@pytest.mark.parametrize('extra, words', [(['--dry-run'], '--dry-run sends no request'),
+                                          ([], 'no Hub token to take one from')])
+def test_bare_repo_name_needs_a_token_and_a_request(hub, folder, capsys, extra, words):
+    assert push_main(['tiny-vit', str(folder), '--endpoint', hub.url, *extra]) == 1
+    err = capsys.readouterr().err
+    assert words in err and 'give ORG/NAME' in err
+    assert hub.requests == []
+
+
+def test_old_argument_order_works_with_one_deprecation_line(hub, folder, capsys):
+    assert push_main([str(folder), REPO, '--endpoint', hub.url, '--token', TOKEN]) == 0
+    out = capsys.readouterr()
+    assert out.out.strip() == f'{hub.url}/{REPO}/commit/{hub.history(REPO)[0].oid}'
+    lines = out.err.splitlines()
+    assert len(lines) == 1 and 'deprecated' in lines[0] and f'vit-port push {REPO} {folder}' in lines[0]
+
+
+def test_swapped_or_missing_folder_says_the_order(hub, tmp_path, capsys):
+    assert push_main([REPO, str(tmp_path / 'nope'), '--endpoint', hub.url, '--token', TOKEN]) == 1
+    err = capsys.readouterr().err
+    assert 'does not exist' in err and 'REPO_ID, then FOLDER' in err
+    assert hub.requests == []
+
+
 def test_missing_folder_and_files(hub, folder, tmp_path, capsys):
-    assert push_main([str(tmp_path / 'nope'), REPO, '--endpoint', hub.url, '--token', TOKEN]) == 1
+    assert push_main([REPO, str(tmp_path / 'nope'), '--endpoint', hub.url, '--token', TOKEN]) == 1
     assert 'does not exist' in capsys.readouterr().err
     (folder / 'model.safetensors').unlink()
-    assert push_main([str(folder), REPO, '--endpoint', hub.url, '--token', TOKEN]) == 1
+    assert push_main([REPO, str(folder), '--endpoint', hub.url, '--token', TOKEN]) == 1
     err = capsys.readouterr().err
     assert 'no weight file found' in err and 'model.safetensors,' in err and 'model.safetensors.index.json' in err
     (folder / 'config.json').unlink()
-    assert push_main([str(folder), REPO, '--endpoint', hub.url, '--token', TOKEN]) == 1
+    assert push_main([REPO, str(folder), '--endpoint', hub.url, '--token', TOKEN]) == 1
     assert 'missing config.json' in capsys.readouterr().err
     assert hub.requests == []
 
@@ -338,8 +374,9 @@ def test_blob_ids_match_git(folder):
             assert f.git_sha1 == out.stdout.strip() == git_blob_sha1(f.local_path.read_bytes())
 
 
-@pytest.mark.parametrize('extra, words', [(['--push-to', 'no-namespace'], 'ORG/NAME'),
-                                          (['--push-to', REPO], 'no Hub token')])
+@pytest.mark.parametrize('extra, words', [(['--push-to', 'a/b/c'], 'invalid repo id'),
+                                          (['--push-to', REPO], 'no Hub token'),
+                                          (['--push-to', 'tiny', '--dry-run'], '--dry-run sends no request')])
 def test_convert_push_to_fails_before_converting(model_dir, tmp_path, capsys, extra, words):
     out_dir = tmp_path / 'converted'
     assert cli_main(['convert', str(model_dir), str(out_dir), *extra]) == 1
@@ -389,8 +426,17 @@ def test_convert_then_push_in_one_command(hub, model_dir, tmp_path, capsys):
     assert f"timm.create_model('hf-hub:{REPO}', pretrained=True)" in card
     # the recorded command keeps only allow-listed options: no token, no endpoint, no commit message
     assert TOKEN not in card and '--token' not in card and '--endpoint' not in card and 'passed' in card
-    assert f'vit-port convert {model_dir} {out_dir} --push-to {REPO}' in card
+    # local paths only by their names: the card does not show where the files lay on this machine
+    assert f'vit-port convert {model_dir.name} {out_dir.name} --push-to {REPO}' in card
+    assert str(tmp_path) not in card and str(model_dir.parent) not in card
     assert TOKEN not in out.out + out.err + card + (out_dir / 'README.md').read_text()
+
+
+def test_convert_push_to_a_bare_name(hub, model_dir, tmp_path, capsys):
+    out_dir = tmp_path / 'converted'
+    assert cli_main(['convert', str(model_dir), str(out_dir), '--push-to', 'tiny', '--endpoint', hub.url,
+                     '--token', TOKEN]) == 0
+    assert hub.files(f'{hub.user}/tiny')['config.json'] == (out_dir / 'config.json').read_bytes()
 
 
 def test_sharded_folder(hub, model_dir, tmp_path, capsys):

@@ -54,7 +54,9 @@ def test_convert_round_trip(sources, tmp_path, capsys, name):
     assert cfg['architecture'].startswith('simple_vit_') and cfg['num_classes'] == F.CLASSES
     assert cfg['num_features'] == F.WIDTH and cfg['model_args']['embed_dim'] == F.WIDTH
     card = (out / 'README.md').read_text()
-    assert 'sha256' in card and f'vit-port convert {sources[name]}' in card and '**passed**' in card
+    assert 'sha256' in card and f'vit-port convert {sources[name].name} out' in card and '**passed**' in card
+    assert f'**Source:** `{sources[name].name}`' in card and str(sources[name].parent) not in card
+    assert cfg['conversion']['source'] == sources[name].name
 
     ours = load_folder(out)
     reloaded = _local_dir(out)

@@ -319,8 +319,8 @@ def test_limits_can_be_lifted(tmp_path, capsys):
     err = _fails(capsys, ['convert', str(src), str(tmp_path / 'out'), '--limit', 'width=16'])
     assert 'width 32 exceeds the limit of 16' in err
     assert main(['convert', str(src), str(tmp_path / 'out'), '--limit', 'depth=512']) == 0
-    err = _fails(capsys, ['convert', str(src), str(tmp_path / 'out2'), '--limit', 'depht=5'])
-    assert "unknown limit 'depht'" in err
+    err = _fails(capsys, ['convert', str(src), str(tmp_path / 'out2'), '--limit', 'depht=5'], code=2)  # usage error
+    assert "expected NAME=N with NAME one of depth" in err and "'depht=5'" in err
 
 
 # -- 4. clean failure everywhere ---------------------------------------------------------------------
@@ -495,7 +495,7 @@ def test_push_respects_hf_hub_offline(npz, tmp_path, capsys, monkeypatch):
     attempts = []
     monkeypatch.setattr(socket.socket, 'connect', lambda self, *a: attempts.append(a))
     monkeypatch.setenv('HF_HUB_OFFLINE', '1')
-    err = _fails(capsys, ['push', str(out), 'org/name', '--token', SECRET, '--endpoint', 'http://127.0.0.1:9'])
+    err = _fails(capsys, ['push', 'org/name', str(out), '--token', SECRET, '--endpoint', 'http://127.0.0.1:9'])
     assert 'HF_HUB_OFFLINE' in err and SECRET not in err and attempts == []
 
 

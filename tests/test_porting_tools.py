@@ -135,3 +135,38 @@ def test_truncated_converted_folder(tmp_path, capsys):
     from porting.hub_folder import load_folder
     with pytest.raises(ViTVariantsError, match='model.safetensors'):
         load_folder(out)
+
+
+def test_plot_is_tight_with_a_colour_scale_per_panel_from_the_data(tmp_path, monkeypatch):
+    """Each panel's scale is its own data's range: a sin-cos table's similarities lie in a narrow band, where a
+    fixed [-1, 1] scale would show one flat colour."""
+    from matplotlib.figure import Figure
+
+    from porting.inspection import colour_range, plot_position_similarity, position_tables, similarities
+    from porting.pipeline import make_plan, open_source
+    from porting.request import SourceOptions, TargetOptions
+
+    saved = {}
+    real_savefig = Figure.savefig
+
+    def keep(fig, *args, **kwargs):
+        saved['fig'], saved['kwargs'] = fig, kwargs
+        return real_savefig(fig, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, 'savefig', keep)
+    sources = {'sincos': F.write_npz(tmp_path, 'bv.npz', F.bigvision_arrays('sincos', 'gap')),
+               'learned': F.write_npz(tmp_path, 'vj.npz', F.vitjax_arrays())}
+    for kind, npz in sources.items():
+        with open_source(npz, SourceOptions(source_img_size=(32, 32))) as src:
+            plan = make_plan(src, TargetOptions(img_size=(48, 48)))
+            plot_position_similarity(src, plan, tmp_path / f'{kind}.png', source_name=npz.name)
+            tables = position_tables(src, plan)
+        fig = saved['fig']
+        scales = [ax.images[0].get_clim() for ax in fig.axes if ax.images]
+        assert scales == [colour_range(similarities(t)) for t in tables], kind  # one scale per panel, from its data
+        assert 'Colour scale per panel' in fig._supxlabel.get_text() and npz.name in fig._suptitle.get_text()
+        assert saved['kwargs']['bbox_inches'] == 'tight' and fig.get_layout_engine() is not None
+        if kind == 'sincos':
+            assert all(0 < low < high < 1 and high - low < 0.5 for low, high in scales)
+        else:
+            assert scales[0] != scales[1]

@@ -164,7 +164,7 @@ def test_timm_siglip_checkpoints(tmp_path, capsys):
     save_for_hf(reference, str(tmp_path / 'hub'), model_args=args)
     x = torch.randn(2, 3, 56, 56)
     for src, extra in ((tmp_path / 'hub', []), (tmp_path / 'siglip.pth', ['--num-heads', '4'])):
-        out = tmp_path / f'out_{src.name}'
+        out = tmp_path / f'out_{src.stem}'
         _convert(capsys, src, out, *extra)
         with torch.no_grad():  # timm's siglip models use exact GELU, read off the architecture (or assumed)
             torch.testing.assert_close(load_folder(out)(x), reference(x), atol=TOL, rtol=0)

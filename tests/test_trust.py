@@ -114,7 +114,7 @@ def test_preprocessing_not_recorded_is_assumed_out_loud_and_set_by_flags(tmp_pat
     raw = json.loads((tmp_path / 'b' / 'config.json').read_text())
     assert raw['pretrained_cfg']['mean'] == [0.1, 0.2, 0.3] and raw['pretrained_cfg']['interpolation'] == 'bicubic'
     assert raw['conversion']['assumed'] == {}
-    assert _run(capsys, ['convert', str(src), str(tmp_path / 'c'), '--crop-pct', '1.5'])[0] == 1
+    assert _run(capsys, ['convert', str(src), str(tmp_path / 'c'), '--crop-pct', '1.5'])[0] == 2  # a usage error
 
 
 # -- 2. sources as sound as their own library demands ---------------------------------------------------

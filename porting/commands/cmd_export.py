@@ -2,10 +2,11 @@
 import argparse
 import sys
 
-from .options import UsageError, add_safety_args, limits_of, report, size_arg
+from .options import UsageError, add_safety_args, limits_of, report, size_arg, tolerance_arg
 
 EXPORT_FORMATS = ('onnx', 'pt2')
 DEFAULT_OPSET = 18
+ONNX_OPSETS = range(DEFAULT_OPSET, 24)  # mirrors porting.export.ONNX_OPSETS (a test keeps them equal)
 
 _DESCRIPTION = """\
 Write a converted folder (or a registered simple_vit_* name, hf-hub:ORG/NAME or local-dir:PATH,
@@ -35,14 +36,26 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument('--static', nargs='+', type=size_arg, metavar=('H', 'W'),
                         help='fix the image size to H x W, or one value for a square (default: dynamic height and '
                              'width)')
-    parser.add_argument('--opset', type=int, default=None,
-                        help=f'ONNX opset, 18 to 23 (default {DEFAULT_OPSET})')
+    parser.add_argument('--opset', type=opset_arg, default=None,
+                        help=f'ONNX opset, {ONNX_OPSETS.start} to {ONNX_OPSETS.stop - 1} (default {DEFAULT_OPSET})')
     parser.add_argument('--overwrite', action='store_true',
                         help='replace OUT if it is a file (never a source, never a folder)')
-    parser.add_argument('--tol', type=float, default=1e-4,
+    parser.add_argument('--tol', type=tolerance_arg, default=1e-4,
                         help='verification tolerance on max |delta| of logits, float32 (default 1e-4)')
     add_safety_args(parser)
     return parser
+
+
+def opset_arg(text: str) -> int:
+    """An ONNX opset the dynamo exporter writes."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f'expected an integer, got {text!r}') from None
+    if value not in ONNX_OPSETS:
+        raise argparse.ArgumentTypeError(f'opset {value} is not supported: the dynamo exporter writes opsets '
+                                         f'{ONNX_OPSETS.start} to {ONNX_OPSETS.stop - 1}')
+    return value
 
 
 def run(args: argparse.Namespace) -> int:
@@ -51,11 +64,15 @@ def run(args: argparse.Namespace) -> int:
     fmt = args.export_format or ('pt2' if args.out.endswith('.pt2') else 'onnx')
     if fmt == 'pt2' and args.opset is not None:
         raise UsageError('--opset applies to --format onnx only')
+    if fmt == 'onnx':
+        from ..extras import require
+
+        require('onnx', 'ONNX export', 'export --format pt2')
     from ..export import export_onnx, export_pt2
     from ..request import ExportRequest
 
     request = ExportRequest.from_options(static=args.static, opset=args.opset, overwrite=args.overwrite, tol=args.tol,
-                                         limits=limits_of(args), progress=sys.stderr.isatty())
+                                         limit=limits_of(args), progress=sys.stderr.isatty())
     result = (export_onnx if fmt == 'onnx' else export_pt2)(args.src, args.out, request)
     report(result)
     return 0

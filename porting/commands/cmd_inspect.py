@@ -1,7 +1,10 @@
 """``vit-port inspect SRC``: tensor table, inferred config and an optional position-similarity plot."""
 import argparse
+import sys
 
-from .options import UsageError, add_geometry_args, add_source_args, check_sizes, limits_of, say, source_options
+from .options import (
+    SOURCE_HELP, UsageError, add_geometry_args, add_hub_args, add_source_args, check_sizes, limits_of, say,
+    source_options)
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -9,11 +12,13 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         'inspect', help='list tensors and the inferred config; optionally plot position-embedding similarity',
         description='Print every stored tensor (name, shape, dtype) and the SimpleVisionTransformer kwargs '
                     'inferred from SRC. With --plot, draw each position\'s cosine similarity to all others '
-                    '(ViT paper, Fig. 7) for the source grid and, with --img-size/--patch-size, after resizing.')
-    parser.add_argument('src', metavar='SRC', help='checkpoint file or folder')
+                    '(ViT paper, Fig. 7) for the source grid and, with --img-size/--patch-size, after resizing '
+                    '(needs matplotlib: the plot extra).')
+    parser.add_argument('src', metavar='SRC', help=SOURCE_HELP)
     add_source_args(parser)
     parser.add_argument('--plot', metavar='FILE.png', help='write the position-embedding similarity plot here')
     add_geometry_args(parser)
+    add_hub_args(parser)
     return parser
 
 
@@ -21,11 +26,18 @@ def run(args: argparse.Namespace) -> int:
     check_sizes(args)
     if args.plot is None and (args.img_size or args.patch_size or args.resample_like):
         raise UsageError('--img-size/--patch-size/--resample-like only apply to --plot')
+    from ..extras import require
+
+    if args.plot:
+        require('plot', 'inspect --plot')
     from ..inspection import config_table, plot_position_similarity, tensor_table
     from ..pipeline import make_plan, open_source
     from ..request import TargetOptions
+    from ..sources import resolve_source
 
-    with open_source(args.src, source_options(args), limits_of(args)) as src:
+    options = source_options(args)
+    resolved = resolve_source(args.src, options.endpoint, options.token, progress=sys.stderr.isatty())
+    with open_source(resolved.path, options, limits_of(args)) as src:
         say(tensor_table(src.inventory()))
         say('')
         say(config_table(src.format, src.model_args, src.grid))
@@ -34,5 +46,5 @@ def run(args: argparse.Namespace) -> int:
                                    patch_size=args.patch_size and tuple(args.patch_size),
                                    resample_like=args.resample_like)
             plan = make_plan(src, target, limits_of(args))
-            say(f'plot: {plot_position_similarity(src, plan, args.plot)}')
+            say(f'plot: {plot_position_similarity(src, plan, args.plot, source_name=resolved.label)}')
     return 0

@@ -1,10 +1,9 @@
 """``vit-port resize SRC_FOLDER OUT``: change the resolution / patch size of an already-converted folder."""
 import argparse
-import os
 
 from .options import (
-    UsageError, add_geometry_args, add_output_args, add_safety_args, add_verify_args, check_sizes, convert_request,
-    report)
+    UsageError, add_geometry_args, add_output_args, add_safety_args, add_verify_args, check_folder_out, check_sizes,
+    convert_request, report)
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -27,13 +26,9 @@ def run(args: argparse.Namespace) -> int:
     if args.img_size is None and args.patch_size is None:
         raise UsageError('give --img-size and/or --patch-size')
     check_sizes(args)
-    from ..pipeline import convert
+    check_folder_out(args.out)
+    from ..pipeline import resize
 
-    if not os.path.isfile(os.path.join(args.src, 'config.json')):
-        from timm_vit_variants.errors import ViTVariantsError
-
-        raise ViTVariantsError('resize takes a converted folder with config.json; use "vit-port convert" '
-                               'for checkpoint files', path=args.src)
-    result = convert(args.src, args.out, convert_request(args, fmt='timm'))
+    result = resize(args.src, args.out, convert_request(args))
     report(result)
     return 0

@@ -2,7 +2,7 @@
 import argparse
 import sys
 
-from .options import add_source_args, limits_of, say, source_options
+from .options import SOURCE_HELP, add_hub_args, add_source_args, limits_of, say, source_options, tolerance_arg
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -13,10 +13,11 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                     'logits and features. A resized or re-headed folder is checked at its own geometry, against '
                     'the reference resized with the rule the folder records (a new head: features only). '
                     'Exit 0 when within --tol, 1 when not or when no check could run.')
-    parser.add_argument('src', metavar='SRC', help='the original checkpoint file or folder')
+    parser.add_argument('src', metavar='SRC', help=f'the original checkpoint: {SOURCE_HELP}')
     parser.add_argument('converted', metavar='CONVERTED', help='converted folder (any geometry)')
     add_source_args(parser)
-    parser.add_argument('--tol', type=float, default=1e-4, help='tolerance (default 1e-4)')
+    parser.add_argument('--tol', type=tolerance_arg, default=1e-4, help='tolerance (default 1e-4)')
+    add_hub_args(parser)
     return parser
 
 

@@ -4,24 +4,32 @@ Imports nothing heavy: ``vit-port --help`` builds every parser without torch or 
 choice lists below mirror constants of ``timm_vit_variants``; a test keeps them equal.
 """
 import argparse
+import os
 import shlex
 import sys
 from typing import Any, List
 
 __all__ = [
-    'say', 'UsageError', 'FORMATS', 'RESAMPLE_RULES', 'size_arg', 'byte_size_arg', 'add_geometry_args', 'add_source_args',
-    'add_output_args', 'add_safety_args', 'add_verify_args', 'add_push_options', 'add_push_to_option', 'check_sizes',
-    'source_options', 'convert_request', 'limits_of', 'recorded_command', 'report', 'remedy',
+    'say', 'UsageError', 'SOURCE_HELP', 'FORMATS', 'RESAMPLE_RULES', 'LIMIT_NAMES', 'size_arg', 'count_arg', 'tolerance_arg',
+    'fraction_arg', 'limit_arg', 'byte_size_arg', 'add_geometry_args', 'add_source_args', 'add_output_args',
+    'add_safety_args', 'add_verify_args', 'add_hub_args', 'add_push_options', 'add_push_to_option', 'check_sizes',
+    'check_folder_out', 'source_options', 'convert_request', 'limits_of', 'recorded_command', 'report', 'remedy',
 ]
 
 FORMATS = ('bigvision', 'vitjax', 'timm', 'hf')
 RESAMPLE_RULES = ('bigvision', 'timm', 'hf', 'flexi')
 ACT_LAYERS = ('gelu', 'gelu_tanh', 'quick_gelu', 'silu', 'relu')
 INTERPOLATIONS = ('bilinear', 'bicubic', 'nearest', 'lanczos')
+LIMIT_NAMES = ('depth', 'width', 'mlp', 'heads', 'classes', 'img_size', 'tokens', 'tensor_bytes', 'json_bytes',
+               'inflate_ratio')
+SOURCE_HELP = ('checkpoint file or folder, hf-hub:ORG/NAME[@REV] or ORG/NAME (a Hub repo), an https:// URL, or a '
+               'registered tag such as simple_vit_small_patch16_224.bv_i1k_300ep (a local path wins)')
+# What ``convert`` writes is a folder; an OUT named like one file is a mistake worth stopping at.
+_FILE_OUTPUTS = {'.onnx': 'export', '.pt2': 'export', '.safetensors': None, '.npz': None, '.pth': None, '.bin': None}
 
 # Options a model card may record: nothing that can carry a credential (--token, --endpoint) or free text.
 _RECORDED = frozenset({
-    'src', 'out', 'img_size', 'patch_size', 'resample_like', 'num_classes', 'fmt', 'num_heads', 'source_img_size',
+    'src', 'out', 'img_size', 'patch_size', 'resample_like', 'num_classes', 'from_', 'num_heads', 'source_img_size',
     'prefix', 'act_layer', 'norm_eps', 'pos_embed', 'use_ema', 'overwrite', 'max_shard_size', 'license', 'base_model',
     'assume_heads', 'mean', 'std', 'interpolation', 'crop_pct', 'crop_mode', 'in_chans',
     'datasets', 'tol', 'no_verify', 'allow_nonfinite', 'limits', 'push_to', 'private', 'revision', 'create_pr',
@@ -68,6 +76,47 @@ def size_arg(text: str) -> int:
     return value
 
 
+def count_arg(text: str) -> int:
+    """A non-negative integer CLI value (0 is meaningful, e.g. ``--num-classes 0`` drops the head)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f'expected a non-negative integer, got {text!r}') from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f'expected a non-negative integer, got {text!r}')
+    return value
+
+
+def tolerance_arg(text: str) -> float:
+    """A finite, non-negative float CLI value."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f'expected a number, got {text!r}') from None
+    if not 0 <= value < float('inf'):
+        raise argparse.ArgumentTypeError(f'expected a finite number >= 0, got {text!r}')
+    return value
+
+
+def fraction_arg(text: str) -> float:
+    """A CLI value in (0, 1], such as a crop fraction."""
+    value = tolerance_arg(text)
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f'expected a number in (0, 1], got {text!r}')
+    return value
+
+
+def limit_arg(text: str) -> str:
+    """``NAME=N`` for ``--limit``: a known limit and a positive integer, checked as the command line is parsed."""
+    name, sep, value = text.partition('=')
+    name = name.strip().replace('-', '_')
+    if not sep or name not in LIMIT_NAMES:
+        raise argparse.ArgumentTypeError(f'expected NAME=N with NAME one of {", ".join(LIMIT_NAMES)}, got {text!r}')
+    if not value.strip().isdigit() or int(value) < 1:
+        raise argparse.ArgumentTypeError(f'limit {name} needs a positive integer, got {value!r}')
+    return f'{name}={int(value)}'
+
+
 def byte_size_arg(text: str) -> int:
     """A byte size CLI value such as 5GB or 500MB."""
     from ..sizes import parse_size
@@ -91,7 +140,7 @@ def add_geometry_args(parser: argparse.ArgumentParser) -> None:
 
 def add_source_args(parser: argparse.ArgumentParser) -> None:
     """--from and the reader hints: how to read a source checkpoint."""
-    parser.add_argument('--from', dest='fmt', choices=FORMATS,
+    parser.add_argument('--from', dest='from_', choices=FORMATS,
                         help='source format (default: detected from the file)')
     parser.add_argument('--num-heads', type=size_arg,
                         help='attention heads, for sources that do not record them (e.g. a bare timm state dict)')
@@ -116,7 +165,7 @@ def add_source_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument('--mean', nargs='+', type=float, metavar='M', help='input mean per channel, e.g. 0.485 0.456 0.406')
     g.add_argument('--std', nargs='+', type=float, metavar='S', help='input std per channel')
     g.add_argument('--interpolation', choices=INTERPOLATIONS, help='resize interpolation of the eval transform')
-    g.add_argument('--crop-pct', type=float, metavar='F', help='center-crop fraction of the eval transform, in (0, 1]')
+    g.add_argument('--crop-pct', type=fraction_arg, metavar='F', help='center-crop fraction of the eval transform, in (0, 1]')
     g.add_argument('--crop-mode', choices=('center', 'squash', 'border'),
                    help="eval transform: resize the short side and center-crop, or 'squash' the whole image")
     add_safety_args(parser)
@@ -124,7 +173,7 @@ def add_source_args(parser: argparse.ArgumentParser) -> None:
 
 def add_safety_args(parser: argparse.ArgumentParser) -> None:
     """--limit: lift the sanity bounds on what a source may claim."""
-    parser.add_argument('--limit', action='append', dest='limits', metavar='NAME=N', default=None,
+    parser.add_argument('--limit', action='append', dest='limits', metavar='NAME=N', default=None, type=limit_arg,
                         help='lift a sanity limit on what the source may claim, e.g. --limit depth=512 (repeatable; '
                              'names: depth, width, mlp, heads, classes, img_size, tokens, tensor_bytes, json_bytes, '
                              'inflate_ratio; see docs/porting.md#safety)')
@@ -148,13 +197,20 @@ def add_output_args(parser: argparse.ArgumentParser) -> None:
 
 def add_verify_args(parser: argparse.ArgumentParser) -> None:
     """--tol and --no-verify, shared by ``convert`` and ``resize``."""
-    parser.add_argument('--tol', type=float, default=1e-4,
+    parser.add_argument('--tol', type=tolerance_arg, default=1e-4,
                         help='verification tolerance on max |delta| of logits and features, float32 (default 1e-4)')
     parser.add_argument('--no-verify', action='store_true', help='skip the numerical check against the source')
 
 
+def add_hub_args(parser: argparse.ArgumentParser) -> None:
+    """--token and --endpoint: how to reach the Hub, to download a named source or to push."""
+    g = parser.add_argument_group('Hub access (a source named by Hub id, and uploads)')
+    g.add_argument('--token', metavar='TOKEN', default=None, help='Hub token (default: HF_TOKEN, then login cache)')
+    g.add_argument('--endpoint', metavar='URL', default=None, help='Hub URL (default: HF_ENDPOINT or huggingface.co)')
+
+
 def add_push_options(parser: argparse.ArgumentParser, title: str = 'Hub upload') -> None:
-    """Options shared by ``push`` and ``convert --push-to``."""
+    """Options shared by ``push`` and ``convert --push-to`` (the token and endpoint are ``add_hub_args``')."""
     g = parser.add_argument_group(title)
     g.add_argument('--private', action='store_true', help='create the repo as private (if it does not exist)')
     g.add_argument('--revision', metavar='BRANCH', default=None,
@@ -162,8 +218,6 @@ def add_push_options(parser: argparse.ArgumentParser, title: str = 'Hub upload')
                         'pull request (the PR target with --create-pr)')
     g.add_argument('--create-pr', action='store_true', help='open a pull request instead of committing')
     g.add_argument('--commit-message', metavar='MSG', default=None, help='commit title')
-    g.add_argument('--token', metavar='TOKEN', default=None, help='Hub token (default: HF_TOKEN, then login cache)')
-    g.add_argument('--endpoint', metavar='URL', default=None, help='Hub URL (default: HF_ENDPOINT or huggingface.co)')
     g.add_argument('--dry-run', action='store_true',
                    help='print the files (path, size, sha256) that would be uploaded; send nothing')
     g.add_argument('--overwrite-card', action='store_true',
@@ -198,6 +252,18 @@ def report(result: Any) -> None:
             err=True)
 
 
+def check_folder_out(out: str) -> None:
+    """``convert``/``resize`` write a folder: an OUT named like one file (``m.onnx``) is refused, with what to run."""
+    suffix = os.path.splitext(out.rstrip('/'))[1].lower()
+    if suffix not in _FILE_OUTPUTS:
+        return
+    if _FILE_OUTPUTS[suffix] == 'export':
+        raise UsageError(f'OUT {out!r} looks like a {suffix} file, but convert writes a folder (model.safetensors, '
+                         f'config.json, README.md): convert into a folder, then `vit-port export FOLDER {out}`')
+    raise UsageError(f'OUT {out!r} looks like a {suffix} file, but convert writes a folder holding model.safetensors, '
+                     'config.json and README.md: name the folder (e.g. out/my_model)')
+
+
 def check_sizes(args: argparse.Namespace) -> None:
     """Size options take one (square) or two (H W) values."""
     for name in ('img_size', 'patch_size', 'source_img_size'):
@@ -215,8 +281,9 @@ def source_options(args: argparse.Namespace) -> Any:
         return tuple(value) if isinstance(value, list) else value
 
     return SourceOptions(**{name: given(name) for name in (
-        'fmt', 'prefix', 'num_heads', 'act_layer', 'norm_eps', 'pos_embed', 'use_ema', 'source_img_size', 'mean',
-        'std', 'interpolation', 'crop_pct', 'crop_mode', 'in_chans')}, assume_heads=getattr(args, 'assume_heads', None) or None)
+        'from_', 'prefix', 'num_heads', 'act_layer', 'norm_eps', 'pos_embed', 'use_ema', 'source_img_size', 'mean',
+        'std', 'interpolation', 'crop_pct', 'crop_mode', 'in_chans', 'endpoint', 'token')},
+        assume_heads=getattr(args, 'assume_heads', None) or None)
 
 
 def convert_request(args: argparse.Namespace, **overrides: Any) -> Any:
@@ -239,10 +306,19 @@ def convert_request(args: argparse.Namespace, **overrides: Any) -> Any:
 
 
 def limits_of(args: argparse.Namespace) -> Any:
-    """The ``Limits`` the ``--limit`` options ask for (defaults otherwise)."""
+    """The ``Limits`` the ``--limit`` options ask for (defaults otherwise); ``limit_arg`` has checked each one."""
     from timm_vit_variants.limits import DEFAULT_LIMITS
 
     return DEFAULT_LIMITS.with_overrides(getattr(args, 'limits', None) or [])
+
+
+def _recorded_path(value: str, dest: str) -> str:
+    """A positional as a card records it: a source named by Hub id, URL or tag as typed; a local path by its name."""
+    if value.startswith('local-dir:'):
+        value = value[len('local-dir:'):]
+    elif dest == 'src' and not os.path.lexists(value):
+        return value
+    return os.path.basename(os.path.normpath(value)) or value
 
 
 def recorded_command(parser: argparse.ArgumentParser, args: argparse.Namespace, prog: str) -> str:
@@ -263,7 +339,7 @@ def recorded_command(parser: argparse.ArgumentParser, args: argparse.Namespace, 
         if value is None or value == default:
             continue
         if not action.option_strings:
-            words.append(str(value))
+            words.append(_recorded_path(str(value), action.dest))
             continue
         flag = action.option_strings[-1] if action.option_strings[-1].startswith('--') else action.option_strings[0]
         if action.nargs == 0:

@@ -18,7 +18,9 @@ from ..hashing import source_sha256
 from ..hub_folder import load_folder, read_config
 from ..plan import ConversionPlan, make_plan, open_source
 from ..request import DEFAULT_TOL, SourceOptions, TargetOptions
+from ..sources import resolve_source
 from .compare import compare
+from .references import require_reference
 from .result import Verification
 
 __all__ = ['verify_source', 'check_at_target', 'verify_folder', 'shared_caveats']
@@ -111,7 +113,9 @@ def verify_folder(source: Union[str, Path], folder: Union[str, Path], options: S
     sha256 says so.
     """
     converted, raw = read_config(folder, limits)
-    with open_source(source, options, limits) as src:
+    resolved = resolve_source(source, options.endpoint, options.token, progress)
+    with open_source(resolved.path, options, limits) as src:
+        require_reference(src.format)
         rule = converted.pos_embed_resample if src.config.pos_table == 'learn' else None
         plan = make_plan(src, TargetOptions(img_size=converted.img_size, patch_size=converted.patch_size,
                                             num_classes=converted.num_classes, resample_like=rule), limits)
@@ -131,7 +135,7 @@ def verify_folder(source: Union[str, Path], folder: Union[str, Path], options: S
             else None
         if isinstance(recorded, str) and recorded != source_sha256(src.path):
             result.notes.append(f'the folder records another source (sha256 {recorded[:12]}...) than '
-                                f'{Path(str(source)).name}')
+                                f'{resolved.label}')
     return result
 
 

@@ -7,13 +7,15 @@ import torch.nn as nn
 from timm_vit_variants.errors import ViTVariantsError
 from timm_vit_variants.memory import release_after_use
 
+from ..extras import require
+
 from .hf_ref import hf_outputs
 from .npz_ref import npz_model
 from .result import NoReference, Outputs, ReferenceFailed, first_line
 from .target import at_target
 from .timm_ref import TimmReference, fit_input, timm_model
 
-__all__ = ['reference_outputs', 'release_as_it_runs']
+__all__ = ['reference_outputs', 'release_as_it_runs', 'require_reference']
 
 # The references that are timm networks (the target check can rebuild those at another geometry).
 _TIMM_BUILT: Dict[str, Callable[[str, Dict[str, Any]], TimmReference]] = {
@@ -21,6 +23,15 @@ _TIMM_BUILT: Dict[str, Callable[[str, Dict[str, Any]], TimmReference]] = {
     'bigvision': npz_model,
     'vitjax': npz_model,
 }
+
+
+def require_reference(fmt: str) -> None:
+    """Refuse, before any work, a check whose reference library is missing (transformers, for a transformers source).
+
+    timm, the other references' library, is a dependency; transformers is the ``hf`` extra.
+    """
+    if fmt == 'hf':
+        require('hf', 'verifying a transformers source', 'pass --no-verify to convert without the check')
 
 
 def release_as_it_runs(model: nn.Module) -> None:

@@ -39,6 +39,8 @@ from timm.utils import (
 from timm.utils.distributed import init_distributed_device_so
 from tqdm import tqdm
 
+from ..errors import ViTVariantsError
+
 __all__ = [
     'DistEnv', 'EpochResult', 'TrainResult', 'Session', 'build_parser', 'parse_args', 'setup_distributed', 'wrap_ddp',
     'create_model_from_args', 'amp_context', 'evaluate', 'build', 'train_one_epoch', 'validate', 'save', 'train', 'main',
@@ -421,6 +423,7 @@ def build(
     train_module = wrap_ddp(train_module, env)
 
     updates_per_epoch = len(loader_train)
+    _refuse_no_steps(updates_per_epoch, max_steps, len(dataset_train), args, env)
     scheduler, num_epochs = create_scheduler_v2(optimizer, **scheduler_kwargs(args), updates_per_epoch=updates_per_epoch)
     total = num_epochs * updates_per_epoch
     session = Session(
@@ -436,6 +439,23 @@ def build(
         with open(os.path.join(args.output, 'args.yaml'), 'w') as f:
             _yaml().safe_dump(vars(args), f)
     return session
+
+
+def _refuse_no_steps(updates_per_epoch: int, max_steps: Optional[int], num_images: int, args: argparse.Namespace,
+                     env: DistEnv) -> None:
+    """A run that would take no optimizer step is refused with the reason, instead of reporting "done"."""
+    if updates_per_epoch > 0 and args.epochs > 0 and (max_steps is None or max_steps > 0):
+        return
+    per_process = num_images // env.world_size
+    if updates_per_epoch == 0:
+        why = (f'--batch-size {args.batch_size} is larger than the {per_process} training images each of the '
+               f'{env.world_size} process(es) gets, and the training loader drops the last incomplete batch; '
+               'lower --batch-size')
+    elif args.epochs < 1:
+        why = f'--epochs is {args.epochs}'
+    else:
+        why = 'the step limit is 0'
+    raise ViTVariantsError(f'this run would take 0 training steps: {why}')
 
 
 def train_one_epoch(s: Session, epoch: int, on_step: Callable[[float], None]) -> float:

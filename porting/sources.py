@@ -1,0 +1,342 @@
+"""Sources by name: turn what the user typed as SRC into a local file or folder the readers can open.
+
+Resolved in this order:
+
+1. an existing local path (a file or folder; ``local-dir:PATH`` too) wins, whatever it looks like;
+2. ``hf-hub:ORG/NAME[@REV]``, or a bare ``ORG/NAME[@REV]`` that is not a local path: a Hub model repo,
+   downloaded with ``huggingface_hub.snapshot_download`` into its cache (``HF_HUB_CACHE``, ``HF_HUB_OFFLINE``,
+   ``HF_ENDPOINT`` or ``endpoint=``, the token), only the config, preprocessor config and one set of weights;
+3. ``https://...`` (or ``http://``): one file, downloaded once into timm's own download cache
+   (``torch.hub.get_dir()/checkpoints``, where ``pretrained=True`` puts the same file), with a progress bar on a
+   terminal; the pipeline records its sha256;
+4. a registered timm name or tag (``simple_vit_small_patch16_224.bv_i1k_300ep``): the ``hf_hub_id`` or ``url``
+   of its ``pretrained_cfg``.
+
+What a card and ``config.json`` record is the ``label``: the Hub id, the URL or the tag; a local path only by
+its file name. A bare ``ORG/NAME`` is ambiguous (a mistyped relative path reads the same), so every failure
+to fetch one says that it was read as a Hub id, and how to say either meaning exactly.
+"""
+import contextlib
+import os
+import re
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, Iterator, List, Optional, Tuple, Union
+
+from timm_vit_variants.checkpoints.files import CONFIG_FILE, INDEX_FILES, SINGLE_WEIGHT_FILES
+from timm_vit_variants.errors import ViTVariantsError
+
+from .hub_access import is_offline
+from .redact import redact
+
+__all__ = ['ResolvedSource', 'resolve_source', 'download_dir', 'HUB_PREFIX']
+
+HUB_PREFIX = 'hf-hub:'
+_LOCAL_PREFIX = 'local-dir:'
+# Besides the weights, what a reader may look at in a Hub repo.
+_SIDE_FILES = (CONFIG_FILE, 'preprocessor_config.json')
+_SHARD_PATTERNS = ('model-*-of-*.safetensors', 'pytorch_model-*-of-*.bin')
+# The weight sets a repo may hold, in the readers' order (``checkpoints.files``): one file, an index and its
+# shards, or a single .npz.
+_WEIGHT_SETS = (*((name,) for name in SINGLE_WEIGHT_FILES), *zip(INDEX_FILES, _SHARD_PATTERNS), ('*.npz',))
+# A name ending like a checkpoint file is a path, never a Hub id.
+_FILE_SUFFIXES = ('.npz', '.pth', '.pt', '.bin', '.safetensors', '.tar', '.ckpt', '.json')
+_REPO_RE = re.compile(r'^[A-Za-z0-9][\w.-]*/[\w.-]+(@[\w./-]+)?$')
+_TAG_RE = re.compile(r'^[a-z][a-z0-9_]*(\.[\w]+)?$')
+_CHUNK = 1 << 20
+
+
+@dataclass(frozen=True)
+class ResolvedSource:
+    """Where a source's bytes are on this machine, and how a card names it.
+
+    Attributes:
+        path: The local file or folder the readers open.
+        label: What the card and ``config.json`` record: ``hf-hub:ORG/NAME[@REV]``, the URL, the tag, or a
+            local path's file name.
+        kind: ``'local'``, ``'hub'``, ``'url'`` or ``'tag'``.
+        provenance: Extra facts to record: ``url`` (the file a tag or URL names), ``revision`` (the Hub commit
+            the snapshot holds).
+    """
+    path: str
+    label: str
+    kind: str
+    provenance: Dict[str, str] = field(default_factory=dict)
+
+
+def resolve_source(source: Union[str, os.PathLike], endpoint: Optional[str] = None, token: Optional[str] = None,
+                   progress: bool = False) -> ResolvedSource:
+    """The local file or folder behind ``source`` (see the module docstring); downloads what is not cached.
+
+    Raises ViTVariantsError naming the source and the reason: not found locally (and not a name), not on the
+    Hub, offline and not cached, a download that failed.
+    """
+    text = os.fspath(source)
+    local = text[len(_LOCAL_PREFIX):] if text.startswith(_LOCAL_PREFIX) else text
+    if os.path.lexists(local):
+        return ResolvedSource(local, os.path.basename(os.path.abspath(local)) or local, 'local')
+    if text.startswith(HUB_PREFIX):
+        return _from_hub(text[len(HUB_PREFIX):], endpoint, token, progress, typed=text)
+    if text.startswith(('https://', 'http://')):
+        return _from_url(text, progress)
+    if _looks_like_repo(text):
+        return _from_hub(text, endpoint, token, progress, typed=text)
+    if _TAG_RE.match(text) and not text.lower().endswith(_FILE_SUFFIXES):
+        tagged = _from_tag(text, endpoint, token, progress)
+        if tagged is not None:
+            return tagged
+    raise ViTVariantsError('source not found: no such local file or folder, and not a Hub id (hf-hub:ORG/NAME), '
+                           'an https:// URL or a registered model tag', path=local)
+
+
+def _looks_like_repo(text: str) -> bool:
+    """``ORG/NAME[@REV]`` that cannot be meant as a checkpoint path (no leading ./ or /, no file suffix)."""
+    name = text.split('@', 1)[0]
+    return bool(_REPO_RE.match(text)) and not name.lower().endswith(_FILE_SUFFIXES)
+
+
+# -- the Hub ------------------------------------------------------------------------------------------------
+
+def _split_revision(spec: str) -> Tuple[str, Optional[str]]:
+    repo_id, _, revision = spec.partition('@')
+    return repo_id, revision or None
+
+
+def _from_hub(spec: str, endpoint: Optional[str], token: Optional[str], progress: bool, typed: str,
+              filename: Optional[str] = None) -> ResolvedSource:
+    """A snapshot of the repo's config and one set of weights (or the one file ``filename``), from the cache."""
+    from huggingface_hub.utils import validate_repo_id
+
+    repo_id, revision = _split_revision(spec)
+    try:
+        validate_repo_id(repo_id)
+    except Exception as e:  # noqa: BLE001  (HFValidationError: the message says what is wrong)
+        raise ViTVariantsError(f'not a Hub model id: {e}', path=typed) from None
+    label = f'{HUB_PREFIX}{repo_id}' + (f'@{revision}' if revision else '')
+    with _hub_errors(typed, repo_id, revision, token, bare=not typed.startswith(HUB_PREFIX)), \
+            _progress_bars(progress):
+        path = _the_npz_of(_download_from_hub(repo_id, revision, endpoint, token, filename))
+    snapshot = Path(path) if os.path.isdir(path) else Path(path).parent
+    return ResolvedSource(path, label, 'hub', {'revision': snapshot.name})
+
+
+def _download_from_hub(repo_id: str, revision: Optional[str], endpoint: Optional[str], token: Optional[str],
+                       filename: Optional[str]) -> str:
+    from huggingface_hub import HfApi, hf_hub_download, snapshot_download
+    from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError, RevisionNotFoundError
+
+    where = dict(revision=revision, endpoint=endpoint, token=token)
+    if filename is not None:
+        return hf_hub_download(repo_id, filename, local_files_only=is_offline(), **where)
+    if is_offline():
+        return _cached_snapshot(repo_id, where)
+    try:
+        names = [s.rfilename for s in HfApi(endpoint=endpoint, token=token).model_info(repo_id, revision=revision).siblings]
+    except (GatedRepoError, RepositoryNotFoundError, RevisionNotFoundError):
+        raise
+    except Exception as unreachable:  # noqa: BLE001  (a connection or server failure: the cache may still serve)
+        try:
+            return _cached_snapshot(repo_id, where)
+        except Exception:  # noqa: BLE001  (not cached either: the first failure is the one to report)
+            raise unreachable from None
+    wanted = _wanted_files(names)
+    if wanted is None:
+        raise ViTVariantsError(f'the Hub repo holds no weights vit-port reads (looked for {", ".join(SINGLE_WEIGHT_FILES)}, '
+                               f'a shard index, or one .npz; it has: {", ".join(sorted(names)[:12]) or "no files"})',
+                               path=f'{HUB_PREFIX}{repo_id}')
+    if len(wanted) == 1 and wanted[0].endswith('.npz'):
+        return hf_hub_download(repo_id, wanted[0], **where)
+    return snapshot_download(repo_id, allow_patterns=wanted, **where)
+
+
+def _cached_snapshot(repo_id: str, where: Dict[str, Optional[str]]) -> str:
+    """The cached snapshot holding the side files and one complete weight set, tried in the readers' order.
+
+    ``snapshot_download`` refuses a cached snapshot that misses a file its patterns match, so each weight set
+    is asked for on its own: a cache holding ``model.safetensors`` is complete for that set even when the repo
+    also lists a ``pytorch_model.bin`` that was never downloaded.
+    """
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    first_error: Optional[Exception] = None
+    for weights in _WEIGHT_SETS:
+        try:
+            return snapshot_download(repo_id, local_files_only=True, allow_patterns=[*_SIDE_FILES, *weights], **where)
+        except LocalEntryNotFoundError as e:  # IncompleteSnapshotError too
+            first_error = first_error or e
+    raise first_error
+
+
+def _the_npz_of(path: str) -> str:
+    """A snapshot folder that holds one ``.npz`` and no Hub-folder weights is that file (readers take it as one)."""
+    if not os.path.isdir(path) or any(os.path.exists(os.path.join(path, n)) for n in (*SINGLE_WEIGHT_FILES, *INDEX_FILES)):
+        return path
+    npz = [n for n in os.listdir(path) if n.endswith('.npz')]
+    return os.path.join(path, npz[0]) if len(npz) == 1 else path
+
+
+def _wanted_files(names: List[str]) -> Optional[List[str]]:
+    """The side files plus the first weight set the readers would pick (``checkpoints.files`` order), or None."""
+    present = set(names)
+    side = [n for n in _SIDE_FILES if n in present]
+    for name in SINGLE_WEIGHT_FILES:
+        if name in present:
+            return side + [name]
+    for index, pattern in zip(INDEX_FILES, _SHARD_PATTERNS):
+        if index in present:
+            return side + [index, pattern]
+    npz = [n for n in names if n.endswith('.npz')]
+    if len(npz) > 1:
+        raise ViTVariantsError(f'the Hub repo holds {len(npz)} .npz files ({", ".join(sorted(npz)[:6])}); name one '
+                               'by its URL, https://HUB/ORG/NAME/resolve/REV/FILE')
+    return npz or None
+
+
+@contextlib.contextmanager
+def _hub_errors(typed: str, repo_id: str, revision: Optional[str], token: Optional[str], bare: bool) -> Iterator[None]:
+    """Turn a client failure into one ViTVariantsError that says what SRC was read as, and why it failed."""
+    try:
+        yield
+    except ViTVariantsError:
+        raise
+    except Exception as e:  # noqa: BLE001  (the client raises many types; each becomes one clear line)
+        where = f'the Hub model {repo_id}' + (f' at revision {revision!r}' if revision else '')
+        reason = _hub_reason(e, where)
+        if bare:
+            reason = (f'{typed!r} is not a local file or folder, so it was read as a Hub model id, and {reason}. '
+                      f'For a local path, check it (./{typed} says so); for the Hub, {HUB_PREFIX}{typed} does')
+        raise ViTVariantsError(redact(reason, [token]), path=typed) from None
+
+
+def _hub_reason(error: Exception, where: str) -> str:
+    from huggingface_hub.errors import (
+        GatedRepoError, HfHubHTTPError, LocalEntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError)
+
+    if isinstance(error, GatedRepoError):
+        return f'{where} is gated: accept its terms on the Hub, then give a token (HF_TOKEN or --token)'
+    if isinstance(error, RepositoryNotFoundError):
+        return f'{where} does not exist, or is private (give a token: HF_TOKEN or --token)'
+    if isinstance(error, RevisionNotFoundError):
+        return f'{where}: no such revision'
+    if isinstance(error, LocalEntryNotFoundError):
+        if is_offline():
+            return f'{where} is not in the local Hub cache and HF_HUB_OFFLINE is set (unset it to download)'
+        return f'{where} could not be reached and is not in the local Hub cache ({_first_line(error)})'
+    if isinstance(error, HfHubHTTPError):
+        status = error.response.status_code if error.response is not None else None
+        return f'{where}: HTTP {status}: {_first_line(error)}'
+    return f'{where} could not be downloaded: {type(error).__name__}: {_first_line(error)}'
+
+
+@contextlib.contextmanager
+def _progress_bars(show: bool) -> Iterator[None]:
+    """huggingface_hub's bars on stderr only when asked for (a terminal); the previous setting is restored."""
+    from huggingface_hub.utils import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
+
+    was_disabled = are_progress_bars_disabled()
+    if not show:
+        disable_progress_bars()
+    try:
+        yield
+    finally:
+        if not show and not was_disabled:
+            enable_progress_bars()
+
+
+def _first_line(error: Exception) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0].rstrip('.') if text else type(error).__name__
+
+
+# -- plain URLs ---------------------------------------------------------------------------------------------
+
+def download_dir() -> Path:
+    """timm's download cache (``torch.hub.get_dir()/checkpoints``), so a file ``pretrained=True`` fetched is reused."""
+    import torch.hub
+
+    return Path(torch.hub.get_dir()) / 'checkpoints'
+
+
+def _from_url(url: str, progress: bool) -> ResolvedSource:
+    """One file, downloaded once (atomically: a partial download never looks cached)."""
+    from urllib.parse import unquote, urlsplit
+
+    name = os.path.basename(unquote(urlsplit(url).path))
+    if not name or name in ('.', '..'):
+        raise ViTVariantsError('the URL names no file (expected .../NAME.npz or similar)', path=url)
+    folder = download_dir()
+    path = folder / name
+    if not path.is_file():
+        if is_offline():
+            raise ViTVariantsError(f'not in the download cache ({path}) and HF_HUB_OFFLINE is set (unset it to '
+                                   'download)', path=url)
+        _download(url, path, progress)
+    return ResolvedSource(str(path), url, 'url', {'url': url})
+
+
+def _download(url: str, path: Path, progress: bool) -> None:
+    import urllib.error
+    import urllib.request
+
+    from tqdm import tqdm
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, partial = tempfile.mkstemp(dir=path.parent, prefix=f'.{path.name}.', suffix='.partial')
+    try:
+        with os.fdopen(fd, 'wb') as out, urllib.request.urlopen(url, timeout=60) as response:
+            total = response.headers.get('Content-Length')
+            total = int(total) if total and total.isdigit() else None
+            done = 0
+            with tqdm(total=total, unit='B', unit_scale=True, desc=f'download {path.name}', file=sys.stderr,
+                      disable=not progress, leave=False) as bar:
+                while chunk := response.read(_CHUNK):
+                    out.write(chunk)
+                    done += len(chunk)
+                    bar.update(len(chunk))
+            if total is not None and done != total:
+                raise ViTVariantsError(f'download incomplete: {done} of {total} bytes', path=url)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(partial, path)
+    except ViTVariantsError:
+        raise
+    except urllib.error.HTTPError as e:
+        raise ViTVariantsError(f'download failed: HTTP {e.code} {e.reason}', path=url) from None
+    except (urllib.error.URLError, OSError, ValueError) as e:
+        reason = getattr(e, 'reason', None) or getattr(e, 'strerror', None) or e
+        raise ViTVariantsError(f'download failed: {reason}', path=url) from None
+    finally:
+        if os.path.exists(partial):
+            os.unlink(partial)
+
+
+# -- registered tags ----------------------------------------------------------------------------------------
+
+def _from_tag(name: str, endpoint: Optional[str], token: Optional[str], progress: bool) -> Optional[ResolvedSource]:
+    """The weights a registered timm name or tag points at; None when it is not one."""
+    import timm
+
+    import timm_vit_variants  # noqa: F401  (registers the simple_vit_* tags)
+
+    if not timm.is_model(name.split('.', 1)[0]):
+        return None
+    try:
+        cfg = timm.models.get_pretrained_cfg(name)
+    except RuntimeError:  # timm: "Invalid pretrained tag (...) for ..."
+        cfg = None
+    if cfg is None:
+        raise ViTVariantsError(f'{name!r} is a registered model, but no such pretrained tag (registered: '
+                               f'{", ".join(timm.list_pretrained(name.split(".", 1)[0] + ".*")) or "none"})',
+                               path=name)
+    if cfg.hf_hub_id:
+        hub = _from_hub(cfg.hf_hub_id, endpoint, token, progress, typed=f'{HUB_PREFIX}{cfg.hf_hub_id}',
+                        filename=cfg.hf_hub_filename or None)
+        return ResolvedSource(hub.path, name, 'tag', {**hub.provenance, 'hf_hub_id': cfg.hf_hub_id})
+    if cfg.url:
+        url = _from_url(cfg.url, progress)
+        return ResolvedSource(url.path, name, 'tag', url.provenance)
+    raise ViTVariantsError(f'the tag {name!r} names no downloadable weights (its pretrained_cfg has neither '
+                           'hf_hub_id nor url)', path=name)
