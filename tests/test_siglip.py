@@ -11,7 +11,7 @@ from timm.models import get_notrace_functions, get_notrace_modules
 
 import timm_vit_variants  # noqa: F401
 from porting.cli import main
-from porting.hub_folder import load_folder
+from porting.hub_folder import load_folder, save_pretrained_folder
 
 REF = Path(__file__).resolve().parent / 'data' / 'reference'
 TOL = 2e-5
@@ -111,6 +111,21 @@ def test_a_registered_tag_loads_the_big_vision_file(tmp_path):
     with torch.no_grad():
         assert np.abs(model.eval()(_nhwc(io['inputs_56x56'])).numpy() - io['pre_logits_56x56']).max() <= TOL
 
+
+
+def test_a_folder_under_a_tower_name_keeps_its_own_class_count(tmp_path):
+    """The towers default to no classifier through their pretrained_cfg, so timm's local-dir: still applies a
+    folder's top-level num_classes (a re-headed tower, or any model whose nearest registered name is a tower)."""
+    model = timm.create_model('simple_vit_base_patch16_siglip_224', **TINY, num_classes=10).eval()
+    torch.nn.init.normal_(model.head.weight)
+    save_pretrained_folder(model, tmp_path / 'tower10')
+    config = tmp_path / 'tower10' / 'config.json'
+    config.write_text(json.dumps(dict(json.loads(config.read_text()), architecture='simple_vit_base_patch16_siglip_224')))
+    back = timm.create_model(f'local-dir:{tmp_path / "tower10"}', pretrained=True).eval()
+    x = torch.randn(2, 3, 56, 56)
+    with torch.no_grad():
+        assert back.num_classes == 10 and torch.equal(back(x), model(x))
+    assert timm.create_model('simple_vit_base_patch16_siglip_224', device='meta').num_classes == 0
 
 # -- transformers ----------------------------------------------------------------------------------------------
 

@@ -355,8 +355,9 @@ _FLEXI = {'img_size': 240, 'patch_size': 16, 'class_token': True, 'global_pool':
           'pos_embed_resample': 'flexi'}
 
 # SigLIP / SigLIP 2 image towers: a learned table without a cls slot, big_vision's MAPHead, no classifier
-# (model(x) is the image embedding), and the VALID patch conv's crop.
-_SIGLIP = {'pos_embed': 'learn', 'global_pool': 'map', 'grid_mode': 'crop', 'num_classes': 0}
+# (model(x) is the image embedding: their pretrained_cfg says num_classes=0, so a folder's own count still wins),
+# and the VALID patch conv's crop.
+_SIGLIP = {'pos_embed': 'learn', 'global_pool': 'map', 'grid_mode': 'crop'}
 # (variant, patch, image sizes) of the published towers (big_vision configs/proj/image_text/README_siglip2.md).
 SIGLIP_TOWERS = (('base', 16, (224, 256, 384, 512)), ('base', 32, (256,)), ('large', 16, (256, 384, 512)),
                  ('so400m', 14, (224, 384)), ('so400m', 16, (256, 384, 512)), ('giantopt', 16, (256, 384)))
@@ -398,7 +399,8 @@ MODELS: Dict[str, ModelEntry] = {
 }
 
 # What must match for ``architecture`` to name a registered model, most telling first.
-_DIMS = ('embed_dim', 'num_heads', 'mlp_dim', 'depth', 'patch_size', 'rep_size', 'img_size', 'global_pool')
+_DIMS = ('embed_dim', 'num_heads', 'mlp_dim', 'depth', 'patch_size', 'rep_size', 'img_size', 'global_pool',
+         'class_token')
 
 
 def architecture_for(config: SimpleViTConfig) -> str:
