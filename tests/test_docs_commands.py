@@ -38,6 +38,8 @@ DOWNLOADS = {
     'flexivit_s_i1k.npz': REF / 'flexivit_tiny.npz',                 # FlexiViT-S (32x32 kernel, 7x7 table)
     'Ti_16-i21k-300ep-lr_0.001-aug_none-wd_0.03-do_0.0-sd_0.0--imagenet2012-steps_20k-lr_0.03-res_384.npz':
         REF / 'vitjax_tiny.npz',                                     # AugReg Ti/16 (vit_jax layout, learned table)
+    'webli_en_so400m_384_58765454.npz': REF / 'siglip_tiny384.npz',  # SigLIP So400m/14 at 384 (two towers, MAP head)
+    'siglip2_so400m16_naflex.npz': REF / 'naflex_tiny.npz',         # SigLIP 2 NaFlex So400m/16 (Dense kernel, G x G table)
 }
 # Hub repos the documents read -> the _porting_fixtures writer of what the loopback Hub holds there.
 HUB_REPOS = {'google/vit-base-patch16-224': 'write_hf_folder'}  # a transformers ViT folder
