@@ -14,6 +14,11 @@ same for the resize-to-budget mode (every image resized to at most ``--budget`` 
 ``ResizeToBudget``, big_vision's rule). Reported: images/s of each, ratios to ours, and the share of
 the tokens timm's padded batch spends on padding (which the packed rows avoid).
 
+Last, one attention (3 heads of 64) over the native workload's sequences in each form PyTorch offers,
+each checked against one SDPA call per image: the packed rows with an additive block-diagonal mask
+(what the model runs), padding to the longest with a key mask (timm's), one call per image, nested
+jagged tensors, and FlexAttention with a block mask, eager and compiled.
+
 Run: ``python benchmarks/bench_naflex.py --rounds 5`` (``--device cuda`` on a GPU machine;
 ``pip install vit-pytorch`` for the NaViT row).
 """
@@ -22,6 +27,7 @@ import json
 import statistics
 import sys
 import time
+import warnings
 from pathlib import Path
 from typing import Callable, Dict, List
 
@@ -30,6 +36,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from timm_vit_variants import SimpleVisionTransformer  # noqa: E402
+from timm_vit_variants.packing import pack_sequences  # noqa: E402
 from timm_vit_variants.naflex_transforms import ResizeToBudget, naflex_batch  # noqa: E402
 
 DIMS = dict(embed_dim=192, depth=4, num_heads=3, mlp_dim=768, patch_size=16)
@@ -71,7 +78,7 @@ def models(device: str, largest: int) -> Dict[str, torch.nn.Module]:
 
 def timed(fn: Callable[[], object], device: str, repeat: int) -> float:
     """Best of ``repeat`` wall times of ``fn`` (after one warm-up call)."""
-    with torch.inference_mode():
+    with torch.no_grad():  # not inference_mode: nested jagged tensors refuse inference tensors
         fn()
         best = float('inf')
         for _ in range(repeat):
@@ -107,6 +114,72 @@ def alone_error(model: torch.nn.Module, images: List[torch.Tensor], device: str)
     return (together - alone).abs().max().item()
 
 
+def attention_forms(lengths: List[int], device: str, repeat: int, heads: int = 3,
+                    head_dim: int = 64) -> Dict[str, Callable[[], torch.Tensor]]:
+    """One attention over sequences of ``lengths`` in each form; every entry returns the (sum(lengths), H*hd)
+    outputs, images one after another, so that each can be checked against one SDPA call per image."""
+    warnings.filterwarnings('ignore', message='.*(nested tensors|flex_attention called without).*')
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    generator = torch.Generator().manual_seed(0)
+    seqs = [torch.randn(heads, n, head_dim, generator=generator).to(device) for n in lengths]  # q = k = v
+    flat = torch.cat([s.transpose(0, 1).reshape(n, -1) for s, n in zip(seqs, lengths)])
+    packed = pack_sequences(lengths, device=device)
+    rows = packed.scatter(flat).view(packed.rows, packed.capacity, heads, head_dim).transpose(1, 2).contiguous()
+    mask = packed.attn_mask(rows.dtype)
+    longest = max(lengths)
+    padded = rows.new_zeros(len(seqs), heads, longest, head_dim)
+    for i, s in enumerate(seqs):
+        padded[i, :, :s.shape[1]] = s
+    valid = torch.arange(longest, device=device)[None] < torch.tensor(lengths, device=device)[:, None]
+    key_mask = rows.new_zeros(valid.shape).masked_fill_(~valid, float('-inf'))[:, None, None]
+    nested = torch.nested.nested_tensor([s.transpose(0, 1) for s in seqs], layout=torch.jagged).transpose(1, 2)
+
+    def from_rows(out: torch.Tensor) -> torch.Tensor:
+        return packed.gather(out.transpose(1, 2).reshape(packed.rows, packed.capacity, -1))
+
+    def from_list(outs: List[torch.Tensor]) -> torch.Tensor:
+        return torch.cat([o.transpose(0, 1).reshape(o.shape[1], -1) for o in outs])
+
+    forms = {
+        'packed rows + mask': lambda: from_rows(sdpa(rows, rows, rows, attn_mask=mask)),
+        'padded + key mask': lambda: torch.cat([o[:, :n].transpose(0, 1).reshape(n, -1) for o, n in
+                                                zip(sdpa(padded, padded, padded, attn_mask=key_mask), lengths)]),
+        'one call per image': lambda: from_list([sdpa(s[None], s[None], s[None])[0] for s in seqs]),
+        'nested jagged': lambda: from_list(sdpa(nested, nested, nested).unbind()),
+    }
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    image = packed.image
+
+    def same_image(b, h, q, kv):
+        return (image[b, q] == image[b, kv]) | (q == kv)
+
+    block = create_block_mask(same_image, B=packed.rows, H=None, Q_LEN=packed.capacity, KV_LEN=packed.capacity,
+                              device=device)
+    compiled = torch.compile(flex_attention, dynamic=False)
+    forms['FlexAttention eager'] = lambda: from_rows(flex_attention(rows, rows, rows, block_mask=block))
+    forms['FlexAttention compiled'] = lambda: from_rows(compiled(rows, rows, rows, block_mask=block))
+    return forms
+
+
+def attention_report(lengths: List[int], device: str, repeat: int, rounds: int) -> Dict[str, dict]:
+    """Median seconds (and range) of each attention form, and its max |d| from one call per image."""
+    forms = attention_forms(lengths, device, repeat)
+    with torch.no_grad():
+        truth = forms['one call per image']()
+    out = {}
+    for name, fn in forms.items():
+        try:
+            with torch.no_grad():
+                err = (fn() - truth).abs().max().item()
+            times = [timed(fn, device, repeat) for _ in range(rounds)]
+        except Exception as e:  # noqa: BLE001  (a form this PyTorch build cannot run is reported, not fatal)
+            out[name] = dict(error=f'{type(e).__name__}: {str(e).splitlines()[0][:120]}')
+            continue
+        out[name] = dict(seconds=statistics.median(times), spread=(min(times), max(times)), max_abs=err)
+    return out
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     p.add_argument('--images', type=int, default=64)
@@ -137,6 +210,16 @@ def main() -> int:
         print(f'{"":12s} {"images/s":>10s} {"ours list / it":>15s}')
         for name, rate in rates.items():
             print(f'{name:12s} {rate:10.1f} {rates["ours list"] / rate:15.2f}x')
+    lengths = [(im.shape[1] // 16) * (im.shape[2] // 16) for im in native]
+    report['attention'] = attention = attention_report(lengths, args.device, args.repeat, args.rounds)
+    print(f'\nattention alone over the native sequences ({len(lengths)} images, 3 heads of 64)')
+    base = attention['packed rows + mask']['seconds']
+    for name, row in attention.items():
+        if 'error' in row:
+            print(f'{name:24s} fails: {row["error"]}')
+        else:
+            print(f'{name:24s} {row["seconds"] * 1e3:8.2f} ms  max|d|={row["max_abs"]:.1e}  '
+                  f'time / packed rows {row["seconds"] / base:5.2f}')
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=1))
     return 0

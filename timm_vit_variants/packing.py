@@ -1,12 +1,11 @@
 """Patch n' Pack (NaViT): the token sequences of many images packed into a few rows, attention kept inside each.
 
 Every image keeps its own length. First-fit decreasing places the sequences into rows of one
-capacity (the longest sequence, or more), so a batch of mixed sizes carries almost no padding; a
-boolean block-diagonal mask keeps each image's attention to its own tokens. Measured on CPU for 64
-images of 4 to 196 tokens (width 192, 3 heads): one masked SDPA over the packed rows 0.022 s,
-timm-style padding to the longest 0.037 s, one SDPA call per image 0.32 s, nested jagged tensors
-4.2 s (their SDPA falls back to the math path on CPU), FlexAttention uncompiled 0.23 s (it needs
-``torch.compile`` to be fast). So the packed rows with a mask are what the model runs.
+capacity (the longest sequence, or more), so a batch of mixed sizes carries almost no padding; an
+additive block-diagonal mask keeps each image's attention to its own tokens, and timm's blocks run
+unchanged on the rows. Of the forms PyTorch offers, measured by ``benchmarks/bench_naflex.py``
+(docs/benchmarks.md#naflex), this is the fastest on CPU with one call per image close behind;
+padding to the longest, nested jagged tensors and FlexAttention (eager or compiled) are slower.
 """
 from dataclasses import dataclass
 from typing import List, Sequence, Tuple

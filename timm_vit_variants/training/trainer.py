@@ -29,17 +29,18 @@ from typing import Any, Callable, ContextManager, Dict, List, Optional, Sequence
 import torch
 import torch.distributed as dist
 import torch.nn as nn
-from timm.data import Mixup, NaFlexMixup, create_dataset, create_loader, create_naflex_loader, resolve_data_config
+from timm.data import Mixup, NaFlexMixup, create_dataset, resolve_data_config
 from timm.loss import LabelSmoothingCrossEntropy, SoftTargetCrossEntropy
 from timm.models import create_model
 from timm.optim import create_optimizer_v2, optimizer_kwargs
 from timm.scheduler import create_scheduler_v2, scheduler_kwargs
 from timm.utils import (
     CheckpointSaver, ModelEmaV3, ParseKwargs, dispatch_clip_grad, random_seed)
-from timm.utils.distributed import init_distributed_device_so
 from tqdm import tqdm
 
 from ..errors import ViTVariantsError
+from .distributed import DistEnv, setup_distributed, wrap_ddp
+from .loaders import batch_size_of, loss_scale, naflex_loaders, set_epoch, standard_loaders, to_device
 
 __all__ = [
     'DistEnv', 'EpochResult', 'TrainResult', 'Session', 'build_parser', 'parse_args', 'setup_distributed', 'wrap_ddp',
@@ -165,36 +166,6 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     return args
 
 
-@dataclass
-class DistEnv:
-    """Where this process sits: its device, rank and world size."""
-    device: torch.device
-    rank: int = 0
-    local_rank: int = 0
-    world_size: int = 1
-    distributed: bool = False
-
-    @property
-    def is_primary(self) -> bool:
-        return self.rank == 0
-
-
-def setup_distributed(device: str) -> DistEnv:
-    """Join the torchrun process group if one is set up in the environment (gloo on CPU, nccl on CUDA)."""
-    info = init_distributed_device_so(device=device)
-    return DistEnv(
-        device=torch.device(info['device']), rank=info['global_rank'], local_rank=info['local_rank'],
-        world_size=info['world_size'], distributed=info['distributed'])
-
-
-def wrap_ddp(model: nn.Module, env: DistEnv) -> nn.Module:
-    """DistributedDataParallel with the device_ids DDP accepts: None for CPU modules, [index] for GPUs."""
-    if not env.distributed:
-        return model
-    device_ids = [env.device.index] if env.device.type == 'cuda' else None
-    return nn.parallel.DistributedDataParallel(model, device_ids=device_ids)
-
-
 def create_model_from_args(args: argparse.Namespace) -> nn.Module:
     """``create_model`` with the keyword arguments train.py passes (pretrained path, initial checkpoint...)."""
     factory_kwargs: Dict[str, Any] = {}
@@ -239,7 +210,7 @@ def evaluate(
     model.eval()
     loss_sum, correct, count = 0.0, 0, 0
     for images, target in loader:
-        images, target = _to(images, device), target.to(device)
+        images, target = to_device(images, device), target.to(device)
         with autocast():
             logits = model(images)
         logits = logits.float()
@@ -268,73 +239,6 @@ class TrainResult:
     step_losses: List[float] = field(default_factory=list)
 
 
-def _to(images: Any, device: torch.device) -> Any:
-    """An NCHW batch or a NaFlex dict on ``device``."""
-    if isinstance(images, dict):
-        return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in images.items()}
-    return images.to(device)
-
-
-def _batch_size(images: Any) -> int:
-    return images['patches'].shape[0] if isinstance(images, dict) else images.shape[0]
-
-
-def _loss_scale(args: argparse.Namespace, batch: int) -> float:
-    """train.py's ``--naflex-loss-scale``: NaFlex batches vary in size, so each loss is weighted by it."""
-    if not args.naflex_loader or args.naflex_loss_scale == 'none':
-        return 1.0
-    scale = batch / args.batch_size
-    return scale ** 0.5 if args.naflex_loss_scale == 'sqrt' else scale
-
-
-def _loaders(args: argparse.Namespace, data_config: Dict[str, Any], env: DistEnv, dataset_train: Any,
-             dataset_eval: Any) -> Any:
-    """timm's standard loaders: fixed-size NCHW batches (or scheduled sizes with --train-img-sizes)."""
-    common = _loader_kwargs(args, data_config, env)
-    train = create_loader(
-        dataset_train, input_size=data_config['input_size'], batch_size=args.batch_size, is_training=True,
-        no_aug=args.no_aug, re_prob=args.reprob, scale=args.scale, ratio=args.ratio, hflip=args.hflip,
-        vflip=args.vflip, color_jitter=args.color_jitter, auto_augment=args.aa,
-        interpolation=data_config['interpolation'] if args.no_aug or not args.train_interpolation
-        else args.train_interpolation,
-        input_size_choices=args.train_img_sizes, batch_size_choices=args.train_batch_sizes,
-        batch_choice_weights=args.train_size_probs, batch_choice_seed=args.seed, **common)
-    evaluation = None
-    if dataset_eval is not None and env.is_primary:
-        evaluation = create_loader(
-            dataset_eval, input_size=data_config['input_size'],
-            batch_size=args.validation_batch_size or args.batch_size, is_training=False,
-            interpolation=data_config['interpolation'], crop_pct=data_config['crop_pct'],
-            **dict(common, distributed=False))
-    return train, evaluation
-
-
-def _naflex_loaders(args: argparse.Namespace, model: nn.Module, data_config: Dict[str, Any], env: DistEnv,
-                    dataset_train: Any, dataset_eval: Any, mixup: Optional[NaFlexMixup]) -> Any:
-    """timm's NaFlex loaders, called as train.py calls them (the model's own patch size)."""
-    common = dict(mean=data_config['mean'], std=data_config['std'], num_workers=args.workers, use_prefetcher=False,
-                  device=env.device, persistent_workers=False, pin_memory=False, patch_size=model.get_patch_size())
-    train = create_naflex_loader(
-        dataset_train, train_seq_lens=tuple(args.naflex_train_seq_lens), batch_size=args.batch_size,
-        is_training=True, mixup_fn=mixup, no_aug=args.no_aug, re_prob=args.reprob, scale=args.scale,
-        ratio=args.ratio, hflip=args.hflip, vflip=args.vflip, color_jitter=args.color_jitter, auto_augment=args.aa,
-        interpolation=data_config['interpolation'] if args.no_aug or not args.train_interpolation
-        else args.train_interpolation, distributed=env.distributed, rank=env.rank, world_size=env.world_size,
-        seed=args.seed, **common)
-    evaluation = None
-    if dataset_eval is not None and env.is_primary:
-        evaluation = create_naflex_loader(
-            dataset_eval, max_seq_len=args.naflex_max_seq_len, batch_size=args.validation_batch_size or args.batch_size,
-            is_training=False, interpolation=data_config['interpolation'], **common)
-    return train, evaluation
-
-
-def _loader_kwargs(args: argparse.Namespace, data_config: Dict[str, Any], env: DistEnv) -> Dict[str, Any]:
-    return dict(
-        mean=data_config['mean'], std=data_config['std'], num_workers=args.workers, distributed=env.distributed,
-        use_prefetcher=False, device=env.device, persistent_workers=False)
-
-
 def _train_loss(args: argparse.Namespace, num_classes: int):
     """timm's losses, chosen as train.py chooses them (soft targets under mixup, else label smoothing)."""
     if args.mixup > 0 or args.cutmix > 0:
@@ -344,14 +248,6 @@ def _train_loss(args: argparse.Namespace, num_classes: int):
     if args.smoothing:
         return LabelSmoothingCrossEntropy(smoothing=args.smoothing), None
     return nn.CrossEntropyLoss(), None
-
-
-def _set_epoch(loader: Any, epoch: int) -> None:
-    # The distributed / scheduled samplers (and NaFlex's dataset wrapper) reshuffle per epoch only when told the epoch.
-    for obj in (loader.batch_sampler, loader.sampler, loader.dataset):
-        if hasattr(obj, 'set_epoch'):
-            obj.set_epoch(epoch)
-            return
 
 
 @dataclass
@@ -409,11 +305,11 @@ def build(
     if args.naflex_loader:  # mixup happens inside the NaFlex loader, on its padded dicts
         naflex_mixup = NaFlexMixup(num_classes=args.num_classes, mixup_alpha=args.mixup, cutmix_alpha=args.cutmix,
                                    label_smoothing=args.smoothing) if mixup is not None else None
-        loader_train, loader_eval = _naflex_loaders(args, model, data_config, env, dataset_train, dataset_eval,
+        loader_train, loader_eval = naflex_loaders(args, model, data_config, env, dataset_train, dataset_eval,
                                                     naflex_mixup)
         mixup = None
     else:
-        loader_train, loader_eval = _loaders(args, data_config, env, dataset_train, dataset_eval)
+        loader_train, loader_eval = standard_loaders(args, data_config, env, dataset_train, dataset_eval)
     optimizer = create_optimizer_v2(model, **optimizer_kwargs(cfg=args))
     ema = ModelEmaV3(model, decay=args.model_ema_decay, use_warmup=args.model_ema_warmup) \
         if args.model_ema else None
@@ -460,18 +356,18 @@ def _refuse_no_steps(updates_per_epoch: int, max_steps: Optional[int], num_image
 
 def train_one_epoch(s: Session, epoch: int, on_step: Callable[[float], None]) -> float:
     """One pass over the training data (stopping at ``s.steps`` updates); returns the mean loss over all ranks."""
-    _set_epoch(s.loader_train, epoch)
+    set_epoch(s.loader_train, epoch)
     s.train_module.train()
     loss_sum, seen = 0.0, 0
     for images, target in s.loader_train:
-        images, target = _to(images, s.env.device), target.to(s.env.device)
+        images, target = to_device(images, s.env.device), target.to(s.env.device)
         if s.mixup is not None:
             images, target = s.mixup(images, target)
-        batch = _batch_size(images)
+        batch = batch_size_of(images)
         with s.autocast():
             loss = s.loss_fn(s.train_module(images), target)
         s.optimizer.zero_grad(set_to_none=True)
-        (loss * _loss_scale(s.args, batch)).backward()
+        (loss * loss_scale(s.args, batch)).backward()
         if s.args.clip_grad is not None:
             dispatch_clip_grad(s.model.parameters(), value=s.args.clip_grad, mode=s.args.clip_mode)
         s.optimizer.step()
