@@ -49,7 +49,7 @@ def _convert(capsys, src, out, *extra):
 
 
 @pytest.mark.parametrize('layout', ['unscanned', 'scanned', 'bare', 'old_probe'])
-def test_big_vision_two_tower_layouts(tmp_path, capsys, layout):
+def test_big_vision_two_tower_layouts(tmp_path, capsys, layout, max_delta):
     src = {'unscanned': REF / 'siglip_tiny.npz', 'scanned': REF / 'siglip_tiny_scanned.npz'}.get(layout) or \
         _derived(tmp_path, layout)
     captured = _convert(capsys, src, tmp_path / 'out')
@@ -62,13 +62,13 @@ def test_big_vision_two_tower_layouts(tmp_path, capsys, layout):
     with torch.no_grad():
         feats = model.forward_features(_nhwc(io['inputs_56x56']))
         out = model.forward_head(feats)
-    assert np.abs(out.numpy() - io['pre_logits_56x56']).max() <= TOL
-    assert np.abs(feats.numpy() - io['encoded_56x56']).max() <= TOL
+    max_delta(f'big_vision SigLIP {layout}, 56x56: embedding', out, io['pre_logits_56x56'], TOL)
+    max_delta(f'big_vision SigLIP {layout}, 56x56: encoded tokens', feats, io['encoded_56x56'], TOL)
     card = (tmp_path / 'out' / 'README.md').read_text()
     assert 'image embedding' in card and 'text tower' in card and 'pipeline_tag: image-feature-extraction' in card
 
 
-def test_the_valid_crop_at_384_patch_14(tmp_path, capsys):
+def test_the_valid_crop_at_384_patch_14(tmp_path, capsys, max_delta):
     _convert(capsys, REF / 'siglip_tiny384.npz', tmp_path / 'out', '--img-size', '384')
     model = load_folder(tmp_path / 'out')
     assert model.patch_embed.grid_size == (27, 27)  # the last 6 pixel rows and columns play no role
@@ -81,23 +81,24 @@ def test_the_valid_crop_at_384_patch_14(tmp_path, capsys):
             model.config.to_dict(), img_size=378, grid_mode='pad'))  # padding: 384 -> a 28x28 grid, table resampled
         padded.load_state_dict(model.state_dict())
         off = np.abs(padded.eval()(x).numpy() - io['pre_logits_384x384']).max()
-    assert np.abs(out - io['pre_logits_384x384']).max() <= TOL
-    assert np.abs(tokens - io['encoded_384x384_img0_row0']).max() <= TOL
+    max_delta('big_vision SigLIP 384/14 (VALID crop): embedding', out, io['pre_logits_384x384'], TOL)
+    max_delta('big_vision SigLIP 384/14 (VALID crop): encoded row 0', tokens, io['encoded_384x384_img0_row0'], TOL)
     assert off > 1e-3
 
 
-def test_a_resize_with_big_visions_rule(tmp_path, capsys):
+def test_a_resize_with_big_visions_rule(tmp_path, capsys, max_delta):
     captured = _convert(capsys, REF / 'siglip_tiny.npz', tmp_path / 'out', '--img-size', '84')
     assert 'target geometry (84x84, patch 14) passed' in captured.out and "big_vision's scipy zoom" in captured.out
     model = load_folder(tmp_path / 'out')
     io = np.load(REF / 'siglip_tiny_io.npz')
-    np.testing.assert_allclose(model.pos_embed.detach().numpy(), io['pos_embedding_84x84'], atol=1e-6)
+    max_delta("big_vision SigLIP 56 -> 84 (big_vision's resize): position table", model.pos_embed,
+              io['pos_embedding_84x84'], 1e-6)
     with torch.no_grad():
         out = model(_nhwc(io['inputs_84x84'])).numpy()
-    assert np.abs(out - io['pre_logits_84x84']).max() <= TOL
+    max_delta("big_vision SigLIP 56 -> 84 (big_vision's resize): embedding", out, io['pre_logits_84x84'], TOL)
 
 
-def test_a_registered_tag_loads_the_big_vision_file(tmp_path):
+def test_a_registered_tag_loads_the_big_vision_file(tmp_path, max_delta):
     assert {'simple_vit_so400m_patch14_siglip_384.webli', 'simple_vit_base_patch16_siglip_224.v2_webli',
             'simple_vit_giantopt_patch16_siglip_384.v2_webli'} <= set(timm.list_pretrained('*siglip*'))
     cfg = timm.models.get_pretrained_cfg('simple_vit_so400m_patch14_siglip_384.webli')
@@ -109,7 +110,8 @@ def test_a_registered_tag_loads_the_big_vision_file(tmp_path):
                               pretrained_cfg_overlay=dict(file=str(REF / 'siglip_tiny.npz')))
     io = np.load(REF / 'siglip_tiny_io.npz')
     with torch.no_grad():
-        assert np.abs(model.eval()(_nhwc(io['inputs_56x56'])).numpy() - io['pre_logits_56x56']).max() <= TOL
+        max_delta('big_vision SigLIP through a registered tag: embedding', model.eval()(_nhwc(io['inputs_56x56'])),
+                  io['pre_logits_56x56'], TOL)
 
 
 
@@ -150,7 +152,7 @@ def _hf_folder(tmp_path: Path, full: bool) -> Path:
 
 
 @pytest.mark.parametrize('full', [False, True])
-def test_transformers_siglip_folders(tmp_path, capsys, full):
+def test_transformers_siglip_folders(tmp_path, capsys, full, max_delta):
     folder, reference = _hf_folder(tmp_path, full)
     captured = _convert(capsys, folder, tmp_path / 'out')
     assert ('the text tower' in captured.err) == full
@@ -159,15 +161,16 @@ def test_transformers_siglip_folders(tmp_path, capsys, full):
     with torch.no_grad():
         expected = reference(pixel_values=x)
         feats = model.forward_features(x)
-        torch.testing.assert_close(model.forward_head(feats), expected.pooler_output, atol=TOL, rtol=0)
-        torch.testing.assert_close(feats, expected.last_hidden_state, atol=TOL, rtol=0)
+        name = 'SiglipModel' if full else 'SiglipVisionModel'
+        max_delta(f'transformers {name} 56x56: pooler_output', model.forward_head(feats), expected.pooler_output, TOL)
+        max_delta(f'transformers {name} 56x56: last_hidden_state', feats, expected.last_hidden_state, TOL)
     captured = _convert(capsys, folder, tmp_path / 'big', '--img-size', '84')
     assert 'target geometry (84x84, patch 14) passed' in captured.out and 'interpolate_pos_encoding' in captured.out
 
 
 # -- timm ------------------------------------------------------------------------------------------------------
 
-def test_timm_siglip_checkpoints(tmp_path, capsys):
+def test_timm_siglip_checkpoints(tmp_path, capsys, max_delta):
     from timm.models import save_for_hf
 
     args = dict(embed_dim=64, depth=2, num_heads=4, img_size=56, patch_size=14, mlp_ratio=239.5 / 64)
@@ -182,7 +185,7 @@ def test_timm_siglip_checkpoints(tmp_path, capsys):
         out = tmp_path / f'out_{src.stem}'
         _convert(capsys, src, out, *extra)
         with torch.no_grad():  # timm's siglip models use exact GELU, read off the architecture (or assumed)
-            torch.testing.assert_close(load_folder(out)(x), reference(x), atol=TOL, rtol=0)
+            max_delta(f"timm vit_*_siglip (map) from {src.name}: embedding", load_folder(out)(x), reference(x), TOL)
 
 
 # -- the MAP head everywhere the family goes ----------------------------------------------------------------------
