@@ -72,6 +72,19 @@ def write_hf_folder(folder: Path, seed: int = 0) -> Path:
     return path
 
 
+def write_timm_naflex_folder(folder: Path, seed: int = 0) -> Path:
+    """A timm naflexvit_*_siglip Hub folder (config.json + model.safetensors), as timm hosts the SigLIP 2 NaFlex towers."""
+    import timm
+    from timm.models import save_for_hf
+
+    args = dict(embed_dim=64, depth=2, num_heads=4, mlp_ratio=239.5 / 64, pos_embed_grid_size=(4, 4))
+    model = timm.create_model('naflexvit_so400m_patch16_siglip', **args)
+    _randomize(model, seed)
+    path = Path(folder) / 'timm_naflex'
+    save_for_hf(model, str(path), model_args=args)
+    return path
+
+
 def _rand(gen: np.random.Generator, shape, fan_in: Optional[int] = None) -> np.ndarray:
     scale = 1.0 / np.sqrt(fan_in) if fan_in else 0.1
     return (gen.standard_normal(shape) * scale).astype(np.float32)

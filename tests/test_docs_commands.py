@@ -42,7 +42,8 @@ DOWNLOADS = {
     'siglip2_so400m16_naflex.npz': REF / 'naflex_tiny.npz',         # SigLIP 2 NaFlex So400m/16 (Dense kernel, G x G table)
 }
 # Hub repos the documents read -> the _porting_fixtures writer of what the loopback Hub holds there.
-HUB_REPOS = {'google/vit-base-patch16-224': 'write_hf_folder'}  # a transformers ViT folder
+HUB_REPOS = {'google/vit-base-patch16-224': 'write_hf_folder',  # a transformers ViT folder
+             'timm/naflexvit_so400m_patch16_siglip.v2_webli': 'write_timm_naflex_folder'}  # timm NaFlexVit
 
 # (pattern on the command or block, reason). The first match wins.
 SKIPS = [

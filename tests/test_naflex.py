@@ -19,6 +19,7 @@ import timm_vit_variants  # noqa: F401
 from porting.cli import main
 from porting.hub_folder import load_folder
 from timm_vit_variants import SimpleVisionTransformer
+from timm_vit_variants.checkpoints import open_checkpoint
 from timm_vit_variants.errors import ViTVariantsError
 from timm_vit_variants.naflex_transforms import ResizeToBudget, naflex_batch, size_for_budget
 from train_fixtures import make_digits_folder, make_image_folder
@@ -164,7 +165,8 @@ def test_big_visions_naflex_tower_converts_and_matches_its_own_outputs(tmp_path,
     code = main(['convert', str(REF / 'naflex_tiny.npz'), str(tmp_path / 'out')])
     captured = capsys.readouterr()
     assert code == 0, captured.err
-    assert 'verification passed vs timm NaFlexVit' in captured.out and 'grids 3x7, 6x4, 5x5' in captured.out
+    assert 'verification passed, but the channel count 3 was assumed' in captured.out  # (P*P*C, D) records no C
+    assert 'vs timm NaFlexVit' in captured.out and 'grids 3x7, 6x4, 5x5' in captured.out
     assert 'NaFlex tower' in captured.err and 'in_chans=3' in captured.err  # the assumed channel count is said
     model = load_folder(tmp_path / 'out')
     cfg = json.loads((tmp_path / 'out' / 'config.json').read_text())['model_args']
@@ -259,6 +261,52 @@ def test_transformers_siglip2_naflex_tower(tmp_path, capsys, max_delta):
     max_delta('transformers Siglip2VisionModel, 4 aspect ratios: last_hidden_state', ours['patches'][valid],
               expected.last_hidden_state[valid], TOL)
 
+
+
+# -- timm's NaFlexVit checkpoints ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize('interp, rule', [('bilinear', 'flexi'), ('bicubic', 'timm')])
+def test_timms_naflexvit_checkpoints(tmp_path, capsys, max_delta, interp, rule):
+    """timm's naflexvit_* weights (the SigLIP 2 NaFlex towers timm hosts): a Hub folder records its table resize
+    and activation; a bare state dict records neither, so they are assumed or given, and said so."""
+    from timm.models import save_for_hf
+
+    args = dict(embed_dim=64, depth=2, num_heads=4, mlp_ratio=239.5 / 64, pos_embed_grid_size=(4, 4),
+                pos_embed_interp_mode=interp)
+    reference = timm.create_model('naflexvit_base_patch16_siglip', **args).eval()
+    torch.manual_seed(5)
+    for p in reference.parameters():
+        torch.nn.init.normal_(p, std=0.1)
+    save_for_hf(reference, str(tmp_path / 'hub'), model_args=args)
+    torch.save(reference.state_dict(), tmp_path / 'naflex.pth')
+    images = _images([(48, 112), (144, 48), (80, 80), (48, 192)], seed=4)
+    with torch.no_grad():
+        expected = reference(naflex_batch(images, 16))
+
+    code = main(['convert', str(tmp_path / 'hub'), str(tmp_path / 'out')])
+    captured = capsys.readouterr()
+    assert code == 0 and 'verification passed vs timm' in captured.out and 'grids 3x7, 6x4, 5x5' in captured.out
+    cfg = json.loads((tmp_path / 'out' / 'config.json').read_text())['model_args']
+    assert (cfg['patch_embed'], cfg['pos_embed_resample'], cfg['img_size'], cfg['act_layer']) == \
+        ('linear', rule, 64, 'gelu_tanh')
+    with torch.no_grad():
+        max_delta(f'timm NaFlexVit folder ({interp} table resize), 4 aspect ratios: embedding',
+                  load_folder(tmp_path / 'out')(images), expected, TOL)
+
+    code = main(['convert', str(tmp_path / 'naflex.pth'), str(tmp_path / 'bare'), '--num-heads', '4',
+                 '--act-layer', 'gelu_tanh'])
+    captured = capsys.readouterr()
+    assert code == 0 and "table resize rule 'timm' were assumed" in captured.out, captured.out
+    with torch.no_grad():
+        bare = load_folder(tmp_path / 'bare')(images)
+    if rule == 'timm':  # NaFlexVitCfg's default, assumed: right here
+        max_delta('timm NaFlexVit state dict (bicubic, assumed), 4 aspect ratios: embedding', bare, expected, TOL)
+    else:  # the assumption is wrong for a bilinear tower, which is why it is stated
+        assert (bare - expected).abs().max() > 1e-4
+
+    torch.save(dict(reference.state_dict(), **{'embeds.reg_token': torch.zeros(1, 1, 64)}), tmp_path / 'reg.pth')
+    with pytest.raises(ViTVariantsError, match='register tokens'):
+        open_checkpoint(tmp_path / 'reg.pth', num_heads=4)
 
 # -- timm's NaFlex loader and train.py --naflex-loader -------------------------------------------------------------
 

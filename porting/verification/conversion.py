@@ -28,7 +28,7 @@ __all__ = ['verify_source', 'check_at_target', 'verify_folder', 'shared_caveats'
 
 # Facts of the network a reference built from our own inference shares: a wrong value passes a check.
 _SHARED = {'num_heads': 'head count', 'act_layer': 'activation', 'norm_eps': 'LayerNorm epsilon',
-           'global_pool': 'pooling'}
+           'global_pool': 'pooling', 'in_chans': 'channel count', 'pos_embed_resample': 'table resize rule'}
 
 
 def shared_caveats(src: SourceCheckpoint) -> List[str]:

@@ -4,7 +4,7 @@ from typing import Any, Dict, Tuple
 
 import torch
 
-from .timm_ref import TimmReference, grid, pair
+from .timm_ref import TimmReference, naflex_vit, pair
 
 __all__ = ['MIXED_GRIDS', 'mixed_batch', 'naflex_model', 'classic_state']
 
@@ -34,30 +34,7 @@ def naflex_model(path: str, model_args: Dict[str, Any], prefix: str) -> TimmRefe
     timm's default ``pos_embed_interp_mode`` is bicubic, which is not big_vision's rule (1e-2 off); the
     reference is set to bilinear, the rule big_vision's ``naflex_vit`` implements.
     """
-    from timm.models.naflexvit import NaFlexVit, NaFlexVitCfg
-
-    embed_dim = model_args['embed_dim']
-    cfg = NaFlexVitCfg(
-        patch_size=pair(model_args.get('patch_size', 16)),
-        embed_dim=embed_dim,
-        depth=model_args['depth'],
-        num_heads=model_args['num_heads'],
-        mlp_ratio=((model_args.get('mlp_dim') or 4 * embed_dim) + 0.5) / embed_dim,
-        qkv_bias=model_args.get('qkv_bias', True),
-        act_layer=model_args.get('act_layer', 'gelu_tanh'),
-        global_pool=model_args.get('global_pool', 'map'),
-        pos_embed_grid_size=grid(model_args),
-        pos_embed_interp_mode='bilinear',
-        class_token=bool(model_args.get('class_token', False)),
-    )
-    with torch.device('meta'):
-        model = NaFlexVit(cfg, in_chans=model_args.get('in_chans', 3), num_classes=model_args.get('num_classes', 0),
-                          img_size=pair(model_args.get('img_size', 224)))
-    model = model.to_empty(device='cpu').eval()
-    eps = model_args.get('norm_eps', 1e-6)
-    for module in model.modules():
-        if isinstance(module, torch.nn.LayerNorm):
-            module.eps = eps
+    model = naflex_vit(dict(model_args, pos_embed_resample='flexi')).to_empty(device='cpu').eval()
     model.load_pretrained(path, prefix=prefix)
     return TimmReference(model, "timm NaFlexVit.load_pretrained(npz) (bilinear table resize, big_vision's rule)",
                          naflex=True)

@@ -16,8 +16,11 @@ from timm_vit_variants.errors import ViTVariantsError
 
 from .result import NoReference, Outputs
 
-__all__ = ['pair', 'grid', 'fit_input', 'timm_equivalent', 'PreLogitsHead', 'TimmReference', 'timm_weights',
-           'timm_model']
+__all__ = ['pair', 'grid', 'fit_input', 'timm_equivalent', 'naflex_vit', 'PreLogitsHead', 'TimmReference',
+           'timm_weights', 'timm_model']
+
+# How timm's NaFlexVit resizes its table per image, for each of our resample rules that it can express.
+_NAFLEX_INTERP = {'flexi': 'bilinear', 'timm': 'bicubic'}
 
 # Input-side options and the values timm's VisionTransformer can express ('linear' is 'conv' computed as a matmul).
 _TIMM_INPUT_SIDE = {'patch_embed': ('conv', 'linear'), 'patch_norm': (None,),
@@ -87,6 +90,39 @@ def timm_equivalent(model_args: Dict[str, Any], num_classes: Optional[int] = Non
         raise ViTVariantsError(f'timm cannot express an MLP width of {mlp_dim} for width {embed_dim}')
     return model.to_empty(device='cpu').eval()
 
+
+
+def naflex_vit(model_args: Dict[str, Any]) -> nn.Module:
+    """timm's ``NaFlexVit`` with the dimensions of ``model_args``, its table resized per image as our rule does
+    (``'flexi'``: bilinear, antialiased, half-pixel, big_vision's rule; ``'timm'``: bicubic, antialiased).
+    Built on the meta device, uninitialised, as ``timm_equivalent``."""
+    from timm.models.naflexvit import NaFlexVit, NaFlexVitCfg
+
+    rule = model_args.get('pos_embed_resample', 'flexi')
+    if rule not in _NAFLEX_INTERP:
+        raise NoReference(f"timm's NaFlexVit has no {rule!r} table resize")
+    embed_dim = model_args['embed_dim']
+    cfg = NaFlexVitCfg(
+        patch_size=pair(model_args.get('patch_size', 16)),
+        embed_dim=embed_dim,
+        depth=model_args['depth'],
+        num_heads=model_args['num_heads'],
+        mlp_ratio=((model_args.get('mlp_dim') or 4 * embed_dim) + 0.5) / embed_dim,
+        qkv_bias=model_args.get('qkv_bias', True),
+        act_layer=model_args.get('act_layer', 'gelu_tanh'),
+        global_pool=model_args.get('global_pool', 'map'),
+        pos_embed_grid_size=grid(model_args),
+        pos_embed_interp_mode=_NAFLEX_INTERP[rule],
+        class_token=bool(model_args.get('class_token', False)),
+    )
+    with torch.device('meta'):
+        model = NaFlexVit(cfg, in_chans=model_args.get('in_chans', 3), num_classes=model_args.get('num_classes', 0),
+                          img_size=pair(model_args.get('img_size', 224)))
+    eps = model_args.get('norm_eps', 1e-6)
+    for module in model.modules():
+        if isinstance(module, nn.LayerNorm):
+            module.eps = eps
+    return model
 
 @dataclass
 class PreLogitsHead:
@@ -180,11 +216,15 @@ def timm_model(path: str, model_args: Dict[str, Any]) -> TimmReference:
             model = timm.create_model(f'local-dir:{folder}', pretrained=False)
         state, name = timm_weights(files[0]), "timm.create_model('local-dir:...') + its weights"
     else:
-        state, name = timm_weights(folder), 'timm VisionTransformer + timm load_state_dict'
-        if model_args.get('rep_size'):
-            head = PreLogitsHead.pop_from(state)
-        model = timm_equivalent(model_args, num_classes=0 if head is not None else None)
+        state = timm_weights(folder)
+        if 'embeds.proj.weight' in state:  # a NaFlexVit state dict
+            model, name = naflex_vit(model_args), 'timm NaFlexVit + timm load_state_dict'
+        else:
+            name = 'timm VisionTransformer + timm load_state_dict'
+            if model_args.get('rep_size'):
+                head = PreLogitsHead.pop_from(state)
+            model = timm_equivalent(model_args, num_classes=0 if head is not None else None)
     model.load_state_dict(state, strict=True, assign=True)
     if hasattr(model, 'init_non_persistent_buffers'):  # a computed table, left on the meta device
         model.init_non_persistent_buffers()
-    return TimmReference(model.eval(), name, head)
+    return TimmReference(model.eval(), name, head, naflex=hasattr(model, 'embeds'))

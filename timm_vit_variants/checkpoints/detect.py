@@ -57,7 +57,7 @@ def _sniff(path: str, store: TensorStore, config: Dict[str, Any], config_path: O
                                path=config_path, key='model_type')
     if any(n.endswith('embeddings.patch_embeddings.projection.weight') for n in names):
         return 'hf'
-    if any(n.endswith('patch_embed.proj.weight') for n in names):
+    if any(n.endswith(('patch_embed.proj.weight', 'embeds.proj.weight')) for n in names):  # ViT, NaFlexVit
         return 'timm'
     raise ViTVariantsError('no ViT patch embedding among the tensors (neither timm nor transformers layout)',
                            path=path, key='patch_embed.proj.weight')

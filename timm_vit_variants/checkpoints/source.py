@@ -24,7 +24,7 @@ from ..limits import DEFAULT_LIMITS, Limits
 from .stores import TensorStore
 
 __all__ = ['SourceCheckpoint', 'PlanItem', 'Rule', 'Fill', 'Inventory', 'LayoutFn', 'PREPROCESSING', 'copy',
-           'transpose', 'hwio_to_oihw', 'dense_patch_kernel', 'linear_patch_kernel', 'flatten_grid_table', 'stack_rows',
+           'transpose', 'hwio_to_oihw', 'dense_patch_kernel', 'linear_patch_kernel', 'flatten_grid_table', 'batched_grid_table', 'stack_rows',
            'split_rows', 'add_leading_axis', 'fuse_heads', 'fuse_head_bias', 'merge_heads']
 
 Inventory = List[Tuple[str, Tuple[int, ...], str]]
@@ -112,6 +112,13 @@ def linear_patch_kernel(dst: torch.Tensor, weight: torch.Tensor) -> None:
 def flatten_grid_table(dst: torch.Tensor, table: torch.Tensor) -> None:
     """A (G_h, G_w, D) grid of position vectors as our row-major (1, G_h * G_w, D)."""
     _put(dst, _rank(table, 3).reshape(1, -1, table.shape[-1]))
+
+
+def batched_grid_table(dst: torch.Tensor, table: torch.Tensor) -> None:
+    """timm NaFlexVit's (1, G_h, G_w, D) table as our row-major (1, G_h * G_w, D)."""
+    if _rank(table, 4).shape[0] != 1:
+        raise _Misfit('expected a leading axis of 1', table.shape, (1, 'rows', 'cols', dst.shape[-1]))
+    flatten_grid_table(dst, table[0])
 
 
 def fuse_heads(dst: torch.Tensor, *parts: torch.Tensor) -> None:

@@ -2,11 +2,13 @@
 
 Files: ``.pth``/``.pth.tar``/``.bin`` pickles (raw or wrapped in ``state_dict``/``model``/EMA
 keys, as timm's training script writes them) and ``.safetensors``; or a Hub folder with
-``config.json`` (``architecture`` + ``model_args``) next to its weights. Tensor names are already
-ours, so every rule is a copy; the work is knowing the architecture: a ``simple_vit_*`` folder's
+``config.json`` (``architecture`` + ``model_args``) next to its weights; timm ``naflexvit_*`` NaFlexVit
+weights too (the SigLIP 2 NaFlex towers timm hosts). Tensor names are already ours, so every rule but
+NaFlexVit's patch embedding and table is a copy; the work is knowing the architecture: a ``simple_vit_*`` folder's
 config is read back into a ``SimpleViTConfig``; a timm ``vit_*`` one is rebuilt on the meta
 device to read the settings no tensor records; a bare state dict needs the head count.
 """
+import math
 import re
 from typing import Any, Dict, Optional, Tuple
 
@@ -16,7 +18,7 @@ import torch.nn as nn
 
 from ..config import DATA_CONFIG_KEYS, MODELS, SimpleViTConfig, activation_name, heads_for_width
 from ..errors import ViTVariantsError
-from .source import Rule, SourceCheckpoint
+from .source import Rule, SourceCheckpoint, batched_grid_table, linear_patch_kernel
 
 __all__ = ['TimmCheckpoint']
 
@@ -38,6 +40,17 @@ _UNSUPPORTED = (
     (re.compile(r'\.(attn|mlp)\.norm\.'), 'scale_attn_norm / scale_mlp_norm are not supported'),
 )
 
+# timm NaFlexVit's NaFlexEmbeds under our names: a Linear over P-P-C patches, a (1, G_h, G_w, D) table.
+_NAFLEX_RULES = {
+    'patch_embed.proj.weight': Rule(('embeds.proj.weight',), linear_patch_kernel),
+    'patch_embed.proj.bias': Rule(('embeds.proj.bias',)),
+    'pos_embed': Rule(('embeds.pos_embed',), batched_grid_table),
+    'cls_token': Rule(('embeds.cls_token',)),
+}
+_NAFLEX_KNOWN = {rule.sources[0] for rule in _NAFLEX_RULES.values()}
+# NaFlexVit's per-image table resize -> our rule computing the same (antialiased, half-pixel, as timm calls it).
+_NAFLEX_RESAMPLE = {'bilinear': 'flexi', 'bicubic': 'timm'}
+
 
 class TimmCheckpoint(SourceCheckpoint):
     format = 'timm'
@@ -50,6 +63,9 @@ class TimmCheckpoint(SourceCheckpoint):
         return {n for n in self._store.names() if n.startswith(self._prefix)}
 
     def _rule(self, pattern: str, block: Optional[int]) -> Tuple[Rule, Optional[int]]:
+        if getattr(self, '_naflex', False) and pattern in _NAFLEX_RULES:
+            rule = _NAFLEX_RULES[pattern]
+            return Rule(tuple(self._prefix + name for name in rule.sources), rule.fill), None
         key = pattern.replace('{i}', str(block))
         return Rule((self._prefix + key,)), None
 
@@ -99,8 +115,9 @@ class TimmCheckpoint(SourceCheckpoint):
         except Exception as e:  # unknown arguments; timm raises several types
             raise ViTVariantsError(f'cannot rebuild architecture {arch!r} from its config: {e}',
                                    path=self._config_path, key='architecture') from None
-        blocks = getattr(model, 'blocks', None)
-        if not isinstance(blocks, nn.Sequential) or not hasattr(model, 'patch_embed') or not len(blocks):
+        blocks, embeds = getattr(model, 'blocks', None), getattr(model, 'embeds', None)
+        if not isinstance(blocks, nn.Sequential) or not len(blocks) or \
+                not (hasattr(model, 'patch_embed') or embeds is not None):
             raise ViTVariantsError(f'{arch!r} is not a plain Vision Transformer', path=self._config_path,
                                    key='architecture')
         if model.global_pool not in ('token', 'avg', 'map', ''):
@@ -110,11 +127,37 @@ class TimmCheckpoint(SourceCheckpoint):
             act = activation_name(blocks[0].mlp.act)
         except (AttributeError, ViTVariantsError) as e:
             raise ViTVariantsError(str(e), path=self._config_path, key='architecture') from None
-        return dict(num_heads=blocks[0].attn.num_heads, global_pool=model.global_pool, act_layer=act,
-                    norm_eps=blocks[0].norm1.eps, img_size=tuple(model.patch_embed.img_size),
+        facts = dict(num_heads=blocks[0].attn.num_heads, global_pool=model.global_pool, act_layer=act,
+                     norm_eps=blocks[0].norm1.eps)
+        if embeds is not None:
+            return dict(facts, **self._naflex_facts(embeds))
+        return dict(facts, img_size=tuple(model.patch_embed.img_size),
                     pos_embed_cls_slot=not getattr(model, 'no_embed_class', False) and
                     getattr(model, 'cls_token', None) is not None,
                     pos_embed='learn' if getattr(model, 'pos_embed', None) is not None else 'none')
+
+    def _naflex_facts(self, embeds: nn.Module) -> Dict[str, Any]:
+        """What a NaFlexVit's embedding records beyond its tensors; the options this family does not express refused."""
+        interp = getattr(embeds, 'pos_embed_interp_mode', None)
+        beyond = [(getattr(embeds, 'pos_embed_type', None) != 'learned', 'a position embedding other than one learned '
+                   'table (factorised, none)'),
+                  (interp not in _NAFLEX_RESAMPLE, f'a {interp!r} table resize (bilinear or bicubic are expressed)'),
+                  (not getattr(embeds, 'pos_embed_antialias', True) or getattr(embeds, 'pos_embed_align_corners', False)
+                   or getattr(embeds, 'pos_embed_use_grid_sample', False) or
+                   getattr(embeds, 'pos_embed_ar_preserving', False), 'a table resize other than antialiased, '
+                   'half-pixel and per axis'),
+                  (getattr(embeds, 'norm_input', None) is not None or not isinstance(embeds.norm, nn.Identity),
+                   'a norm in the patch embedding'),
+                  (getattr(embeds, 'enable_patch_interpolator', False), 'its patch-size interpolator'),
+                  (not getattr(embeds, 'is_linear', True) or not getattr(embeds, 'channels_last', True),
+                   'a patch embedding other than a Linear over P-P-C patches')]
+        for refused, what in beyond:
+            if refused:
+                raise ViTVariantsError(f'this NaFlexVit uses {what}, which SimpleVisionTransformer does not express',
+                                       path=self._config_path, key='architecture')
+        (gh, gw), (ph, pw) = embeds.pos_embed_grid_size, embeds.patch_size
+        return dict(patch_size=(ph, pw), in_chans=embeds.in_chans, img_size=(gh * ph, gw * pw),
+                    pos_embed_resample=_NAFLEX_RESAMPLE[interp])
 
     # -- inference --------------------------------------------------------------------------------------
     def _infer(self, hints: Dict[str, Any]) -> SimpleViTConfig:
@@ -126,6 +169,11 @@ class TimmCheckpoint(SourceCheckpoint):
             for pattern, reason in _UNSUPPORTED:
                 if pattern.search(name):
                     raise self._error(reason, key=self._prefix + name)
+        self._naflex = 'embeds.proj.weight' in local
+        foreign = sorted(n for n in local if n.startswith('embeds.') and n not in _NAFLEX_KNOWN)
+        if self._naflex and foreign:
+            raise self._error('a NaFlexVit embedding part this family does not express (register tokens, factorised '
+                              'tables, a patch norm)', key=self._prefix + foreign[0])
         arch, args = self._architecture()
         names = self.source_config.get('label_names')
         if isinstance(names, list) and names:
@@ -159,16 +207,21 @@ class TimmCheckpoint(SourceCheckpoint):
     def _from_tensors(self, local: set, facts: Dict[str, Any], hints: Dict[str, Any]) -> SimpleViTConfig:
         """A timm ``vit_*`` state dict (with ``facts`` from its config.json when there is one)."""
         p = self._prefix
-        kernel = self._shape(p + 'patch_embed.proj.weight')
-        if len(kernel) != 4:
-            raise self._error('patch embedding must be a (D, C, P, P) convolution', key=p + 'patch_embed.proj.weight',
-                              shapes=(kernel,))
-        dim, in_chans, patch_h, patch_w = kernel
+        if self._naflex:
+            dim, in_chans, patch_h, patch_w = self._naflex_kernel(facts, hints)
+        else:
+            kernel = self._shape(p + 'patch_embed.proj.weight')
+            if len(kernel) != 4:
+                raise self._error('patch embedding must be a (D, C, P, P) convolution',
+                                  key=p + 'patch_embed.proj.weight', shapes=(kernel,))
+            dim, in_chans, patch_h, patch_w = kernel
         self._check_dims(p + 'patch_embed.proj.weight', width=dim, img_size=max(patch_h, patch_w))
-        class_token = 'cls_token' in local
+        class_token = ('embeds.cls_token' if self._naflex else 'cls_token') in local
         img_hint = hints.get('img_size') or facts.get('img_size')
         slot = False
-        if 'pos_embed' in local:
+        if self._naflex:
+            pos_embed = self._naflex_table(dim)
+        elif 'pos_embed' in local:
             slot = bool(self._table_grid(p + 'pos_embed', dim, (patch_h, patch_w), class_token=class_token,
                                          slot=facts.get('pos_embed_cls_slot'), img_size=img_hint))
             pos_embed = 'learn'
@@ -197,10 +250,13 @@ class TimmCheckpoint(SourceCheckpoint):
             recorded['global_pool'] = 'map'
             self._check_attn_pool(p, dim, mlp_dim)
         defaults = {'global_pool': 'token' if class_token else 'avg', 'act_layer': 'gelu', 'norm_eps': 1e-6}
+        if self._naflex:  # NaFlexVitCfg's default table resize
+            defaults['pos_embed_resample'] = 'timm'
+            recorded.update({k: facts[k] for k in ('pos_embed_resample',) if k in facts})
         for name, default in defaults.items():  # timm vit_* use exact GELU and LayerNorm eps 1e-6
             if name not in recorded:
                 recorded[name] = self._unrecorded(name, hints, default, "not recorded by a state dict; timm's "
-                                                  'VisionTransformer default')
+                                                  f"{'NaFlexVit' if self._naflex else 'VisionTransformer'} default")
         return SimpleViTConfig(
             img_size=img_size,
             patch_size=(patch_h, patch_w),
@@ -215,13 +271,44 @@ class TimmCheckpoint(SourceCheckpoint):
             class_token=class_token,
             pos_embed=pos_embed,
             pos_embed_cls_slot=slot,
-            pos_embed_resample='timm',
+            pos_embed_resample=recorded['pos_embed_resample'] if self._naflex else 'timm',
+            patch_embed='linear' if self._naflex else 'conv',
             rep_size=rep_size,
             act_layer=hints.get('act_layer') or recorded['act_layer'],
             norm_eps=hints.get('norm_eps') or recorded['norm_eps'],
             # timm's patch conv is VALID: a SigLIP tower's nominal size (384 at patch 14) relies on it
-            grid_mode='crop' if recorded['global_pool'] == 'map' else None,
+            grid_mode='crop' if recorded['global_pool'] == 'map' or self._naflex else None,
         )
+
+    def _naflex_kernel(self, facts: Dict[str, Any], hints: Dict[str, Any]) -> Tuple[int, int, int, int]:
+        """(D, C, P, P) of a NaFlexVit's Linear (D, P*P*C): from its architecture, else 3 channels and a square patch
+        assumed (a bare state dict records neither)."""
+        key = self._prefix + 'embeds.proj.weight'
+        weight = self._shape(key)
+        if len(weight) != 2:
+            raise self._error('a NaFlexVit patch embedding must be a (width, P*P*C) Linear', key=key, shapes=(weight,))
+        dim, flat = weight
+        if facts.get('patch_size'):
+            (patch_h, patch_w), in_chans = facts['patch_size'], facts['in_chans']
+        else:
+            in_chans = self._unrecorded('in_chans', hints, 3, "a NaFlexVit state dict's patch kernel is (width, "
+                                        'P*P*C) and records neither P nor C; 3 channels and a square patch assumed')
+            patch_h = patch_w = math.isqrt(flat // in_chans) if in_chans > 0 and flat % in_chans == 0 else 0
+        if patch_h * patch_w * in_chans != flat:
+            raise self._error(f'the patch kernel has {flat} inputs, not P*P*C = {patch_h}*{patch_w}*{in_chans}',
+                              key=key, shapes=(weight, (dim, 'P*P*C')), needs='in_chans')
+        return dim, in_chans, patch_h, patch_w
+
+    def _naflex_table(self, dim: int) -> str:
+        """A NaFlexVit's (1, G_h, G_w, D) table; sets ``self.grid``."""
+        key = self._prefix + 'embeds.pos_embed'
+        shape = self._shape(key)
+        if len(shape) != 4 or shape[0] != 1 or shape[3] != dim:
+            raise self._error('a NaFlexVit position table must be (1, rows, cols, width)', key=key,
+                              shapes=(shape, (1, 'rows', 'cols', dim)))
+        self._check_dims(key, tokens=shape[1] * shape[2])
+        self.grid = (shape[1], shape[2])
+        return 'learn'
 
     def _check_attn_pool(self, p: str, dim: int, mlp_dim: int) -> None:
         """An attention pool this family's MAP head expresses: one latent query, the blocks' MLP width."""
