@@ -3,9 +3,10 @@
 Every image keeps its own length. First-fit decreasing places the sequences into rows of one
 capacity (the longest sequence, or more), so a batch of mixed sizes carries almost no padding; an
 additive block-diagonal mask keeps each image's attention to its own tokens, and timm's blocks run
-unchanged on the rows. Of the forms PyTorch offers, measured by ``benchmarks/bench_naflex.py``
-(docs/benchmarks.md#naflex), this is the fastest on CPU with one call per image close behind;
-padding to the longest, nested jagged tensors and FlexAttention (eager or compiled) are slower.
+unchanged on the rows, one attention call per block. Of the forms PyTorch offers, measured by
+``benchmarks/bench_naflex.py`` (docs/benchmarks.md#naflex), it ties on CPU with one SDPA call per
+image (which timm's ``Attention`` cannot make) and beats padding to the longest (2.9x),
+FlexAttention (2.1x compiled) and nested jagged tensors (23x).
 """
 from dataclasses import dataclass
 from typing import List, Sequence, Tuple
