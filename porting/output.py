@@ -224,14 +224,15 @@ def _signals_deferred() -> Iterator[None]:
 
 
 @contextmanager
-def _locked(path: Path, patience: float = _LOCK_PATIENCE) -> Iterator[int]:
+def _locked(path: Path, patience: Optional[float] = None) -> Iterator[int]:
     """An exclusive ``flock`` on a folder, waited for at most ``patience`` seconds (Ctrl-C stops the wait)."""
+    patience = _LOCK_PATIENCE if patience is None else patience
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
     try:
         deadline = time.monotonic() + patience
         while not _try_lock(fd):
             if time.monotonic() > deadline:
-                raise ViTVariantsError(f'{path} has been locked by another process for {patience:.0f} s (another '
+                raise ViTVariantsError(f'{path} has been locked by another process for {patience:g} s (another '
                                        'vit-port run writing there?); nothing was changed, run again later',
                                        path=str(path))
             time.sleep(0.05)

@@ -80,13 +80,7 @@ def _siglip2(transformers: Any, folder: Path, cfg: Dict[str, Any], model_args: D
             raise NoReference('transformers has no rule for a patch-size change')
         if target[1] != 'flexi':
             raise NoReference(f"the table was resized with the {target[1]!r} rule, not SigLIP 2's own")
-    if cfg.get('model_type') == 'siglip2':
-        model = transformers.Siglip2Model.from_pretrained(str(folder), attn_implementation='eager').vision_model
-        name = 'transformers Siglip2Model.from_pretrained(...).vision_model'
-    else:
-        model = transformers.Siglip2VisionModel.from_pretrained(str(folder), attn_implementation='eager')
-        name = 'transformers Siglip2VisionModel.from_pretrained'
-    model = model.eval().float()
+    model, name = _vision_tower(transformers, folder, cfg, 'Siglip2')
     with torch.no_grad():
         out = model(**_patchify(x, pair(model_args.get('patch_size', 16))))
         result = Outputs(out.last_hidden_state, out.pooler_output, name + ' (spatial_shapes; pooler_output: the MAP '
@@ -101,15 +95,18 @@ def _siglip2(transformers: Any, folder: Path, cfg: Dict[str, Any], model_args: D
     return result
 
 
+def _vision_tower(transformers: Any, folder: Path, cfg: Dict[str, Any], family: str) -> Tuple[Any, str]:
+    """A SigLIP (``family='Siglip'``) or SigLIP 2 folder's vision tower, from a two-tower or a vision-only save."""
+    if cfg.get('model_type') == family.lower():
+        model = getattr(transformers, f'{family}Model').from_pretrained(str(folder), attn_implementation='eager')
+        return model.vision_model.eval().float(), f'transformers {family}Model.from_pretrained(...).vision_model'
+    model = getattr(transformers, f'{family}VisionModel').from_pretrained(str(folder), attn_implementation='eager')
+    return model.eval().float(), f'transformers {family}VisionModel.from_pretrained'
+
+
 def _siglip(transformers: Any, folder: Path, cfg: Dict[str, Any], x: torch.Tensor, resize: bool) -> Outputs:
     """A SigLIP folder's vision tower: post-LayerNorm tokens, and the MAP head's pooled embedding."""
-    if cfg.get('model_type') == 'siglip':
-        model = transformers.SiglipModel.from_pretrained(str(folder), attn_implementation='eager').vision_model
-        name = 'transformers SiglipModel.from_pretrained(...).vision_model'
-    else:
-        model = transformers.SiglipVisionModel.from_pretrained(str(folder), attn_implementation='eager')
-        name = 'transformers SiglipVisionModel.from_pretrained'
-    model = model.eval().float()
+    model, name = _vision_tower(transformers, folder, cfg, 'Siglip')
     with torch.no_grad():
         out = model(pixel_values=x, interpolate_pos_encoding=resize)
     name += ' with interpolate_pos_encoding' if resize else ''
