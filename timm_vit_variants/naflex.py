@@ -23,7 +23,7 @@ from .errors import ViTVariantsError
 from .limits import DEFAULT_LIMITS
 from .packing import pack_sequences
 from .patch_embed import check_and_pad
-from .posemb import sincos_2d_at
+from .posemb import grid_coords, sincos_2d_at
 
 __all__ = ['NaFlexInput', 'NaFlexMixin', 'is_naflex']
 
@@ -114,7 +114,7 @@ class NaFlexMixin:
             for i, tokens in zip(members, grid):
                 per_image[i] = tokens
         grids = [(int(t.shape[0]), int(t.shape[1])) for t in per_image]
-        coords = torch.cat([_grid_coords(h, w, images[0].device) for h, w in grids])
+        coords = torch.cat([grid_coords(h, w, images[0].device) for h, w in grids])
         tokens = torch.cat([t.reshape(-1, t.shape[-1]) for t in per_image])
         return _Batch(tokens, coords, [h * w for h, w in grids], grids)
 
@@ -129,7 +129,7 @@ class NaFlexMixin:
             flats.append(image.reshape(chans, gh, ph, gw, pw).permute(1, 3, 0, 2, 4).reshape(gh * gw, -1))
             grids.append((gh, gw))
         tokens = embed.embed_patches(torch.cat(flats).to(dtype))
-        coords = torch.cat([_grid_coords(h, w, images[0].device) for h, w in grids])
+        coords = torch.cat([grid_coords(h, w, images[0].device) for h, w in grids])
         return _Batch(tokens, coords, [h * w for h, w in grids], grids)
 
     # -- positions, prefix, dropping --------------------------------------------------------------------------
@@ -240,11 +240,6 @@ class NaFlexMixin:
 
 def _shape(value: Any) -> Any:
     return tuple(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
-
-
-def _grid_coords(h: int, w: int, device: Any) -> torch.Tensor:
-    y, x = torch.meshgrid(torch.arange(h, device=device), torch.arange(w, device=device), indexing='ij')
-    return torch.stack([y.reshape(-1), x.reshape(-1)], dim=1)
 
 
 def _drop_tokens(batch: _Batch, tokens: torch.Tensor, rate: float) -> Tuple[_Batch, torch.Tensor]:

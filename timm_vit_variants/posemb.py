@@ -9,7 +9,7 @@ from timm.layers import register_notrace_module
 from .config import resample_rule
 from .geometry import RESAMPLE_RULES, interpolate_grid, is_capturing, resample_table
 
-__all__ = ['sincos_2d', 'sincos_2d_at', 'SinCos2dPosEmbed', 'LearnedPosResampler', 'PosEncodingGenerator']
+__all__ = ['sincos_2d', 'sincos_2d_at', 'grid_coords', 'SinCos2dPosEmbed', 'LearnedPosResampler', 'PosEncodingGenerator']
 
 
 def sincos_2d(
@@ -27,22 +27,18 @@ def sincos_2d(
     """
     if dim % 4 != 0:
         raise ValueError(f'sin-cos position embedding needs a width divisible by 4, got {dim}')
-    q = dim // 4
-    y, x = torch.meshgrid(
-        torch.arange(grid_h, dtype=torch.float32, device=device),
-        torch.arange(grid_w, dtype=torch.float32, device=device),
-        indexing='ij',
-    )
-    omega = torch.arange(q, dtype=torch.float32, device=device) / max(q - 1, 1)
-    omega = 1. / (temperature ** omega)
-    x = x.reshape(-1, 1) * omega.reshape(1, -1)
-    y = y.reshape(-1, 1) * omega.reshape(1, -1)
-    return torch.cat([x.sin(), x.cos(), y.sin(), y.cos()], dim=1)
+    return sincos_2d_at(grid_coords(grid_h, grid_w, device), dim, temperature)
+
+
+def grid_coords(grid_h: int, grid_w: int, device: Optional[torch.device] = None) -> torch.Tensor:
+    """The (y, x) coordinates of a grid's tokens, row-major, as an (grid_h * grid_w, 2) long tensor."""
+    y, x = torch.meshgrid(torch.arange(grid_h, device=device), torch.arange(grid_w, device=device), indexing='ij')
+    return torch.stack([y.reshape(-1), x.reshape(-1)], dim=1)
 
 
 def sincos_2d_at(coords: torch.Tensor, dim: int, temperature: float = 10000.) -> torch.Tensor:
-    """``sincos_2d``'s rows for (y, x) grid coordinates, (N, 2) -> (N, dim): the same float32 operations, so a
-    token gets exactly the value the table of its image's grid holds (a table row depends on (y, x) alone)."""
+    """``sincos_2d``'s rows for (y, x) grid coordinates, (N, 2) -> (N, dim): the table is these rows for every
+    cell, so a token gets exactly the value the table of its image's grid holds (a row depends on (y, x) alone)."""
     q = dim // 4
     omega = torch.arange(q, dtype=torch.float32, device=coords.device) / max(q - 1, 1)
     omega = 1. / (temperature ** omega)
