@@ -7,7 +7,6 @@ kernels, per-head (D, heads, head_dim) attention kernels and (in, out) Dense ker
 only in the block module names and in where the learned table lives and whether it has a
 class-token slot; each flavour is a row of names below.
 """
-import math
 import re
 from typing import Any, Dict, Optional, Tuple
 
@@ -111,9 +110,6 @@ class FlaxCheckpoint(SourceCheckpoint):
             'not a ViT parameter archive: no patch embedding found (if the ViT sits deeper, give the key prefix '
             "it sits under, e.g. 'params/img/')", key=f'{candidates[0]}embedding/kernel', needs='prefix')
 
-    def _candidates(self):
-        return {n for n in self._store.names() if n.startswith(self._prefix)}
-
     def _infer(self, hints: Dict[str, Any]) -> SimpleViTConfig:
         self._prefix = self._find_prefix(hints.get('prefix'))
         local = {n[len(self._prefix):] for n in self._candidates()}
@@ -133,7 +129,7 @@ class FlaxCheckpoint(SourceCheckpoint):
         class_token = 'cls' in local
         slot = self.POS_CLS_SLOT and class_token
         if self._naflex:
-            pos_embed = self._naflex_table(local, dim)
+            pos_embed = self._naflex_table(dim)
         else:
             pos_embed = self._position(local, dim, (patch_h, patch_w), class_token, slot, hints)
         depth = self._depth(local)
@@ -177,23 +173,13 @@ class FlaxCheckpoint(SourceCheckpoint):
     def _naflex_kernel(self, key: str, kernel: Tuple[int, ...], hints: Dict[str, Any]) -> Tuple[int, int, int, int]:
         """(P, P, C, D) of a NaFlex Dense kernel (P*P*C, D): C is not recorded, so 3 is assumed unless given."""
         flat, dim = kernel
-        in_chans = self._unrecorded('in_chans', hints, 3, 'a NaFlex patch kernel is (P*P*C, width) and records '
-                                    'neither P nor C; 3 channels and a square patch assumed')
-        patch = math.isqrt(flat // in_chans) if in_chans > 0 and flat % in_chans == 0 else 0
-        if patch * patch * in_chans != flat:
-            raise self._error(f'a NaFlex patch kernel must be (P*P*C, width) with a square patch; {flat} is not '
-                              f'P*P*{in_chans}', key=key, shapes=(kernel, ('P*P*C', 'width')), needs='in_chans')
+        patch, in_chans = self._flat_patch(key, flat, kernel, hints, 'a NaFlex patch kernel is (P*P*C, width) and '
+                                           'records neither P nor C; 3 channels and a square patch assumed')
         return patch, patch, in_chans, dim
 
-    def _naflex_table(self, local: set, dim: int) -> str:
+    def _naflex_table(self, dim: int) -> str:
         """A NaFlex tower's (G_h, G_w, D) table, resized per image with FlexiViT's rule; sets ``self.grid``."""
-        key = self._local('pos_embedding')
-        shape = self._shape(key)
-        if len(shape) != 3 or shape[2] != dim:
-            raise self._error('a NaFlex position table must be (rows, cols, width)', key=key,
-                              shapes=(shape, ('rows', 'cols', dim)))
-        self._check_dims(key, tokens=shape[0] * shape[1])
-        self.grid = (shape[0], shape[1])
+        self._grid_table(self._local('pos_embedding'), dim)
         self.notes.append("a big_vision NaFlex tower: its table is resized to each image's grid with "
                           'jax.image.scale_and_translate (bilinear, half-pixel, antialiased), the flexi rule')
         return 'learn'

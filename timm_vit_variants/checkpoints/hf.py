@@ -6,7 +6,7 @@ exactly SimpleVisionTransformer's ``pre_logits`` under token pooling, so it maps
 (``rep_size``) instead of being dropped.
 """
 import os
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, Optional, Set, Tuple
 
 from ..config import SimpleViTConfig, pair
 from ..errors import ViTVariantsError
@@ -55,6 +55,10 @@ class HFCheckpoint(SourceCheckpoint):
     PREPROCESSING_DEFAULTS = {'mean': ((0.5, 0.5, 0.5), _WHY), 'std': ((0.5, 0.5, 0.5), _WHY),
                               'interpolation': ('bilinear', _WHY), 'crop_pct': (1.0, _WHY),
                               'crop_mode': ('squash', _WHY)}
+
+    def _candidates(self) -> Set[str]:
+        # every name: a ViTForImageClassification's classifier sits outside its 'vit.' prefix
+        return set(self._store.names())
 
     def _rule(self, pattern: str, block: Optional[int]) -> Tuple[Rule, Optional[int]]:
         rule = _TABLE[pattern]

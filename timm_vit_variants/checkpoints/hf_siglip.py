@@ -16,7 +16,7 @@ from typing import Any, Dict, Optional, Tuple
 from ..config import SimpleViTConfig
 from ..errors import ViTVariantsError
 from .hf import HFCheckpoint
-from .source import Rule, add_leading_axis, linear_patch_kernel, split_rows, stack_rows
+from .source import Rule, SourceCheckpoint, add_leading_axis, linear_patch_kernel, split_rows, stack_rows
 
 __all__ = ['HFSiglipCheckpoint', 'SIGLIP_MODEL_TYPES']
 
@@ -105,8 +105,8 @@ class HFSiglipCheckpoint(HFCheckpoint):
         rule = _NAFLEX_KERNEL if self._naflex and pattern == 'patch_embed.proj.weight' else _TABLE[pattern]
         return Rule(tuple(t.format(p=self._prefix, i=block) for t in rule.sources), rule.fill), None
 
-    def _candidates(self):
-        return {n for n in self._store.names() if n.startswith(self._prefix)}
+    # the tower's names only, as the reader skeleton filters them (a SiglipModel holds the text tower beside)
+    _candidates = SourceCheckpoint._candidates
 
     def _infer(self, hints: Dict[str, Any]) -> SimpleViTConfig:
         cfg_path = self._config_path

@@ -11,6 +11,7 @@ straight into whatever destination the caller owns (a model parameter, a slice o
 with one copy per byte.
 """
 import abc
+import math
 import re
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Set, Tuple
@@ -176,6 +177,7 @@ class SourceCheckpoint(abc.ABC):
     """
 
     format: str = ''
+    _prefix: str = ''  # where the network's tensors sit in the store, set by ``_infer``
     # Preprocessing this ecosystem uses when the source records none: {field: (value, why)}.
     PREPROCESSING_DEFAULTS: Dict[str, Tuple[Any, str]] = {}
 
@@ -214,8 +216,9 @@ class SourceCheckpoint(abc.ABC):
         for ``block``, and the index to slice scanned sources at (or None)."""
 
     def _candidates(self) -> Set[str]:
-        """Source names the plan must account for (the rest of a store, e.g. another tower, is ignored)."""
-        return set(self._store.names())
+        """Source names the plan must account for: those under the reader's prefix (the rest of a store, e.g.
+        another tower, is ignored)."""
+        return {n for n in self._store.names() if n.startswith(self._prefix)}
 
     def data_config(self) -> Dict[str, Any]:
         """The preprocessing the source records for these weights, as timm ``pretrained_cfg`` fields."""
@@ -374,6 +377,28 @@ class SourceCheckpoint(abc.ABC):
             return hints[field]
         self.assumed[field] = (default, why)
         return default
+
+    def _grid_table(self, key: str, width: int, leading: Tuple[int, ...] = ()) -> None:
+        """Check a learned table stored as a grid, (*leading, rows, cols, width), within the limits; sets ``self.grid``."""
+        shape = self._shape(key)
+        want = (*leading, 'rows', 'cols', width)
+        if len(shape) != len(want) or shape[:len(leading)] != leading or shape[-1] != width:
+            raise self._error(f'a grid position table must be ({", ".join(map(str, want))})', key=key,
+                              shapes=(shape, want))
+        rows, cols = shape[-3:-1]
+        self._check_dims(key, tokens=rows * cols)
+        self.grid = (rows, cols)
+
+    def _flat_patch(self, key: str, flat: int, shape: Tuple[int, ...], hints: Dict[str, Any],
+                    why: str) -> Tuple[int, int]:
+        """(P, C) of a kernel over ``flat`` = P*P*C flattened inputs, which records neither: C as given, else 3
+        assumed (``why``), and a square patch."""
+        in_chans = self._unrecorded('in_chans', hints, 3, why)
+        patch = math.isqrt(flat // in_chans) if in_chans > 0 and flat % in_chans == 0 else 0
+        if patch * patch * in_chans != flat:
+            raise self._error(f'a kernel over flattened patches has P*P*C inputs with a square patch; {flat} is not '
+                              f'P*P*{in_chans}', key=key, shapes=(shape, ('P*P*C', 'width')), needs='in_chans')
+        return patch, in_chans
 
     def _check_dims(self, key: Optional[str] = None, **dims: Optional[int]) -> None:
         """Refuse claimed dimensions above ``self.limits`` before anything is planned or read."""

@@ -8,7 +8,6 @@ NaFlexVit's patch embedding and table is a copy; the work is knowing the archite
 config is read back into a ``SimpleViTConfig``; a timm ``vit_*`` one is rebuilt on the meta
 device to read the settings no tensor records; a bare state dict needs the head count.
 """
-import math
 import re
 from typing import Any, Dict, Optional, Tuple
 
@@ -58,9 +57,6 @@ class TimmCheckpoint(SourceCheckpoint):
     PREPROCESSING_DEFAULTS = {'mean': ((0.5, 0.5, 0.5), _WHY), 'std': ((0.5, 0.5, 0.5), _WHY),
                               'interpolation': ('bicubic', _WHY), 'crop_pct': (0.9, _WHY),
                               'crop_mode': ('center', _WHY)}
-
-    def _candidates(self):
-        return {n for n in self._store.names() if n.startswith(self._prefix)}
 
     def _rule(self, pattern: str, block: Optional[int]) -> Tuple[Rule, Optional[int]]:
         if getattr(self, '_naflex', False) and pattern in _NAFLEX_RULES:
@@ -288,26 +284,20 @@ class TimmCheckpoint(SourceCheckpoint):
         if len(weight) != 2:
             raise self._error('a NaFlexVit patch embedding must be a (width, P*P*C) Linear', key=key, shapes=(weight,))
         dim, flat = weight
-        if facts.get('patch_size'):
-            (patch_h, patch_w), in_chans = facts['patch_size'], facts['in_chans']
-        else:
-            in_chans = self._unrecorded('in_chans', hints, 3, "a NaFlexVit state dict's patch kernel is (width, "
-                                        'P*P*C) and records neither P nor C; 3 channels and a square patch assumed')
-            patch_h = patch_w = math.isqrt(flat // in_chans) if in_chans > 0 and flat % in_chans == 0 else 0
+        if not facts.get('patch_size'):
+            patch, in_chans = self._flat_patch(key, flat, weight, hints, "a NaFlexVit state dict's patch kernel is "
+                                               '(width, P*P*C) and records neither P nor C; 3 channels and a square '
+                                               'patch assumed')
+            return dim, in_chans, patch, patch
+        (patch_h, patch_w), in_chans = facts['patch_size'], facts['in_chans']
         if patch_h * patch_w * in_chans != flat:
-            raise self._error(f'the patch kernel has {flat} inputs, not P*P*C = {patch_h}*{patch_w}*{in_chans}',
-                              key=key, shapes=(weight, (dim, 'P*P*C')), needs='in_chans')
+            raise self._error(f'the patch kernel has {flat} inputs, not P*P*C = {patch_h}*{patch_w}*{in_chans} as '
+                              'its architecture says', key=key, shapes=(weight, (dim, 'P*P*C')))
         return dim, in_chans, patch_h, patch_w
 
     def _naflex_table(self, dim: int) -> str:
         """A NaFlexVit's (1, G_h, G_w, D) table; sets ``self.grid``."""
-        key = self._prefix + 'embeds.pos_embed'
-        shape = self._shape(key)
-        if len(shape) != 4 or shape[0] != 1 or shape[3] != dim:
-            raise self._error('a NaFlexVit position table must be (1, rows, cols, width)', key=key,
-                              shapes=(shape, (1, 'rows', 'cols', dim)))
-        self._check_dims(key, tokens=shape[1] * shape[2])
-        self.grid = (shape[1], shape[2])
+        self._grid_table(self._prefix + 'embeds.pos_embed', dim, leading=(1,))
         return 'learn'
 
     def _check_attn_pool(self, p: str, dim: int, mlp_dim: int) -> None:
