@@ -67,23 +67,21 @@ class UsageError(Exception):
 
 def size_arg(text: str) -> int:
     """A positive integer CLI value."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f'expected a positive integer, got {text!r}') from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f'expected a positive integer, got {text!r}')
-    return value
+    return _int_at_least(text, 1, 'a positive integer')
 
 
 def count_arg(text: str) -> int:
     """A non-negative integer CLI value (0 is meaningful, e.g. ``--num-classes 0`` drops the head)."""
+    return _int_at_least(text, 0, 'a non-negative integer')
+
+
+def _int_at_least(text: str, minimum: int, what: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f'expected a non-negative integer, got {text!r}') from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f'expected a non-negative integer, got {text!r}')
+        raise argparse.ArgumentTypeError(f'expected {what}, got {text!r}') from None
+    if value < minimum:
+        raise argparse.ArgumentTypeError(f'expected {what}, got {text!r}')
     return value
 
 
