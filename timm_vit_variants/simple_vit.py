@@ -11,7 +11,7 @@ import timm
 import torch
 from timm.models import build_model_with_cfg, generate_default_cfgs, register_model
 
-from .config import MODELS, SimpleViTConfig
+from .config import MODELS, SIGLIP_TOWERS, SimpleViTConfig
 from .errors import ViTVariantsError
 from .geometry import Geometry, fit_stream, fixed_patch_reason, infer_grid
 from .vision_transformer import SimpleVisionTransformer
@@ -70,6 +70,7 @@ def _flexi_cfg(size: str) -> Dict[str, Any]:
 
 
 _SIGLIP_URL = 'https://storage.googleapis.com/big_vision/'
+_SIGLIP2_SHORT = {'base': 'b', 'large': 'l', 'so400m': 'so400m', 'giantopt': 'g-opt'}  # the file names' spelling
 # The published image-text files (big_vision configs/proj/image_text/README_siglip2.md, the SigLIP demo
 # notebooks): (model, tag) -> file. Each is a whole two-tower file; the plugin reads its image tower.
 _SIGLIP_FILES = {
@@ -81,12 +82,10 @@ _SIGLIP_FILES = {
     ('simple_vit_so400m_patch14_siglip_224', 'webli'): 'siglip/webli_en_so400m_224_57633886.npz',
     ('simple_vit_so400m_patch14_siglip_384', 'webli'): 'siglip/webli_en_so400m_384_58765454.npz',
     ('simple_vit_so400m_patch16_siglip_256', 'webli_i18n'): 'siglip/webli_i18n_so400m_16_256_78061115.npz',
-    **{(f'simple_vit_{name}_siglip_{img}', 'v2_webli'): f'siglip2/siglip2_{short}_{img}.npz'
-       for name, short, sizes in (('base_patch32', 'b32', (256,)), ('base_patch16', 'b16', (224, 256, 384, 512)),
-                                  ('large_patch16', 'l16', (256, 384, 512)), ('so400m_patch14', 'so400m14', (224, 384)),
-                                  ('so400m_patch16', 'so400m16', (256, 384, 512)),
-                                  ('giantopt_patch16', 'g-opt16', (256, 384)))
-       for img in sizes},
+    # SigLIP 2 publishes every tower of SIGLIP_TOWERS
+    **{(f'simple_vit_{size}_patch{patch}_siglip_{img}', 'v2_webli'):
+       f'siglip2/siglip2_{_SIGLIP2_SHORT[size]}{patch}_{img}.npz'
+       for size, patch, sizes in SIGLIP_TOWERS for img in sizes},
     ('simple_vit_base_patch16_siglip_naflex', 'v2_webli'): 'siglip2/siglip2_b16_naflex.npz',
     ('simple_vit_so400m_patch16_siglip_naflex', 'v2_webli'): 'siglip2/siglip2_so400m16_naflex.npz',
 }
