@@ -18,8 +18,7 @@ import torch
 
 from timm_vit_variants import SimpleVisionTransformer, __version__, architecture_for
 from timm_vit_variants.checkpoints import SourceCheckpoint
-from timm_vit_variants.checkpoints.source import PREPROCESSING
-from timm_vit_variants.config import HEAD_KEYS
+from timm_vit_variants.config import HEAD_KEYS, PREPROCESSING_KEYS
 from timm_vit_variants.errors import ViTVariantsError
 from timm_vit_variants.geometry import fit_stream
 
@@ -56,15 +55,16 @@ class ConvertResult:
 
 def preprocessing(src: SourceCheckpoint, options: SourceOptions) -> Tuple[Dict[str, Any], Dict[str, Tuple[Any, str]]]:
     """(the data config to write, what of it was assumed): recorded by the source, given, else the ecosystem's."""
-    given = {k: getattr(options, k) for k in PREPROCESSING if getattr(options, k) is not None}
+    given = {k: getattr(options, k) for k in PREPROCESSING_KEYS if getattr(options, k) is not None}
     for key in ('mean', 'std'):
         if key in given and len(given[key]) not in (1, src.config.in_chans):
             raise ViTVariantsError(f'{key} needs 1 or {src.config.in_chans} values (one per input channel), got '
                                    f'{len(given[key])}', key=key)
     if 'crop_pct' in given and not 0 < given['crop_pct'] <= 1:
         raise ViTVariantsError(f'crop_pct must be in (0, 1], got {given["crop_pct"]}', key='crop_pct')
-    assumed = {k: v for k, v in src.preprocessing_assumed().items() if k not in given}
-    data = {**{k: v[0] for k, v in assumed.items()}, **src.data_config(), **given}
+    recorded = src.data_config()
+    assumed = {k: v for k, v in src.preprocessing_assumed(recorded).items() if k not in given}
+    data = {**{k: v[0] for k, v in assumed.items()}, **recorded, **given}
     return data, assumed
 
 

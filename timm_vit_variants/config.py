@@ -20,7 +20,7 @@ __all__ = [
     'PATCH_EMBED_TYPES', 'PATCH_NORM_TYPES', 'GRID_MODES', 'ACT_LAYERS', 'SIGLIP_TOWERS', 'pair', 'grid_for',
     'architecture_for',
     'heads_for_width', 'activation_name', 'is_family_architecture', 'resample_rule', 'TensorSpec', 'HEAD_KEYS',
-    'DATA_CONFIG_KEYS',
+    'DATA_CONFIG_KEYS', 'PREPROCESSING_KEYS',
 ]
 
 POOL_TYPES = ('avg', 'token', 'map', '')
@@ -50,8 +50,10 @@ Size = Union[int, Tuple[int, int]]
 TensorSpec = Tuple[str, Tuple[int, ...], 'torch.dtype']
 # The classifier's tensors: left out when a conversion or load changes the class count.
 HEAD_KEYS = ('head.weight', 'head.bias')
+# The timm ``pretrained_cfg`` fields of a set of weights' preprocessing (a source records them, or they are assumed).
+PREPROCESSING_KEYS = ('mean', 'std', 'interpolation', 'crop_pct', 'crop_mode')
 # The timm ``pretrained_cfg`` fields that belong to a set of weights (their preprocessing), not to the network.
-DATA_CONFIG_KEYS = ('mean', 'std', 'interpolation', 'crop_pct', 'crop_mode', 'license')
+DATA_CONFIG_KEYS = PREPROCESSING_KEYS + ('license',)
 
 
 def resample_rule(name: Any) -> str:

@@ -24,15 +24,13 @@ from ..geometry import Geometry, infer_grid
 from ..limits import DEFAULT_LIMITS, Limits
 from .stores import TensorStore
 
-__all__ = ['SourceCheckpoint', 'PlanItem', 'Rule', 'Fill', 'Inventory', 'LayoutFn', 'PREPROCESSING', 'copy',
+__all__ = ['SourceCheckpoint', 'PlanItem', 'Rule', 'Fill', 'Inventory', 'LayoutFn', 'copy',
            'transpose', 'hwio_to_oihw', 'dense_patch_kernel', 'linear_patch_kernel', 'flatten_grid_table', 'batched_grid_table', 'stack_rows',
            'split_rows', 'add_leading_axis', 'fuse_heads', 'fuse_head_bias', 'merge_heads']
 
 Inventory = List[Tuple[str, Tuple[int, ...], str]]
 # The model's state-dict layout for a config: ``SimpleVisionTransformer.state_layout``.
 LayoutFn = Callable[[SimpleViTConfig], Sequence[TensorSpec]]
-# The preprocessing facts a model card and config.json state, recorded by the source or assumed.
-PREPROCESSING = ('mean', 'std', 'interpolation', 'crop_pct', 'crop_mode')
 Fill = Callable[..., None]
 _BLOCK = re.compile(r'^blocks\.(\d+)\.')
 
@@ -224,9 +222,12 @@ class SourceCheckpoint(abc.ABC):
         """The preprocessing the source records for these weights, as timm ``pretrained_cfg`` fields."""
         return {}
 
-    def preprocessing_assumed(self) -> Dict[str, Tuple[Any, str]]:
-        """The ``PREPROCESSING`` fields the source does not record: {field: (assumed value, why)}."""
-        recorded = self.data_config()
+    def preprocessing_assumed(self, recorded: Optional[Dict[str, Any]] = None) -> Dict[str, Tuple[Any, str]]:
+        """The ``PREPROCESSING_KEYS`` fields the source does not record: {field: (assumed value, why)}.
+
+        ``recorded`` is ``data_config()`` when the caller has it already (it may read a file).
+        """
+        recorded = self.data_config() if recorded is None else recorded
         return {k: v for k, v in self._preprocessing_defaults().items() if k not in recorded}
 
     def _preprocessing_defaults(self) -> Dict[str, Tuple[Any, str]]:
