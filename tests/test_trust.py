@@ -24,6 +24,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 import timm_vit_variants  # noqa: F401
 from porting.cli import main
 from porting.hub_folder import load_folder, save_pretrained_folder
+from timm_vit_variants import SimpleVisionTransformer
 from porting.output import OLD, PARTIAL
 from timm_vit_variants import ViTVariantsError
 
@@ -250,6 +251,19 @@ def test_verify_checks_resized_and_reheaded_folders(tmp_path, capsys):
     code, _, err = _run(capsys, ['verify', str(other), str(tmp_path / 'big')])
     assert code == 1 and 'verification failed' in err and 'records another source' in err
 
+
+
+def test_a_lifted_limit_holds_through_verification(tmp_path, capsys):
+    """--limit lifts a limit for the whole run: the written folder is loaded for the check under it too."""
+    # built directly: create_model's gate applies the default limits
+    save_pretrained_folder(SimpleVisionTransformer(embed_dim=32, depth=1, num_heads=2, img_size=32, patch_size=16,
+                                                   num_classes=100_001), tmp_path / 'src')
+    for out, extra in (('same', []), ('big', ['--img-size', '48'])):
+        code, printed, err = _run(capsys, ['convert', str(tmp_path / 'src'), str(tmp_path / out), '--limit',
+                                           'classes=200000', *extra])
+        assert code == 0 and 'verification passed' in printed, err
+    code, _, err = _run(capsys, ['convert', str(tmp_path / 'src'), str(tmp_path / 'refused')])
+    assert code == 1 and 'classes 100001 exceeds the limit' in err
 
 # -- 6. target sizes from flags are bounded -----------------------------------------------------------
 

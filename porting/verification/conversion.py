@@ -56,7 +56,7 @@ def verify_source(src: SourceCheckpoint, plan: ConversionPlan, folder: Optional[
     """
     if plan.is_identity and folder is not None:
         def build() -> torch.nn.Module:
-            return load_folder(folder)
+            return load_folder(folder, src.limits)  # the limits the source was opened under (--limit included)
     else:
         def build() -> torch.nn.Module:
             model = SimpleVisionTransformer(plan.source.replace(weight_init='skip'))
@@ -94,8 +94,8 @@ def _target_line(plan: ConversionPlan, target: Verification) -> str:
 def check_at_target(src: SourceCheckpoint, plan: ConversionPlan, folder: Path, tol: float,
                     progress: bool = False) -> Verification:
     """The written folder at the target geometry against the reference rebuilt there by the framework's rule."""
-    target = compare(src.path, src.format, plan.source.to_dict(), lambda: load_folder(folder), tol, progress,
-                     target=(plan.target.to_dict(), plan.rule), compare_logits=not plan.changes_head)
+    target = compare(src.path, src.format, plan.source.to_dict(), lambda: load_folder(folder, src.limits), tol,
+                     progress, target=(plan.target.to_dict(), plan.rule), compare_logits=not plan.changes_head)
     if target.status == 'skipped':
         target.reason = f'the output at the target geometry ({_where(plan)}) was NOT checked: {target.reason}'
     return target
