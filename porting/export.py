@@ -29,7 +29,8 @@ from timm_vit_variants.limits import DEFAULT_LIMITS, Limits
 from .extras import require
 from .hub_folder import load_folder, read_config
 from .output import atomic_file, check_output
-from .request import DEFAULT_OPSET, ExportRequest
+from .pipeline import all_finite
+from .request import DEFAULT_OPSET, ExportRequest, request_of
 from .verification import Verification
 from .verification.result import first_line
 
@@ -112,7 +113,7 @@ def _recorded_sha256(raw: Dict[str, Any], where: str) -> str:
 def _check_finite(module: torch.nn.Module, where: str) -> None:
     """Refuse weights holding NaN or Inf, naming the first tensor: an export of them could only fail its check."""
     for key, tensor in module.state_dict().items():
-        if tensor.is_floating_point() and not torch.isfinite(tensor).all():
+        if not all_finite(tensor):
             raise ViTVariantsError('the weights hold NaN or Inf values; an exported graph of them cannot be checked',
                                    path=where, key=key)
 
@@ -272,12 +273,6 @@ def _failure(stage: str, e: Exception, path: str) -> ViTVariantsError:
     return ViTVariantsError(f'{stage} failed: {first_line(e)}', path=path)
 
 
-def _request(request: Optional[ExportRequest], options: Dict[str, Any]) -> ExportRequest:
-    if request is not None and options:
-        raise TypeError('give either an ExportRequest or keyword options, not both')
-    return request or ExportRequest.from_options(**options)
-
-
 def export_onnx(
         source: Union[str, os.PathLike, torch.nn.Module],
         out: Union[str, os.PathLike],
@@ -295,7 +290,7 @@ def export_onnx(
     and the source sha256 as ``metadata_props``. Raises ViTVariantsError for bad input, an unusable OUT
     or a failed check, leaving nothing behind.
     """
-    request = _request(request, options)
+    request = request_of(ExportRequest, request, options)
     opset, overwrite, tol, progress = request.opset, request.overwrite, request.tol, request.progress
     if opset not in ONNX_OPSETS:
         raise ViTVariantsError(f'opset {opset} is not supported: the dynamo exporter writes opsets '
@@ -366,7 +361,7 @@ def export_pt2(
     was proved for: H and W of at least patch + 1 (two patches, and multiples of the patch, for a model
     that does not pad).
     """
-    request = _request(request, options)
+    request = request_of(ExportRequest, request, options)
     overwrite, tol, progress = request.overwrite, request.tol, request.progress
     paths = _source_paths(source)
     out_path = check_output(out, overwrite, sources=paths, folder=False)

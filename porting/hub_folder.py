@@ -32,7 +32,7 @@ from timm_vit_variants.errors import ViTVariantsError
 from timm_vit_variants.limits import DEFAULT_LIMITS, Limits
 from timm_vit_variants.simple_vit import pretrained_cfg_for
 
-from .sizes import parse_size as parse_size_text
+from .sizes import DEFAULT_MAX_SHARD_SIZE, parse_size as parse_size_text
 from .output import atomic_folder
 from .redact import redact
 
@@ -44,7 +44,6 @@ __all__ = [
 # What we write: the first weight and index names the readers look for (``checkpoints.files``).
 SINGLE_FILE, INDEX_FILE = SINGLE_WEIGHT_FILES[0], INDEX_FILES[0]
 CARD_FILE = 'README.md'
-DEFAULT_MAX_SHARD_SIZE = '5GB'
 _ST_NAMES = {dtype: name for name, dtype in SAFETENSORS_DTYPES.items()}
 
 

@@ -26,13 +26,13 @@ from .hub_folder import CONFIG_FILE, SINGLE_FILE, SafetensorsWriter, parse_size,
 from .output import atomic_folder, check_output
 from .hashing import source_sha256
 from .plan import ConversionPlan, make_plan, open_source
-from .request import ConvertRequest, SourceOptions
+from .request import ConvertRequest, SourceOptions, request_of
 from .sources import resolve_source
 from .verification import Verification
 from .verification.conversion import shared_caveats, verify_source
 from .verification.references import require_reference
 
-__all__ = ['ConvertResult', 'convert', 'write_weights', 'source_sha256', 'preprocessing', 'resize', 'sharded_note']
+__all__ = ['ConvertResult', 'convert', 'write_weights', 'source_sha256', 'preprocessing', 'all_finite', 'resize', 'sharded_note']
 
 
 @dataclass
@@ -68,7 +68,7 @@ def preprocessing(src: SourceCheckpoint, options: SourceOptions) -> Tuple[Dict[s
     return data, assumed
 
 
-def _all_finite(tensor: torch.Tensor) -> bool:
+def all_finite(tensor: torch.Tensor) -> bool:
     """No NaN or Inf, in one pass without a tensor-sized temporary (min/max propagate NaN)."""
     if not tensor.is_floating_point() or tensor.numel() == 0:
         return True
@@ -90,7 +90,7 @@ def write_weights(src: SourceCheckpoint, plan: ConversionPlan, folder: Path, max
     nonfinite: List[str] = []
 
     def check(key: str, tensor: torch.Tensor) -> None:
-        if not _all_finite(tensor):
+        if not all_finite(tensor):
             if not allow_nonfinite:
                 raise ViTVariantsError('the weights hold NaN or Inf values; refusing to write them (pass '
                                        '--allow-nonfinite to convert anyway)', path=plan.source_path, key=key)
@@ -149,10 +149,7 @@ def convert(source: Union[str, Path], out: Union[str, Path], request: Optional[C
     ``overwrite=True``, ...). Raises ViTVariantsError for bad input, an unusable OUT, a missing reference
     library (before any work) and a failed verification.
     """
-    if request is None:
-        request = ConvertRequest.from_options(**options)
-    elif options:
-        raise TypeError('give either a ConvertRequest or keyword options, not both')
+    request = request_of(ConvertRequest, request, options)
     output, limits = request.output, request.limits
     check_output(out, output.overwrite, sources=[source])  # before any download
     resolved = resolve_source(source, request.source.endpoint, request.source.token, request.progress)
@@ -184,8 +181,8 @@ def convert(source: Union[str, Path], out: Union[str, Path], request: Optional[C
             source_record = {'source': resolved.label, **{f'source_{k}': v for k, v in resolved.provenance.items()}}
             conversion = {**source_record, 'source_format': src.format, 'source_sha256': sha256,
                           'converter': f'timm-vit-variants {__version__}',
-                          'assumed': {k: {'value': _json_value(v), 'why': why} for k, (v, why) in assumed.items()},
-                          'given': {k: _json_value(v) for k, v in src.given.items()},
+                          'assumed': {k: {'value': v, 'why': why} for k, (v, why) in assumed.items()},
+                          'given': dict(src.given),
                           'verification': verification.as_card_dict()}
             write_config(tmp / CONFIG_FILE, plan.target, data_config=dict(data_cfg, license=license),
                          label_names=labels, architecture=architecture, conversion=conversion)
@@ -211,10 +208,7 @@ def resize(source: Union[str, Path], out: Union[str, Path], request: Optional[Co
     against timm's own ``local-dir:`` loader): learned tables are resampled, sin-cos tables regenerated, the
     patchifier PI-resized. Options as for ``convert``; ``img_size`` and/or ``patch_size`` is required.
     """
-    if request is None:
-        request = ConvertRequest.from_options(**options)
-    elif options:
-        raise TypeError('give either a ConvertRequest or keyword options, not both')
+    request = request_of(ConvertRequest, request, options)
     if request.target.img_size is None and request.target.patch_size is None:
         raise ViTVariantsError('resize needs a new image size and/or patch size (img_size=, patch_size=)')
     if not (Path(source) / CONFIG_FILE).is_file():
@@ -228,7 +222,3 @@ def sharded_note(folder: Path, num_files: int) -> str:
     return (f'the weights are in {num_files} shards; timm\'s local-dir: and hf-hub: read only a single '
             f'{SINGLE_FILE}, so load this folder with vit_port.load_folder({str(folder)!r}), or convert again with a '
             '--max-shard-size above the model\'s size for one file')
-
-
-def _json_value(value: Any) -> Any:
-    return list(value) if isinstance(value, tuple) else value

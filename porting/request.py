@@ -5,12 +5,14 @@ Python keywords; each keyword is named as the CLI option that sets it (``img_siz
 ``source_img_size`` is ``--source-img-size``, ``from_`` is ``--from``: ``from`` is a Python keyword).
 """
 from dataclasses import dataclass, field, fields, replace
-from typing import Any, Dict, Iterable, Optional, Tuple, Union
+from typing import Any, Dict, Iterable, Optional, Tuple, Type, TypeVar, Union
 
 from timm_vit_variants.limits import DEFAULT_LIMITS, Limits
 
+from .sizes import DEFAULT_MAX_SHARD_SIZE
+
 __all__ = ['DEFAULT_TOL', 'DEFAULT_OPSET', 'SourceOptions', 'TargetOptions', 'OutputOptions', 'ConvertRequest',
-           'ExportRequest', 'limits_from']
+           'ExportRequest', 'request_of', 'limits_from']
 
 # Verification tolerance on max |delta| of logits and features, float32.
 DEFAULT_TOL = 1e-4
@@ -134,7 +136,7 @@ class TargetOptions:
 class OutputOptions:
     """Where and how the folder is written, and what its card records."""
     overwrite: bool = False
-    max_shard_size: Union[str, int] = '5GB'
+    max_shard_size: Union[str, int] = DEFAULT_MAX_SHARD_SIZE
     license: Optional[str] = None
     base_model: Optional[str] = None
     datasets: Tuple[str, ...] = ()
@@ -192,3 +194,13 @@ class ExportRequest:
         None means "not given"."""
         known = {f.name for f in fields(cls)} - {'limits'} | {'limit'}
         return cls(**dict(_as_field(flag, value) for flag, value in _given(options, known, 'export').items()))
+
+
+_Request = TypeVar('_Request', ConvertRequest, ExportRequest)
+
+
+def request_of(kind: Type[_Request], request: Optional[_Request], options: Dict[str, Any]) -> _Request:
+    """``request`` itself, or one of ``kind`` built from keyword ``options`` spelled as the flags; never both."""
+    if request is not None and options:
+        raise TypeError(f'give either a {kind.__name__} or keyword options, not both')
+    return request if request is not None else kind.from_options(**options)

@@ -5,7 +5,10 @@ Free of heavy imports, so the command line can validate ``--max-shard-size`` whi
 import math
 from typing import Union
 
-__all__ = ['parse_size']
+__all__ = ['DEFAULT_MAX_SHARD_SIZE', 'parse_size']
+
+# The Hub's (and transformers' save_pretrained's) default shard size.
+DEFAULT_MAX_SHARD_SIZE = '5GB'
 
 _UNITS = {'': 1, 'B': 1, 'KB': 10 ** 3, 'MB': 10 ** 6, 'GB': 10 ** 9, 'TB': 10 ** 12,
           'KIB': 2 ** 10, 'MIB': 2 ** 20, 'GIB': 2 ** 30, 'TIB': 2 ** 40}
