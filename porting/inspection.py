@@ -15,7 +15,7 @@ from timm_vit_variants.errors import ViTVariantsError
 from timm_vit_variants.geometry import fit_tensor
 from timm_vit_variants.posemb import sincos_2d
 
-from .pipeline import ConversionPlan
+from .plan import ConversionPlan
 
 __all__ = ['tensor_table', 'config_table', 'position_tables', 'similarities', 'similarity_mosaic', 'colour_range',
            'plot_position_similarity']

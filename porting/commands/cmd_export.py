@@ -2,7 +2,7 @@
 import argparse
 import sys
 
-from .options import UsageError, add_safety_args, limits_of, report, size_arg, tolerance_arg
+from .options import UsageError, add_safety_args, check_sizes, limits_of, report, size_arg, tolerance_arg
 
 EXPORT_FORMATS = ('onnx', 'pt2')
 DEFAULT_OPSET = 18
@@ -59,8 +59,7 @@ def opset_arg(text: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.static is not None and len(args.static) > 2:
-        raise UsageError(f'--static takes one or two values, got {len(args.static)}')
+    check_sizes(args)
     fmt = args.export_format or ('pt2' if args.out.endswith('.pt2') else 'onnx')
     if fmt == 'pt2' and args.opset is not None:
         raise UsageError('--opset applies to --format onnx only')

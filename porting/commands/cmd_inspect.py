@@ -31,7 +31,7 @@ def run(args: argparse.Namespace) -> int:
     if args.plot:
         require('plot', 'inspect --plot')
     from ..inspection import config_table, plot_position_similarity, tensor_table
-    from ..pipeline import make_plan, open_source
+    from ..plan import make_plan, open_source
     from ..request import TargetOptions
     from ..sources import resolve_source
 

@@ -9,6 +9,8 @@ import shlex
 import sys
 from typing import Any, List
 
+from ..sizes import DEFAULT_MAX_SHARD_SIZE
+
 __all__ = [
     'say', 'UsageError', 'SOURCE_HELP', 'FORMATS', 'RESAMPLE_RULES', 'LIMIT_NAMES', 'size_arg', 'count_arg', 'tolerance_arg',
     'fraction_arg', 'limit_arg', 'byte_size_arg', 'add_geometry_args', 'add_source_args', 'add_output_args',
@@ -182,7 +184,7 @@ def add_output_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument('--overwrite', action='store_true',
                         help='replace OUT if it is an empty folder or an earlier vit-port output (never a source, '
                              'never a folder holding other files)')
-    parser.add_argument('--max-shard-size', default='5GB', type=byte_size_arg,
+    parser.add_argument('--max-shard-size', default=DEFAULT_MAX_SHARD_SIZE, type=byte_size_arg,
                         help='split weights into Hub-convention shards above this size, e.g. 500MB (default 5GB); '
                              "note timm's local-dir:/hf-hub: loaders read only unsharded folders")
     parser.add_argument('--license', help='license recorded in the model card (default: the source\'s, if known)')
@@ -264,7 +266,7 @@ def check_folder_out(out: str) -> None:
 
 def check_sizes(args: argparse.Namespace) -> None:
     """Size options take one (square) or two (H W) values."""
-    for name in ('img_size', 'patch_size', 'source_img_size'):
+    for name in ('img_size', 'patch_size', 'source_img_size', 'static'):
         value = getattr(args, name, None)
         if value is not None and len(value) > 2:
             raise UsageError(f'--{name.replace("_", "-")} takes one or two values, got {len(value)}')
@@ -274,33 +276,30 @@ def source_options(args: argparse.Namespace) -> Any:
     """The ``porting.request.SourceOptions`` the source options ask for (unset ones stay None)."""
     from ..request import SourceOptions
 
-    def given(name: str) -> Any:
-        value = getattr(args, name, None)
-        return tuple(value) if isinstance(value, list) else value
-
-    return SourceOptions(**{name: given(name) for name in (
+    return SourceOptions(**{name: _given(args, name) for name in (
         'from_', 'prefix', 'num_heads', 'act_layer', 'norm_eps', 'pos_embed', 'use_ema', 'source_img_size', 'mean',
         'std', 'interpolation', 'crop_pct', 'crop_mode', 'in_chans', 'endpoint', 'token')},
         assume_heads=getattr(args, 'assume_heads', None) or None)
 
 
-def convert_request(args: argparse.Namespace, **overrides: Any) -> Any:
+def convert_request(args: argparse.Namespace) -> Any:
     """The ``porting.request.ConvertRequest`` a parsed ``convert`` or ``resize`` command line asks for."""
     from ..request import ConvertRequest, OutputOptions, TargetOptions
 
-    def given(name: str) -> Any:
-        value = getattr(args, name, None)
-        return tuple(value) if isinstance(value, list) else value
-
-    request = ConvertRequest(
+    return ConvertRequest(
         source=source_options(args),
-        target=TargetOptions(img_size=given('img_size'), patch_size=given('patch_size'),
-                             num_classes=given('num_classes'), resample_like=given('resample_like')),
+        target=TargetOptions(img_size=_given(args, 'img_size'), patch_size=_given(args, 'patch_size'),
+                             num_classes=_given(args, 'num_classes'), resample_like=_given(args, 'resample_like')),
         output=OutputOptions(overwrite=args.overwrite, max_shard_size=args.max_shard_size, license=args.license,
                              base_model=args.base_model, datasets=tuple(args.datasets or ()),
                              allow_nonfinite=args.allow_nonfinite, command=getattr(args, 'command_line', None)),
         verify=not args.no_verify, tol=args.tol, limits=limits_of(args), progress=sys.stderr.isatty())
-    return request.with_source(**overrides) if overrides else request
+
+
+def _given(args: argparse.Namespace, name: str) -> Any:
+    """A parsed option as a request holds it (a list of values as a tuple; absent: None)."""
+    value = getattr(args, name, None)
+    return tuple(value) if isinstance(value, list) else value
 
 
 def limits_of(args: argparse.Namespace) -> Any:

@@ -64,7 +64,7 @@ def _additions(path: str, headers: Dict[str, Any], model_args: Dict[str, Any]) -
     return extra
 
 
-def _timm_readable(path: str, model_args: Dict[str, Any], tmp: Path,
+def _timm_readable(path: str, headers: Dict[str, Tuple[Tuple[int, ...], np.dtype]], tmp: Path,
                    extra: List[Tuple[str, np.ndarray]]) -> Union[str, ExtendedArchive]:
     """The archive timm's ``load_pretrained`` can read: the original path, or an archive built for it.
 
@@ -72,7 +72,6 @@ def _timm_readable(path: str, model_args: Dict[str, Any], tmp: Path,
     archive (nothing copied). timm cannot decode bfloat16 without jax, so such archives are rewritten
     with the arrays widened to float32, one at a time (disk, not memory).
     """
-    headers = _headers(path)
     bf16 = any(dtype.kind == 'V' and dtype.itemsize == 2 for _, dtype in headers.values())
     if not extra and not bf16:
         return path
@@ -120,7 +119,7 @@ def npz_model(path: str, model_args: Dict[str, Any]) -> TimmReference:
     head = _pre_logits_head(path) if model_args.get('rep_size') else None
     extra = _additions(path, headers, model_args)
     with tempfile.TemporaryDirectory(prefix='vit-port-verify-') as tmp:
-        readable = _timm_readable(path, model_args, Path(tmp), extra)
+        readable = _timm_readable(path, headers, Path(tmp), extra)
         model = timm_equivalent(model_args, num_classes=0 if head is not None else None)
         # timm finds 'params/img/' itself but not a bare 'img/' tower; a rewritten bf16 copy moves '' to 'params/'
         prefix = _prefix(headers) if isinstance(readable, ExtendedArchive) or readable == path else ''
