@@ -1,12 +1,24 @@
 """The Google ``.npz`` reference (big_vision, FlexiViT, vit_jax): an equivalent timm ``VisionTransformer`` (for a
-NaFlex tower, timm's ``NaFlexVit``) loaded by timm's own npz loader (``load_pretrained``), never by our key mapping."""
+NaFlex tower, timm's ``NaFlexVit``) loaded by timm's own npz loader (``load_pretrained``), never by our key mapping.
+
+The network's dimensions are read off the archive's own member headers here, not taken from our reader: the
+width and patch kernel from ``embedding/kernel``, the depth (the deepest claim: block modules, or the longest
+stacked axis of a scanned encoder), the MLP width, whether a [CLS] token is stored, and every attention's head
+count (each block's and the MAP head's, set on each timm module). timm's loader flattens the per-head kernels,
+so a head count taken from elsewhere would load and run. What the reference still takes from our reader's
+config: the pooling of a tower without a MAP head (token or gap), the activation and LayerNorm epsilon (flax
+defaults the file does not record), the image size (which splits a non-square table), the sin-cos table of a
+file without one, and the pre-logits layer's presence.
+"""
 import itertools
+import re
 import tempfile
 import zipfile
 from pathlib import Path
 from typing import Any, Dict, List, Tuple, Union
 
 import numpy as np
+import torch.nn as nn
 
 from .archive import ExtendedArchive
 from .naflex_ref import naflex_model
@@ -16,6 +28,9 @@ from .timm_ref import PreLogitsHead, TimmReference, grid, timm_equivalent
 __all__ = ['npz_model']
 
 _PREFIXES = ('opt/target/', 'params/img/', 'params/', 'img/', '')
+_SCAN = 'Transformer/encoderblock/'
+_BLOCK = re.compile(r'^Transformer/encoderblock_(\d+)/')
+_QUERY = re.compile(r'MultiHeadDotProductAttention_\d/query/kernel$')
 # The MAP head's sub-modules, inlined at the top of the tower in old files.
 _OLD_MAP_HEAD = ('probe', 'MultiHeadDotProductAttention_0', 'LayerNorm_0', 'MlpBlock_0')
 
@@ -111,16 +126,66 @@ def _pre_logits_head(path: str) -> PreLogitsHead:
         return PreLogitsHead(get('pre_logits/kernel'), get('pre_logits/bias'), get('head/kernel'), get('head/bias'))
 
 
+class _Recorded:
+    """What the archive's shapes record about the network, read here and not by our reader."""
+
+    def __init__(self, headers: Dict[str, Tuple[Tuple[int, ...], np.dtype]]) -> None:
+        prefix = _prefix(headers)
+        shapes = {name[len(prefix):]: shape for name, (shape, _) in headers.items() if name.startswith(prefix)}
+        kernel = shapes['embedding/kernel']
+        self.args: Dict[str, Any] = dict(embed_dim=kernel[-1], class_token='cls' in shapes)
+        if len(kernel) == 4:  # HWIO; a NaFlex tower's (P*P*C, D) Dense records neither P nor C
+            self.args.update(patch_size=tuple(kernel[:2]), in_chans=kernel[2])
+        scanned = {name: shape for name, shape in shapes.items() if name.startswith(_SCAN)}
+        blocks = sorted({int(m.group(1)) for m in map(_BLOCK.match, shapes) if m})
+        if scanned:
+            depth = max(shape[0] if shape else 0 for shape in scanned.values())
+            queries = [shape[2] for name, shape in scanned.items() if _QUERY.search(name)] * depth
+            fc1 = next(shape[2] for name, shape in scanned.items() if name.endswith('Dense_0/kernel'))
+        else:
+            depth = blocks[-1] + 1 if blocks else 0
+            queries = [next(shapes[n][1] for n in shapes if n.startswith(f'Transformer/encoderblock_{i}/') and
+                            _QUERY.search(n)) for i in range(depth)]
+            fc1 = next(shapes[n][1] for n in shapes if n.startswith('Transformer/encoderblock_0/') and
+                       n.endswith('Dense_0/kernel'))
+        self.args.update(depth=depth, num_heads=queries[0], mlp_dim=fc1)
+        self.block_heads = queries
+        pool = next((n for n in ('MAPHead_0/MultiHeadDotProductAttention_0/query/kernel',
+                                 'MultiHeadDotProductAttention_0/query/kernel') if n in shapes), None)
+        self.map_heads = shapes[pool][1] if pool else None
+
+    def regroup(self, model: nn.Module) -> None:
+        """Give each timm attention module the head count its own arrays were stored with."""
+        for block, heads in zip(model.blocks, self.block_heads):
+            _set_heads(block.attn, heads)
+        if self.map_heads is not None and getattr(model, 'attn_pool', None) is not None:
+            _set_heads(model.attn_pool, self.map_heads)
+
+
+def _set_heads(module: nn.Module, heads: int) -> None:
+    width = module.num_heads * module.head_dim
+    if width % heads:
+        raise ValueError(f'{heads} heads do not divide the attention width {width}')
+    module.num_heads, module.head_dim = heads, width // heads
+    module.scale = module.head_dim ** -0.5
+
+
 def npz_model(path: str, model_args: Dict[str, Any]) -> TimmReference:
-    """timm's VisionTransformer loaded by timm's own npz loader (headless when there is a pre-logits layer)."""
+    """timm's VisionTransformer loaded by timm's own npz loader (headless when there is a pre-logits layer), its
+    dimensions and head counts read off the archive itself."""
     headers = _headers(path)
+    recorded = _Recorded(headers)
+    model_args = dict(model_args, **recorded.args)
     if len(headers.get(f'{_prefix(headers)}embedding/kernel', ((),))[0]) == 2:  # big_vision's NaFlex tower
-        return naflex_model(path, model_args, _prefix(headers))
+        ref = naflex_model(path, model_args, _prefix(headers))
+        recorded.regroup(ref.model)
+        return ref
     head = _pre_logits_head(path) if model_args.get('rep_size') else None
     extra = _additions(path, headers, model_args)
     with tempfile.TemporaryDirectory(prefix='vit-port-verify-') as tmp:
         readable = _timm_readable(path, headers, Path(tmp), extra)
         model = timm_equivalent(model_args, num_classes=0 if head is not None else None)
+        recorded.regroup(model)
         # timm finds 'params/img/' itself but not a bare 'img/' tower; a rewritten bf16 copy moves '' to 'params/'
         prefix = _prefix(headers) if isinstance(readable, ExtendedArchive) or readable == path else ''
         model.load_pretrained(readable, prefix=prefix)

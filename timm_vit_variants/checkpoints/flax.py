@@ -133,7 +133,7 @@ class FlaxCheckpoint(SourceCheckpoint):
         else:
             pos_embed = self._position(local, dim, (patch_h, patch_w), class_token, slot, hints)
         depth = self._depth(local)
-        num_heads = self._heads(dim, hints)
+        num_heads = self._heads(dim, depth, hints)
         names = self._fields(0)
         fc1_key = self._local('{b}{mlp}/Dense_0/kernel'.format(**names))
         mlp_dim = self._shape(fc1_key)[-1]
@@ -233,7 +233,7 @@ class FlaxCheckpoint(SourceCheckpoint):
         return 'learn'
 
     def _depth(self, local: set) -> int:
-        """Blocks: one module per block, or one scanned module with a leading depth axis."""
+        """Blocks: one module per block, or one scanned module whose every array has the same leading depth axis."""
         self._scanned = f'{_SCAN}{self.NAMES["ln1"]}/scale' in local
         if self._scanned:
             scale_key = self._local(f'{_SCAN}{self.NAMES["ln1"]}/scale')
@@ -243,6 +243,12 @@ class FlaxCheckpoint(SourceCheckpoint):
                                   shapes=(scale, ('depth', 'width')))
             self._check_dims(scale_key, depth=scale[0])
             depth = scale[0]
+            for name in sorted(n for n in local if n.startswith(_SCAN)):
+                shape = self._shape(self._local(name))
+                if not shape or shape[0] != depth:
+                    raise self._error(f'a scanned array stacks {shape[0] if shape else 0} layers where '
+                                      f'{scale_key} stacks {depth}: every array of a scanned encoder has the same '
+                                      'depth', key=self._local(name), shapes=(shape, (depth, '...')))
         else:
             depth = self._block_count([int(m.group(1)) for m in map(_BLOCK_RE.match, local) if m],
                                       lambda i: self._local(f'Transformer/encoderblock_{i}'))
@@ -250,8 +256,9 @@ class FlaxCheckpoint(SourceCheckpoint):
             raise self._error('no encoder blocks found', key=self._local('Transformer/encoderblock_0'))
         return depth
 
-    def _heads(self, dim: int, hints: Dict[str, Any]) -> int:
-        """The head count, read off the (width, heads, head_dim) query kernel."""
+    def _heads(self, dim: int, depth: int, hints: Dict[str, Any]) -> int:
+        """The head count, read off block 0's (width, heads, head_dim) query kernel and checked against every
+        attention array the file stores: each block's and the MAP head's, kernels and biases."""
         query_key = self._local('{b}{attn}/query/kernel'.format(**self._fields(0)))
         query = self._shape(query_key)[1 if self._scanned else 0:]
         if len(query) != 3 or query[0] != dim or query[1] * query[2] != dim:
@@ -262,7 +269,33 @@ class FlaxCheckpoint(SourceCheckpoint):
             raise self._error(f'num_heads={hints["num_heads"]} (given) contradicts the attention kernel '
                               f'({num_heads} heads)', key=query_key)
         self._check_dims(query_key, heads=num_heads)
+        blocks = [0] if self._scanned else range(depth)
+        attns = [('{b}{attn}/'.format(**self._fields(i)), 1 if self._scanned else 0) for i in blocks]
+        if self._map is not None:
+            attns.append((f'{self._map}MultiHeadDotProductAttention_0/', 0))
+        for attn, lead in attns:
+            self._check_attention(attn, lead, dim, num_heads, query_key)
         return num_heads
+
+    def _check_attention(self, attn: str, lead: int, dim: int, heads: int, first: str) -> None:
+        """Each array of one attention module has ``heads`` heads: flax's shapes record the count, and a file whose
+        arrays disagree describes no network that one count reproduces."""
+        head_dim = dim // heads
+        want = {'query/kernel': (dim, heads, head_dim), 'key/kernel': (dim, heads, head_dim),
+                'value/kernel': (dim, heads, head_dim), 'out/kernel': (heads, head_dim, dim),
+                'query/bias': (heads, head_dim), 'key/bias': (heads, head_dim), 'value/bias': (heads, head_dim)}
+        for part, shape in want.items():
+            key = self._local(attn + part)
+            if part.endswith('bias') and key not in self._store:
+                continue
+            got = self._shape(key)[lead:]
+            if got != shape:
+                stored = got[0 if part.startswith('out') or part.endswith('bias') else 1] if len(got) == len(shape) \
+                    else None
+                held = f'stores {stored} heads' if stored is not None else f'is not {len(shape)}-dimensional'
+                raise self._error(f'this attention array {held}, where {first} has {heads} heads of {head_dim}: every '
+                                  'attention in the file (each block\'s and the MAP head\'s) must have the same count',
+                                  key=key, shapes=(got, shape))
 
     def _fields(self, block: Optional[int]) -> Dict[str, Any]:
         scanned = getattr(self, '_scanned', False)

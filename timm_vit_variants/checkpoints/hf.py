@@ -11,6 +11,7 @@ from typing import Any, Dict, Optional, Set, Tuple
 from ..config import SimpleViTConfig, pair
 from ..errors import ViTVariantsError
 from .files import read_json
+from .preprocessing import channel_values
 from .source import Rule, SourceCheckpoint, stack_rows
 
 __all__ = ['HFCheckpoint']
@@ -19,7 +20,7 @@ __all__ = ['HFCheckpoint']
 _ACTS = {'gelu': 'gelu', 'gelu_new': 'gelu_tanh', 'gelu_pytorch_tanh': 'gelu_tanh', 'quick_gelu': 'quick_gelu'}
 _UNSUPPORTED = {'embeddings.mask_token': 'the mask token of ViTForMaskedImageModeling is not supported'}
 # PIL resample codes used in transformers' preprocessor_config.json.
-_PIL_RESAMPLE = {0: 'nearest', 1: 'lanczos', 2: 'bilinear', 3: 'bicubic'}
+_PIL_RESAMPLE = {0: 'nearest', 1: 'lanczos', 2: 'bilinear', 3: 'bicubic', 4: 'box', 5: 'hamming'}
 _QKV = tuple(f'{{p}}encoder.layer.{{i}}.attention.attention.{n}' for n in ('query', 'key', 'value'))
 
 # Our key -> transformers names; {p} is 'vit.' for ViTForImageClassification, {i} the layer.
@@ -176,20 +177,26 @@ class HFCheckpoint(SourceCheckpoint):
         except (TypeError, ValueError):
             return None
 
-    def data_config(self) -> Dict[str, Any]:
-        """The image processor's mean/std/resample from ``preprocessor_config.json``, when present."""
+    def _recorded_preprocessing(self) -> Dict[str, Any]:
+        """The image processor's mean/std/resample from ``preprocessor_config.json``, when present, each checked."""
         cfg: Dict[str, Any] = {}
         proc_file = os.path.join(os.path.dirname(self._config_path), 'preprocessor_config.json')
         if not os.path.isfile(proc_file):
             return cfg
-        try:
-            proc = read_json(proc_file, self.limits)
-        except ViTVariantsError:
-            return cfg
-        if proc.get('image_mean') is not None and proc.get('image_std') is not None:
-            cfg['mean'], cfg['std'] = tuple(proc['image_mean']), tuple(proc['image_std'])
-        if proc.get('resample') in _PIL_RESAMPLE:
-            cfg['interpolation'] = _PIL_RESAMPLE[proc['resample']]
+        proc = read_json(proc_file, self.limits)
+        chans = self.config.in_chans
+        mean, std = proc.get('image_mean'), proc.get('image_std')
+        mean = None if mean is None else channel_values(mean, chans, False, proc_file, 'image_mean')
+        std = None if std is None else channel_values(std, chans, True, proc_file, 'image_std')
+        if mean is not None and std is not None:
+            cfg['mean'], cfg['std'] = mean, std
+        resample = proc.get('resample')
+        if resample is not None:
+            if not isinstance(resample, int) or isinstance(resample, bool) or resample not in _PIL_RESAMPLE:
+                raise ViTVariantsError(f'unknown PIL resample code {resample!r} (expected one of '
+                                       f'{", ".join(f"{k} ({v})" for k, v in _PIL_RESAMPLE.items())})',
+                                       path=proc_file, key='resample')
+            cfg['interpolation'] = _PIL_RESAMPLE[resample]
         if proc.get('do_resize', True) and not proc.get('do_center_crop', False):
             cfg['crop_pct'], cfg['crop_mode'] = 1.0, 'squash'  # the image processor resizes straight to the size
         return cfg

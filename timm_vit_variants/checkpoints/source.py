@@ -201,6 +201,7 @@ class SourceCheckpoint(abc.ABC):
         self._config_path = config_path
         self._used: Set[str] = set()
         self.config = self._infer(hints).check_limits(self.limits, self.path)
+        self._data_config = self._recorded_preprocessing()  # checked as the source is opened, before any work
         self._plan = self._build_plan(layout) if layout is not None else None
 
     # -- provided by each format ---------------------------------------------------------------------
@@ -220,12 +221,16 @@ class SourceCheckpoint(abc.ABC):
 
     def data_config(self) -> Dict[str, Any]:
         """The preprocessing the source records for these weights, as timm ``pretrained_cfg`` fields."""
+        return dict(self._data_config)
+
+    def _recorded_preprocessing(self) -> Dict[str, Any]:
+        """What ``data_config`` returns, read (and each value checked) once, when the source is opened."""
         return {}
 
     def preprocessing_assumed(self, recorded: Optional[Dict[str, Any]] = None) -> Dict[str, Tuple[Any, str]]:
         """The ``PREPROCESSING_KEYS`` fields the source does not record: {field: (assumed value, why)}.
 
-        ``recorded`` is ``data_config()`` when the caller has it already (it may read a file).
+        ``recorded`` is ``data_config()`` when the caller has it already.
         """
         recorded = self.data_config() if recorded is None else recorded
         return {k: v for k, v in self._preprocessing_defaults().items() if k not in recorded}

@@ -15,8 +15,9 @@ import timm
 import torch
 import torch.nn as nn
 
-from ..config import DATA_CONFIG_KEYS, MODELS, SimpleViTConfig, activation_name, heads_for_width
+from ..config import DATA_CONFIG_KEYS, MODELS, PREPROCESSING_KEYS, SimpleViTConfig, activation_name, heads_for_width
 from ..errors import ViTVariantsError
+from .preprocessing import checked_preprocessing
 from .source import Rule, SourceCheckpoint, batched_grid_table, linear_patch_kernel
 
 __all__ = ['TimmCheckpoint']
@@ -51,6 +52,47 @@ _NAFLEX_KNOWN = {rule.sources[0] for rule in _NAFLEX_RULES.values()}
 _NAFLEX_RESAMPLE = {'bilinear': 'flexi', 'bicubic': 'timm'}
 
 
+class _Built:
+    """A meta-device build of the architecture and model_args a timm config records, held against the tensors.
+
+    The settings no tensor records (heads, pooling, activation) are taken from this build, so every setting
+    the tensors do record must agree with it too: a config whose depth, width, MLP or bias disagrees
+    describes another network than the weights.
+    """
+    # our name for a dimension -> the timm create_model argument that sets it
+    _ARGS = {'depth': 'depth', 'embed_dim': 'embed_dim', 'mlp_dim': 'mlp_ratio', 'num_classes': 'num_classes',
+             'qkv_bias': 'qkv_bias', 'class_token': 'class_token'}
+    # tensors the reader checks itself (the table's grid, a patch kernel timm would PI-resize on load)
+    _OWN_CHECKS = ('pos_embed', 'patch_embed.proj.weight', 'embeds.pos_embed', 'embeds.proj.weight')
+
+    def __init__(self, arch: str, args: Dict[str, Any], model: nn.Module, classes_recorded: bool) -> None:
+        blocks = model.blocks
+        self.arch, self.args = arch, args
+        self.dims = dict(depth=len(blocks), embed_dim=blocks[0].norm1.normalized_shape[0],
+                         mlp_dim=blocks[0].mlp.fc1.out_features, qkv_bias=blocks[0].attn.qkv.bias is not None,
+                         class_token=getattr(model, 'cls_token', getattr(getattr(model, 'embeds', None), 'cls_token',
+                                                                         None)) is not None)
+        if classes_recorded:
+            self.dims['num_classes'] = model.num_classes
+        self.shapes = {k: tuple(v.shape) for k, v in model.state_dict().items()
+                       if k not in self._OWN_CHECKS and (classes_recorded or not k.startswith('head.'))}
+
+    def check(self, reader: 'TimmCheckpoint', found: Dict[str, Any], local: set) -> None:
+        """Refuse the first recorded setting the tensors contradict, naming its config key."""
+        where = reader._config_path
+        for name, built in self.dims.items():
+            if found[name] != built:
+                arg = self._ARGS[name]
+                key = f'model_args.{arg}' if arg in self.args else 'architecture'
+                raise ViTVariantsError(f'{self.arch} with these model_args has {name}={built}, but the tensors have '
+                                       f'{name}={found[name]}', path=where, key=key)
+        for name, shape in sorted(self.shapes.items()):
+            if name not in local or reader._shape(reader._prefix + name) != shape:
+                got = reader._shape(reader._prefix + name) if name in local else 'no such tensor'
+                raise ViTVariantsError(f'{self.arch} with these model_args has {name} {shape}, the weights have '
+                                       f'{got}', path=where, key=name)
+
+
 class TimmCheckpoint(SourceCheckpoint):
     format = 'timm'
     _WHY = "not recorded by the checkpoint; timm's vit_* default"
@@ -65,11 +107,18 @@ class TimmCheckpoint(SourceCheckpoint):
         key = pattern.replace('{i}', str(block))
         return Rule((self._prefix + key,)), None
 
-    def data_config(self) -> Dict[str, Any]:
+    def _recorded_preprocessing(self) -> Dict[str, Any]:
         """``config.json``'s ``pretrained_cfg`` preprocessing, else what a timm training checkpoint's args record."""
-        timm_cfg = self.source_config.get('pretrained_cfg') or self._store.training_args()
-        return {k: tuple(v) if isinstance(v, list) else v for k, v in timm_cfg.items()
-                if k in DATA_CONFIG_KEYS and v is not None and (k != 'crop_pct' or isinstance(v, (int, float)))}
+        if self.source_config.get('pretrained_cfg'):
+            timm_cfg, path, section = self.source_config['pretrained_cfg'], self._config_path, 'pretrained_cfg'
+        else:
+            timm_cfg, path, section = self._store.training_args(), self.path, 'args'
+        if not isinstance(timm_cfg, dict):
+            raise ViTVariantsError('expected a JSON object', path=path, key=section)
+        recorded = checked_preprocessing({k: timm_cfg.get(k) for k in PREPROCESSING_KEYS}, self.config.in_chans, path,
+                                         {k: f'{section}.{k}' for k in PREPROCESSING_KEYS})
+        extra = {k: timm_cfg[k] for k in DATA_CONFIG_KEYS if k not in PREPROCESSING_KEYS and timm_cfg.get(k) is not None}
+        return {**recorded, **extra}
 
     # -- the architecture -------------------------------------------------------------------------------
     def _architecture(self) -> Tuple[Optional[str], Dict[str, Any]]:
@@ -79,12 +128,14 @@ class TimmCheckpoint(SourceCheckpoint):
             arch = self.source_config['architecture']
             args = self.source_config.get('model_args') or {}
             where = dict(path=self._config_path)
+            classes = self.source_config.get('num_classes')
         else:
             trained = self._store.training_args()
             if not trained.get('model'):
                 return None, {}
             arch, args = trained['model'], trained.get('model_kwargs') or {}
             where = dict(path=self.path)
+            classes = trained.get('num_classes')
             self._config_path = self.path
         if not isinstance(arch, str) or ':' in arch or not timm.is_model(arch):
             raise ViTVariantsError(f'architecture {arch!r} is not a registered timm model name (a local folder never '
@@ -101,13 +152,17 @@ class TimmCheckpoint(SourceCheckpoint):
                 if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
                     raise ViTVariantsError(f'expected a number, got {value!r}', key=f'model_args.{arg}', **where)
                 self.limits.check(limit, int(value), key=f'model_args.{arg}', **where)
+        # the class count timm's own loader builds with when model_args leave it out (None: not recorded)
+        self._classes = args.get('num_classes', classes if isinstance(classes, int) and not isinstance(classes, bool)
+                                 and 0 <= classes <= self.limits.classes else None)
         return arch, args
 
     def _foreign_facts(self, arch: str, args: Dict[str, Any]) -> Dict[str, Any]:
         """Settings no tensor records, read off a meta-device build of a timm ``vit_*`` architecture."""
         try:
             with torch.device('meta'):
-                model = timm.create_model(arch, pretrained=False, **args)
+                model = timm.create_model(arch, pretrained=False, **dict(
+                    args, **({'num_classes': self._classes} if self._classes is not None else {})))
         except Exception as e:  # unknown arguments; timm raises several types
             raise ViTVariantsError(f'cannot rebuild architecture {arch!r} from its config: {e}',
                                    path=self._config_path, key='architecture') from None
@@ -124,7 +179,7 @@ class TimmCheckpoint(SourceCheckpoint):
         except (AttributeError, ViTVariantsError) as e:
             raise ViTVariantsError(str(e), path=self._config_path, key='architecture') from None
         facts = dict(num_heads=blocks[0].attn.num_heads, global_pool=model.global_pool, act_layer=act,
-                     norm_eps=blocks[0].norm1.eps)
+                     norm_eps=blocks[0].norm1.eps, built=_Built(arch, args, model, self._classes is not None))
         if embeds is not None:
             return dict(facts, **self._naflex_facts(embeds))
         return dict(facts, img_size=tuple(model.patch_embed.img_size),
@@ -253,6 +308,9 @@ class TimmCheckpoint(SourceCheckpoint):
             if name not in recorded:
                 recorded[name] = self._unrecorded(name, hints, default, "not recorded by a state dict; timm's "
                                                   f"{'NaFlexVit' if self._naflex else 'VisionTransformer'} default")
+        if 'built' in facts:
+            facts['built'].check(self, dict(depth=depth, embed_dim=dim, mlp_dim=mlp_dim, num_classes=num_classes,
+                                            qkv_bias='blocks.0.attn.qkv.bias' in local, class_token=class_token), local)
         return SimpleViTConfig(
             img_size=img_size,
             patch_size=(patch_h, patch_w),
