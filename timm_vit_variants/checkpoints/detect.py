@@ -90,10 +90,10 @@ def open_checkpoint(
     store = open_store(files, limits, use_ema=hints.get('use_ema', True))
     try:
         if fmt is None:
-            return _reader(_sniff(path, store, config, config_path), config)(path, store, config, config_path, hints,
-                                                                             layout, limits)
+            return _reader(_sniff(path, store, config, config_path), store, config, hints)(
+                path, store, config, config_path, hints, layout, limits)
         try:
-            return _reader(fmt, config)(path, store, config, config_path, hints, layout, limits)
+            return _reader(fmt, store, config, hints)(path, store, config, config_path, hints, layout, limits)
         except ViTVariantsError as e:
             raise _wrong_format(e, fmt, path, store, config, config_path) from None
     except BaseException:
@@ -101,11 +101,11 @@ def open_checkpoint(
         raise
 
 
-def _reader(fmt: str, config: Dict[str, Any]) -> Type[SourceCheckpoint]:
-    """The reader of a format; a transformers folder's ``model_type`` tells a ViT from a SigLIP tower."""
-    if fmt == 'hf' and config.get('model_type') in SIGLIP_MODEL_TYPES:
-        return HFSiglipCheckpoint
-    return READERS[fmt]
+def _reader(fmt: str, store: TensorStore, config: Dict[str, Any], hints: Dict[str, Any]) -> Type[SourceCheckpoint]:
+    """The reader of a format (a transformers folder's ``model_type`` tells a ViT from a SigLIP tower), or the
+    variant of it the content calls for (a NaFlex tower's)."""
+    reader = HFSiglipCheckpoint if fmt == 'hf' and config.get('model_type') in SIGLIP_MODEL_TYPES else READERS[fmt]
+    return reader.variant(store, config, hints)
 
 
 def _wrong_format(error: ViTVariantsError, fmt: str, path: str, store: TensorStore, config: Dict[str, Any],

@@ -8,18 +8,22 @@ only in the block module names and in where the learned table lives and whether 
 class-token slot; each flavour is a row of names below.
 """
 import re
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple, Type
 
 from ..config import SimpleViTConfig
-from .source import (Rule, SourceCheckpoint, copy, dense_patch_kernel, flatten_grid_table, fuse_head_bias, fuse_heads,
-                     hwio_to_oihw, merge_heads, transpose)
+from .fills import copy, dense_patch_kernel, flatten_grid_table, fuse_head_bias, fuse_heads, hwio_to_oihw, merge_heads, \
+    transpose
+from .naflex_reader import NaFlexReader
+from .preprocessing import assumed_preprocessing
+from .source import Rule, SourceCheckpoint
+from .stores import TensorStore
 
-__all__ = ['FlaxCheckpoint', 'BigVisionCheckpoint', 'VitJaxCheckpoint']
+__all__ = ['FlaxCheckpoint', 'BigVisionCheckpoint', 'BigVisionNaFlexCheckpoint', 'VitJaxCheckpoint']
 
 _BLOCK_RE = re.compile(r'^Transformer/encoderblock_(\d+)/')
 _SCAN = 'Transformer/encoderblock/'
 
-# Our key -> flax names; {b} is the block's module path, the other fields are a flavour's names.
+# Our key -> flax names under the prefix; {b} is the block's module path, the other fields are a flavour's names.
 _TABLE: Dict[str, Rule] = {
     'patch_embed.proj.weight': Rule(('embedding/kernel',), hwio_to_oihw),
     'patch_embed.proj.bias': Rule(('embedding/bias',)),
@@ -62,33 +66,35 @@ _TABLE: Dict[str, Rule] = {
     'attn_pool.mlp.fc2.weight': Rule(('{map}MlpBlock_0/Dense_1/kernel',), transpose),
     'attn_pool.mlp.fc2.bias': Rule(('{map}MlpBlock_0/Dense_1/bias',)),
 }
-
-
-
 # big_vision's NaFlex tower: a Dense over P-P-C flattened patches, and a (G, G, D) learned table.
-_NAFLEX_TABLE: Dict[str, Rule] = {
-    'patch_embed.proj.weight': Rule(('embedding/kernel',), dense_patch_kernel),
-    'pos_embed': Rule(('pos_embedding',), flatten_grid_table),
-}
+_NAFLEX_TABLE: Dict[str, Rule] = dict(
+    _TABLE, **{'patch_embed.proj.weight': Rule(('embedding/kernel',), dense_patch_kernel),
+               'pos_embed': Rule(('pos_embedding',), flatten_grid_table)})
+
+
+def _under_prefix(table: Dict[str, Rule]) -> Dict[str, Rule]:
+    """The table's names as templates under the reader's prefix ``{p}``."""
+    return {key: Rule(tuple('{p}' + name for name in rule.sources), rule.fill) for key, rule in table.items()}
+
+
+def _prefix_of(store: TensorStore, prefixes: Tuple[str, ...]) -> Optional[str]:
+    """The first of ``prefixes`` the ViT's patch embedding sits under, None if none."""
+    return next((prefix for prefix in prefixes if f'{prefix}embedding/kernel' in store), None)
 
 
 class FlaxCheckpoint(SourceCheckpoint):
     """A flax ViT parameter archive; subclasses give the flavour's names."""
 
-    PREPROCESSING_DEFAULTS = {
-        'mean': ((0.5, 0.5, 0.5), 'big_vision and vit_jax feed pixels in [-1, 1]'),
-        'std': ((0.5, 0.5, 0.5), 'big_vision and vit_jax feed pixels in [-1, 1]'),
-        'interpolation': ('bilinear', 'an .npz records no preprocessing; the simple_vit default'),
-        'crop_pct': (0.875, 'an .npz records no preprocessing; the simple_vit default'),
-        'crop_mode': ('center', 'an .npz records no preprocessing; the simple_vit default'),
-    }
+    _RANGE = 'big_vision and vit_jax feed pixels in [-1, 1]'
+    PREPROCESSING_DEFAULTS = assumed_preprocessing(
+        'bilinear', 0.875, 'center', 'an .npz records no preprocessing; the simple_vit default', _RANGE)
     # SigLIP evaluates the whole image resized to the model's size: resize(size)|value_range(-1, 1).
-    _SIGLIP_WHY = "an .npz records no preprocessing; big_vision SigLIP's resize(size)|value_range(-1, 1)"
-    SIGLIP_PREPROCESSING = dict(PREPROCESSING_DEFAULTS, interpolation=('bilinear', _SIGLIP_WHY),
-                                crop_pct=(1.0, _SIGLIP_WHY), crop_mode=('squash', _SIGLIP_WHY))
+    SIGLIP_PREPROCESSING = assumed_preprocessing(
+        'bilinear', 1.0, 'squash', "an .npz records no preprocessing; big_vision SigLIP's "
+        'resize(size)|value_range(-1, 1)', _RANGE)
 
+    RULES = _under_prefix(_TABLE)
     PREFIXES = ('', 'params/', 'opt/target/', 'params/img/', 'img/')
-    NAFLEX = False  # whether a (P*P*C, D) Dense patch embedding (big_vision's NaFlex tower) is read
     # The flavour: block module names, the learned table's key, whether that table has a cls slot.
     NAMES: Dict[str, str] = {}
     POS_CLS_SLOT = False
@@ -103,9 +109,9 @@ class FlaxCheckpoint(SourceCheckpoint):
 
     def _find_prefix(self, hint: Optional[str]) -> str:
         candidates = (hint,) if hint else self.PREFIXES
-        for prefix in candidates:
-            if f'{prefix}embedding/kernel' in self._store:
-                return prefix
+        prefix = _prefix_of(self._store, candidates)
+        if prefix is not None:
+            return prefix
         raise self._error(
             'not a ViT parameter archive: no patch embedding found (if the ViT sits deeper, give the key prefix '
             "it sits under, e.g. 'params/img/')", key=f'{candidates[0]}embedding/kernel', needs='prefix')
@@ -117,25 +123,15 @@ class FlaxCheckpoint(SourceCheckpoint):
         self._map = self._map_head(local)
         self._note_skipped()
         kernel_key = self._local('embedding/kernel')
-        kernel = self._shape(kernel_key)
-        self._naflex = self.NAFLEX and len(kernel) == 2
-        if self._naflex:
-            patch_h, patch_w, in_chans, dim = self._naflex_kernel(kernel_key, kernel, hints)
-        elif len(kernel) == 4:
-            patch_h, patch_w, in_chans, dim = kernel
-        else:
-            raise self._error('patch embedding kernel must be (P, P, C, D)', key=kernel_key, shapes=(kernel,))
+        patch_h, patch_w, in_chans, dim = self._patch_kernel(kernel_key, self._shape(kernel_key), hints)
         self._check_dims(kernel_key, width=dim, img_size=max(patch_h, patch_w))
         class_token = 'cls' in local
         slot = self.POS_CLS_SLOT and class_token
-        if self._naflex:
-            pos_embed = self._naflex_table(dim)
-        else:
-            pos_embed = self._position(local, dim, (patch_h, patch_w), class_token, slot, hints)
+        pos_embed = self._position(local, dim, (patch_h, patch_w), class_token, slot, hints)
         depth = self._depth(local)
         num_heads = self._heads(dim, depth, hints)
         names = self._fields(0)
-        fc1_key = self._local('{b}{mlp}/Dense_0/kernel'.format(**names))
+        fc1_key = '{p}{b}{mlp}/Dense_0/kernel'.format(**names)
         mlp_dim = self._shape(fc1_key)[-1]
         self._check_dims(fc1_key, mlp=mlp_dim)
         rep_size = self._shape(self._local('pre_logits/kernel'))[-1] if 'pre_logits/kernel' in local else None
@@ -160,8 +156,8 @@ class FlaxCheckpoint(SourceCheckpoint):
             class_token=class_token,
             pos_embed=pos_embed,
             pos_embed_cls_slot=slot and pos_embed == 'learn',
-            pos_embed_resample='flexi' if self._naflex else self._resample_rule((patch_h, patch_w), class_token),
-            patch_embed='linear' if self._naflex else 'conv',
+            pos_embed_resample=self._resample_rule((patch_h, patch_w), class_token),
+            patch_embed=self.PATCH_EMBED,
             rep_size=rep_size,
             # flax nn.gelu defaults to the tanh approximation in both big_vision and vit_jax.
             act_layer=hints.get('act_layer') or 'gelu_tanh',
@@ -170,19 +166,11 @@ class FlaxCheckpoint(SourceCheckpoint):
             grid_mode='crop' if self._map is not None else None,
         )
 
-    def _naflex_kernel(self, key: str, kernel: Tuple[int, ...], hints: Dict[str, Any]) -> Tuple[int, int, int, int]:
-        """(P, P, C, D) of a NaFlex Dense kernel (P*P*C, D): C is not recorded, so 3 is assumed unless given."""
-        flat, dim = kernel
-        patch, in_chans = self._flat_patch(key, flat, kernel, hints, 'a NaFlex patch kernel is (P*P*C, width) and '
-                                           'records neither P nor C; 3 channels and a square patch assumed')
-        return patch, patch, in_chans, dim
-
-    def _naflex_table(self, dim: int) -> str:
-        """A NaFlex tower's (G_h, G_w, D) table, resized per image with FlexiViT's rule; sets ``self.grid``."""
-        self._grid_table(self._local('pos_embedding'), dim)
-        self.notes.append("a big_vision NaFlex tower: its table is resized to each image's grid with "
-                          'jax.image.scale_and_translate (bilinear, half-pixel, antialiased), the flexi rule')
-        return 'learn'
+    def _patch_kernel(self, key: str, kernel: Tuple[int, ...], hints: Dict[str, Any]) -> Tuple[int, int, int, int]:
+        """(P, P, C, D) of the HWIO patch kernel."""
+        if len(kernel) != 4:
+            raise self._error('patch embedding kernel must be (P, P, C, D)', key=key, shapes=(kernel,))
+        return kernel
 
     def _resample_rule(self, patch: Tuple[int, int], class_token: bool) -> str:
         """How this framework resizes a learned table: big_vision's and vit_jax's load-time zoom."""
@@ -229,7 +217,7 @@ class FlaxCheckpoint(SourceCheckpoint):
             return pos_embed
         if pos_embed not in (None, 'learn'):
             raise self._error(f'the checkpoint has a learned position table, not pos_embed={pos_embed!r}', key=pos_key)
-        self._table_grid(pos_key, dim, patch, class_token=class_token, slot=slot, img_size=hints.get('img_size'))
+        self._check_token_table(pos_key, dim, patch, class_token=class_token, slot=slot, img_size=hints.get('img_size'))
         return 'learn'
 
     def _depth(self, local: set) -> int:
@@ -259,7 +247,7 @@ class FlaxCheckpoint(SourceCheckpoint):
     def _heads(self, dim: int, depth: int, hints: Dict[str, Any]) -> int:
         """The head count, read off block 0's (width, heads, head_dim) query kernel and checked against every
         attention array the file stores: each block's and the MAP head's, kernels and biases."""
-        query_key = self._local('{b}{attn}/query/kernel'.format(**self._fields(0)))
+        query_key = '{p}{b}{attn}/query/kernel'.format(**self._fields(0))
         query = self._shape(query_key)[1 if self._scanned else 0:]
         if len(query) != 3 or query[0] != dim or query[1] * query[2] != dim:
             raise self._error('attention kernel must be (width, heads, head_dim) with heads * head_dim = width',
@@ -298,15 +286,11 @@ class FlaxCheckpoint(SourceCheckpoint):
                                   key=key, shapes=(got, shape))
 
     def _fields(self, block: Optional[int]) -> Dict[str, Any]:
-        scanned = getattr(self, '_scanned', False)
-        return dict(self.NAMES, b=_SCAN if scanned else f'Transformer/encoderblock_{block}/',
-                    map=getattr(self, '_map', None) or '')
+        return dict(self.NAMES, p=self._prefix, b=_SCAN if self._scanned else f'Transformer/encoderblock_{block}/',
+                    map=self._map or '')
 
-    def _rule(self, pattern: str, block: Optional[int]) -> Tuple[Rule, Optional[int]]:
-        rule = _NAFLEX_TABLE.get(pattern, _TABLE[pattern]) if getattr(self, '_naflex', False) else _TABLE[pattern]
-        fields = self._fields(block)
-        sources = tuple(self._local(t.format(**fields)) for t in rule.sources)
-        return Rule(sources, rule.fill), block if self._scanned and block is not None else None
+    def _scan_index(self, block: Optional[int]) -> Optional[int]:
+        return block if self._scanned else None
 
     def _build_plan(self, layout):
         plan = super()._build_plan(layout)
@@ -323,7 +307,13 @@ class BigVisionCheckpoint(FlaxCheckpoint):
                  pos='pos_embedding')
     POS_CLS_SLOT = False
     DEFAULT_POS_EMBED = 'sincos'
-    NAFLEX = True
+
+    @classmethod
+    def variant(cls, store: TensorStore, config: Dict[str, Any], hints: Dict[str, Any]) -> Type[SourceCheckpoint]:
+        """``BigVisionNaFlexCheckpoint`` when the patch kernel is a (P*P*C, D) Dense, else this reader."""
+        prefix = _prefix_of(store, (hints['prefix'],) if hints.get('prefix') else cls.PREFIXES)
+        flat = prefix is not None and len(store.shape(f'{prefix}embedding/kernel')) == 2
+        return BigVisionNaFlexCheckpoint if flat else cls
 
     def _resample_rule(self, patch: Tuple[int, int], class_token: bool) -> str:
         """FlexiViT's own run-time rule for an archive in the published FlexiViT layout, else big_vision's zoom.
@@ -347,3 +337,27 @@ class VitJaxCheckpoint(FlaxCheckpoint):
     NAMES = dict(ln1='LayerNorm_0', attn='MultiHeadDotProductAttention_1', ln2='LayerNorm_2', mlp='MlpBlock_3',
                  pos='Transformer/posembed_input/pos_embedding')
     POS_CLS_SLOT = True
+
+
+class BigVisionNaFlexCheckpoint(NaFlexReader, BigVisionCheckpoint):
+    """big_vision's NaFlex tower (SigLIP 2 NaFlex): a Dense over P-P-C flattened patches and a (G_h, G_w, D)
+    table, resized to each image's grid with FlexiViT's rule."""
+    RULES = _under_prefix(_NAFLEX_TABLE)
+
+    def _patch_kernel(self, key: str, kernel: Tuple[int, ...], hints: Dict[str, Any]) -> Tuple[int, int, int, int]:
+        """(P, P, C, D) of the Dense kernel (P*P*C, D): C is not recorded, so 3 is assumed unless given."""
+        flat, dim = kernel
+        patch, in_chans = self._flat_patch(key, flat, kernel, hints, 'a NaFlex patch kernel is (P*P*C, width) and '
+                                           'records neither P nor C; 3 channels and a square patch assumed')
+        return patch, patch, in_chans, dim
+
+    def _position(self, local: set, dim: int, patch: Tuple[int, int], class_token: bool, slot: bool,
+                  hints: Dict[str, Any]) -> str:
+        """The (G_h, G_w, D) table, resized per image with FlexiViT's rule; sets ``self.grid``."""
+        self._check_grid_table(self._local('pos_embedding'), dim)
+        self.notes.append("a big_vision NaFlex tower: its table is resized to each image's grid with "
+                          'jax.image.scale_and_translate (bilinear, half-pixel, antialiased), the flexi rule')
+        return 'learn'
+
+    def _resample_rule(self, patch: Tuple[int, int], class_token: bool) -> str:
+        return 'flexi'

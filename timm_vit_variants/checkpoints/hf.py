@@ -3,7 +3,9 @@
 Covers ``ViTForImageClassification`` (``vit.`` prefix, ``classifier``) and bare ``ViTModel``
 (no prefix, optional ``pooler``). The pooler is Linear + tanh on the [CLS] token, which is
 exactly SimpleVisionTransformer's ``pre_logits`` under token pooling, so it maps there
-(``rep_size``) instead of being dropped.
+(``rep_size``) instead of being dropped. ``TransformersCheckpoint`` is what every transformers
+reader shares (the encoder settings of ``config.json``, ``preprocessor_config.json``); the SigLIP
+towers' readers (``hf_siglip.py``) sit on it beside ``HFCheckpoint``.
 """
 import os
 from typing import Any, Dict, Optional, Set, Tuple
@@ -11,10 +13,11 @@ from typing import Any, Dict, Optional, Set, Tuple
 from ..config import SimpleViTConfig, pair
 from ..errors import ViTVariantsError
 from .files import read_json
-from .preprocessing import channel_values
-from .source import Rule, SourceCheckpoint, stack_rows
+from .fills import stack_rows
+from .preprocessing import assumed_preprocessing, channel_values
+from .source import Rule, SourceCheckpoint
 
-__all__ = ['HFCheckpoint']
+__all__ = ['TransformersCheckpoint', 'HFCheckpoint']
 
 # transformers activation names -> act_layer ('gelu_new' and 'gelu_pytorch_tanh' are both the tanh form).
 _ACTS = {'gelu': 'gelu', 'gelu_new': 'gelu_tanh', 'gelu_pytorch_tanh': 'gelu_tanh', 'quick_gelu': 'quick_gelu'}
@@ -50,20 +53,10 @@ _TABLE: Dict[str, Rule] = {
 }
 
 
-class HFCheckpoint(SourceCheckpoint):
+class TransformersCheckpoint(SourceCheckpoint):
+    """What every transformers reader shares: the encoder's ``config.json`` entries, each checked, and the image
+    processor's ``preprocessor_config.json``."""
     format = 'hf'
-    _WHY = "not recorded by the folder; transformers' ViTImageProcessor defaults"
-    PREPROCESSING_DEFAULTS = {'mean': ((0.5, 0.5, 0.5), _WHY), 'std': ((0.5, 0.5, 0.5), _WHY),
-                              'interpolation': ('bilinear', _WHY), 'crop_pct': (1.0, _WHY),
-                              'crop_mode': ('squash', _WHY)}
-
-    def _candidates(self) -> Set[str]:
-        # every name: a ViTForImageClassification's classifier sits outside its 'vit.' prefix
-        return set(self._store.names())
-
-    def _rule(self, pattern: str, block: Optional[int]) -> Tuple[Rule, Optional[int]]:
-        rule = _TABLE[pattern]
-        return Rule(tuple(t.format(p=self._prefix, i=block) for t in rule.sources), rule.fill), None
 
     @property
     def _settings(self) -> Dict[str, Any]:
@@ -128,6 +121,41 @@ class HFCheckpoint(SourceCheckpoint):
                     num_heads=num_heads, mlp_dim=mlp_dim, act_layer=hints.get('act_layer') or _ACTS[act],
                     norm_eps=hints.get('norm_eps') or float(eps))
 
+    def _recorded_preprocessing(self) -> Dict[str, Any]:
+        """The image processor's mean/std/resample from ``preprocessor_config.json``, when present, each checked."""
+        cfg: Dict[str, Any] = {}
+        proc_file = os.path.join(os.path.dirname(self._config_path), 'preprocessor_config.json')
+        if not os.path.isfile(proc_file):
+            return cfg
+        proc = read_json(proc_file, self.limits)
+        chans = self.config.in_chans
+        mean, std = proc.get('image_mean'), proc.get('image_std')
+        mean = None if mean is None else channel_values(mean, chans, False, proc_file, 'image_mean')
+        std = None if std is None else channel_values(std, chans, True, proc_file, 'image_std')
+        if mean is not None and std is not None:
+            cfg['mean'], cfg['std'] = mean, std
+        resample = proc.get('resample')
+        if resample is not None:
+            if not isinstance(resample, int) or isinstance(resample, bool) or resample not in _PIL_RESAMPLE:
+                raise ViTVariantsError(f'unknown PIL resample code {resample!r} (expected one of '
+                                       f'{", ".join(f"{k} ({v})" for k, v in _PIL_RESAMPLE.items())})',
+                                       path=proc_file, key='resample')
+            cfg['interpolation'] = _PIL_RESAMPLE[resample]
+        if proc.get('do_resize', True) and not proc.get('do_center_crop', False):
+            cfg['crop_pct'], cfg['crop_mode'] = 1.0, 'squash'  # the image processor resizes straight to the size
+        return cfg
+
+
+class HFCheckpoint(TransformersCheckpoint):
+    """A transformers ViT folder (``ViTForImageClassification``, ``ViTModel``)."""
+    RULES = _TABLE
+    PREPROCESSING_DEFAULTS = assumed_preprocessing(
+        'bilinear', 1.0, 'squash', "not recorded by the folder; transformers' ViTImageProcessor defaults")
+
+    def _candidates(self) -> Set[str]:
+        # every name: a ViTForImageClassification's classifier sits outside its 'vit.' prefix
+        return set(self._store.names())
+
     def _infer(self, hints: Dict[str, Any]) -> SimpleViTConfig:
         cfg_path = self._config_path
         if cfg_path is None:
@@ -176,27 +204,3 @@ class HFCheckpoint(SourceCheckpoint):
             return [str(id2label[k]) for k in sorted(id2label, key=int)]
         except (TypeError, ValueError):
             return None
-
-    def _recorded_preprocessing(self) -> Dict[str, Any]:
-        """The image processor's mean/std/resample from ``preprocessor_config.json``, when present, each checked."""
-        cfg: Dict[str, Any] = {}
-        proc_file = os.path.join(os.path.dirname(self._config_path), 'preprocessor_config.json')
-        if not os.path.isfile(proc_file):
-            return cfg
-        proc = read_json(proc_file, self.limits)
-        chans = self.config.in_chans
-        mean, std = proc.get('image_mean'), proc.get('image_std')
-        mean = None if mean is None else channel_values(mean, chans, False, proc_file, 'image_mean')
-        std = None if std is None else channel_values(std, chans, True, proc_file, 'image_std')
-        if mean is not None and std is not None:
-            cfg['mean'], cfg['std'] = mean, std
-        resample = proc.get('resample')
-        if resample is not None:
-            if not isinstance(resample, int) or isinstance(resample, bool) or resample not in _PIL_RESAMPLE:
-                raise ViTVariantsError(f'unknown PIL resample code {resample!r} (expected one of '
-                                       f'{", ".join(f"{k} ({v})" for k, v in _PIL_RESAMPLE.items())})',
-                                       path=proc_file, key='resample')
-            cfg['interpolation'] = _PIL_RESAMPLE[resample]
-        if proc.get('do_resize', True) and not proc.get('do_center_crop', False):
-            cfg['crop_pct'], cfg['crop_mode'] = 1.0, 'squash'  # the image processor resizes straight to the size
-        return cfg

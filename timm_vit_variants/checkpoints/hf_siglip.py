@@ -11,14 +11,18 @@ table to each image's grid (bilinear, antialiased: FlexiViT's rule); its config 
 instead of an image size.
 """
 import math
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, Tuple, Type
 
 from ..config import SimpleViTConfig
 from ..errors import ViTVariantsError
-from .hf import HFCheckpoint
-from .source import Rule, SourceCheckpoint, add_leading_axis, linear_patch_kernel, split_rows, stack_rows
+from .fills import add_leading_axis, linear_patch_kernel, split_rows, stack_rows
+from .hf import TransformersCheckpoint
+from .naflex_reader import NaFlexReader
+from .preprocessing import assumed_preprocessing
+from .source import Rule, SourceCheckpoint
+from .stores import TensorStore
 
-__all__ = ['HFSiglipCheckpoint', 'SIGLIP_MODEL_TYPES']
+__all__ = ['HFSiglipCheckpoint', 'HFSiglip2Checkpoint', 'SIGLIP_MODEL_TYPES']
 
 SIGLIP_MODEL_TYPES = ('siglip', 'siglip_vision_model', 'siglip2', 'siglip2_vision_model')
 _TWO_TOWER = ('siglip', 'siglip2')
@@ -61,52 +65,28 @@ _TABLE: Dict[str, Rule] = {
 }
 
 # SigLIP 2: nn.Linear(C*P*P, D) over P-P-C flattened patches.
-_NAFLEX_KERNEL = Rule(('{p}embeddings.patch_embedding.weight',), linear_patch_kernel)
+_SIGLIP2_TABLE = dict(_TABLE, **{'patch_embed.proj.weight': Rule(('{p}embeddings.patch_embedding.weight',),
+                                                                 linear_patch_kernel)})
 
 
-class HFSiglipCheckpoint(HFCheckpoint):
+class HFSiglipCheckpoint(TransformersCheckpoint):
     """A transformers SigLIP folder, read as its image tower."""
 
-    _WHY = "not recorded by the folder; transformers' SiglipImageProcessor defaults"
-    PREPROCESSING_DEFAULTS = {'mean': ((0.5, 0.5, 0.5), _WHY), 'std': ((0.5, 0.5, 0.5), _WHY),
-                              'interpolation': ('bicubic', _WHY), 'crop_pct': (1.0, _WHY),
-                              'crop_mode': ('squash', _WHY)}
-    _WHY2 = "not recorded by the folder; transformers' Siglip2ImageProcessor defaults"
-    NAFLEX_PREPROCESSING = {'mean': ((0.5, 0.5, 0.5), _WHY2), 'std': ((0.5, 0.5, 0.5), _WHY2),
-                            'interpolation': ('bilinear', _WHY2), 'crop_pct': (1.0, _WHY2),
-                            'crop_mode': ('squash', _WHY2)}
+    RULES = _TABLE
+    PREPROCESSING_DEFAULTS = assumed_preprocessing(
+        'bicubic', 1.0, 'squash', "not recorded by the folder; transformers' SiglipImageProcessor defaults")
+    RESAMPLE = 'hf'  # how the tower resizes its table to another grid
 
-    def _preprocessing_defaults(self) -> Dict[str, Tuple[Any, str]]:
-        return self.NAFLEX_PREPROCESSING if self._naflex else self.PREPROCESSING_DEFAULTS
+    @classmethod
+    def variant(cls, store: TensorStore, config: Dict[str, Any], hints: Dict[str, Any]) -> Type[SourceCheckpoint]:
+        """``HFSiglip2Checkpoint`` for a SigLIP 2 folder (``model_type`` siglip2*), else this reader."""
+        return HFSiglip2Checkpoint if str(config.get('model_type')).startswith('siglip2') else cls
 
     @property
     def _settings(self) -> Dict[str, Any]:
         nested = self.source_config.get('vision_config')
         return nested if self.source_config.get('model_type') in _TWO_TOWER and isinstance(nested, dict) else \
             self.source_config
-
-    @property
-    def _naflex(self) -> bool:
-        return str(self.source_config.get('model_type')).startswith('siglip2')
-
-    def _image_size(self, patch: Tuple[int, int]) -> Tuple[int, int]:
-        """SigLIP 2 records its square table's ``num_patches``: the nominal size is that grid of patches."""
-        if not self._naflex:
-            return super()._image_size(patch)
-        tokens = self._entry('num_patches', 256)
-        self.limits.check('tokens', tokens, path=self._config_path, key='num_patches')
-        side = math.isqrt(tokens)
-        if side * side != tokens:
-            raise ViTVariantsError(f'num_patches {tokens} is not a square grid', path=self._config_path,
-                                   key='num_patches')
-        return side * patch[0], side * patch[1]
-
-    def _rule(self, pattern: str, block: Optional[int]) -> Tuple[Rule, Optional[int]]:
-        rule = _NAFLEX_KERNEL if self._naflex and pattern == 'patch_embed.proj.weight' else _TABLE[pattern]
-        return Rule(tuple(t.format(p=self._prefix, i=block) for t in rule.sources), rule.fill), None
-
-    # the tower's names only, as the reader skeleton filters them (a SiglipModel holds the text tower beside)
-    _candidates = SourceCheckpoint._candidates
 
     def _infer(self, hints: Dict[str, Any]) -> SimpleViTConfig:
         cfg_path = self._config_path
@@ -132,5 +112,25 @@ class HFSiglipCheckpoint(HFCheckpoint):
         has_head = bool(self._settings.get('vision_use_head', True)) and f'{self._prefix}head.probe' in self._store
         return SimpleViTConfig(
             num_classes=0, global_pool='map' if has_head else '', qkv_bias=True, class_token=False,
-            pos_embed='learn', pos_embed_resample='flexi' if self._naflex else 'hf', grid_mode='crop',
-            patch_embed='linear' if self._naflex else 'conv', **network)
+            pos_embed='learn', pos_embed_resample=self.RESAMPLE, grid_mode='crop', patch_embed=self.PATCH_EMBED,
+            **network)
+
+
+class HFSiglip2Checkpoint(NaFlexReader, HFSiglipCheckpoint):
+    """A transformers SigLIP 2 NaFlex folder: a Linear over P-P-C flattened patches and a square (G*G, D) table,
+    resized to each image's grid with FlexiViT's rule."""
+
+    RULES = _SIGLIP2_TABLE
+    PREPROCESSING_DEFAULTS = assumed_preprocessing(
+        'bilinear', 1.0, 'squash', "not recorded by the folder; transformers' Siglip2ImageProcessor defaults")
+    RESAMPLE = 'flexi'
+
+    def _image_size(self, patch: Tuple[int, int]) -> Tuple[int, int]:
+        """SigLIP 2 records its square table's ``num_patches``: the nominal size is that grid of patches."""
+        tokens = self._entry('num_patches', 256)
+        self.limits.check('tokens', tokens, path=self._config_path, key='num_patches')
+        side = math.isqrt(tokens)
+        if side * side != tokens:
+            raise ViTVariantsError(f'num_patches {tokens} is not a square grid', path=self._config_path,
+                                   key='num_patches')
+        return side * patch[0], side * patch[1]

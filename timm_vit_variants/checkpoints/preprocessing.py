@@ -1,4 +1,5 @@
-"""The preprocessing a source records: each value checked where a reader takes it from a file.
+"""The preprocessing a source records, each value checked where a reader takes it from a file, and what each
+ecosystem assumes when it records none.
 
 A value that timm's eval transform cannot use (a mean of letters, a zero std, an unknown resize
 filter, a crop of 150%) would be copied into ``config.json`` and fail only when the folder is used,
@@ -9,7 +10,7 @@ from typing import Any, Dict, Mapping, Optional, Tuple
 
 from ..errors import ViTVariantsError
 
-__all__ = ['INTERPOLATIONS', 'CROP_MODES', 'checked_preprocessing', 'channel_values']
+__all__ = ['INTERPOLATIONS', 'CROP_MODES', 'checked_preprocessing', 'channel_values', 'assumed_preprocessing']
 
 # The resize filters timm's transforms accept by name (timm.data.transforms.str_to_interp_mode).
 INTERPOLATIONS = ('nearest', 'bilinear', 'bicubic', 'box', 'hamming', 'lanczos')
@@ -57,3 +58,15 @@ def checked_preprocessing(values: Mapping[str, Any], in_chans: int, path: Option
                                    path=path, key=key)
         out[field] = value
     return out
+
+
+def assumed_preprocessing(interpolation: str, crop_pct: float, crop_mode: str, why: str,
+                          range_why: Optional[str] = None) -> Dict[str, Tuple[Any, str]]:
+    """An ecosystem's eval preprocessing, assumed for a source that records none: {field: (value, why)}.
+
+    Every ecosystem read here feeds pixels in [-1, 1] (mean = std = 0.5); ``range_why`` says why for
+    those two, when it is another reason than ``why``.
+    """
+    half = ((0.5, 0.5, 0.5), range_why or why)
+    return {'mean': half, 'std': half, 'interpolation': (interpolation, why), 'crop_pct': (crop_pct, why),
+            'crop_mode': (crop_mode, why)}

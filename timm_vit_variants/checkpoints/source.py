@@ -1,8 +1,9 @@
-"""``SourceCheckpoint``: the skeleton every reader shares, and the fills that lay tensors out.
+"""``SourceCheckpoint``: the skeleton every reader shares.
 
 A reader says two things: which ``SimpleViTConfig`` the source describes (``_infer``), and, for
-each of our state-dict keys, which source tensors it is made of and how (``_rule``: source names
-plus a fill). The skeleton does the rest once for all formats. It is given the model's layout as
+each of our state-dict keys, which source tensors it is made of and how (its ``RULES``: source name
+templates plus a fill from ``fills.py``, the names filled in by ``_fields``). The skeleton does the
+rest once for all formats. It is given the model's layout as
 data (a function from a config to its (key, shape, dtype) list, ``SimpleVisionTransformer.state_layout``),
 as big_vision's ``vit.load`` is given ``init_params``, so no reader builds or imports the model. It
 checks that every source tensor exists, is floating point and fits (by running each fill on meta
@@ -11,10 +12,9 @@ straight into whatever destination the caller owns (a model parameter, a slice o
 with one copy per byte.
 """
 import abc
-import math
 import re
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Set, Tuple, Type
 
 import torch
 
@@ -22,121 +22,15 @@ from ..config import SimpleViTConfig, TensorSpec
 from ..errors import ViTVariantsError
 from ..geometry import Geometry, infer_grid
 from ..limits import DEFAULT_LIMITS, Limits
+from .fills import Fill, Misfit, copy
 from .stores import TensorStore
 
-__all__ = ['SourceCheckpoint', 'PlanItem', 'Rule', 'Fill', 'Inventory', 'LayoutFn', 'copy',
-           'transpose', 'hwio_to_oihw', 'dense_patch_kernel', 'linear_patch_kernel', 'flatten_grid_table', 'batched_grid_table', 'stack_rows',
-           'split_rows', 'add_leading_axis', 'fuse_heads', 'fuse_head_bias', 'merge_heads']
+__all__ = ['SourceCheckpoint', 'PlanItem', 'Rule', 'Inventory', 'LayoutFn']
 
 Inventory = List[Tuple[str, Tuple[int, ...], str]]
 # The model's state-dict layout for a config: ``SimpleVisionTransformer.state_layout``.
 LayoutFn = Callable[[SimpleViTConfig], Sequence[TensorSpec]]
-Fill = Callable[..., None]
 _BLOCK = re.compile(r'^blocks\.(\d+)\.')
-
-
-class _Misfit(Exception):
-    """A fill met a source of the wrong shape (``got`` vs ``want``, in our layout)."""
-
-    def __init__(self, reason: str, got: Tuple[int, ...] = (), want: Tuple[int, ...] = ()) -> None:
-        super().__init__(reason)
-        self.shapes = (tuple(got), tuple(want)) if want else None
-
-
-# -- fills: each writes our tensor into ``dst`` from source views, checking shapes exactly ------------
-
-def _put(dst: torch.Tensor, value: torch.Tensor) -> None:
-    if tuple(value.shape) != tuple(dst.shape):
-        raise _Misfit('shape does not fit', value.shape, dst.shape)
-    dst.copy_(value)
-
-
-def _rank(tensor: torch.Tensor, ndim: int) -> torch.Tensor:
-    if tensor.ndim != ndim:
-        raise _Misfit(f'expected {ndim} dimensions, got shape {tuple(tensor.shape)}')
-    return tensor
-
-
-def copy(dst: torch.Tensor, src: torch.Tensor) -> None:
-    """Same layout."""
-    _put(dst, src)
-
-
-def transpose(dst: torch.Tensor, kernel: torch.Tensor) -> None:
-    """flax Dense (in, out) -> torch Linear (out, in); the transpose happens inside the copy."""
-    _put(dst, _rank(kernel, 2).T)
-
-
-def hwio_to_oihw(dst: torch.Tensor, kernel: torch.Tensor) -> None:
-    """flax Conv (P, P, C, D) -> torch Conv2d (D, C, P, P)."""
-    _put(dst, _rank(kernel, 4).permute(3, 2, 0, 1))
-
-
-def stack_rows(dst: torch.Tensor, *parts: torch.Tensor) -> None:
-    """Separate q, k, v projections copied into their row slices of a fused qkv tensor (never concatenated)."""
-    rows = dst.shape[0] // len(parts)
-    for i, part in enumerate(parts):
-        _put(dst[i * rows:(i + 1) * rows], part)
-
-
-def split_rows(first: int, stop: int, parts: int) -> Fill:
-    """A fill taking rows [first, stop) of ``parts`` equal row blocks of one source (q, then k and v of a packed
-    ``in_proj``)."""
-    def fill(dst: torch.Tensor, src: torch.Tensor) -> None:
-        rows = src.shape[0] // parts
-        _put(dst, src[first * rows:stop * rows])
-
-    fill.__name__ = fill.__qualname__ = f'rows_{first}_to_{stop}_of_{parts}'
-    return fill
-
-
-def add_leading_axis(dst: torch.Tensor, src: torch.Tensor) -> None:
-    """A (N, D) table (an ``nn.Embedding``'s weight) as our (1, N, D)."""
-    _put(dst, _rank(src, 2).unsqueeze(0))
-
-
-def dense_patch_kernel(dst: torch.Tensor, kernel: torch.Tensor) -> None:
-    """A Dense over P-P-C flattened patches (P*P*C, D) -> torch Conv2d (D, C, P, P): the same map, as a conv."""
-    dim, chans, patch_h, patch_w = dst.shape
-    if tuple(_rank(kernel, 2).shape) != (patch_h * patch_w * chans, dim):
-        raise _Misfit('shape does not fit', kernel.shape, (patch_h * patch_w * chans, dim))
-    _put(dst, kernel.reshape(patch_h, patch_w, chans, dim).permute(3, 2, 0, 1))
-
-
-def linear_patch_kernel(dst: torch.Tensor, weight: torch.Tensor) -> None:
-    """A torch Linear over P-P-C flattened patches (D, P*P*C) -> torch Conv2d (D, C, P, P)."""
-    dense_patch_kernel(dst, _rank(weight, 2).T)
-
-
-def flatten_grid_table(dst: torch.Tensor, table: torch.Tensor) -> None:
-    """A (G_h, G_w, D) grid of position vectors as our row-major (1, G_h * G_w, D)."""
-    _put(dst, _rank(table, 3).reshape(1, -1, table.shape[-1]))
-
-
-def batched_grid_table(dst: torch.Tensor, table: torch.Tensor) -> None:
-    """timm NaFlexVit's (1, G_h, G_w, D) table as our row-major (1, G_h * G_w, D)."""
-    if _rank(table, 4).shape[0] != 1:
-        raise _Misfit('expected a leading axis of 1', table.shape, (1, 'rows', 'cols', dst.shape[-1]))
-    flatten_grid_table(dst, table[0])
-
-
-def fuse_heads(dst: torch.Tensor, *parts: torch.Tensor) -> None:
-    """flax per-head kernels (D, heads, head_dim) -> rows of torch's fused qkv (3 * heads * head_dim, D)."""
-    rows = dst.shape[0] // len(parts)
-    for i, part in enumerate(parts):
-        _put(dst[i * rows:(i + 1) * rows], _rank(part, 3).reshape(part.shape[0], -1).T)
-
-
-def fuse_head_bias(dst: torch.Tensor, *parts: torch.Tensor) -> None:
-    """flax per-head biases (heads, head_dim) -> slices of torch's fused qkv bias."""
-    rows = dst.shape[0] // len(parts)
-    for i, part in enumerate(parts):
-        _put(dst[i * rows:(i + 1) * rows], _rank(part, 2).reshape(-1))
-
-
-def merge_heads(dst: torch.Tensor, kernel: torch.Tensor) -> None:
-    """flax attention output kernel (heads, head_dim, D) -> torch Linear (D, heads * head_dim)."""
-    _put(dst, _rank(kernel, 3).reshape(-1, kernel.shape[-1]).T)
 
 
 # -- the plan -----------------------------------------------------------------------------------------
@@ -176,6 +70,10 @@ class SourceCheckpoint(abc.ABC):
 
     format: str = ''
     _prefix: str = ''  # where the network's tensors sit in the store, set by ``_infer``
+    # Our key (blocks as ``blocks.{i}.``) -> source name templates and their fill; the templates' fields
+    # come from ``_fields``. A key the table does not name is the same name under the prefix, copied.
+    RULES: Mapping[str, Rule] = {}
+    PATCH_EMBED = 'conv'  # the patch embedding the reader's config uses
     # Preprocessing this ecosystem uses when the source records none: {field: (value, why)}.
     PREPROCESSING_DEFAULTS: Dict[str, Tuple[Any, str]] = {}
 
@@ -205,14 +103,30 @@ class SourceCheckpoint(abc.ABC):
         self._plan = self._build_plan(layout) if layout is not None else None
 
     # -- provided by each format ---------------------------------------------------------------------
+    @classmethod
+    def variant(cls, store: TensorStore, config: Dict[str, Any], hints: Dict[str, Any]) -> Type['SourceCheckpoint']:
+        """The reader of this format for a store and its ``config.json``: this one, or a variant of it (a NaFlex
+        tower's) that the content calls for."""
+        return cls
+
     @abc.abstractmethod
     def _infer(self, hints: Dict[str, Any]) -> SimpleViTConfig:
         """The config the source describes, from names, shapes and config files only (no tensor data)."""
 
-    @abc.abstractmethod
     def _rule(self, pattern: str, block: Optional[int]) -> Tuple[Rule, Optional[int]]:
         """The rule for our key ``pattern`` (blocks as ``blocks.{i}.``), with full source names filled in
         for ``block``, and the index to slice scanned sources at (or None)."""
+        rule = self.RULES.get(pattern) or Rule(('{p}' + pattern,))
+        fields = self._fields(block)
+        return Rule(tuple(t.format(**fields) for t in rule.sources), rule.fill), self._scan_index(block)
+
+    def _fields(self, block: Optional[int]) -> Dict[str, Any]:
+        """The template fields of ``RULES`` for ``block``: ``{p}`` the prefix, ``{i}`` the block."""
+        return dict(p=self._prefix, i=block)
+
+    def _scan_index(self, block: Optional[int]) -> Optional[int]:
+        """Where ``block`` sits along a scanned source's leading axis; None when each block has its own tensors."""
+        return None
 
     def _candidates(self) -> Set[str]:
         """Source names the plan must account for: those under the reader's prefix (the rest of a store, e.g.
@@ -281,7 +195,7 @@ class SourceCheckpoint(abc.ABC):
                     raise self._error(f'expected a floating-point tensor, got {self._store.dtype(name)}', key=name)
             try:
                 rule.fill(torch.empty(shape, device='meta'), *(self._meta(name, index) for name in rule.sources))
-            except _Misfit as e:
+            except Misfit as e:
                 raise self._error(f'{e}: cannot become {key} {shape}', key=rule.sources[0], shapes=e.shapes) from None
             except (RuntimeError, IndexError) as e:  # e.g. a reshape the source's size does not allow
                 raise self._error(f'cannot become {key} {shape}: {e}', key=rule.sources[0]) from None
@@ -295,7 +209,7 @@ class SourceCheckpoint(abc.ABC):
     def _meta(self, name: str, index: Optional[int]) -> torch.Tensor:
         shape = self._store.shape(name)
         if index is not None and (not shape or index >= shape[0]):
-            raise _Misfit(f'scanned tensor {shape} has no layer {index}')
+            raise Misfit(f'scanned tensor {shape} has no layer {index}')
         tensor = torch.empty(shape, device='meta')
         return tensor if index is None else tensor[index]
 
@@ -316,7 +230,7 @@ class SourceCheckpoint(abc.ABC):
         try:
             with torch.no_grad():
                 item.fill(dst, *parts)
-        except _Misfit as e:  # only a store whose data contradicts its own header gets here
+        except Misfit as e:  # only a store whose data contradicts its own header gets here
             raise self._error(f'tensor data does not match its header: {e}', key=item.sources[0]) from None
         del parts
         self.release(item, keep)
@@ -384,28 +298,6 @@ class SourceCheckpoint(abc.ABC):
         self.assumed[field] = (default, why)
         return default
 
-    def _grid_table(self, key: str, width: int, leading: Tuple[int, ...] = ()) -> None:
-        """Check a learned table stored as a grid, (*leading, rows, cols, width), within the limits; sets ``self.grid``."""
-        shape = self._shape(key)
-        want = (*leading, 'rows', 'cols', width)
-        if len(shape) != len(want) or shape[:len(leading)] != leading or shape[-1] != width:
-            raise self._error(f'a grid position table must be ({", ".join(map(str, want))})', key=key,
-                              shapes=(shape, want))
-        rows, cols = shape[-3:-1]
-        self._check_dims(key, tokens=rows * cols)
-        self.grid = (rows, cols)
-
-    def _flat_patch(self, key: str, flat: int, shape: Tuple[int, ...], hints: Dict[str, Any],
-                    why: str) -> Tuple[int, int]:
-        """(P, C) of a kernel over ``flat`` = P*P*C flattened inputs, which records neither: C as given, else 3
-        assumed (``why``), and a square patch."""
-        in_chans = self._unrecorded('in_chans', hints, 3, why)
-        patch = math.isqrt(flat // in_chans) if in_chans > 0 and flat % in_chans == 0 else 0
-        if patch * patch * in_chans != flat:
-            raise self._error(f'a kernel over flattened patches has P*P*C inputs with a square patch; {flat} is not '
-                              f'P*P*{in_chans}', key=key, shapes=(shape, ('P*P*C', 'width')), needs='in_chans')
-        return patch, in_chans
-
     def _check_dims(self, key: Optional[str] = None, **dims: Optional[int]) -> None:
         """Refuse claimed dimensions above ``self.limits`` before anything is planned or read."""
         self.limits.check_dims(path=self.path, key=key, **dims)
@@ -415,9 +307,10 @@ class SourceCheckpoint(abc.ABC):
             raise self._error('missing key', key=name)
         return self._store.shape(name)
 
-    def _table_grid(self, key: str, width: int, patch: Tuple[int, int], *, class_token: bool,
-                    slot: Optional[bool], img_size: Any) -> int:
-        """Check a learned table is (1, tokens, width) within the limits; sets ``self.grid``, returns its cls slots."""
+    def _check_token_table(self, key: str, width: int, patch: Tuple[int, int], *, class_token: bool,
+                           slot: Optional[bool], img_size: Any) -> int:
+        """Check a learned table laid out as a row of tokens, (1, tokens, width), within the limits; sets
+        ``self.grid`` (split by ``infer_grid``), returns its cls slots."""
         shape = self._shape(key)
         if len(shape) != 3 or shape[0] != 1 or shape[2] != width:
             raise self._error('position table must be (1, tokens, width)', key=key, shapes=(shape, (1, -1, width)))

@@ -9,7 +9,7 @@ config is read back into a ``SimpleViTConfig``; a timm ``vit_*`` one is rebuilt 
 device to read the settings no tensor records; a bare state dict needs the head count.
 """
 import re
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple, Type
 
 import timm
 import torch
@@ -17,10 +17,13 @@ import torch.nn as nn
 
 from ..config import DATA_CONFIG_KEYS, MODELS, PREPROCESSING_KEYS, SimpleViTConfig, activation_name, heads_for_width
 from ..errors import ViTVariantsError
-from .preprocessing import checked_preprocessing
-from .source import Rule, SourceCheckpoint, batched_grid_table, linear_patch_kernel
+from .fills import batched_grid_table, linear_patch_kernel
+from .naflex_reader import NaFlexReader
+from .preprocessing import assumed_preprocessing, checked_preprocessing
+from .source import Rule, SourceCheckpoint
+from .stores import TensorStore
 
-__all__ = ['TimmCheckpoint']
+__all__ = ['TimmCheckpoint', 'TimmNaFlexCheckpoint']
 
 _BLOCK_RE = re.compile(r'^blocks\.(\d+)\.')
 # create_model kwargs that load weights or configs from elsewhere: never taken from a file's config.
@@ -42,12 +45,12 @@ _UNSUPPORTED = (
 
 # timm NaFlexVit's NaFlexEmbeds under our names: a Linear over P-P-C patches, a (1, G_h, G_w, D) table.
 _NAFLEX_RULES = {
-    'patch_embed.proj.weight': Rule(('embeds.proj.weight',), linear_patch_kernel),
-    'patch_embed.proj.bias': Rule(('embeds.proj.bias',)),
-    'pos_embed': Rule(('embeds.pos_embed',), batched_grid_table),
-    'cls_token': Rule(('embeds.cls_token',)),
+    'patch_embed.proj.weight': Rule(('{p}embeds.proj.weight',), linear_patch_kernel),
+    'patch_embed.proj.bias': Rule(('{p}embeds.proj.bias',)),
+    'pos_embed': Rule(('{p}embeds.pos_embed',), batched_grid_table),
+    'cls_token': Rule(('{p}embeds.cls_token',)),
 }
-_NAFLEX_KNOWN = {rule.sources[0] for rule in _NAFLEX_RULES.values()}
+_NAFLEX_KNOWN = {rule.sources[0][len('{p}'):] for rule in _NAFLEX_RULES.values()}
 # NaFlexVit's per-image table resize -> our rule computing the same (antialiased, half-pixel, as timm calls it).
 _NAFLEX_RESAMPLE = {'bilinear': 'flexi', 'bicubic': 'timm'}
 
@@ -94,18 +97,20 @@ class _Built:
 
 
 class TimmCheckpoint(SourceCheckpoint):
+    """timm ``vit_*`` weights and our own folders: every tensor is ours under the same name (the default rule)."""
     format = 'timm'
-    _WHY = "not recorded by the checkpoint; timm's vit_* default"
-    PREPROCESSING_DEFAULTS = {'mean': ((0.5, 0.5, 0.5), _WHY), 'std': ((0.5, 0.5, 0.5), _WHY),
-                              'interpolation': ('bicubic', _WHY), 'crop_pct': (0.9, _WHY),
-                              'crop_mode': ('center', _WHY)}
+    PREPROCESSING_DEFAULTS = assumed_preprocessing('bicubic', 0.9, 'center',
+                                                   "not recorded by the checkpoint; timm's vit_* default")
+    KIND = 'VisionTransformer'  # the timm class whose defaults a bare state dict is read with
+    KERNEL, CLS = 'patch_embed.proj.weight', 'cls_token'
+    # Settings a config.json's architecture records and a state dict does not, with timm's defaults for the latter.
+    SETTINGS = {'global_pool': None, 'act_layer': 'gelu', 'norm_eps': 1e-6}
+    ALWAYS_CROPS = False  # whether the patch embedding drops the pixels the patch does not divide, whatever the pool
 
-    def _rule(self, pattern: str, block: Optional[int]) -> Tuple[Rule, Optional[int]]:
-        if getattr(self, '_naflex', False) and pattern in _NAFLEX_RULES:
-            rule = _NAFLEX_RULES[pattern]
-            return Rule(tuple(self._prefix + name for name in rule.sources), rule.fill), None
-        key = pattern.replace('{i}', str(block))
-        return Rule((self._prefix + key,)), None
+    @classmethod
+    def variant(cls, store: TensorStore, config: Dict[str, Any], hints: Dict[str, Any]) -> Type[SourceCheckpoint]:
+        """``TimmNaFlexCheckpoint`` for timm NaFlexVit weights (``embeds.proj.weight``), else this reader."""
+        return TimmNaFlexCheckpoint if (hints.get('prefix') or '') + 'embeds.proj.weight' in store else cls
 
     def _recorded_preprocessing(self) -> Dict[str, Any]:
         """``config.json``'s ``pretrained_cfg`` preprocessing, else what a timm training checkpoint's args record."""
@@ -220,11 +225,7 @@ class TimmCheckpoint(SourceCheckpoint):
             for pattern, reason in _UNSUPPORTED:
                 if pattern.search(name):
                     raise self._error(reason, key=self._prefix + name)
-        self._naflex = 'embeds.proj.weight' in local
-        foreign = sorted(n for n in local if n.startswith('embeds.') and n not in _NAFLEX_KNOWN)
-        if self._naflex and foreign:
-            raise self._error('a NaFlexVit embedding part this family does not express (register tokens, factorised '
-                              'tables, a patch norm)', key=self._prefix + foreign[0])
+        self._refuse_beyond(local)
         arch, args = self._architecture()
         names = self.source_config.get('label_names')
         if isinstance(names, list) and names:
@@ -255,31 +256,16 @@ class TimmCheckpoint(SourceCheckpoint):
             self.grid = config.grid_size
         return config
 
+    def _refuse_beyond(self, local: set) -> None:
+        """Refuse tensors of features this family does not express, beyond ``_UNSUPPORTED``."""
+
     def _from_tensors(self, local: set, facts: Dict[str, Any], hints: Dict[str, Any]) -> SimpleViTConfig:
         """A timm ``vit_*`` state dict (with ``facts`` from its config.json when there is one)."""
         p = self._prefix
-        if self._naflex:
-            dim, in_chans, patch_h, patch_w = self._naflex_kernel(facts, hints)
-        else:
-            kernel = self._shape(p + 'patch_embed.proj.weight')
-            if len(kernel) != 4:
-                raise self._error('patch embedding must be a (D, C, P, P) convolution',
-                                  key=p + 'patch_embed.proj.weight', shapes=(kernel,))
-            dim, in_chans, patch_h, patch_w = kernel
-        self._check_dims(p + 'patch_embed.proj.weight', width=dim, img_size=max(patch_h, patch_w))
-        class_token = ('embeds.cls_token' if self._naflex else 'cls_token') in local
-        img_hint = hints.get('img_size') or facts.get('img_size')
-        slot = False
-        if self._naflex:
-            pos_embed = self._naflex_table(dim)
-        elif 'pos_embed' in local:
-            slot = bool(self._table_grid(p + 'pos_embed', dim, (patch_h, patch_w), class_token=class_token,
-                                         slot=facts.get('pos_embed_cls_slot'), img_size=img_hint))
-            pos_embed = 'learn'
-        else:
-            pos_embed = hints.get('pos_embed') or facts.get('pos_embed') or 'sincos'
-            if pos_embed == 'learn':
-                raise self._error('missing key', key=p + 'pos_embed')
+        dim, in_chans, patch_h, patch_w = self._patch_kernel(facts, hints)
+        self._check_dims(p + self.KERNEL, width=dim, img_size=max(patch_h, patch_w))
+        class_token = self.CLS in local
+        pos_embed, slot = self._position(local, dim, (patch_h, patch_w), class_token, facts, hints)
         depth = self._block_count([int(m.group(1)) for m in map(_BLOCK_RE.match, local) if m],
                                   lambda i: f'{p}blocks.{i}')
         if not depth:
@@ -296,67 +282,57 @@ class TimmCheckpoint(SourceCheckpoint):
         else:
             img_size = self._unrecorded('img_size', hints, 224, 'the state dict has no position table, so its image '
                                         'size is not recorded')
-        recorded = {k: facts[k] for k in ('global_pool', 'act_layer', 'norm_eps') if k in facts}
-        if 'attn_pool.latent' in local:  # the tensors say it: timm's AttentionPoolLatent, SigLIP's MAP head
-            recorded['global_pool'] = 'map'
-            self._check_attn_pool(p, dim, mlp_dim)
-        defaults = {'global_pool': 'token' if class_token else 'avg', 'act_layer': 'gelu', 'norm_eps': 1e-6}
-        if self._naflex:  # NaFlexVitCfg's default table resize
-            defaults['pos_embed_resample'] = 'timm'
-            recorded.update({k: facts[k] for k in ('pos_embed_resample',) if k in facts})
-        for name, default in defaults.items():  # timm vit_* use exact GELU and LayerNorm eps 1e-6
-            if name not in recorded:
-                recorded[name] = self._unrecorded(name, hints, default, "not recorded by a state dict; timm's "
-                                                  f"{'NaFlexVit' if self._naflex else 'VisionTransformer'} default")
+        settings = self._settings(local, facts, hints, class_token, dim, mlp_dim)
+        qkv_bias = 'blocks.0.attn.qkv.bias' in local
         if 'built' in facts:
             facts['built'].check(self, dict(depth=depth, embed_dim=dim, mlp_dim=mlp_dim, num_classes=num_classes,
-                                            qkv_bias='blocks.0.attn.qkv.bias' in local, class_token=class_token), local)
+                                            qkv_bias=qkv_bias, class_token=class_token), local)
         return SimpleViTConfig(
-            img_size=img_size,
-            patch_size=(patch_h, patch_w),
-            in_chans=in_chans,
-            num_classes=num_classes,
-            global_pool=recorded['global_pool'],
-            embed_dim=dim,
-            depth=depth,
-            num_heads=num_heads,
-            mlp_dim=mlp_dim,
-            qkv_bias='blocks.0.attn.qkv.bias' in local,
-            class_token=class_token,
-            pos_embed=pos_embed,
-            pos_embed_cls_slot=slot,
-            pos_embed_resample=recorded['pos_embed_resample'] if self._naflex else 'timm',
-            patch_embed='linear' if self._naflex else 'conv',
-            rep_size=rep_size,
-            act_layer=hints.get('act_layer') or recorded['act_layer'],
-            norm_eps=hints.get('norm_eps') or recorded['norm_eps'],
+            img_size=img_size, patch_size=(patch_h, patch_w), in_chans=in_chans, num_classes=num_classes,
+            global_pool=settings['global_pool'], embed_dim=dim, depth=depth, num_heads=num_heads, mlp_dim=mlp_dim,
+            qkv_bias=qkv_bias, class_token=class_token, pos_embed=pos_embed, pos_embed_cls_slot=slot,
+            pos_embed_resample=settings.get('pos_embed_resample', 'timm'), patch_embed=self.PATCH_EMBED,
+            rep_size=rep_size, act_layer=hints.get('act_layer') or settings['act_layer'],
+            norm_eps=hints.get('norm_eps') or settings['norm_eps'],
             # timm's patch conv is VALID: a SigLIP tower's nominal size (384 at patch 14) relies on it
-            grid_mode='crop' if recorded['global_pool'] == 'map' or self._naflex else None,
+            grid_mode='crop' if settings['global_pool'] == 'map' or self.ALWAYS_CROPS else None,
         )
 
-    def _naflex_kernel(self, facts: Dict[str, Any], hints: Dict[str, Any]) -> Tuple[int, int, int, int]:
-        """(D, C, P, P) of a NaFlexVit's Linear (D, P*P*C): from its architecture, else 3 channels and a square patch
-        assumed (a bare state dict records neither)."""
-        key = self._prefix + 'embeds.proj.weight'
-        weight = self._shape(key)
-        if len(weight) != 2:
-            raise self._error('a NaFlexVit patch embedding must be a (width, P*P*C) Linear', key=key, shapes=(weight,))
-        dim, flat = weight
-        if not facts.get('patch_size'):
-            patch, in_chans = self._flat_patch(key, flat, weight, hints, "a NaFlexVit state dict's patch kernel is "
-                                               '(width, P*P*C) and records neither P nor C; 3 channels and a square '
-                                               'patch assumed')
-            return dim, in_chans, patch, patch
-        (patch_h, patch_w), in_chans = facts['patch_size'], facts['in_chans']
-        if patch_h * patch_w * in_chans != flat:
-            raise self._error(f'the patch kernel has {flat} inputs, not P*P*C = {patch_h}*{patch_w}*{in_chans} as '
-                              'its architecture says', key=key, shapes=(weight, (dim, 'P*P*C')))
-        return dim, in_chans, patch_h, patch_w
+    def _patch_kernel(self, facts: Dict[str, Any], hints: Dict[str, Any]) -> Tuple[int, int, int, int]:
+        """(D, C, P, P) of the patch conv."""
+        key = self._prefix + self.KERNEL
+        kernel = self._shape(key)
+        if len(kernel) != 4:
+            raise self._error('patch embedding must be a (D, C, P, P) convolution', key=key, shapes=(kernel,))
+        return kernel
 
-    def _naflex_table(self, dim: int) -> str:
-        """A NaFlexVit's (1, G_h, G_w, D) table; sets ``self.grid``."""
-        self._grid_table(self._prefix + 'embeds.pos_embed', dim, leading=(1,))
-        return 'learn'
+    def _position(self, local: set, dim: int, patch: Tuple[int, int], class_token: bool, facts: Dict[str, Any],
+                  hints: Dict[str, Any]) -> Tuple[str, bool]:
+        """(pos_embed, whether the table has a cls slot): a stored (1, tokens, D) table, else the one given or
+        recorded, else sin-cos."""
+        if 'pos_embed' not in local:
+            pos_embed = hints.get('pos_embed') or facts.get('pos_embed') or 'sincos'
+            if pos_embed == 'learn':
+                raise self._error('missing key', key=self._prefix + 'pos_embed')
+            return pos_embed, False
+        slot = self._check_token_table(self._prefix + 'pos_embed', dim, patch, class_token=class_token,
+                                       slot=facts.get('pos_embed_cls_slot'),
+                                       img_size=hints.get('img_size') or facts.get('img_size'))
+        return 'learn', bool(slot)
+
+    def _settings(self, local: set, facts: Dict[str, Any], hints: Dict[str, Any], class_token: bool, dim: int,
+                  mlp_dim: int) -> Dict[str, Any]:
+        """``SETTINGS``: recorded by the architecture, said by the tensors (a MAP head), else timm's defaults."""
+        recorded = {k: facts[k] for k in self.SETTINGS if k in facts}
+        if 'attn_pool.latent' in local:  # the tensors say it: timm's AttentionPoolLatent, SigLIP's MAP head
+            recorded['global_pool'] = 'map'
+            self._check_attn_pool(self._prefix, dim, mlp_dim)
+        for name, default in self.SETTINGS.items():
+            if name not in recorded:
+                default = default or ('token' if class_token else 'avg')
+                recorded[name] = self._unrecorded(name, hints, default, "not recorded by a state dict; timm's "
+                                                  f'{self.KIND} default')
+        return recorded
 
     def _check_attn_pool(self, p: str, dim: int, mlp_dim: int) -> None:
         """An attention pool this family's MAP head expresses: one latent query, the blocks' MLP width."""
@@ -397,3 +373,44 @@ class TimmCheckpoint(SourceCheckpoint):
         if dim % int(heads):
             raise self._error(f'width {dim} is not divisible by {heads} heads', key=key)
         return int(heads)
+
+
+class TimmNaFlexCheckpoint(NaFlexReader, TimmCheckpoint):
+    """timm ``NaFlexVit`` weights (the SigLIP 2 NaFlex towers timm hosts): ``NaFlexEmbeds``' Linear over P-P-C
+    patches and its (1, G_h, G_w, D) table, under our names."""
+    RULES = _NAFLEX_RULES
+    KIND = 'NaFlexVit'
+    KERNEL, CLS = 'embeds.proj.weight', 'embeds.cls_token'
+    SETTINGS = dict(TimmCheckpoint.SETTINGS, pos_embed_resample='timm')  # NaFlexVitCfg's default table resize
+    ALWAYS_CROPS = True
+
+    def _refuse_beyond(self, local: set) -> None:
+        foreign = sorted(n for n in local if n.startswith('embeds.') and n not in _NAFLEX_KNOWN)
+        if foreign:
+            raise self._error('a NaFlexVit embedding part this family does not express (register tokens, factorised '
+                              'tables, a patch norm)', key=self._prefix + foreign[0])
+
+    def _patch_kernel(self, facts: Dict[str, Any], hints: Dict[str, Any]) -> Tuple[int, int, int, int]:
+        """(D, C, P, P) of a NaFlexVit's Linear (D, P*P*C): from its architecture, else 3 channels and a square patch
+        assumed (a bare state dict records neither)."""
+        key = self._prefix + self.KERNEL
+        weight = self._shape(key)
+        if len(weight) != 2:
+            raise self._error('a NaFlexVit patch embedding must be a (width, P*P*C) Linear', key=key, shapes=(weight,))
+        dim, flat = weight
+        if not facts.get('patch_size'):
+            patch, in_chans = self._flat_patch(key, flat, weight, hints, "a NaFlexVit state dict's patch kernel is "
+                                               '(width, P*P*C) and records neither P nor C; 3 channels and a square '
+                                               'patch assumed')
+            return dim, in_chans, patch, patch
+        (patch_h, patch_w), in_chans = facts['patch_size'], facts['in_chans']
+        if patch_h * patch_w * in_chans != flat:
+            raise self._error(f'the patch kernel has {flat} inputs, not P*P*C = {patch_h}*{patch_w}*{in_chans} as '
+                              'its architecture says', key=key, shapes=(weight, (dim, 'P*P*C')))
+        return dim, in_chans, patch_h, patch_w
+
+    def _position(self, local: set, dim: int, patch: Tuple[int, int], class_token: bool, facts: Dict[str, Any],
+                  hints: Dict[str, Any]) -> Tuple[str, bool]:
+        """The (1, G_h, G_w, D) table; sets ``self.grid``."""
+        self._check_grid_table(self._prefix + 'embeds.pos_embed', dim, leading=(1,))
+        return 'learn', False
