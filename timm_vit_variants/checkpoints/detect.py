@@ -8,6 +8,7 @@ from typing import Any, Dict, Optional, Type
 
 from ..errors import ViTVariantsError
 from ..limits import DEFAULT_LIMITS, Limits
+from .dinov2 import Dinov2Checkpoint, is_dinov2
 from .files import discover
 from .flax import BigVisionCheckpoint, VitJaxCheckpoint
 from .hf import HFCheckpoint
@@ -23,6 +24,7 @@ READERS: Dict[str, Type[SourceCheckpoint]] = {
     'vitjax': VitJaxCheckpoint,
     'timm': TimmCheckpoint,
     'hf': HFCheckpoint,
+    'dinov2': Dinov2Checkpoint,
 }
 FORMATS = tuple(READERS)
 
@@ -55,6 +57,8 @@ def _sniff(path: str, store: TensorStore, config: Dict[str, Any], config_path: O
             return 'hf'
         raise ViTVariantsError(f"model_type {config['model_type']!r} is not a transformers ViT or SigLIP model",
                                path=config_path, key='model_type')
+    if is_dinov2(set(names)):
+        return 'dinov2'
     if any(n.endswith('embeddings.patch_embeddings.projection.weight') for n in names):
         return 'hf'
     if any(n.endswith(('patch_embed.proj.weight', 'embeds.proj.weight')) for n in names):  # ViT, NaFlexVit
