@@ -191,3 +191,56 @@ def test_timm_registers_with_position_rows_are_refused(tmp_path):
     with pytest.raises(ViTVariantsError, match='no_embed_class=False') as e:
         open_checkpoint(tmp_path / 'w.safetensors', num_heads=4)
     assert e.value.key == 'pos_embed' and str(tmp_path / 'w.safetensors') in str(e.value)
+
+
+def _hf_dinov2(tmp_path, registers=0, swiglu=False):
+    import transformers
+
+    kwargs = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, mlp_ratio=4, image_size=84, patch_size=14,
+                  use_swiglu_ffn=swiglu)
+    if registers:
+        cls, config = transformers.Dinov2WithRegistersModel, transformers.Dinov2WithRegistersConfig(
+            num_register_tokens=registers, **kwargs)
+    else:
+        cls, config = transformers.Dinov2Model, transformers.Dinov2Config(**kwargs)
+    torch.manual_seed(7)
+    ref = cls(config).eval()
+    with torch.no_grad():
+        for tensor in ref.state_dict().values():
+            tensor.add_(torch.randn(tensor.shape) * 0.2)
+    ref.save_pretrained(str(tmp_path / 'hf'))
+    return ref, tmp_path / 'hf'
+
+
+@pytest.mark.parametrize('registers,swiglu', [(0, False), (4, False), (0, True)])
+def test_transformers_dinov2_folder_matches_transformers(registers, swiglu, tmp_path, max_delta):
+    ref, folder = _hf_dinov2(tmp_path, registers, swiglu)
+    model = _model(folder)
+    assert (model.config.reg_tokens, model.config.mlp_layer) == (registers, 'swiglu_packed' if swiglu else 'mlp')
+    for grid in GRIDS:
+        x = _input(grid)
+        with torch.no_grad():
+            want = ref(pixel_values=x).last_hidden_state
+            max_delta(f'transformers dinov2 reg{registers} swiglu={swiglu} {grid}', model.forward_features(x), want,
+                      BOUND)
+
+
+def test_transformers_register_count_disagreeing_with_the_config(tmp_path):
+    _, folder = _hf_dinov2(tmp_path, registers=4)
+    config = json.loads((folder / 'config.json').read_text())
+    config['num_register_tokens'] = 2
+    (folder / 'config.json').write_text(json.dumps(config))
+    with pytest.raises(ViTVariantsError) as e:
+        open_checkpoint(folder, layout=SimpleVisionTransformer.state_layout)
+    assert e.value.key == 'embeddings.register_tokens' and str(folder / 'model.safetensors') in str(e.value)
+    assert len(str(e.value).splitlines()) == 1
+
+
+@pytest.mark.parametrize('registers', [0, 4])
+def test_convert_transformers_dinov2_verifies_at_both_geometries(registers, tmp_path, capsys):
+    _, folder = _hf_dinov2(tmp_path, registers)
+    out = tmp_path / 'out'
+    assert main(['convert', str(folder), str(out), '--img-size', '126', '98']) == 0
+    captured = capsys.readouterr()
+    assert 'target geometry (126x98, patch 14) passed vs transformers Dinov2' in captured.out
+    assert 'detected a transformers dinov2' in captured.err

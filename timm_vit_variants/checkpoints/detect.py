@@ -12,6 +12,7 @@ from .dinov2 import Dinov2Checkpoint, is_dinov2
 from .files import discover
 from .flax import BigVisionCheckpoint, VitJaxCheckpoint
 from .hf import HFCheckpoint
+from .hf_dinov2 import DINOV2_MODEL_TYPES, HFDinov2Checkpoint
 from .hf_siglip import SIGLIP_MODEL_TYPES, HFSiglipCheckpoint
 from .source import LayoutFn, SourceCheckpoint
 from .stores import NpzStore, TensorStore, open_store
@@ -53,7 +54,7 @@ def _sniff(path: str, store: TensorStore, config: Dict[str, Any], config_path: O
     if 'architecture' in config:
         return 'timm'
     if 'model_type' in config:
-        if config['model_type'] in ('vit', *SIGLIP_MODEL_TYPES):
+        if config['model_type'] in ('vit', *SIGLIP_MODEL_TYPES, *DINOV2_MODEL_TYPES):
             return 'hf'
         raise ViTVariantsError(f"model_type {config['model_type']!r} is not a transformers ViT or SigLIP model",
                                path=config_path, key='model_type')
@@ -109,6 +110,8 @@ def _reader(fmt: str, config: Dict[str, Any]) -> Type[SourceCheckpoint]:
     """The reader of a format; a transformers folder's ``model_type`` tells a ViT from a SigLIP tower."""
     if fmt == 'hf' and config.get('model_type') in SIGLIP_MODEL_TYPES:
         return HFSiglipCheckpoint
+    if fmt == 'hf' and config.get('model_type') in DINOV2_MODEL_TYPES:
+        return HFDinov2Checkpoint
     return READERS[fmt]
 
 
