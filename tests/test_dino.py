@@ -244,3 +244,13 @@ def test_convert_transformers_dinov2_verifies_at_both_geometries(registers, tmp_
     captured = capsys.readouterr()
     assert 'target geometry (126x98, patch 14) passed vs transformers Dinov2' in captured.out
     assert 'detected a transformers dinov2' in captured.err
+
+
+def test_convert_timm_dinov2_folder_verifies_at_the_target_geometry(tmp_path, capsys):
+    import timm
+    from timm.models import save_for_hf
+
+    args = dict(embed_dim=32, depth=2, num_heads=2, img_size=84, mlp_ratio=176 / 32)
+    save_for_hf(timm.create_model('vit_giant_patch14_reg4_dinov2', **args), str(tmp_path / 'timm'), model_args=args)
+    assert main(['convert', str(tmp_path / 'timm'), str(tmp_path / 'out'), '--img-size', '126', '98']) == 0
+    assert 'target geometry (126x98, patch 14) passed' in capsys.readouterr().out
