@@ -124,6 +124,12 @@ def test_dinov2_heads_are_needed_off_the_hub_widths():
     with pytest.raises(ViTVariantsError) as e:
         open_checkpoint(DATA / 'dinov2_tiny.pth')
     assert e.value.key == 'blocks.0.attn.qkv.weight' and 'head count' in str(e.value)
+    with open_checkpoint(DATA / 'dinov2_tiny.pth', num_heads=4) as src:
+        assert src.config.num_heads == 4 and src.given == {'num_heads': 4}
+    state = torch.load(DATA / 'dinov2_tiny.pth', weights_only=True)
+    with pytest.raises(ViTVariantsError) as e:  # width 32: no 64-wide heads either
+        open_checkpoint(DATA / 'dinov2_tiny.pth', assume_heads=True)
+    assert e.value.key == 'blocks.0.attn.qkv.weight' and state['blocks.0.attn.qkv.weight'].shape == (96, 32)
 
 
 def test_register_count_disagreeing_with_the_config(tmp_path):

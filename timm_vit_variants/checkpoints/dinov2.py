@@ -106,12 +106,14 @@ class Dinov2Checkpoint(SourceCheckpoint):
         )
 
     def _heads(self, dim: int, hints: Dict[str, Any]) -> int:
-        """The caller's head count, else the DINOv2 hub model's of this width; refused otherwise."""
+        """The caller's head count, else the DINOv2 hub model's of this width, else 64-wide heads when asked for."""
         key = 'blocks.0.attn.qkv.weight'
         if hints.get('num_heads'):
             heads = self._unrecorded('num_heads', hints, None, '')
         elif dim in DINOV2_HEADS:
             heads = self._unrecorded('num_heads', {}, DINOV2_HEADS[dim], f'the DINOv2 hub model of width {dim}')
+        elif hints.get('assume_heads') and dim % 64 == 0:
+            heads = self._unrecorded('num_heads', {}, dim // 64, "64-wide heads, as every DINOv2 hub model's (asked for)")
         else:
             raise self._error(f'a DINOv2 checkpoint does not record the number of attention heads, and width {dim} '
                               f'is none of the hub models\' ({sorted(DINOV2_HEADS)}); give the head count',
