@@ -114,8 +114,6 @@ def test_no_embed_class_and_avg_pool_without_fc_norm(tmp_path):
 
 
 @pytest.mark.parametrize('kwargs, key', [
-    (dict(reg_tokens=2), 'reg_token'),
-    (dict(init_values=1e-5), 'ls1'),
     (dict(qk_norm=True), 'qk_norm'),
     (dict(pre_norm=True), 'norm_pre'),
     (dict(class_token=False, global_pool='avg'), 'fc_norm'),

@@ -20,7 +20,7 @@ __all__ = [
     'PATCH_EMBED_TYPES', 'PATCH_NORM_TYPES', 'GRID_MODES', 'ACT_LAYERS', 'SIGLIP_TOWERS', 'pair', 'grid_for',
     'architecture_for',
     'heads_for_width', 'activation_name', 'is_family_architecture', 'resample_rule', 'TensorSpec', 'HEAD_KEYS',
-    'DATA_CONFIG_KEYS', 'PREPROCESSING_KEYS',
+    'DATA_CONFIG_KEYS', 'PREPROCESSING_KEYS', 'MLP_LAYERS',
 ]
 
 POOL_TYPES = ('avg', 'token', 'map', '')
@@ -37,8 +37,10 @@ PATCH_NORM_TYPES = (None, 'pre', 'post', 'dual')
 # remainder away as a VALID convolution does (big_vision's and timm's patch conv).
 GRID_MODES = ('pad', 'strict', 'pool', 'crop')
 # Names of the learned-table resample rules; their definitions live in ``geometry.RESAMPLE_RULES``.
-RESAMPLE_RULE_NAMES = ('bigvision', 'timm', 'hf', 'flexi')
+RESAMPLE_RULE_NAMES = ('bigvision', 'timm', 'hf', 'flexi', 'dinov2')
 ACT_LAYERS = ('gelu_tanh', 'gelu', 'quick_gelu', 'silu', 'relu')
+# The blocks' MLP: timm's Mlp, or its SwiGLUPacked (one fc1 holding both halves, silu(first) * second; DINOv2 ViT-g).
+MLP_LAYERS = ('mlp', 'swiglu_packed')
 # Constructor arguments that shape training, not the network: never written to config.json.
 _TRAINING_ONLY = ('drop_rate', 'pos_drop_rate', 'proj_drop_rate', 'attn_drop_rate', 'drop_path_rate',
                   'patch_drop_rate', 'weight_init')
@@ -112,7 +114,10 @@ class SimpleViTConfig:
         patch_size: Patch size (H, W); change it later with ``set_input_size(patch_size=...)``.
         global_pool: 'avg' (big_vision 'gap': norm every token, then mean), 'token', 'map' (big_vision's
             MAPHead: attention pooling with a learned probe, SigLIP's) or ''.
-        mlp_dim: MLP hidden width; None means 4 * embed_dim.
+        mlp_dim: MLP hidden width; None means 4 * embed_dim. For 'swiglu_packed' the gated width (fc1 is twice it).
+        mlp_layer: 'mlp' (timm's Mlp) or 'swiglu_packed' (timm's SwiGLUPacked, with act_layer 'silu').
+        init_values: LayerScale (timm's ``ls1``/``ls2``) initial value; None means no LayerScale.
+        reg_tokens: Register tokens after the [CLS] token (Darcet et al. 2024), with no position information.
         class_token: Prepend a learned [CLS] token (needed for 'token' pooling).
         patch_embed: How pixels become tokens: 'conv' (one PxP stride-P conv), 'linear' (Unfold + Linear,
             the same weights and numbers as 'conv'), 'conv_stem' (3x3 stride-2 convs + 1x1, Xiao et al.
@@ -146,8 +151,11 @@ class SimpleViTConfig:
     depth: int = 12
     num_heads: int = 12
     mlp_dim: Optional[int] = None
+    mlp_layer: str = 'mlp'
+    init_values: Optional[float] = None
     qkv_bias: bool = True
     class_token: bool = False
+    reg_tokens: int = 0
     patch_embed: str = 'conv'
     patch_norm: Optional[str] = None
     pos_embed: str = 'sincos'
@@ -210,10 +218,18 @@ class SimpleViTConfig:
         resample_rule(self.pos_embed_resample)
         choices = (('global_pool', POOL_TYPES), ('pos_embed', POS_EMBED_TYPES), ('act_layer', ACT_LAYERS),
                    ('patch_embed', PATCH_EMBED_TYPES), ('patch_norm', PATCH_NORM_TYPES),
-                   ('weight_init', ('jax', 'skip')))
+                   ('weight_init', ('jax', 'skip')), ('mlp_layer', MLP_LAYERS))
         for name, allowed in choices:
             if getattr(self, name) not in allowed:
                 raise bad(name, f'expected one of {allowed}')
+        if self.mlp_layer == 'swiglu_packed' and self.act_layer != 'silu':
+            raise bad('mlp_layer', "'swiglu_packed' gates with silu: set act_layer='silu'")
+        if isinstance(self.reg_tokens, bool) or not isinstance(self.reg_tokens, int) or self.reg_tokens < 0:
+            raise bad('reg_tokens', 'expected an integer >= 0')
+        if self.init_values is not None and (isinstance(self.init_values, bool) or
+                                             not isinstance(self.init_values, (int, float)) or
+                                             self.init_values != self.init_values):
+            raise bad('init_values', 'expected a number or None')
         if self.embed_dim % self.num_heads:
             raise bad('num_heads', f'embed_dim {self.embed_dim} is not divisible by {self.num_heads} heads')
         if self.pos_table == 'sincos' and self.embed_dim % 4:
@@ -265,12 +281,17 @@ class SimpleViTConfig:
         """Rows of a learned table that belong to the class token (0 or 1)."""
         return 1 if self.pos_embed_cls_slot else 0
 
+    @property
+    def num_prefix_tokens(self) -> int:
+        """Tokens before the patch tokens: the class token, then the registers."""
+        return int(self.class_token) + self.reg_tokens
+
     def check_limits(self, limits: Limits = DEFAULT_LIMITS, path: Optional[str] = None) -> 'SimpleViTConfig':
         """Refuse sizes beyond ``limits`` (before any model is built from this config); returns self."""
         grid = self.grid_size
         limits.check_dims(path=path, depth=self.depth, width=max(self.embed_dim, self.rep_size or 0),
                           mlp=self.mlp_dim, heads=self.num_heads, classes=self.num_classes,
-                          img_size=max(*self.img_size, *self.patch_size), tokens=grid[0] * grid[1])
+                          img_size=max(*self.img_size, *self.patch_size), tokens=grid[0] * grid[1] + self.reg_tokens)
         return self
 
     # -- JSON round trip --------------------------------------------------------------------------

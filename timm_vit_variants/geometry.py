@@ -22,7 +22,7 @@ from .errors import ViTVariantsError
 from .limits import DEFAULT_LIMITS, Limits
 
 __all__ = [
-    'RESAMPLE_RULES', 'Geometry', 'grid_for', 'is_capturing', 'interpolate_grid', 'resample_table', 'pi_resize',
+    'RESAMPLE_RULES', 'RESAMPLE_OFFSETS', 'Geometry', 'grid_for', 'is_capturing', 'interpolate_grid', 'resample_table', 'pi_resize',
     'adapt_in_chans', 'infer_grid', 'fixed_patch_reason', 'pi_resize_bytes', 'check_fit', 'fit_tensor', 'fit_stream',
 ]
 
@@ -32,12 +32,18 @@ __all__ = [
 #   timm:      resample_abs_pos_embed, bicubic with antialias;
 #   hf:        transformers interpolate_pos_encoding, bicubic without antialias;
 #   flexi:     big_vision FlexiViT at run time, jax.image.resize 'linear' (half-pixel, antialiased).
+#   dinov2:    DINOv2's interpolate_pos_encoding without registers: bicubic, no antialias, sampled at the scale
+#              (new + 0.1) / old (``RESAMPLE_OFFSETS``), not the one the output size implies. Its register models
+#              (offset 0, antialias) resize exactly as 'timm'.
 RESAMPLE_RULES: Dict[str, Tuple[str, Optional[bool], bool]] = {
     'bigvision': ('bilinear', True, False),
     'timm': ('bicubic', None, True),
     'hf': ('bicubic', False, False),
     'flexi': ('bilinear', False, True),
+    'dinov2': ('bicubic', False, False),
 }
+# Rules that pass F.interpolate a scale factor (new + offset) / old per axis instead of the output size.
+RESAMPLE_OFFSETS: Dict[str, float] = {'dinov2': 0.1}
 
 _KERNEL = 'patch_embed.proj.weight'
 _STEM_KERNEL = 'patch_embed.stem.0.conv.weight'
@@ -76,22 +82,28 @@ def interpolate_grid(
         mode: str,
         align_corners: Optional[bool],
         antialias: bool,
+        offset: float = 0.,
 ) -> torch.Tensor:
     """Resize the grid part of a (1, prefix + old_h*old_w, D) table; prefix rows kept. TorchScript-friendly.
 
     Interpolation runs in float32 and the result takes the table's dtype. While a graph is captured
     the resize is always recorded (a same-size resize is an exact identity), so the graph follows the
-    input size instead of the example's.
+    input size instead of the example's. A non-zero ``offset`` samples at the scale (new + offset) / old
+    (``RESAMPLE_OFFSETS``); such a resize is no identity at the same size, so that case is skipped even then.
     """
     capturing = False
     if not torch.jit.is_scripting():
         capturing = is_capturing()
-    if not capturing and new_h == old_h and new_w == old_w:
+    if (not capturing or offset != 0.) and new_h == old_h and new_w == old_w:
         return table
     prefix, grid = table[:, :num_prefix], table[:, num_prefix:]
     dim = grid.shape[-1]
     grid = grid.float().reshape(1, old_h, old_w, dim).permute(0, 3, 1, 2)
-    grid = F.interpolate(grid, size=[new_h, new_w], mode=mode, align_corners=align_corners, antialias=antialias)
+    if offset != 0.:
+        scale = [float(new_h + offset) / old_h, float(new_w + offset) / old_w]
+        grid = F.interpolate(grid, scale_factor=scale, mode=mode, align_corners=align_corners, antialias=antialias)
+    else:
+        grid = F.interpolate(grid, size=[new_h, new_w], mode=mode, align_corners=align_corners, antialias=antialias)
     grid = grid.permute(0, 2, 3, 1).reshape(1, new_h * new_w, dim).to(table.dtype)
     if num_prefix > 0:
         return torch.cat([prefix, grid], dim=1)
@@ -108,7 +120,7 @@ def resample_table(
     """Resize a learned (1, prefix + H*W, D) table to a new grid with an ecosystem's rule."""
     mode, align_corners, antialias = RESAMPLE_RULES[resample_rule(rule)]
     return interpolate_grid(table, new_grid[0], new_grid[1], old_grid[0], old_grid[1], num_prefix,
-                            mode, align_corners, antialias)
+                            mode, align_corners, antialias, RESAMPLE_OFFSETS.get(rule, 0.))
 
 
 def pi_resize(kernel: torch.Tensor, patch_size: Tuple[int, int]) -> torch.Tensor:

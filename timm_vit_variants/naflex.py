@@ -164,6 +164,8 @@ class NaFlexMixin:
             if self.cls_token is not None:
                 cls = self.cls_token[0].to(tokens.dtype)
                 pieces.append(cls + slots[i] if slots[i] is not None else cls)
+            if self.reg_token is not None:  # registers after [CLS], with no position
+                pieces.append(self.reg_token[0].to(tokens.dtype))
             pieces.append(patch_tokens)
         return self.pos_drop(torch.cat(pieces)), batch
 

@@ -7,7 +7,7 @@ import torch.nn as nn
 from timm.layers import register_notrace_module
 
 from .config import resample_rule
-from .geometry import RESAMPLE_RULES, interpolate_grid, is_capturing, resample_table
+from .geometry import RESAMPLE_OFFSETS, RESAMPLE_RULES, interpolate_grid, is_capturing, resample_table
 
 __all__ = ['sincos_2d', 'sincos_2d_at', 'grid_coords', 'SinCos2dPosEmbed', 'LearnedPosResampler', 'PosEncodingGenerator']
 
@@ -93,6 +93,7 @@ class LearnedPosResampler(nn.Module):
         self.num_prefix_tokens = num_prefix_tokens
         self.rule = rule
         self.mode, self.align_corners, self.antialias = RESAMPLE_RULES[resample_rule(rule)]
+        self.offset = RESAMPLE_OFFSETS.get(rule, 0.)
         self._cache: Dict[Tuple[int, int], Tuple[tuple, torch.Tensor]] = {}
 
     def forward(
@@ -114,7 +115,7 @@ class LearnedPosResampler(nn.Module):
                     return self._cached(pos_embed, grid_h, grid_w, old_grid_h, old_grid_w)
         return interpolate_grid(
             pos_embed, grid_h, grid_w, old_grid_h, old_grid_w, self.num_prefix_tokens,
-            self.mode, self.align_corners, self.antialias)
+            self.mode, self.align_corners, self.antialias, self.offset)
 
     @torch.jit.ignore
     def _cached(self, pos_embed: torch.Tensor, grid_h: int, grid_w: int, old_h: int, old_w: int) -> torch.Tensor:

@@ -15,7 +15,7 @@ from typing import Any, Dict, List, Optional, Set, Tuple, Union
 
 import torch
 import torch.nn as nn
-from timm.layers import AttentionPoolLatent, LayerNorm, Mlp, get_act_layer, trunc_normal_
+from timm.layers import AttentionPoolLatent, LayerNorm, Mlp, SwiGLUPacked, get_act_layer, trunc_normal_
 from timm.models import named_apply
 from timm.models.vision_transformer import Block, init_weights_vit_jax
 from torch.utils.checkpoint import checkpoint
@@ -37,6 +37,12 @@ def _exact_width_mlp(in_features: int, hidden_features: Optional[int] = None, *,
     return Mlp(in_features, width, **kwargs)
 
 
+def _exact_width_swiglu(in_features: int, hidden_features: Optional[int] = None, *, width: int,
+                        **kwargs) -> nn.Module:
+    # SwiGLUPacked's fc1 holds both halves: twice the gated width.
+    return SwiGLUPacked(in_features, 2 * width, **kwargs)
+
+
 def _blocks(cfg: SimpleViTConfig, act_layer: Any, norm_layer: Any, dd: Dict[str, Any]) -> nn.Sequential:
     """timm's pre-norm transformer blocks, with the config's exact MLP width and a linear drop-path schedule."""
     dpr = [x.item() for x in torch.linspace(0, cfg.drop_path_rate, cfg.depth, device='cpu')]
@@ -51,7 +57,9 @@ def _blocks(cfg: SimpleViTConfig, act_layer: Any, norm_layer: Any, dd: Dict[str,
             drop_path=dpr[i],
             act_layer=act_layer,
             norm_layer=norm_layer,
-            mlp_layer=partial(_exact_width_mlp, width=cfg.mlp_dim),
+            init_values=cfg.init_values,
+            mlp_layer=partial(_exact_width_swiglu if cfg.mlp_layer == 'swiglu_packed' else _exact_width_mlp,
+                              width=cfg.mlp_dim),
             depth=i,
             **dd,
         )
@@ -94,7 +102,8 @@ class SimpleVisionTransformer(NaFlexMixin, nn.Module):
         self.in_chans = cfg.in_chans
         self.embed_dim = self.num_features = embed_dim
         self.head_hidden_size = cfg.rep_size or embed_dim
-        self.num_prefix_tokens = 1 if cfg.class_token else 0
+        self.num_prefix_tokens = cfg.num_prefix_tokens
+        self.num_reg_tokens = cfg.reg_tokens
         self.has_class_token = cfg.class_token
         self.pos_embed_type = cfg.pos_embed
         self.pos_embed_cls_slot = cfg.pos_embed_cls_slot
@@ -108,6 +117,7 @@ class SimpleVisionTransformer(NaFlexMixin, nn.Module):
         grid = self.patch_embed.grid_size
 
         self.cls_token = nn.Parameter(torch.zeros(1, 1, embed_dim, **dd)) if cfg.class_token else None
+        self.reg_token = nn.Parameter(torch.zeros(1, cfg.reg_tokens, embed_dim, **dd)) if cfg.reg_tokens else None
         if cfg.pos_table == 'learn':
             slots = grid[0] * grid[1] + cfg.num_prefix_slots
             self.pos_embed = nn.Parameter(torch.zeros(1, slots, embed_dim, **dd))
@@ -173,6 +183,8 @@ class SimpleVisionTransformer(NaFlexMixin, nn.Module):
             trunc_normal_(self.pos_embed, std=.02)
         if self.cls_token is not None:
             nn.init.zeros_(self.cls_token)
+        if self.reg_token is not None:
+            nn.init.normal_(self.reg_token, std=1e-6)  # as timm
         named_apply(init_weights_vit_jax, self)
 
     @torch.jit.ignore
@@ -188,12 +200,12 @@ class SimpleVisionTransformer(NaFlexMixin, nn.Module):
 
     @torch.jit.ignore
     def no_weight_decay(self) -> Set[str]:
-        return {'pos_embed', 'cls_token'}
+        return {'pos_embed', 'cls_token', 'reg_token'}
 
     @torch.jit.ignore
     def group_matcher(self, coarse: bool = False) -> Dict[str, Any]:
         return dict(
-            stem=r'^cls_token|pos_embed|patch_embed',
+            stem=r'^cls_token|reg_token|pos_embed|patch_embed',
             blocks=[(r'^blocks\.(\d+)', None), (r'^pos_cpe', (0,)), (r'^norm', (99999,)), (r'^attn_pool', (99999,))],
         )
 
@@ -277,6 +289,9 @@ class SimpleVisionTransformer(NaFlexMixin, nn.Module):
             x = torch.cat([self.cls_token.expand(batch, -1, -1), x], dim=1)
         if pos is not None and self.pos_embed_cls_slot:
             x = x + pos
+        if self.reg_token is not None:  # registers after [CLS], with no position (DINOv2, timm)
+            cls = int(self.has_class_token)
+            x = torch.cat([x[:, :cls], self.reg_token.expand(batch, -1, -1).to(x.dtype), x[:, cls:]], dim=1)
         return self.pos_drop(x), grid_h, grid_w
 
     def forward_intermediates(

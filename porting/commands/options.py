@@ -18,8 +18,8 @@ __all__ = [
     'check_folder_out', 'source_options', 'convert_request', 'limits_of', 'recorded_command', 'report', 'remedy',
 ]
 
-FORMATS = ('bigvision', 'vitjax', 'timm', 'hf')
-RESAMPLE_RULES = ('bigvision', 'timm', 'hf', 'flexi')
+FORMATS = ('bigvision', 'vitjax', 'timm', 'hf', 'dinov2')
+RESAMPLE_RULES = ('bigvision', 'timm', 'hf', 'flexi', 'dinov2')
 ACT_LAYERS = ('gelu', 'gelu_tanh', 'quick_gelu', 'silu', 'relu')
 INTERPOLATIONS = ('bilinear', 'bicubic', 'nearest', 'lanczos')
 LIMIT_NAMES = ('depth', 'width', 'mlp', 'heads', 'classes', 'img_size', 'tokens', 'tensor_bytes', 'json_bytes',

@@ -12,6 +12,9 @@ from .timm_ref import pair
 
 __all__ = ['hf_outputs']
 
+# Each transformers DINOv2 model's own table resize, as our rule: without antialias ('hf'), with it ('timm').
+_DINOV2_RULES = {'dinov2': 'hf', 'dinov2_with_registers': 'timm'}
+
 
 def hf_outputs(path: str, model_args: Dict[str, Any], x: torch.Tensor,
                target: Optional[Tuple[Dict[str, Any], str]] = None,
@@ -28,9 +31,12 @@ def hf_outputs(path: str, model_args: Dict[str, Any], x: torch.Tensor,
         if target[0].get('grid_mode') != 'crop' and any(
                 s % p for s, p in zip(pair(target[0].get('img_size', 224)), pair(target[0].get('patch_size', 16)))):
             raise NoReference('transformers drops the pixels the patch does not divide, where this model pads them')
-        if target[1] != 'hf':
+        own = _DINOV2_RULES.get(cfg.get('model_type'), 'hf')
+        if target[1] != own:
             raise NoReference(f"the table was resized with the {target[1]!r} rule, not transformers' own")
     transformers = _transformers()
+    if cfg.get('model_type') in _DINOV2_RULES:
+        return _dinov2(transformers, folder, cfg, x)
     if cfg.get('model_type') in ('siglip', 'siglip_vision_model'):
         return _siglip(transformers, folder, cfg, x, target is not None)
     classify = any('ForImageClassification' in a for a in cfg.get('architectures') or [])
@@ -49,6 +55,16 @@ def hf_outputs(path: str, model_args: Dict[str, Any], x: torch.Tensor,
             feats, logits, pooled = out.last_hidden_state, None, out.pooler_output
     name = f'transformers {cls.__name__}.from_pretrained' + (' with interpolate_pos_encoding' if resize else '')
     return Outputs(feats, logits, name, pre_logits=pooled)
+
+
+def _dinov2(transformers: Any, folder: Path, cfg: Dict[str, Any], x: torch.Tensor) -> Outputs:
+    """A DINOv2 folder: its model resizes the table itself at every input size; the pooler is the normed [CLS]."""
+    cls = transformers.Dinov2WithRegistersModel if cfg['model_type'] == 'dinov2_with_registers' else \
+        transformers.Dinov2Model
+    model = cls.from_pretrained(str(folder), attn_implementation='eager').eval().float()
+    with torch.no_grad():
+        out = model(pixel_values=x)
+    return Outputs(out.last_hidden_state, out.pooler_output, f'transformers {cls.__name__}.from_pretrained')
 
 
 def _transformers() -> Any:

@@ -9,6 +9,7 @@ from timm_vit_variants.memory import release_after_use
 
 from ..extras import require
 
+from .dinov2_ref import dinov2_outputs
 from .hf_ref import hf_outputs
 from .npz_ref import npz_model
 from .result import NoReference, Outputs, ReferenceFailed, first_line
@@ -59,6 +60,8 @@ def reference_outputs(
     try:
         if fmt == 'hf':
             return hf_outputs(path, model_args, x, target, mixed)
+        if fmt == 'dinov2':
+            return dinov2_outputs(path, model_args, x, target)
         if fmt not in _TIMM_BUILT:
             raise NoReference(f'no reference implementation for format {fmt!r}')
         ref = _TIMM_BUILT[fmt](path, model_args)

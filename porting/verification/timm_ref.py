@@ -63,8 +63,12 @@ def timm_equivalent(model_args: Dict[str, Any], num_classes: Optional[int] = Non
               if model_args.get(name, same[0]) not in same]
     if beyond:
         raise NoReference(f"timm's VisionTransformer has no equivalent of {', '.join(beyond)}")
+    from timm.layers import Mlp, SwiGLUPacked
+
     embed_dim = model_args['embed_dim']
     mlp_dim = model_args.get('mlp_dim') or 4 * embed_dim
+    swiglu = model_args.get('mlp_layer') == 'swiglu_packed'
+    hidden = 2 * mlp_dim if swiglu else mlp_dim  # SwiGLUPacked's fc1 holds both halves
     pos = model_args.get('pos_embed', 'sincos')
     class_token = bool(model_args.get('class_token', False))
     with torch.device('meta'):
@@ -77,7 +81,10 @@ def timm_equivalent(model_args: Dict[str, Any], num_classes: Optional[int] = Non
             embed_dim=embed_dim,
             depth=model_args['depth'],
             num_heads=model_args['num_heads'],
-            mlp_ratio=(mlp_dim + 0.5) / embed_dim,  # timm takes int(dim * ratio): this lands on mlp_dim exactly
+            mlp_ratio=(hidden + 0.5) / embed_dim,  # timm takes int(dim * ratio): this lands on the width exactly
+            mlp_layer=SwiGLUPacked if swiglu else Mlp,
+            init_values=model_args.get('init_values'),
+            reg_tokens=model_args.get('reg_tokens', 0),
             qkv_bias=model_args.get('qkv_bias', True),
             class_token=class_token,
             pos_embed='none' if pos == 'none' else 'learn',
@@ -86,7 +93,7 @@ def timm_equivalent(model_args: Dict[str, Any], num_classes: Optional[int] = Non
             act_layer=model_args.get('act_layer', 'gelu_tanh'),
             norm_layer=partial(nn.LayerNorm, eps=model_args.get('norm_eps', 1e-6)),
         )
-    if model.blocks[0].mlp.fc1.out_features != mlp_dim:
+    if model.blocks[0].mlp.fc1.out_features != hidden:
         raise ViTVariantsError(f'timm cannot express an MLP width of {mlp_dim} for width {embed_dim}')
     return model.to_empty(device='cpu').eval()
 

@@ -8,9 +8,11 @@ from typing import Any, Dict, Optional, Type
 
 from ..errors import ViTVariantsError
 from ..limits import DEFAULT_LIMITS, Limits
+from .dinov2 import Dinov2Checkpoint, is_dinov2
 from .files import discover
 from .flax import BigVisionCheckpoint, VitJaxCheckpoint
 from .hf import HFCheckpoint
+from .hf_dinov2 import DINOV2_MODEL_TYPES, HFDinov2Checkpoint
 from .hf_siglip import SIGLIP_MODEL_TYPES, HFSiglipCheckpoint
 from .source import LayoutFn, SourceCheckpoint
 from .stores import NpzStore, TensorStore, open_store
@@ -23,6 +25,7 @@ READERS: Dict[str, Type[SourceCheckpoint]] = {
     'vitjax': VitJaxCheckpoint,
     'timm': TimmCheckpoint,
     'hf': HFCheckpoint,
+    'dinov2': Dinov2Checkpoint,
 }
 FORMATS = tuple(READERS)
 
@@ -51,10 +54,12 @@ def _sniff(path: str, store: TensorStore, config: Dict[str, Any], config_path: O
     if 'architecture' in config:
         return 'timm'
     if 'model_type' in config:
-        if config['model_type'] in ('vit', *SIGLIP_MODEL_TYPES):
+        if config['model_type'] in ('vit', *SIGLIP_MODEL_TYPES, *DINOV2_MODEL_TYPES):
             return 'hf'
         raise ViTVariantsError(f"model_type {config['model_type']!r} is not a transformers ViT or SigLIP model",
                                path=config_path, key='model_type')
+    if is_dinov2(set(names)):
+        return 'dinov2'
     if any(n.endswith('embeddings.patch_embeddings.projection.weight') for n in names):
         return 'hf'
     if any(n.endswith(('patch_embed.proj.weight', 'embeds.proj.weight')) for n in names):  # ViT, NaFlexVit
@@ -102,9 +107,13 @@ def open_checkpoint(
 
 
 def _reader(fmt: str, store: TensorStore, config: Dict[str, Any], hints: Dict[str, Any]) -> Type[SourceCheckpoint]:
-    """The reader of a format (a transformers folder's ``model_type`` tells a ViT from a SigLIP tower), or the
-    variant of it the content calls for (a NaFlex tower's)."""
-    reader = HFSiglipCheckpoint if fmt == 'hf' and config.get('model_type') in SIGLIP_MODEL_TYPES else READERS[fmt]
+    """The reader of a format (a transformers folder's ``model_type`` tells a ViT from a SigLIP or DINOv2 tower), or
+    the variant of it the content calls for (a NaFlex tower's)."""
+    reader = READERS[fmt]
+    if fmt == 'hf' and config.get('model_type') in SIGLIP_MODEL_TYPES:
+        reader = HFSiglipCheckpoint
+    elif fmt == 'hf' and config.get('model_type') in DINOV2_MODEL_TYPES:
+        reader = HFDinov2Checkpoint
     return reader.variant(store, config, hints)
 
 

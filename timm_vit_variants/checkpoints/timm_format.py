@@ -8,6 +8,7 @@ NaFlexVit's patch embedding and table is a copy; the work is knowing the archite
 config is read back into a ``SimpleViTConfig``; a timm ``vit_*`` one is rebuilt on the meta
 device to read the settings no tensor records; a bare state dict needs the head count.
 """
+import math
 import re
 from typing import Any, Dict, Optional, Tuple, Type
 
@@ -33,8 +34,6 @@ _CLAIMS = {'depth': 'depth', 'embed_dim': 'width', 'num_heads': 'heads', 'mlp_di
            'img_size': 'img_size', 'patch_size': 'img_size', 'rep_size': 'width'}
 # timm VisionTransformer features without a SimpleVisionTransformer equivalent, by tensor name.
 _UNSUPPORTED = (
-    (re.compile(r'(^|\.)reg_token$'), 'register tokens (reg_tokens) are not supported'),
-    (re.compile(r'\.ls[12]\.'), 'layer scale (init_values) is not supported'),
     (re.compile(r'\.[qk]_norm\.'), 'qk_norm is not supported'),
     (re.compile(r'^norm_pre\.'), 'a pre-norm (norm_pre, CLIP-style) is not supported'),
     (re.compile(r'^fc_norm\.'), 'fc_norm (a norm after pooling) is not supported: SimpleVisionTransformer '
@@ -53,6 +52,16 @@ _NAFLEX_RULES = {
 _NAFLEX_KNOWN = {rule.sources[0][len('{p}'):] for rule in _NAFLEX_RULES.values()}
 # NaFlexVit's per-image table resize -> our rule computing the same (antialiased, half-pixel, as timm calls it).
 _NAFLEX_RESAMPLE = {'bilinear': 'flexi', 'bicubic': 'timm'}
+
+
+def _block_facts(block: nn.Module) -> Dict[str, Any]:
+    """LayerScale and a packed SwiGLU (timm's ``init_values``, ``SwiGLUPacked``), read off a built block."""
+    facts: Dict[str, Any] = {}
+    if hasattr(block.ls1, 'gamma'):
+        facts['init_values'] = 1.0  # only the initialiser: the stored gamma is loaded
+    if type(block.mlp).__name__ == 'GluMlp' and not block.mlp.gate_last and isinstance(block.mlp.act, nn.SiLU):
+        facts['mlp_layer'] = 'swiglu_packed'
+    return facts
 
 
 class _Built:
@@ -184,7 +193,8 @@ class TimmCheckpoint(SourceCheckpoint):
         except (AttributeError, ViTVariantsError) as e:
             raise ViTVariantsError(str(e), path=self._config_path, key='architecture') from None
         facts = dict(num_heads=blocks[0].attn.num_heads, global_pool=model.global_pool, act_layer=act,
-                     norm_eps=blocks[0].norm1.eps, built=_Built(arch, args, model, self._classes is not None))
+                     norm_eps=blocks[0].norm1.eps, built=_Built(arch, args, model, self._classes is not None),
+                     **_block_facts(blocks[0]))
         if embeds is not None:
             return dict(facts, **self._naflex_facts(embeds))
         return dict(facts, img_size=tuple(model.patch_embed.img_size),
@@ -270,7 +280,9 @@ class TimmCheckpoint(SourceCheckpoint):
                                   lambda i: f'{p}blocks.{i}')
         if not depth:
             raise self._error('no transformer blocks found', key=p + 'blocks.0.attn.qkv.weight')
-        mlp_dim = self._shape(p + 'blocks.0.mlp.fc1.weight')[0]
+        fc1_width = mlp_dim = self._shape(p + 'blocks.0.mlp.fc1.weight')[0]
+        if facts.get('mlp_layer') == 'swiglu_packed':  # timm's SwiGLUPacked: fc1 holds both halves
+            mlp_dim //= 2
         rep_size = self._shape(p + 'pre_logits.fc.weight')[0] if 'pre_logits.fc.weight' in local else None
         num_classes = self._shape(p + 'head.weight')[0] if 'head.weight' in local else 0
         self._check_dims(p + 'blocks.0.mlp.fc1.weight', mlp=mlp_dim, classes=num_classes, width=rep_size)
@@ -285,18 +297,32 @@ class TimmCheckpoint(SourceCheckpoint):
         settings = self._settings(local, facts, hints, class_token, dim, mlp_dim)
         qkv_bias = 'blocks.0.attn.qkv.bias' in local
         if 'built' in facts:
-            facts['built'].check(self, dict(depth=depth, embed_dim=dim, mlp_dim=mlp_dim, num_classes=num_classes,
+            facts['built'].check(self, dict(depth=depth, embed_dim=dim, mlp_dim=fc1_width, num_classes=num_classes,
                                             qkv_bias=qkv_bias, class_token=class_token), local)
         return SimpleViTConfig(
             img_size=img_size, patch_size=(patch_h, patch_w), in_chans=in_chans, num_classes=num_classes,
             global_pool=settings['global_pool'], embed_dim=dim, depth=depth, num_heads=num_heads, mlp_dim=mlp_dim,
-            qkv_bias=qkv_bias, class_token=class_token, pos_embed=pos_embed, pos_embed_cls_slot=slot,
+            qkv_bias=qkv_bias, class_token=class_token,
+            reg_tokens=self._shape(p + 'reg_token')[1] if 'reg_token' in local else 0,
+            init_values=facts.get('init_values') or (1.0 if 'blocks.0.ls1.gamma' in local else None),
+            mlp_layer=facts.get('mlp_layer', 'mlp'), pos_embed=pos_embed, pos_embed_cls_slot=slot,
             pos_embed_resample=settings.get('pos_embed_resample', 'timm'), patch_embed=self.PATCH_EMBED,
             rep_size=rep_size, act_layer=hints.get('act_layer') or settings['act_layer'],
             norm_eps=hints.get('norm_eps') or settings['norm_eps'],
             # timm's patch conv is VALID: a SigLIP tower's nominal size (384 at patch 14) relies on it
             grid_mode='crop' if settings['global_pool'] == 'map' or self.ALWAYS_CROPS else None,
         )
+
+    def _registers_without_position(self, local: set, facts: Dict[str, Any]) -> None:
+        """Refuse timm's registers with their own table rows (``no_embed_class=False``): here registers have none."""
+        p = self._prefix
+        if 'reg_token' not in local or facts.get('pos_embed_cls_slot') is False:
+            return
+        extra = self._shape(p + 'pos_embed')[1] - self._shape(p + 'reg_token')[1] - 1
+        if facts.get('pos_embed_cls_slot') or (extra > 0 and math.isqrt(extra) ** 2 == extra):
+            raise self._error('register tokens with their own position-table rows (timm no_embed_class=False) are '
+                              'not supported: registers carry no position here (timm\'s DINOv2 models use '
+                              'no_embed_class=True)', key=p + 'pos_embed')
 
     def _patch_kernel(self, facts: Dict[str, Any], hints: Dict[str, Any]) -> Tuple[int, int, int, int]:
         """(D, C, P, P) of the patch conv."""
@@ -315,6 +341,7 @@ class TimmCheckpoint(SourceCheckpoint):
             if pos_embed == 'learn':
                 raise self._error('missing key', key=self._prefix + 'pos_embed')
             return pos_embed, False
+        self._registers_without_position(local, facts)
         slot = self._check_token_table(self._prefix + 'pos_embed', dim, patch, class_token=class_token,
                                        slot=facts.get('pos_embed_cls_slot'),
                                        img_size=hints.get('img_size') or facts.get('img_size'))

@@ -1,0 +1,102 @@
+"""The DINOv2 reference: the hub ``.pth`` through timm's own DINOv2 loading (``checkpoint_filter_fn``) into
+timm's ``VisionTransformer``, with the position table of each grid computed as DINOv2's
+``interpolate_pos_encoding`` computes it.
+
+timm's own run-time resize matches DINOv2 only for the register models (antialiased, no offset); for the
+others the hub samples at the scale (n + 0.1) / N without antialias, so the table for a grid other than the
+stored one is computed here, from that expression, and handed to timm.
+"""
+from functools import partial
+from typing import Any, Dict, Optional, Tuple
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from timm_vit_variants.errors import ViTVariantsError
+
+from .result import NoReference, Outputs
+from .timm_ref import grid, pair
+
+__all__ = ['dinov2_outputs', 'dinov2_table']
+
+_OFFSET = 0.1  # the hub's interpolate_offset for the models without registers
+
+
+def dinov2_table(table: torch.Tensor, rows: int, cols: int, registers: bool) -> torch.Tensor:
+    """DINOv2's ``interpolate_pos_encoding`` of a (1, 1 + M*M, D) table for a rows x cols grid, in float32: the
+    stored table at its own grid, else bicubic at scale (n + 0.1) / M without antialias (no registers) or at
+    size (rows, cols) with antialias (registers); the [CLS] row is kept."""
+    count = table.shape[1] - 1
+    side = int(count ** 0.5)
+    if side * side != count:
+        raise NoReference(f'DINOv2 resizes only a square table; this one has {count} rows')
+    if rows * cols == count and rows == cols:
+        return table
+    patches = table[:, 1:].float().reshape(1, side, side, -1).permute(0, 3, 1, 2)
+    if registers:
+        patches = F.interpolate(patches, size=(rows, cols), mode='bicubic', antialias=True)
+    else:
+        patches = F.interpolate(patches, scale_factor=(float(rows + _OFFSET) / side, float(cols + _OFFSET) / side),
+                                mode='bicubic', antialias=False)
+    if tuple(patches.shape[-2:]) != (rows, cols):
+        raise NoReference(f"DINOv2's resize gives a {tuple(patches.shape[-2:])} grid, not {(rows, cols)}")
+    patches = patches.permute(0, 2, 3, 1).reshape(1, rows * cols, -1)
+    return torch.cat([table[:, :1].float(), patches], dim=1).to(table.dtype)
+
+
+def _timm_dinov2(model_args: Dict[str, Any], rows: int, cols: int) -> nn.Module:
+    """timm's VisionTransformer as its ``vit_*_dinov2`` entries build it, at a rows x cols grid, on the meta device."""
+    from timm.layers import Mlp, SwiGLUPacked
+    from timm.models.vision_transformer import VisionTransformer
+
+    dim, mlp = model_args['embed_dim'], model_args['mlp_dim']
+    swiglu = model_args.get('mlp_layer') == 'swiglu_packed'
+    hidden = 2 * mlp if swiglu else mlp
+    registers = int(model_args.get('reg_tokens', 0))
+    patch = pair(model_args['patch_size'])
+    with torch.device('meta'):
+        model = VisionTransformer(
+            img_size=(rows * patch[0], cols * patch[1]), patch_size=patch, in_chans=model_args.get('in_chans', 3),
+            num_classes=0, global_pool='token', embed_dim=dim, depth=model_args['depth'],
+            num_heads=model_args['num_heads'], mlp_ratio=(hidden + 0.5) / dim, qkv_bias=model_args.get('qkv_bias', True),
+            init_values=model_args.get('init_values') or 1.0, reg_tokens=registers, no_embed_class=bool(registers),
+            mlp_layer=SwiGLUPacked if swiglu else Mlp,
+            act_layer=nn.SiLU if swiglu else nn.GELU,
+            norm_layer=partial(nn.LayerNorm, eps=model_args.get('norm_eps', 1e-6)))
+    if model.blocks[0].mlp.fc1.out_features != hidden:
+        raise ViTVariantsError(f'timm cannot express an MLP width of {mlp} for width {dim}')
+    return model
+
+
+def dinov2_outputs(path: str, model_args: Dict[str, Any], x: torch.Tensor,
+                   target: Optional[Tuple[Dict[str, Any], str]] = None) -> Outputs:
+    """The hub file run by timm at the source geometry, or at the target one with DINOv2's own table resize."""
+    from timm.models.vision_transformer import checkpoint_filter_fn
+
+    args = model_args
+    if target is not None:
+        args = target[0]
+        if pair(args['patch_size']) != pair(model_args['patch_size']):
+            raise NoReference('DINOv2 has no rule for a patch-size change')
+        if target[1] != model_args.get('pos_embed_resample'):
+            raise NoReference(f"the table was resized with the {target[1]!r} rule, not DINOv2's own")
+    registers = bool(model_args.get('reg_tokens'))
+    rows, cols = grid(args)
+    state = torch.load(path, map_location='cpu', weights_only=True, mmap=True)
+    if not isinstance(state, dict):
+        raise NoReference('the file is not a state dict')
+    state = dict(state)
+    state['pos_embed'] = dinov2_table(state['pos_embed'], rows, cols, registers)
+    model = _timm_dinov2(model_args, rows, cols)
+    state = checkpoint_filter_fn(state, model)  # timm's DINOv2 key map: w12/w3, registers, mask_token dropped
+    model.load_state_dict(state, strict=True, assign=True)
+    model.eval()
+    x = x[..., :rows * pair(args['patch_size'])[0], :cols * pair(args['patch_size'])[1]]
+    with torch.no_grad():
+        feats = model.forward_features(x)
+        pooled = model.forward_head(feats)
+    resize = ('bicubic with antialias' if registers else 'bicubic at scale (n + 0.1) / N, no antialias')
+    name = (f"timm VisionTransformer + timm's DINOv2 checkpoint_filter_fn, the table resized as DINOv2's "
+            f'interpolate_pos_encoding ({resize}, transcribed in the reference)')
+    return Outputs(feats, pooled, name)

@@ -1,0 +1,123 @@
+"""DINOv2 hub checkpoints: ``dinov2_vit{s,b,l,g}14[_reg4]_pretrain.pth``, bare backbone state dicts.
+
+They are what ``dinov2/hub/backbones.py`` loads with ``strict=True``: ``cls_token``, a ``pos_embed``
+with a [CLS] slot, ``register_tokens`` in the register models, ``mask_token`` (used only by the
+training's masked inputs), flat ``blocks.N`` with LayerScale (``ls1.gamma``/``ls2.gamma``) and an MLP
+that is either ``fc1``/``fc2`` or ViT-g's packed SwiGLU (``w12`` then ``w3``), and ``norm``; no head.
+The hub builds the models without registers with ``interpolate_offset=0.1`` and no antialias (our
+'dinov2' rule), and the register models with offset 0 and antialias (exactly the 'timm' rule).
+"""
+import re
+from typing import Any, Dict, Optional, Set, Tuple
+
+from ..config import SimpleViTConfig
+from .source import Rule, SourceCheckpoint
+
+__all__ = ['DINOV2_HEADS', 'Dinov2Checkpoint', 'is_dinov2']
+
+_BLOCK_RE = re.compile(r'^blocks\.(\d+)\.')
+# The hub's vit_small/base/large/giant2 head counts by width; the files do not record them.
+DINOV2_HEADS = {384: 6, 768: 12, 1024: 16, 1536: 24}
+_MASK = 'mask_token'
+_REGISTERS = 'register_tokens'
+# Our MLP keys -> DINOv2's SwiGLUFFNFused names (timm's SwiGLUPacked: fc1 is w12, fc2 is w3).
+_SWIGLU = {'mlp.fc1.': 'mlp.w12.', 'mlp.fc2.': 'mlp.w3.'}
+
+
+def is_dinov2(names: Set[str]) -> bool:
+    """Whether a bare state dict has DINOv2's layout (its unused ``mask_token``, no RoPE periods, LayerScale)."""
+    return _MASK in names and 'patch_embed.proj.weight' in names and 'blocks.0.ls1.gamma' in names and \
+        'rope_embed.periods' not in names and 'storage_tokens' not in names
+
+
+class Dinov2Checkpoint(SourceCheckpoint):
+    format = 'dinov2'
+    _WHY = "not recorded by the checkpoint; DINOv2's ImageNet preprocessing"
+    PREPROCESSING_DEFAULTS = {'mean': ((0.485, 0.456, 0.406), _WHY), 'std': ((0.229, 0.224, 0.225), _WHY),
+                              'interpolation': ('bicubic', _WHY), 'crop_pct': (0.875, _WHY),
+                              'crop_mode': ('center', _WHY)}
+
+    def _candidates(self) -> Set[str]:
+        return {n for n in self._store.names() if n != _MASK}
+
+    def _rule(self, pattern: str, block: Optional[int]) -> Tuple[Rule, Optional[int]]:
+        key = pattern.replace('{i}', str(block))
+        if key == 'reg_token':
+            return Rule((_REGISTERS,)), None
+        if self.config.mlp_layer == 'swiglu_packed':
+            for ours, theirs in _SWIGLU.items():
+                key = key.replace(ours, theirs)
+        return Rule((key,)), None
+
+    def _infer(self, hints: Dict[str, Any]) -> SimpleViTConfig:
+        names = set(self._store.names())
+        kernel = self._shape('patch_embed.proj.weight')
+        if len(kernel) != 4:
+            raise self._error('patch embedding must be a (D, C, P, P) convolution', key='patch_embed.proj.weight',
+                              shapes=(kernel,))
+        dim, in_chans, patch_h, patch_w = kernel
+        self._check_dims('patch_embed.proj.weight', width=dim, img_size=max(patch_h, patch_w))
+        self._check_token_table('pos_embed', dim, (patch_h, patch_w), class_token=True, slot=True,
+                         img_size=hints.get('img_size'))
+        depth = self._block_count([int(m.group(1)) for m in map(_BLOCK_RE.match, names) if m],
+                                  lambda i: f'blocks.{i}')
+        if not depth:
+            raise self._error('no transformer blocks found', key='blocks.0.attn.qkv.weight')
+        swiglu = 'blocks.0.mlp.w12.weight' in names
+        mlp_key = 'blocks.0.mlp.w3.weight' if swiglu else 'blocks.0.mlp.fc1.weight'
+        mlp_shape = self._shape(mlp_key)
+        mlp_dim = mlp_shape[1] if swiglu else mlp_shape[0]
+        self._check_dims(mlp_key, mlp=mlp_dim)
+        reg_tokens = 0
+        if _REGISTERS in names:
+            shape = self._shape(_REGISTERS)
+            if len(shape) != 3 or shape[0] != 1 or shape[2] != dim:
+                raise self._error('register tokens must be (1, count, width)', key=_REGISTERS,
+                                  shapes=(shape, (1, 'count', dim)))
+            reg_tokens = shape[1]
+            self._check_dims(_REGISTERS, tokens=reg_tokens)
+        heads = self._heads(dim, hints)
+        rule = 'timm' if reg_tokens else 'dinov2'
+        self.notes.append(
+            f'detected a DINOv2 backbone ({"SwiGLU, " if swiglu else ""}{reg_tokens} registers): table resize rule '
+            f"{rule!r} ({'bicubic with antialias, no offset' if reg_tokens else 'bicubic at scale (n + 0.1) / N, no antialias'}"
+            f", as the hub builds it); {_MASK} is stored for masked training and skipped")
+        return SimpleViTConfig(
+            img_size=(self.grid[0] * patch_h, self.grid[1] * patch_w),
+            patch_size=(patch_h, patch_w),
+            in_chans=in_chans,
+            num_classes=0,
+            global_pool='token',
+            embed_dim=dim,
+            depth=depth,
+            num_heads=heads,
+            mlp_dim=mlp_dim,
+            mlp_layer='swiglu_packed' if swiglu else 'mlp',
+            init_values=1.0,
+            qkv_bias='blocks.0.attn.qkv.bias' in names,
+            class_token=True,
+            reg_tokens=reg_tokens,
+            pos_embed='learn',
+            pos_embed_cls_slot=True,
+            pos_embed_resample=rule,
+            act_layer=hints.get('act_layer') or ('silu' if swiglu else 'gelu'),
+            norm_eps=hints.get('norm_eps') or 1e-6,
+            grid_mode='crop',
+        )
+
+    def _heads(self, dim: int, hints: Dict[str, Any]) -> int:
+        """The caller's head count, else the DINOv2 hub model's of this width, else 64-wide heads when asked for."""
+        key = 'blocks.0.attn.qkv.weight'
+        if hints.get('num_heads'):
+            heads = self._unrecorded('num_heads', hints, None, '')
+        elif dim in DINOV2_HEADS:
+            heads = self._unrecorded('num_heads', {}, DINOV2_HEADS[dim], f'the DINOv2 hub model of width {dim}')
+        elif hints.get('assume_heads') and dim % 64 == 0:
+            heads = self._unrecorded('num_heads', {}, dim // 64, "64-wide heads, as every DINOv2 hub model's (asked for)")
+        else:
+            raise self._error(f'a DINOv2 checkpoint does not record the number of attention heads, and width {dim} '
+                              f'is none of the hub models\' ({sorted(DINOV2_HEADS)}); give the head count',
+                              key=key, needs='num_heads')
+        if dim % int(heads):
+            raise self._error(f'width {dim} is not divisible by {heads} heads', key=key)
+        return int(heads)

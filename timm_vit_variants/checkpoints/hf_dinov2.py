@@ -1,0 +1,98 @@
+"""transformers DINOv2 folders: ``Dinov2Model`` (``model_type`` 'dinov2') and ``Dinov2WithRegistersModel``
+('dinov2_with_registers').
+
+Their files (as ``save_pretrained`` writes them and the Hub holds them) name DINOv2's layers their own way: separate
+``attention.attention.{query,key,value}`` (fused into our qkv), ``layer_scale{1,2}.lambda1`` (LayerScale), an MLP of
+``fc1``/``fc2`` or, with ``use_swiglu_ffn``, ``weights_in`` (gate then value, timm's SwiGLUPacked fc1)/``weights_out``. ``Dinov2Model`` resizes the table bicubic without antialias (our 'hf'
+rule), ``Dinov2WithRegistersModel`` with antialias (our 'timm' rule).
+The config's sizes (``mlp_ratio``, ``num_register_tokens``) are checked against the tensors by the plan.
+"""
+from typing import Any, Dict, Optional, Set, Tuple
+
+from ..config import SimpleViTConfig
+from ..errors import ViTVariantsError
+from .hf import HFCheckpoint
+from .fills import stack_rows
+from .source import Rule
+
+__all__ = ['DINOV2_MODEL_TYPES', 'HFDinov2Checkpoint']
+
+DINOV2_MODEL_TYPES = ('dinov2', 'dinov2_with_registers')
+_MASK = 'embeddings.mask_token'
+_LAYER = 'encoder.layer.{i}.'
+_QKV = tuple(f'{_LAYER}attention.attention.{n}' for n in ('query', 'key', 'value'))
+_TABLE: Dict[str, Tuple[str, ...]] = {
+    'patch_embed.proj.weight': ('embeddings.patch_embeddings.projection.weight',),
+    'patch_embed.proj.bias': ('embeddings.patch_embeddings.projection.bias',),
+    'cls_token': ('embeddings.cls_token',),
+    'reg_token': ('embeddings.register_tokens',),
+    'pos_embed': ('embeddings.position_embeddings',),
+    'blocks.{i}.attn.proj.weight': (f'{_LAYER}attention.output.dense.weight',),
+    'blocks.{i}.attn.proj.bias': (f'{_LAYER}attention.output.dense.bias',),
+    'blocks.{i}.ls1.gamma': (f'{_LAYER}layer_scale1.lambda1',),
+    'blocks.{i}.ls2.gamma': (f'{_LAYER}layer_scale2.lambda1',),
+    'norm.weight': ('layernorm.weight',),
+    'norm.bias': ('layernorm.bias',),
+}
+_SWIGLU = {'fc1': 'weights_in', 'fc2': 'weights_out'}
+
+
+class HFDinov2Checkpoint(HFCheckpoint):
+    format = 'hf'
+
+    def _candidates(self) -> Set[str]:
+        return {n for n in self._store.names() if n != _MASK}
+
+    @property
+    def _settings(self) -> Dict[str, Any]:
+        """config.json, with the MLP width its ``mlp_ratio`` (and SwiGLU rounding) gives as ``intermediate_size``."""
+        cfg = dict(self.source_config)
+        ratio, dim = cfg.get('mlp_ratio', 4), cfg.get('hidden_size')
+        if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not ratio > 0:
+            raise ViTVariantsError(f'expected a positive number, got {ratio!r}', path=self._config_path, key='mlp_ratio')
+        if isinstance(dim, int) and not isinstance(dim, bool):
+            hidden = int(dim * ratio)
+            cfg['intermediate_size'] = (int(hidden * 2 / 3) + 7) // 8 * 8 if cfg.get('use_swiglu_ffn') else hidden
+        return cfg
+
+    def _rule(self, pattern: str, block: Optional[int]) -> Tuple[Rule, Optional[int]]:
+        name = lambda t: t.format(i=block)  # noqa: E731
+        if pattern in _TABLE:
+            return Rule(tuple(map(name, _TABLE[pattern]))), None
+        part, kind = pattern.split('.')[-2:]
+        if pattern.startswith('blocks.{i}.attn.qkv.'):
+            return Rule(tuple(name(q) + f'.{kind}' for q in _QKV), stack_rows), None
+        if pattern.startswith('blocks.{i}.norm'):
+            return Rule((name(_LAYER) + f'{part}.{kind}',)), None
+        if self.config.mlp_layer == 'swiglu_packed':
+            return Rule((name(_LAYER) + f'mlp.{_SWIGLU[part]}.{kind}',)), None
+        return Rule((name(_LAYER) + f'mlp.{part}.{kind}',)), None
+
+    def _infer(self, hints: Dict[str, Any]) -> SimpleViTConfig:
+        cfg_path = self._config_path
+        model_type = self.source_config.get('model_type')
+        if model_type not in DINOV2_MODEL_TYPES:
+            raise ViTVariantsError(f'model_type {model_type!r} is not a transformers DINOv2 model', path=cfg_path,
+                                   key='model_type')
+        network = self._network(hints, eps_default=1e-6)
+        registers = self.source_config.get('num_register_tokens', 0) if model_type == 'dinov2_with_registers' else 0
+        if isinstance(registers, bool) or not isinstance(registers, int) or registers < 0:
+            raise ViTVariantsError(f'expected an integer >= 0, got {registers!r}', path=cfg_path,
+                                   key='num_register_tokens')
+        self.limits.check('tokens', registers, path=cfg_path, key='num_register_tokens')
+        swiglu = bool(self.source_config.get('use_swiglu_ffn', False))
+        if swiglu:  # transformers' SwiGLU gates with silu whatever hidden_act says
+            network['act_layer'] = 'silu'
+        extra_layer = f'encoder.layer.{network["depth"]}.norm1.weight'
+        if extra_layer in self._store:
+            raise self._error(f'inconsistent depth: config says num_hidden_layers={network["depth"]}', key=extra_layer)
+        rule = 'timm' if model_type == 'dinov2_with_registers' else 'hf'
+        self.notes.append(f'detected a transformers {model_type} model ({"SwiGLU, " if swiglu else ""}{registers} '
+                          f"registers): table resize rule {rule!r} (transformers' own: bicubic "
+                          f"{'with' if rule == 'timm' else 'without'} antialias); {_MASK} is stored for masked "
+                          'training and skipped')
+        return SimpleViTConfig(
+            num_classes=0, global_pool='token', qkv_bias=bool(self.source_config.get('qkv_bias', True)),
+            class_token=True, reg_tokens=registers, init_values=float(self.source_config.get('layerscale_value', 1.0)),
+            mlp_layer='swiglu_packed' if swiglu else 'mlp', pos_embed='learn', pos_embed_cls_slot=True,
+            pos_embed_resample=rule, grid_mode='crop', **network)
