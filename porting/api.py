@@ -40,5 +40,5 @@ def verify(src: Union[str, Path], converted: Union[str, Path], *, tol: float = D
 def push(repo_id: str, folder: Union[str, Path], **flags: Any) -> PushResult:
     """``vit-port push REPO_ID FOLDER``: upload a converted folder in one commit (``PushResult.report()`` says what
     happened). ``flags``: ``private``, ``revision``, ``create_pr``, ``commit_message``, ``token``, ``endpoint``,
-    ``dry_run``, ``overwrite_card``; a bare ``repo_id`` goes to the token's own namespace."""
+    ``dry_run``, ``overwrite_card``, ``force``; a bare ``repo_id`` goes to the token's own namespace."""
     return push_folder(folder, repo_id, **flags)

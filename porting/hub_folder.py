@@ -37,7 +37,7 @@ from .output import atomic_folder
 from .redact import redact
 
 __all__ = [
-    'SINGLE_FILE', 'INDEX_FILE', 'CARD_FILE', 'DEFAULT_MAX_SHARD_SIZE', 'parse_size', 'SafetensorsWriter', 'config_dict', 'write_config', 'read_config', 'write_card', 'save_pretrained_folder',
+    'SINGLE_FILE', 'INDEX_FILE', 'CARD_FILE', 'DEFAULT_MAX_SHARD_SIZE', 'parse_size', 'SafetensorsWriter', 'config_dict', 'write_config', 'check_config_fields', 'read_config', 'write_card', 'save_pretrained_folder',
     'load_folder',
 ]
 
@@ -259,13 +259,46 @@ def write_config(path: Union[str, Path], config: SimpleViTConfig, **kwargs: Any)
     return data
 
 
+# The type of each top-level config.json field that our readers, the card and push use.
+_CONFIG_FIELDS = {'model_args': dict, 'pretrained_cfg': dict, 'conversion': dict, 'label_names': list,
+                  'global_pool': str}
+_JSON_NAMES = {dict: 'object', list: 'array', str: 'string'}
+
+
+def check_config_fields(raw: Any, path: str) -> Dict[str, Any]:
+    """``raw`` (a parsed ``config.json``) when every field it sets has the type readers expect; otherwise one
+    ViTVariantsError naming the file and key, so a malformed value never reaches a reader as a raw TypeError."""
+    if not isinstance(raw, dict):
+        raise ViTVariantsError(f'config.json holds a JSON {type(raw).__name__}, not an object', path=path)
+    architecture = raw.get('architecture')
+    if not isinstance(architecture, str) or not architecture:
+        raise ViTVariantsError(f'"architecture" must be a model name, got {architecture!r}', path=path,
+                               key='architecture')
+    for key, kind in _CONFIG_FIELDS.items():
+        if raw.get(key) is not None and not isinstance(raw[key], kind):
+            raise ViTVariantsError(f'"{key}" must be a JSON {_JSON_NAMES[kind]}, got {raw[key]!r:.60}', path=path,
+                                   key=key)
+    classes = raw.get('num_classes', (raw.get('model_args') or {}).get('num_classes'))
+    if classes is not None and (isinstance(classes, bool) or not isinstance(classes, int) or classes < 0):
+        raise ViTVariantsError(f'"num_classes" must be a non-negative integer, got {classes!r:.60}', path=path,
+                               key='num_classes')
+    labels = raw.get('label_names')
+    if labels is not None:
+        if not all(isinstance(n, str) for n in labels):
+            raise ViTVariantsError('"label_names" must be a list of strings', path=path, key='label_names')
+        if classes is not None and len(labels) != classes:
+            raise ViTVariantsError(f'"label_names" has {len(labels)} names for {classes} classes', path=path,
+                                   key='label_names')
+    return raw
+
+
 def read_config(folder: Union[str, Path], limits: Limits = DEFAULT_LIMITS) -> Tuple[SimpleViTConfig, Dict[str, Any]]:
     """(the model's config, the whole parsed ``config.json``) of a simple_vit Hub folder, within ``limits``."""
     path = Path(folder) / CONFIG_FILE
     if not path.is_file():
         raise ViTVariantsError('no config.json: not a converted model folder', path=str(folder))
-    raw = read_json(str(path), limits)
-    architecture = raw.get('architecture')
+    raw = check_config_fields(read_json(str(path), limits), str(path))
+    architecture = raw['architecture']
     if not is_family_architecture(architecture):
         raise ViTVariantsError(f'config.json names {architecture!r}, not a simple_vit_* model', path=str(path),
                                key='architecture')

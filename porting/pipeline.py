@@ -152,7 +152,8 @@ def convert(source: Union[str, Path], out: Union[str, Path], request: Optional[C
     request = request_of(ConvertRequest, request, options)
     output, limits = request.output, request.limits
     check_output(out, output.overwrite, sources=[source])  # before any download
-    resolved = resolve_source(source, request.source.endpoint, request.source.token, request.progress)
+    resolved = resolve_source(source, request.source.endpoint, request.source.token, request.progress,
+                              request.source.download_timeout, request.source.stall_timeout)
     out_path = check_output(out, output.overwrite, sources=[resolved.path])
     shard_bytes = parse_size(output.max_shard_size)
     with open_source(resolved.path, request.source, limits) as src, ThreadPoolExecutor(max_workers=1) as hasher:

@@ -4,6 +4,11 @@ One commit per push (or one pull request with ``create_pr``). Files the Hub alre
 left out, so pushing an unchanged folder makes no commit. An existing card on the Hub that differs from ours
 is kept unless ``overwrite_card``. The token is never printed, logged or put into an error message; every
 client error comes back as ``ViTVariantsError``. Nothing in the local folder is changed.
+
+What is uploaded: the regular files under the folder (hidden names left out) whose real path is inside it. A
+symlink leading out of the folder, a FIFO or device, and a file holding a Hub token are refused, naming the file,
+before any request. The folder must be a vit-port output (a simple_vit ``config.json`` and safetensors weights
+holding the tensors it implies) unless ``force``.
 """
 from __future__ import annotations
 
@@ -22,12 +27,13 @@ from huggingface_hub.utils import validate_repo_id
 from tqdm import tqdm
 
 from timm_vit_variants.checkpoints.files import CONFIG_FILE, read_json, weight_files
+from timm_vit_variants.config import is_family_architecture
 from timm_vit_variants.errors import ViTVariantsError
 
 from .card import REPO_PLACEHOLDER, build_model_card, fill_repo_id
 from .hub_access import full_repo_id, is_offline
-from .redact import redact
-from .hub_folder import CARD_FILE, INDEX_FILE, SINGLE_FILE
+from .redact import holds_token, known_tokens, redact
+from .hub_folder import CARD_FILE, INDEX_FILE, SINGLE_FILE, check_config_fields, read_config
 
 DEFAULT_BRANCH = 'main'
 _CHUNK = 8 << 20
@@ -114,23 +120,35 @@ def target_repo_id(repo_id: str, token: Optional[str], endpoint: Optional[str] =
     return full_repo_id(repo_id, token, endpoint)
 
 
-def collect_folder(folder, repo_id: str) -> list[UploadFile]:
-    """Check ``folder`` is a converted model (config + weights) and hash every file that would be uploaded.
+def collect_folder(folder, repo_id: str, force: bool = False) -> list[UploadFile]:
+    """Check ``folder`` is a converted model and hash every file that would be uploaded.
 
+    Refused, naming the file: a symlink whose target is outside the folder, anything that is not a regular file,
+    a file holding a Hub token, and (unless ``force``) a folder vit-port did not write: a ``config.json`` naming
+    another architecture, or weights that are not safetensors holding the tensors the config implies.
     A card still carrying the ``ORG/NAME`` placeholder is uploaded with ``repo_id`` filled in; a folder without
-    a card gets one built from ``config.json``. Both happen in memory: the folder itself is only read.
+    a card gets one built from ``config.json`` (a simple_vit one only). Both happen in memory: the folder itself
+    is only read.
     """
     root = Path(folder)
     if not root.is_dir():
         raise ViTVariantsError('the folder to push does not exist or is not a folder (push takes REPO_ID, then FOLDER, '
                                'as `hf upload`)', path=root)
+    paths = list(_walk(root))  # every symlink and special file checked before anything is opened
     config = _read_config(root)
+    if not force:
+        _check_vit_port_folder(root)
     weight_files(str(root))  # complete weights: the single file, or every shard the index names
 
-    files = [_hash_file(p, p.relative_to(root).as_posix()) for p in _walk(root)]
+    tokens = known_tokens()
+    files = [_hash_file(p, p.relative_to(root).as_posix(), tokens) for p in paths]
     by_path = {f.path_in_repo: f for f in files}
     card = by_path.get(CARD_FILE)
     if card is None:
+        if not is_family_architecture(config['architecture']):
+            raise ViTVariantsError(f'no {CARD_FILE} in the folder, and vit-port builds cards only for simple_vit '
+                                   f'models (config.json names {config["architecture"]!r}): add a {CARD_FILE}',
+                                   path=root / CARD_FILE)
         text = str(build_model_card(architecture=config['architecture'], model_args=config.get('model_args') or {},
                                     num_classes=config.get('num_classes', 0), repo_id=repo_id,
                                     label_names=config.get('label_names')))
@@ -156,6 +174,7 @@ def push_folder(
         endpoint: Optional[str] = None,
         dry_run: bool = False,
         overwrite_card: bool = False,
+        force: bool = False,
 ) -> PushResult:
     """Upload ``folder`` to ``repo_id`` in one commit (or pull request); ``PushResult.report()`` says what happened.
 
@@ -167,6 +186,8 @@ def push_folder(
         endpoint: Hub URL; defaults to ``HF_ENDPOINT`` or https://huggingface.co.
         dry_run: list what would be uploaded (path, size, sha256) and make no request at all.
         overwrite_card: replace a different ``README.md`` already on the Hub (kept otherwise).
+        force: push a folder vit-port did not write (another architecture, other weights); the symlink, special
+            file and token refusals still hold.
     """
     check_repo_id(repo_id)
     if not dry_run and is_offline():
@@ -175,7 +196,7 @@ def push_folder(
     if '/' not in repo_id:
         repo_id = target_repo_id(repo_id, None if dry_run else resolve_token(token), endpoint, dry_run)
     branch = revision or DEFAULT_BRANCH
-    files = collect_folder(folder, repo_id)
+    files = collect_folder(folder, repo_id, force)
     result = PushResult(repo_id=repo_id, revision=branch, files=files, dry_run=dry_run, create_pr=create_pr)
     if any(f.path_in_repo == INDEX_FILE for f in files):
         result.notes.append(f'note: sharded weights; timm {timm.__version__} loads hf-hub: repos only from a single '
@@ -239,31 +260,92 @@ def _describe_plan(result: PushResult, private: bool, create_pr: bool) -> list[s
 
 
 def _read_config(root: Path) -> dict:
+    """``config.json`` with its fields of the right types (``--force``: any architecture)."""
     path = root / CONFIG_FILE
     if not path.is_file():
         raise ViTVariantsError(f'missing {CONFIG_FILE}: not a converted model folder', path=path)
-    config = read_json(str(path))
-    if not config.get('architecture'):
-        raise ViTVariantsError(f'{CONFIG_FILE} has no "architecture"', path=path, key='architecture')
-    return config
+    return check_config_fields(read_json(str(path)), str(path))
+
+
+def _check_vit_port_folder(root: Path) -> None:
+    """Refuse a folder vit-port did not write: it has a simple_vit architecture, and safetensors weights holding
+    exactly the tensors (names and shapes) of the model its ``config.json`` describes."""
+    from timm_vit_variants import SimpleVisionTransformer
+    from timm_vit_variants.checkpoints.stores import SafetensorsStore
+
+    forced = ' (pass --force to push it anyway)'
+    try:
+        config, _ = read_config(root)
+    except ViTVariantsError as e:
+        if e.key != 'architecture':
+            raise
+        raise ViTVariantsError(f'not a vit-port output: {e.reason}{forced}', path=e.path, key=e.key) from None
+    files = weight_files(str(root))
+    if not all(f.endswith('.safetensors') for f in files):
+        raise ViTVariantsError(f'not a vit-port output: its weights are not safetensors{forced}', path=files[0])
+    try:
+        store = SafetensorsStore(files)
+    except ViTVariantsError as e:
+        raise ViTVariantsError(f'the weights do not open as safetensors ({e.reason}){forced}', path=e.path,
+                               key=e.key) from None
+    try:
+        held = {name: tuple(store.shape(name)) for name in store.names()}
+    finally:
+        store.close()
+    expected = {name: shape for name, shape, _ in SimpleVisionTransformer.state_layout(config)}
+    missing, extra = sorted(set(expected) - set(held)), sorted(set(held) - set(expected))
+    if missing or extra:
+        raise ViTVariantsError(f'the weights do not match config.json: {len(missing)} missing (e.g. {missing[:3]}), '
+                               f'{len(extra)} unexpected (e.g. {extra[:3]}){forced}', path=files[0])
+    for name, shape in expected.items():
+        if held[name] != shape:
+            raise ViTVariantsError(f'the weights do not match config.json: shape {list(held[name])}, config.json '
+                                   f'implies {list(shape)}{forced}', path=files[0], key=name)
 
 
 def _walk(root: Path) -> Iterator[Path]:
-    """Regular files under ``root``; hidden names (``.git``, ``.cache``, temp files) are not uploaded."""
+    """The files to upload under ``root``: hidden names (``.git``, ``.cache``, temp files) are left out; a symlink
+    whose target is outside ``root`` and anything that is not a regular file are refused, naming it.
+
+    A symlink to a file inside ``root`` is uploaded under the link's name; a symlinked folder inside ``root`` is
+    not descended (its files are already under their own path).
+    """
+    real_root = root.resolve()
     for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames:
+            if os.path.islink(os.path.join(dirpath, name)) and not name.startswith('.'):
+                _check_inside(Path(dirpath) / name, real_root)
         dirnames[:] = sorted(d for d in dirnames if not d.startswith('.'))
         for name in sorted(filenames):
+            if name.startswith('.'):
+                continue
             path = Path(dirpath) / name
-            if not name.startswith('.') and path.is_file():
-                yield path
+            _check_inside(path, real_root)
+            if not path.is_file():
+                raise ViTVariantsError('not a regular file (a FIFO, socket or device, or a broken symlink): push '
+                                       'uploads regular files only; remove it from the folder', path=path)
+            yield path
 
 
-def _hash_file(path: Path, path_in_repo: str) -> UploadFile:
+def _check_inside(path: Path, real_root: Path) -> None:
+    if path.is_symlink() and not path.resolve().is_relative_to(real_root):
+        raise ViTVariantsError(f'a symlink to {os.readlink(path)}, outside the folder: push uploads only files '
+                               'inside FOLDER; replace the link with the file, or remove it', path=path)
+
+
+def _hash_file(path: Path, path_in_repo: str, tokens: list) -> UploadFile:
+    """The file's hashes, computed in one read that also refuses a file holding a Hub token."""
     size = path.stat().st_size
     sha256, sha1 = hashlib.sha256(), hashlib.sha1(b'blob %d\0' % size)
+    overlap = max([64, *(len(t) for t in tokens)])  # a token cut by a chunk boundary is still seen whole
+    tail = b''
     with open(path, 'rb') as fh, tqdm(total=size, unit='B', unit_scale=True, desc=f'hashing {path_in_repo}',
                                       disable=not sys.stderr.isatty() or size < _CHUNK, leave=False) as bar:
         while chunk := fh.read(_CHUNK):
+            if holds_token(tail + chunk, tokens):
+                raise ViTVariantsError('looks like it holds a Hugging Face token (hf_...): nothing was pushed; '
+                                       'remove the token from the file', path=path)
+            tail = chunk[-overlap:]
             sha256.update(chunk)
             sha1.update(chunk)
             bar.update(len(chunk))

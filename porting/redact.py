@@ -8,10 +8,13 @@ import os
 import re
 from typing import Iterable, List, Optional, Set
 
-__all__ = ['REDACTED', 'register_token', 'known_tokens', 'redact', 'tokens_in_argv']
+__all__ = ['REDACTED', 'register_token', 'known_tokens', 'redact', 'tokens_in_argv', 'holds_token']
 
 # User access tokens issued by the Hub start with ``hf_``; old ``api_`` org tokens are matched too.
-_TOKEN_RE = re.compile(r'\b(?:hf|api)_[A-Za-z0-9]{8,}\b')
+_TOKEN_PATTERN = r'\b(?:hf|api)_[A-Za-z0-9]{8,}\b'
+_TOKEN_RE = re.compile(_TOKEN_PATTERN)
+_TOKEN_BYTES_RE = re.compile(_TOKEN_PATTERN.encode())
+_TOKEN_PREFIXES = (b'hf_', b'api_')
 # ``--token VALUE`` / ``--token=VALUE`` on a command line, whatever the value looks like.
 _TOKEN_FLAG_RE = re.compile(r'(--token)(=|\s+)(\'[^\']*\'|"[^"]*"|\S+)')
 # ``Authorization: Bearer VALUE`` as it can appear in a repr of request headers.
@@ -62,3 +65,17 @@ def redact(text: str, tokens: Iterable[Optional[str]] = ()) -> str:
     text = _TOKEN_FLAG_RE.sub(lambda m: f'{m.group(1)}{m.group(2)}{REDACTED}', text)
     text = _BEARER_RE.sub(lambda m: m.group(1) + REDACTED, text)
     return _TOKEN_RE.sub(REDACTED, text)
+
+
+def holds_token(data: bytes, tokens: Iterable[str] = ()) -> bool:
+    """Whether ``data`` holds a token-shaped string (``hf_...``) or one of ``tokens``.
+
+    Scans by the literal prefixes first, so a weight file of gigabytes costs about one ``bytes.find`` pass.
+    """
+    for prefix in _TOKEN_PREFIXES:
+        at = data.find(prefix)
+        while at != -1:
+            if _TOKEN_BYTES_RE.match(data, at):
+                return True
+            at = data.find(prefix, at + 1)
+    return any(token.encode() in data for token in tokens if token)

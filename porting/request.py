@@ -87,6 +87,8 @@ class SourceOptions:
         endpoint, token: How to reach a source named by Hub id, for a private repo or another Hub
             (``--endpoint``, ``--token``; default ``HF_ENDPOINT`` and ``HF_TOKEN`` or the login cache).
             The token is never shown in the request's repr.
+        download_timeout, stall_timeout: Seconds an https:// source's download may take in all, and may go
+            with less than 1 KiB arriving (``--download-timeout``, ``--stall-timeout``; see ``porting.sources``).
     """
     from_: Optional[str] = None
     prefix: Optional[str] = None
@@ -105,6 +107,8 @@ class SourceOptions:
     in_chans: Optional[int] = None
     endpoint: Optional[str] = None
     token: Optional[str] = field(default=None, repr=False)
+    download_timeout: Optional[float] = None
+    stall_timeout: Optional[float] = None
 
     @classmethod
     def from_options(cls, **options: Any) -> 'SourceOptions':

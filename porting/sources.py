@@ -7,20 +7,25 @@ Resolved in this order:
    downloaded with ``huggingface_hub.snapshot_download`` into its cache (``HF_HUB_CACHE``, ``HF_HUB_OFFLINE``,
    ``HF_ENDPOINT`` or ``endpoint=``, the token), only the config, preprocessor config and one set of weights;
 3. ``https://...`` (or ``http://``): one file, downloaded once into timm's own download cache
-   (``torch.hub.get_dir()/checkpoints``, where ``pretrained=True`` puts the same file), with a progress bar on a
-   terminal; the pipeline records its sha256;
+   (``torch.hub.get_dir()/checkpoints``), in an entry keyed by the whole URL; the pipeline records its sha256.
+   A progress bar shows on a terminal, and elsewhere one line every few seconds (none for a quick download).
+   The download has an overall deadline and a stall timeout (``download_timeout``, ``stall_timeout``); a web
+   page (by its content type, or by first bytes that are no checkpoint format) is refused before anything is
+   cached, and a failed or cut transfer leaves nothing in the cache;
 4. a registered timm name or tag (``simple_vit_small_patch16_224.bv_i1k_300ep``): the ``hf_hub_id`` or ``url``
-   of its ``pretrained_cfg``.
+   of its ``pretrained_cfg`` (a file timm itself downloaded for that URL, ``checkpoints/NAME``, is reused).
 
 What a card and ``config.json`` record is the ``label``: the Hub id, the URL or the tag; a local path only by
 its file name. A bare ``ORG/NAME`` is ambiguous (a mistyped relative path reads the same), so every failure
 to fetch one says that it was read as a Hub id, and how to say either meaning exactly.
 """
 import contextlib
+import hashlib
 import os
 import re
 import sys
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Tuple, Union
@@ -31,7 +36,8 @@ from timm_vit_variants.errors import ViTVariantsError
 from .hub_access import is_offline
 from .redact import redact
 
-__all__ = ['ResolvedSource', 'resolve_source', 'download_dir', 'HUB_PREFIX']
+__all__ = ['ResolvedSource', 'resolve_source', 'download_dir', 'url_cache_path', 'HUB_PREFIX',
+           'DEFAULT_DOWNLOAD_TIMEOUT', 'DEFAULT_STALL_TIMEOUT']
 
 HUB_PREFIX = 'hf-hub:'
 _LOCAL_PREFIX = 'local-dir:'
@@ -46,6 +52,16 @@ _FILE_SUFFIXES = ('.npz', '.pth', '.pt', '.bin', '.safetensors', '.tar', '.ckpt'
 _REPO_RE = re.compile(r'^[A-Za-z0-9][\w.-]*/[\w.-]+(@[\w./-]+)?$')
 _TAG_RE = re.compile(r'^[a-z][a-z0-9_]*(\.[\w]+)?$')
 _CHUNK = 1 << 20
+# An https:// download gives up after this long in all (``--download-timeout``), and when less than
+# ``_STALL_BYTES`` arrive in ``--stall-timeout`` seconds (a server dripping bytes is stalled as much as a silent one).
+DEFAULT_DOWNLOAD_TIMEOUT = 7200.0
+DEFAULT_STALL_TIMEOUT = 60.0
+_STALL_BYTES = 1 << 10
+_PROGRESS_EVERY = 5.0  # seconds between progress lines off a terminal
+_MAGIC_BYTES = 16  # how many first bytes are checked against the checkpoint formats before any is written
+# Content types no checkpoint is served as: a login, error or portal page.
+_PAGE_TYPES = ('text/', 'application/json', 'application/xml', 'application/xhtml+xml')
+_REDIRECTS = (301, 302, 303, 307, 308)
 
 
 @dataclass(frozen=True)
@@ -66,13 +82,27 @@ class ResolvedSource:
     provenance: Dict[str, str] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class _Bounds:
+    """How long an https:// download may take in all, and may go without making progress (seconds)."""
+    deadline: float
+    stall: float
+
+
 def resolve_source(source: Union[str, os.PathLike], endpoint: Optional[str] = None, token: Optional[str] = None,
-                   progress: bool = False) -> ResolvedSource:
+                   progress: bool = False, download_timeout: Optional[float] = None,
+                   stall_timeout: Optional[float] = None) -> ResolvedSource:
     """The local file or folder behind ``source`` (see the module docstring); downloads what is not cached.
+
+    ``download_timeout`` and ``stall_timeout`` (seconds; ``--download-timeout``, ``--stall-timeout``) bound an
+    https:// download: default ``DEFAULT_DOWNLOAD_TIMEOUT`` in all, and ``DEFAULT_STALL_TIMEOUT`` for less than
+    1 KiB to arrive. Hub downloads keep ``huggingface_hub``'s own timeouts (``HF_HUB_DOWNLOAD_TIMEOUT``).
 
     Raises ViTVariantsError naming the source and the reason: not found locally (and not a name), not on the
     Hub, offline and not cached, a download that failed.
     """
+    bounds = _Bounds(_seconds(download_timeout, DEFAULT_DOWNLOAD_TIMEOUT, 'download_timeout'),
+                     _seconds(stall_timeout, DEFAULT_STALL_TIMEOUT, 'stall_timeout'))
     text = os.fspath(source)
     local = text[len(_LOCAL_PREFIX):] if text.startswith(_LOCAL_PREFIX) else text
     if os.path.lexists(local):
@@ -80,15 +110,23 @@ def resolve_source(source: Union[str, os.PathLike], endpoint: Optional[str] = No
     if text.startswith(HUB_PREFIX):
         return _from_hub(text[len(HUB_PREFIX):], endpoint, token, progress, typed=text)
     if text.startswith(('https://', 'http://')):
-        return _from_url(text, progress)
+        return _from_url(text, progress, bounds)
     if _looks_like_repo(text):
         return _from_hub(text, endpoint, token, progress, typed=text)
     if _TAG_RE.match(text) and not text.lower().endswith(_FILE_SUFFIXES):
-        tagged = _from_tag(text, endpoint, token, progress)
+        tagged = _from_tag(text, endpoint, token, progress, bounds)
         if tagged is not None:
             return tagged
     raise ViTVariantsError('source not found: no such local file or folder, and not a Hub id (hf-hub:ORG/NAME), '
                            'an https:// URL or a registered model tag', path=local)
+
+
+def _seconds(value: Optional[float], default: float, key: str) -> float:
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float('inf'):
+        raise ViTVariantsError(f'{key} must be a positive number of seconds, got {value!r}', key=key)
+    return float(value)
 
 
 def _looks_like_repo(text: str) -> bool:
@@ -260,62 +298,166 @@ def download_dir() -> Path:
     return Path(torch.hub.get_dir()) / 'checkpoints'
 
 
-def _from_url(url: str, progress: bool) -> ResolvedSource:
-    """One file, downloaded once (atomically: a partial download never looks cached)."""
-    from urllib.parse import unquote, urlsplit
+def url_cache_path(url: str) -> Path:
+    """The download cache entry of ``url``: its file name, tagged with a hash of the whole URL (so two URLs
+    ending in the same name never share an entry), in timm's download cache."""
+    from urllib.parse import unquote, urldefrag, urlsplit
 
+    url = urldefrag(url).url  # a fragment is never sent to the server
     name = os.path.basename(unquote(urlsplit(url).path))
     if not name or name in ('.', '..'):
         raise ViTVariantsError('the URL names no file (expected .../NAME.npz or similar)', path=url)
-    folder = download_dir()
-    path = folder / name
+    stem, suffix = os.path.splitext(name)
+    return download_dir() / f'{stem}.url-{hashlib.sha256(url.encode()).hexdigest()[:16]}{suffix}'
+
+
+def _from_url(url: str, progress: bool, bounds: _Bounds, reuse: Optional[Path] = None) -> ResolvedSource:
+    """One file, downloaded once (atomically: a partial download never looks cached). ``reuse``: a file already
+    downloaded for this URL elsewhere (timm's own entry for a tag's URL), taken when present."""
+    path = url_cache_path(url)
+    if reuse is not None and reuse.is_file() and not path.is_file():
+        path = reuse
     if not path.is_file():
         if is_offline():
             raise ViTVariantsError(f'not in the download cache ({path}) and HF_HUB_OFFLINE is set (unset it to '
                                    'download)', path=url)
-        _download(url, path, progress)
+        _download(url, path, progress, bounds)
     return ResolvedSource(str(path), url, 'url', {'url': url})
 
 
-def _download(url: str, path: Path, progress: bool) -> None:
+def _download(url: str, path: Path, progress: bool, bounds: _Bounds) -> None:
+    """Fetch ``url`` into ``path`` through a temp file beside it, renamed only once complete and checked."""
+    import http.client
     import urllib.error
     import urllib.request
-
-    from tqdm import tqdm
 
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, partial = tempfile.mkstemp(dir=path.parent, prefix=f'.{path.name}.', suffix='.partial')
     try:
-        with os.fdopen(fd, 'wb') as out, urllib.request.urlopen(url, timeout=60) as response:
-            total = response.headers.get('Content-Length')
-            total = int(total) if total and total.isdigit() else None
-            done = 0
-            with tqdm(total=total, unit='B', unit_scale=True, desc=f'download {path.name}', file=sys.stderr,
-                      disable=not progress, leave=False) as bar:
-                while chunk := response.read(_CHUNK):
-                    out.write(chunk)
-                    done += len(chunk)
-                    bar.update(len(chunk))
-            if total is not None and done != total:
-                raise ViTVariantsError(f'download incomplete: {done} of {total} bytes', path=url)
+        with os.fdopen(fd, 'wb') as out:
+            start = time.monotonic()
+            with urllib.request.urlopen(url, timeout=min(bounds.stall, bounds.deadline)) as response:
+                _check_content_type(response.headers.get('Content-Type'), url)
+                _Transfer(url, response, out, start, bounds, progress).run()
             out.flush()
             os.fsync(out.fileno())
         os.replace(partial, path)
     except ViTVariantsError:
         raise
     except urllib.error.HTTPError as e:
-        raise ViTVariantsError(f'download failed: HTTP {e.code} {e.reason}', path=url) from None
+        if e.code in _REDIRECTS:
+            raise ViTVariantsError(f'download failed: too many redirects (HTTP {e.code} again and again: a redirect '
+                                   'loop)', path=url) from None
+        raise ViTVariantsError(f'download failed: HTTP {e.code} {_first_line(e.reason)}', path=url) from None
+    except TimeoutError:  # a read that waited the whole stall timeout for one byte
+        raise ViTVariantsError(f'download stalled: no data for {min(bounds.stall, bounds.deadline):g} s (raise '
+                               '--stall-timeout)', path=url) from None
+    except http.client.HTTPException as e:  # IncompleteRead of a cut chunk, a malformed response
+        raise ViTVariantsError(f'download failed: the transfer was cut short or malformed ({type(e).__name__})',
+                               path=url) from None
     except (urllib.error.URLError, OSError, ValueError) as e:
         reason = getattr(e, 'reason', None) or getattr(e, 'strerror', None) or e
-        raise ViTVariantsError(f'download failed: {reason}', path=url) from None
+        if isinstance(reason, TimeoutError):
+            reason = f'no answer from the server within {min(bounds.stall, bounds.deadline):g} s (raise --stall-timeout)'
+        raise ViTVariantsError(f'download failed: {_first_line(reason)}', path=url) from None
     finally:
         if os.path.exists(partial):
             os.unlink(partial)
 
 
+def _check_content_type(content_type: Optional[str], url: str) -> None:
+    """Refuse a response the server itself calls a page (HTML, text, JSON), before a byte is kept."""
+    kind = (content_type or '').split(';', 1)[0].strip().lower()
+    if kind and kind.startswith(_PAGE_TYPES):
+        raise ViTVariantsError(f'download refused: the server sent {kind}, a page rather than a checkpoint (a login, '
+                               'error or portal page?); nothing was cached', path=url)
+
+
+def _check_magic(head: bytes, url: str) -> None:
+    """Refuse first bytes that are none of the containers the readers open: zip (.npz, torch.save), safetensors
+    (8-byte header length, then ``{``), or a pickle of protocol 2 or later (legacy torch.save)."""
+    if head.startswith(b'PK\x03\x04') or (len(head) >= 9 and head[8:9] == b'{') \
+            or (len(head) >= 2 and head[0] == 0x80 and 2 <= head[1] <= 5):
+        return
+    raise ViTVariantsError(f'download refused: its first bytes {head[:_MAGIC_BYTES]!r} are no checkpoint format vit-port reads '
+                           '(.npz, safetensors, torch.save); nothing was cached', path=url)
+
+
+class _Transfer:
+    """Copy one response body to ``out``: first bytes checked, length checked, deadline and stall enforced,
+    progress shown (a bar on a terminal, else a line every ``_PROGRESS_EVERY`` seconds)."""
+
+    def __init__(self, url: str, response, out, start: float, bounds: _Bounds, progress: bool) -> None:
+        self.url, self.response, self.out, self.start, self.bounds, self.progress = (
+            url, response, out, start, bounds, progress)
+        total = response.headers.get('Content-Length')
+        self.total = int(total) if total and total.isdigit() else None
+        self.name = os.path.basename(url.split('?', 1)[0].split('#', 1)[0].rstrip('/')) or url
+        self.done = 0
+
+    def run(self) -> None:
+        from tqdm import tqdm
+
+        head = b''  # the first bytes, held back until they are known to be a checkpoint
+        mark, mark_bytes, said = self.start, 0, self.start
+        with tqdm(total=self.total, unit='B', unit_scale=True, desc=f'download {self.name}', file=sys.stderr,
+                  disable=not self.progress, leave=False) as bar:
+            while chunk := self.response.read1(_CHUNK):
+                now = time.monotonic()
+                self.done += len(chunk)
+                bar.update(len(chunk))
+                if head is not None:
+                    head += chunk
+                    if len(head) >= _MAGIC_BYTES:
+                        _check_magic(head, self.url)
+                        chunk, head = head, None
+                if head is None:
+                    self.out.write(chunk)
+                if self.done - mark_bytes >= _STALL_BYTES:
+                    mark, mark_bytes = now, self.done
+                self._check_time(now, mark)
+                if not self.progress and now - said >= _PROGRESS_EVERY:
+                    said = now
+                    print(self._line(now), file=sys.stderr, flush=True)
+        if self.total is not None and self.done != self.total:
+            raise ViTVariantsError(f'download incomplete: the transfer was cut short at {self.done} of {self.total} '
+                                   'bytes', path=self.url)
+        if head is not None:  # a body shorter than the magic
+            _check_magic(head, self.url)
+            self.out.write(head)
+
+    def _check_time(self, now: float, mark: float) -> None:
+        if now - self.start > self.bounds.deadline:
+            raise ViTVariantsError(f'download did not finish within {self.bounds.deadline:g} s ({self._sofar()}; '
+                                   'raise --download-timeout)', path=self.url)
+        if now - mark > self.bounds.stall:
+            raise ViTVariantsError(f'download stalled: less than {_STALL_BYTES} bytes in {self.bounds.stall:g} s '
+                                   f'({self._sofar()}; raise --stall-timeout)', path=self.url)
+
+    def _sofar(self) -> str:
+        return f'{self.done} of {self.total} bytes' if self.total is not None else f'{self.done} bytes'
+
+    def _line(self, now: float) -> str:
+        rate = self.done / max(now - self.start, 1e-9)
+        share = f' ({100 * self.done / self.total:.0f}%)' if self.total else ''
+        return f'download {self.name}: {_human(self.done)}' + (f' of {_human(self.total)}' if self.total else '') \
+            + f'{share}, {_human(rate)}/s'
+
+
+def _human(n: float) -> str:
+    """A byte count as people read it: 812 B, 12.3 MB."""
+    unit = 'B'
+    for unit in ('B', 'kB', 'MB', 'GB'):
+        if n < 1000 or unit == 'GB':
+            break
+        n /= 1000
+    return f'{n:.0f} B' if unit == 'B' else f'{n:.1f} {unit}'
+
+
 # -- registered tags ----------------------------------------------------------------------------------------
 
-def _from_tag(name: str, endpoint: Optional[str], token: Optional[str], progress: bool) -> Optional[ResolvedSource]:
+def _from_tag(name: str, endpoint: Optional[str], token: Optional[str], progress: bool,
+              bounds: _Bounds) -> Optional[ResolvedSource]:
     """The weights a registered timm name or tag points at; None when it is not one."""
     import timm
 
@@ -336,7 +478,7 @@ def _from_tag(name: str, endpoint: Optional[str], token: Optional[str], progress
                         filename=cfg.hf_hub_filename or None)
         return ResolvedSource(hub.path, name, 'tag', {**hub.provenance, 'hf_hub_id': cfg.hf_hub_id})
     if cfg.url:
-        url = _from_url(cfg.url, progress)
+        url = _from_url(cfg.url, progress, bounds, reuse=download_dir() / os.path.basename(cfg.url.split('?')[0]))
         return ResolvedSource(url.path, name, 'tag', url.provenance)
     raise ViTVariantsError(f'the tag {name!r} names no downloadable weights (its pretrained_cfg has neither '
                            'hf_hub_id nor url)', path=name)

@@ -212,7 +212,7 @@ class FakeHub:
 class _Handler(BaseHTTPRequestHandler):
     hub: FakeHub
     protocol_version = 'HTTP/1.1'
-    timeout = 10  # a stuck client connection cannot hold a handler thread forever
+    timeout = 600  # a stuck client connection cannot hold a handler thread forever (a slow one is served)
 
     def log_message(self, *args) -> None:  # keep test output clean
         pass

@@ -137,7 +137,7 @@ def test_pushed_folder_loads_through_hf_hub_in_timm_and_transformers(folders, tm
         env.update(PYTHONPATH=str(ROOT), OMP_NUM_THREADS='1', HF_HOME=str(tmp_path / 'home'), HF_ENDPOINT=hub.url,
                    HF_HUB_DISABLE_TELEMETRY='1')
         proc = subprocess.run([sys.executable, '-c', _HUB_LOAD, str(tmp_path / 'x.pt'), str(tmp_path / 'out.pt')],
-                              capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
+                              capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = torch.load(tmp_path / 'out.pt', weights_only=True)
     with torch.no_grad():

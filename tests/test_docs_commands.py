@@ -24,6 +24,8 @@ from pathlib import Path
 
 import pytest
 
+from porting.sources import url_cache_path
+
 from hub_server import EMPTY_AGENT_REGISTRY, FakeHub
 
 REPO = Path(__file__).resolve().parents[1]
@@ -147,9 +149,21 @@ def download_cache(tmp_path_factory):
     home = tmp_path_factory.mktemp('torch-home')
     checkpoints = home / 'hub' / 'checkpoints'
     checkpoints.mkdir(parents=True)
-    for name, fixture in DOWNLOADS.items():
+    for name, fixture in DOWNLOADS.items():  # where timm itself keeps a tag's file
         (checkpoints / name).write_bytes(fixture.read_bytes())
+    for url in _published_urls():  # a URL source's entry is keyed by the whole URL
+        (checkpoints / url_cache_path(url).name).write_bytes(DOWNLOADS[url.rsplit('/', 1)[-1]].read_bytes())
     return home
+
+
+def _published_urls():
+    """Every URL of a ``DOWNLOADS`` file that the documents name."""
+    found = set()
+    for document in DOCUMENTS:
+        for url in re.findall(r'https://[^\s\'"`)]+', (REPO / document).read_text(encoding='utf-8')):
+            if url.rsplit('/', 1)[-1] in DOWNLOADS:
+                found.add(url)
+    return sorted(found)
 
 
 @pytest.mark.parametrize('document', DOCUMENTS)

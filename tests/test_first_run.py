@@ -24,7 +24,7 @@ except SystemExit as stop:
 def test_the_demo_runs_on_the_base_install(tmp_path):
     out = tmp_path / 'first_run'
     code = _RUN.format(blocked=NOT_IN_THE_BASE_INSTALL, out=str(out))
-    proc = subprocess.run([sys.executable, '-c', code], cwd=REPO, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run([sys.executable, '-c', code], cwd=REPO, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = proc.stdout.splitlines()
     assert lines[0] == f'1. converted bigvision_learn_tok.npz -> {out}'
@@ -33,5 +33,5 @@ def test_the_demo_runs_on_the_base_install(tmp_path):
     assert lines[4].startswith('3. ran it on a 24x52 image (3x7 tokens')
     assert sorted(p.name for p in out.iterdir()) == ['README.md', 'config.json', 'model.safetensors']
     # run again: an earlier output of its own is replaced, not refused
-    again = subprocess.run([sys.executable, '-c', code], cwd=REPO, capture_output=True, text=True, timeout=300)
+    again = subprocess.run([sys.executable, '-c', code], cwd=REPO, capture_output=True, text=True, timeout=600)
     assert again.returncode == 0, again.stderr[-3000:]

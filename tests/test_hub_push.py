@@ -80,7 +80,7 @@ def run_cli(args, endpoint, token_env=None, tmp_home=None):
     if token_env:
         env['HF_TOKEN'] = token_env
     return subprocess.run([sys.executable, '-m', 'porting', 'push', *args], capture_output=True, text=True,
-                          env=env, cwd=ROOT, timeout=120)
+                          env=env, cwd=ROOT, timeout=600)
 
 
 def push_main(args) -> int:

@@ -68,7 +68,7 @@ def load_logits(names, x_path, root, env_extra):
     env.update(PYTHONPATH=str(ROOT), OMP_NUM_THREADS='1', HF_HOME=str(root / 'home'), **env_extra)
     out = root / 'logits.pt'
     proc = subprocess.run([sys.executable, '-c', _LOAD_SCRIPT, str(x_path), str(out), *names],
-                          capture_output=True, text=True, env=env, cwd=ROOT, timeout=180)
+                          capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return torch.load(out, weights_only=True)
 

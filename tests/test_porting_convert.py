@@ -71,7 +71,7 @@ def test_convert_in_subprocess(sources, tmp_path):
     out = tmp_path / 'vitjax_out'
     env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get('PYTHONPATH', ''))
     proc = subprocess.run([sys.executable, '-m', 'porting', 'convert', str(sources['vitjax']), str(out)],
-                          capture_output=True, text=True, env=env, timeout=300)
+                          capture_output=True, text=True, env=env, timeout=600)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines()[0] == str(out)
     assert 'verification passed' in proc.stdout

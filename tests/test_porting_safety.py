@@ -176,16 +176,16 @@ def _address_limit():
     return _AS_LIMIT
 
 
-def _run_bounded(argv, timeout=60):
+def _run_bounded(argv):
+    """``vit-port ARGV`` in a process capped at ``_address_limit()`` bytes of address space: a refusal must fit in
+    that bound. The timeout only guards a hang, far beyond what a refusal takes even on a busy machine."""
     limit = _address_limit()
 
     def cap():
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
-    start = time.monotonic()
-    proc = subprocess.run([sys.executable, '-m', 'porting', *argv], capture_output=True, text=True, cwd=REPO,
-                          preexec_fn=cap, timeout=timeout)
-    return proc, time.monotonic() - start
+    return subprocess.run([sys.executable, '-m', 'porting', *argv], capture_output=True, text=True, cwd=REPO,
+                          preexec_fn=cap, timeout=600)
 
 
 def _stream_member(archive, name, header_shape, payload_bytes, compress=zipfile.ZIP_DEFLATED):
@@ -214,13 +214,13 @@ def _hostile_npz(path, members):
     return path
 
 
-def _assert_clean_refusal(proc, elapsed, *needles):
+def _assert_clean_refusal(proc, *needles):
+    """Refused with one clear error inside the address-space cap (a MemoryError would mean it tried to allocate)."""
     assert proc.returncode == 1, proc.stderr
     assert 'Traceback' not in proc.stderr and 'MemoryError' not in proc.stderr
     assert proc.stderr.strip().splitlines()[-1].startswith('error: ')
     for needle in needles:
         assert needle in proc.stderr, proc.stderr
-    assert elapsed < 45
 
 
 def test_inflating_head_members_are_refused_before_inflating(tmp_path):
@@ -229,8 +229,8 @@ def test_inflating_head_members_are_refused_before_inflating(tmp_path):
     src = _hostile_npz(tmp_path / 'bomb.npz', {
         'head/kernel': ((F.WIDTH, classes), F.WIDTH * classes * 4), 'head/bias': ((classes,), classes * 4)})
     assert src.stat().st_size < 8 << 20
-    proc, elapsed = _run_bounded(['convert', str(src), str(tmp_path / 'out')])
-    _assert_clean_refusal(proc, elapsed, 'bomb.npz', 'head/kernel')
+    proc = _run_bounded(['convert', str(src), str(tmp_path / 'out')])
+    _assert_clean_refusal(proc, 'bomb.npz', 'head/kernel')
     assert 'decompression bomb' in proc.stderr or 'classes' in proc.stderr
     assert not (tmp_path / 'out').exists() and _leftovers(tmp_path) == []
 
@@ -238,8 +238,8 @@ def test_inflating_head_members_are_refused_before_inflating(tmp_path):
 def test_inflate_ratio_is_checked_on_its_own(tmp_path):
     # 64 MB of deflated zeros under a name no reader would use: refused when the archive is opened.
     src = _hostile_npz(tmp_path / 'ratio.npz', {'opt/state': ((16 << 20,), 64 << 20)})
-    proc, elapsed = _run_bounded(['convert', str(src), str(tmp_path / 'out')])
-    _assert_clean_refusal(proc, elapsed, 'ratio.npz', 'decompression bomb', '--limit inflate_ratio')
+    proc = _run_bounded(['convert', str(src), str(tmp_path / 'out')])
+    _assert_clean_refusal(proc, 'ratio.npz', 'decompression bomb', '--limit inflate_ratio')
 
 
 def test_claimed_scan_depth_is_refused_before_planning(tmp_path):
@@ -247,8 +247,8 @@ def test_claimed_scan_depth_is_refused_before_planning(tmp_path):
               'embedding/bias': np.zeros((F.WIDTH,), np.float32),
               'Transformer/encoderblock/LayerNorm_0/scale': np.zeros((100_000, F.WIDTH), np.float32)}
     src = F.write_npz(tmp_path, 'deep.npz', arrays)
-    proc, elapsed = _run_bounded(['convert', str(src), str(tmp_path / 'out')])
-    _assert_clean_refusal(proc, elapsed, 'deep.npz', 'depth 100000 exceeds the limit of 256', '--limit depth=')
+    proc = _run_bounded(['convert', str(src), str(tmp_path / 'out')])
+    _assert_clean_refusal(proc, 'deep.npz', 'depth 100000 exceeds the limit of 256', '--limit depth=')
 
 
 def test_many_member_archive_is_refused_before_reading_headers(tmp_path):
@@ -256,8 +256,8 @@ def test_many_member_archive_is_refused_before_reading_headers(tmp_path):
     for i in range(2, 7000):
         arrays[f'Transformer/encoderblock_{i}/LayerNorm_0/scale'] = np.zeros((1,), np.float32)
     src = F.write_npz(tmp_path, 'wide.npz', arrays)
-    proc, elapsed = _run_bounded(['convert', str(src), str(tmp_path / 'out')])
-    _assert_clean_refusal(proc, elapsed, 'wide.npz', 'arrays')
+    proc = _run_bounded(['convert', str(src), str(tmp_path / 'out')])
+    _assert_clean_refusal(proc, 'wide.npz', 'arrays')
 
 
 def test_config_depth_is_refused_before_building(tmp_path):
@@ -265,8 +265,8 @@ def test_config_depth_is_refused_before_building(tmp_path):
     cfg = json.loads((folder / 'config.json').read_text())
     cfg['model_args'] = dict(cfg.get('model_args') or {}, depth=100_000)
     (folder / 'config.json').write_text(json.dumps(cfg))
-    proc, elapsed = _run_bounded(['convert', str(folder), str(tmp_path / 'out')])
-    _assert_clean_refusal(proc, elapsed, 'config.json', 'model_args.depth', 'exceeds the limit')
+    proc = _run_bounded(['convert', str(folder), str(tmp_path / 'out')])
+    _assert_clean_refusal(proc, 'config.json', 'model_args.depth', 'exceeds the limit')
 
 
 def test_hf_config_depth_is_refused(tmp_path):
@@ -274,13 +274,13 @@ def test_hf_config_depth_is_refused(tmp_path):
     cfg = json.loads((folder / 'config.json').read_text())
     cfg['num_hidden_layers'] = 100_000
     (folder / 'config.json').write_text(json.dumps(cfg))
-    proc, elapsed = _run_bounded(['convert', str(folder), str(tmp_path / 'out')])
-    _assert_clean_refusal(proc, elapsed, 'config.json', 'num_hidden_layers')
+    proc = _run_bounded(['convert', str(folder), str(tmp_path / 'out')])
+    _assert_clean_refusal(proc, 'config.json', 'num_hidden_layers')
 
 
 def test_device_source_is_refused_whatever_the_format(tmp_path):
-    proc, elapsed = _run_bounded(['convert', '/dev/zero', str(tmp_path / 'out'), '--from', 'timm'], timeout=30)
-    _assert_clean_refusal(proc, elapsed, '/dev/zero', 'not a regular file')
+    proc = _run_bounded(['convert', '/dev/zero', str(tmp_path / 'out'), '--from', 'timm'])
+    _assert_clean_refusal(proc, '/dev/zero', 'not a regular file')
 
 
 def test_fifo_source_is_refused(tmp_path, capsys):
@@ -302,16 +302,16 @@ def _patch_central_sizes(path, member, size):
 def test_member_claiming_64_gb_is_refused_by_a_size_check(tmp_path):
     src = F.write_npz(tmp_path, 'huge.npz', F.bigvision_arrays('learn', 'tok'))
     _patch_central_sizes(src, 'pos_embedding.npy', 64 << 30)
-    proc, elapsed = _run_bounded(['convert', str(src), str(tmp_path / 'out')])
-    _assert_clean_refusal(proc, elapsed, 'huge.npz', 'pos_embedding', 'tensor_bytes')
+    proc = _run_bounded(['convert', str(src), str(tmp_path / 'out')])
+    _assert_clean_refusal(proc, 'huge.npz', 'pos_embedding', 'tensor_bytes')
 
 
 def test_huge_target_size_is_refused(npz, tmp_path):
-    proc, elapsed = _run_bounded(['convert', str(npz), str(tmp_path / 'out'), '--img-size', '100000'])
-    _assert_clean_refusal(proc, elapsed, 'img_size 100000 exceeds the limit')
-    proc, elapsed = _run_bounded(['convert', str(npz), str(tmp_path / 'out'), '--img-size', '16000',
+    proc = _run_bounded(['convert', str(npz), str(tmp_path / 'out'), '--img-size', '100000'])
+    _assert_clean_refusal(proc, 'img_size 100000 exceeds the limit')
+    proc = _run_bounded(['convert', str(npz), str(tmp_path / 'out'), '--img-size', '16000',
                                   '--patch-size', '1'])
-    _assert_clean_refusal(proc, elapsed, 'tokens')
+    _assert_clean_refusal(proc, 'tokens')
 
 
 def test_limits_can_be_lifted(tmp_path, capsys):
@@ -343,7 +343,7 @@ def test_disk_full_on_a_real_tiny_filesystem(npz, tmp_path):
     script = (f'mount -t tmpfs -o size=64k tmpfs {mnt} && '
               f'{sys.executable} -m porting convert {npz} {mnt}/out; echo "rc=$?"; ls -A {mnt}')
     proc = subprocess.run(['unshare', '--user', '--map-root-user', '--mount', 'sh', '-c', script],
-                          capture_output=True, text=True, cwd=REPO, timeout=120)
+                          capture_output=True, text=True, cwd=REPO, timeout=600)
     if 'rc=' not in proc.stdout:
         pytest.skip(f'cannot mount a tmpfs here: {proc.stderr.strip()[:200]}')
     assert 'rc=1' in proc.stdout, proc.stdout + proc.stderr
@@ -408,10 +408,8 @@ def test_local_folder_never_touches_the_network(tmp_path, capsys, monkeypatch):
         raise OSError('network access attempted')
 
     monkeypatch.setattr(socket.socket, 'connect', no_network)
-    start = time.monotonic()
     err = _fails(capsys, ['convert', str(folder), str(tmp_path / 'out')])
     assert 'not a registered timm model name' in err and attempts == []
-    assert time.monotonic() - start < 10
 
 
 def test_nonfinite_weights_are_refused_even_without_verification(tmp_path, capsys):
@@ -444,7 +442,7 @@ def test_stale_partial_folders_are_removed_but_live_ones_kept(npz, tmp_path, cap
         os.close(fd)
 
 
-def _wait_for_partial(folder, proc, timeout=60):
+def _wait_for_partial(folder, proc, timeout=600):  # returns as soon as a partial appears or the process ends
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         if any(PARTIAL in p.name for p in Path(folder).iterdir()):
@@ -471,7 +469,7 @@ def test_signal_during_conversion_leaves_nothing(tmp_path, signum, code):
         proc.communicate()
         pytest.skip('the conversion finished before the signal could be sent')
     proc.send_signal(signum)
-    _, err = proc.communicate(timeout=60)
+    _, err = proc.communicate(timeout=600)
     assert proc.returncode == code, err
     assert 'Traceback' not in err and 'interrupted' in err
     assert list(work.iterdir()) == []
@@ -482,7 +480,7 @@ def test_interrupt_during_startup_prints_no_traceback(npz, tmp_path):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
     time.sleep(0.3)  # inside the torch/timm imports
     proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=60)
+    _, err = proc.communicate(timeout=600)
     assert proc.returncode in (130, -signal.SIGINT), err
     assert 'Traceback' not in err
     assert not (tmp_path / 'out').exists() and _leftovers(tmp_path) == []

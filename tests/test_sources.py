@@ -15,7 +15,7 @@ import pytest
 from huggingface_hub import constants
 
 from porting.cli import main
-from porting.sources import download_dir, resolve_source
+from porting.sources import download_dir, resolve_source, url_cache_path
 from timm_vit_variants.errors import ViTVariantsError
 
 import _porting_fixtures as F
@@ -164,7 +164,8 @@ def test_convert_a_url(web, tmp_path, capsys, monkeypatch):
     assert main(['convert', url, str(out)]) == 0
     err = capsys.readouterr().err
     assert '%|' not in err  # no progress bar off a terminal
-    cached = download_dir() / 'vit_tiny.npz'
+    cached = url_cache_path(url)
+    assert cached.name.startswith('vit_tiny.url-') and cached.suffix == '.npz'
     assert cached.read_bytes() == NPZ.read_bytes() and cached.parent == tmp_path / 'torch-home' / 'hub' / 'checkpoints'
     record = _conversion(out)
     assert record['source'] == url and record['source_url'] == url

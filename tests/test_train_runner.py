@@ -35,7 +35,7 @@ def test_wrapper_runs_script_as_main_with_plugin(tmp_path):
     report = tmp_path / 'report.json'
     argv = ['--model', 'simple_vit_tiny', '--timm-train', 'not-ours', '-h', str(report)]
     proc = subprocess.run([sys.executable, '-m', 'timm_vit_variants.training.run', str(script), *argv],
-                          env=_env(), cwd=tmp_path.parent, capture_output=True, text=True, timeout=120)
+                          env=_env(), cwd=tmp_path.parent, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(report.read_text()) == {
         'name': '__main__', 'argv': argv, 'model': 'SimpleVisionTransformer', 'sibling': 7}
@@ -60,7 +60,7 @@ def test_console_script_runs(tmp_path):
     runner = Path(sys.executable).parent / 'vit-variants-run'
     if not runner.is_file():
         pytest.skip('the package is not installed with its console scripts')
-    assert subprocess.run([str(runner), str(script)], timeout=120).returncode == 3
+    assert subprocess.run([str(runner), str(script)], timeout=600).returncode == 3
 
 
 @pytest.mark.skipif(not os.environ.get('TIMM_TRAIN_SCRIPT'), reason='set TIMM_TRAIN_SCRIPT=/path/to/timm/train.py')

@@ -36,7 +36,8 @@ def run(args: argparse.Namespace) -> int:
     from ..sources import resolve_source
 
     options = source_options(args)
-    resolved = resolve_source(args.src, options.endpoint, options.token, progress=sys.stderr.isatty())
+    resolved = resolve_source(args.src, options.endpoint, options.token, progress=sys.stderr.isatty(),
+                              download_timeout=options.download_timeout, stall_timeout=options.stall_timeout)
     with open_source(resolved.path, options, limits_of(args)) as src:
         say(tensor_table(src.inventory()))
         say('')

@@ -13,6 +13,10 @@ skipped, so pushing an unchanged folder makes no commit. Prints the commit (or P
 REPO_ID is ORG/NAME, or a bare NAME for the token's own namespace (as `hf upload REPO_ID LOCAL_PATH`).
 The older order, FOLDER REPO_ID, still works and says it is deprecated.
 
+Uploaded: the regular files under FOLDER (hidden names left out). Refused, before any request: a symlink
+leading out of FOLDER, a FIFO or device, a file holding a Hub token (hf_...), and a folder vit-port did not
+write (config.json naming another architecture, weights that are not the safetensors it implies) unless --force.
+
 Token: --token, else the HF_TOKEN environment variable, else the login cache (`hf auth login`).
 It is never printed. Endpoint: --endpoint, else HF_ENDPOINT, else https://huggingface.co.
 """
@@ -26,6 +30,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument('folder', metavar='FOLDER', help='folder written by `vit-port convert`')
     add_hub_args(parser)
     add_push_options(parser)
+    parser.add_argument('--force', action='store_true',
+                        help='push a folder vit-port did not write (another architecture or other weights); '
+                             'symlinks out of FOLDER and files holding a token are refused all the same')
     return parser
 
 
@@ -35,7 +42,8 @@ def push_from_args(args: argparse.Namespace, folder: str, repo_id: str):
 
     result = push_folder(folder, repo_id, private=args.private, revision=args.revision, create_pr=args.create_pr,
                          commit_message=args.commit_message, token=args.token, endpoint=args.endpoint,
-                         dry_run=args.dry_run, overwrite_card=args.overwrite_card)
+                         dry_run=args.dry_run, overwrite_card=args.overwrite_card,
+                         force=getattr(args, 'force', False))
     print_result(result)
     return result
 

@@ -13,7 +13,8 @@ from ..sizes import DEFAULT_MAX_SHARD_SIZE
 
 __all__ = [
     'say', 'UsageError', 'SOURCE_HELP', 'FORMATS', 'RESAMPLE_RULES', 'LIMIT_NAMES', 'size_arg', 'count_arg', 'tolerance_arg',
-    'fraction_arg', 'limit_arg', 'byte_size_arg', 'add_geometry_args', 'add_source_args', 'add_output_args',
+    'fraction_arg', 'limit_arg', 'byte_size_arg', 'seconds_arg', 'add_geometry_args', 'add_source_args',
+    'add_download_args', 'add_output_args',
     'add_safety_args', 'add_verify_args', 'add_hub_args', 'add_push_options', 'add_push_to_option', 'check_sizes',
     'check_folder_out', 'source_options', 'convert_request', 'limits_of', 'recorded_command', 'report', 'remedy',
 ]
@@ -169,6 +170,28 @@ def add_source_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument('--crop-mode', choices=('center', 'squash', 'border'),
                    help="eval transform: resize the short side and center-crop, or 'squash' the whole image")
     add_safety_args(parser)
+    add_download_args(parser)
+
+
+def seconds_arg(text: str) -> float:
+    """A positive, finite number of seconds."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float('nan')
+    if not 0 < value < float('inf'):
+        raise argparse.ArgumentTypeError(f'expected a number of seconds > 0, got {text!r}')
+    return value
+
+
+def add_download_args(parser: argparse.ArgumentParser) -> None:
+    """--download-timeout and --stall-timeout: bounds on downloading a source given by https:// URL (or a tag's
+    url); the defaults are ``porting.sources``' ``DEFAULT_DOWNLOAD_TIMEOUT`` and ``DEFAULT_STALL_TIMEOUT``."""
+    g = parser.add_argument_group('download of an https:// source (Hub ids use HF_HUB_DOWNLOAD_TIMEOUT)')
+    g.add_argument('--download-timeout', type=seconds_arg, metavar='SECONDS',
+                   help='give up on a download not finished after this long (default 7200)')
+    g.add_argument('--stall-timeout', type=seconds_arg, metavar='SECONDS',
+                   help='give up when less than 1 KiB arrives in this long (default 60)')
 
 
 def add_safety_args(parser: argparse.ArgumentParser) -> None:
@@ -278,7 +301,8 @@ def source_options(args: argparse.Namespace) -> Any:
 
     return SourceOptions(**{name: _given(args, name) for name in (
         'from_', 'prefix', 'num_heads', 'act_layer', 'norm_eps', 'pos_embed', 'use_ema', 'source_img_size', 'mean',
-        'std', 'interpolation', 'crop_pct', 'crop_mode', 'in_chans', 'endpoint', 'token')},
+        'std', 'interpolation', 'crop_pct', 'crop_mode', 'in_chans', 'endpoint', 'token', 'download_timeout',
+        'stall_timeout')},
         assume_heads=getattr(args, 'assume_heads', None) or None)
 
 

@@ -113,7 +113,8 @@ def verify_folder(source: Union[str, Path], folder: Union[str, Path], options: S
     sha256 says so.
     """
     converted, raw = read_config(folder, limits)
-    resolved = resolve_source(source, options.endpoint, options.token, progress)
+    resolved = resolve_source(source, options.endpoint, options.token, progress, options.download_timeout,
+                              options.stall_timeout)
     with open_source(resolved.path, options, limits) as src:
         require_reference(src.format)
         rule = converted.pos_embed_resample if src.config.pos_table == 'learn' else None
