@@ -198,3 +198,20 @@ def test_a_bad_value_in_a_timm_training_checkpoints_args_is_refused(tmp_path, ca
     torch.save({'epoch': 3, 'state_dict': model.state_dict(), 'args': args}, path)
     line = _refused(capsys, path, tmp_path, 'args.std')
     assert 'checkpoint.pth.tar' in line
+
+
+def test_a_zip_version_zipfile_cannot_read_is_one_error(tmp_path, capsys):
+    """A central directory claiming zip version 6.4 (as a fuzzed byte once made it) is refused, not a raw error."""
+    import io
+    import struct
+    buf = io.BytesIO()
+    np.savez(buf, a=np.zeros(3, np.float32))
+    data = bytearray(buf.getvalue())
+    entry = data.rfind(b'PK\x01\x02')
+    data[entry + 6:entry + 8] = struct.pack('<H', 64)
+    src = tmp_path / 'v64.npz'
+    src.write_bytes(bytes(data))
+    code = main(['convert', str(src), str(tmp_path / 'out')])
+    err = capsys.readouterr().err
+    assert code == 1 and 'zip file version 6.4' in err and str(src) in err, err
+    assert 'NotImplementedError' not in err and not (tmp_path / 'out').exists()

@@ -60,7 +60,7 @@ class NpzStore(TensorStore):
             self._zip = zipfile.ZipFile(self.path)
         except FileNotFoundError as e:
             raise ViTVariantsError('file not found', path=self.path) from e
-        except (zipfile.BadZipFile, OSError, ValueError, EOFError) as e:
+        except (zipfile.BadZipFile, NotImplementedError, OSError, ValueError, EOFError) as e:  # a zip version or compression zipfile cannot read
             raise ViTVariantsError(f'not a readable .npz (zip) archive: {e}', path=self.path) from e
         self._mapping: Optional[Mapping] = None
         try:

@@ -33,7 +33,7 @@ def _kind(file: str) -> str:
         try:
             with zipfile.ZipFile(file) as archive:
                 names = archive.namelist()
-        except (zipfile.BadZipFile, OSError, ValueError, EOFError) as e:
+        except (zipfile.BadZipFile, NotImplementedError, OSError, ValueError, EOFError) as e:  # a zip version or compression zipfile cannot read
             raise ViTVariantsError(f'truncated or corrupt zip archive: {e}', path=file) from e
         if any(n.endswith('.npy') for n in names):
             return 'npz'
