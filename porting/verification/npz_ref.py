@@ -84,7 +84,9 @@ def _timm_readable(path: str, headers: Dict[str, Tuple[Tuple[int, ...], np.dtype
         archive.seek(0)
         return archive
     prefix = _prefix(headers)
-    new_prefix = prefix or 'params/'  # timm recognises big_vision block names under params/
+    # timm recognises big_vision names under params/; a vit_jax archive (its table under posembed_input) stays bare
+    vitjax = f'{prefix}Transformer/posembed_input/pos_embedding' in headers
+    new_prefix = prefix if vitjax else prefix or 'params/'
     out_path = tmp / 'timm_reference.npz'
     with np.load(path, allow_pickle=False) as src, zipfile.ZipFile(out_path, 'w', allowZip64=True) as dst:
         for name, array in itertools.chain(((name, src[name]) for name in src.files), extra):

@@ -227,4 +227,6 @@ def timm_model(path: str, model_args: Dict[str, Any]) -> TimmReference:
     model.load_state_dict(state, strict=True, assign=True)
     if hasattr(model, 'init_non_persistent_buffers'):  # a computed table, left on the meta device
         model.init_non_persistent_buffers()
+    if any(p.dtype != torch.float32 for p in model.parameters()):  # half-precision weights run upcast, as ours do
+        model, name = model.float(), f'{name} (weights upcast to float32)'
     return TimmReference(model.eval(), name, head, naflex=hasattr(model, 'embeds'))
