@@ -31,6 +31,7 @@ from .sources import resolve_source
 from .verification import Verification
 from .verification.conversion import shared_caveats, verify_source
 from .verification.references import require_reference
+from .verification.streamed import memory_budget, streaming
 
 __all__ = ['ConvertResult', 'convert', 'write_weights', 'source_sha256', 'preprocessing', 'all_finite', 'resize', 'sharded_note']
 
@@ -162,6 +163,7 @@ def convert(source: Union[str, Path], out: Union[str, Path], request: Optional[C
         if request.verify:
             require_reference(src.format)
         plan = make_plan(src, request.target, limits)
+        budget = memory_budget(request.memory_budget, SimpleVisionTransformer.state_layout(plan.source))
         sha_future = hasher.submit(source_sha256, src.path)  # hashlib releases the GIL on large buffers
         labels = None if plan.changes_head else src.label_names
         data_cfg, assumed_data = preprocessing(src, request.source)
@@ -173,7 +175,10 @@ def convert(source: Union[str, Path], out: Union[str, Path], request: Optional[C
             write_config(tmp / CONFIG_FILE, plan.target, data_config=dict(data_cfg, license=license),
                          label_names=labels, architecture=architecture, dtype=plan.dtype)
             if request.verify:
-                verification = verify_source(src, plan, tmp, request.tol, request.progress)
+                with streaming(budget.streams) as stream:
+                    verification = verify_source(src, plan, tmp, request.tol, request.progress)
+                verification.notes.append(budget.in_memory_note() if stream is None else
+                                          stream.note(budget.budget, budget.need))
                 verification.caveats.extend(shared_caveats(src))
             else:
                 verification = Verification('skipped', reason='--no-verify was given',

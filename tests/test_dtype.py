@@ -168,3 +168,34 @@ def test_float32_beside_one_half_dtype_is_written_losslessly(tmp_path):
     result = convert(tmp_path / 'amp.safetensors', tmp_path / 'out', num_heads=F.HEADS, tol=TOL)
     assert result.plan.source_dtype == 'bfloat16+float32' and _dtypes(tmp_path / 'out') == {'F32'}
     assert result.verification.status == 'passed' and result.verification.max_abs_logits <= TOL
+
+
+def test_streamed_verification_equals_the_in_memory_one(tmp_path):
+    """A tiny --memory-budget forces the streamed mode: the same figures, and every block compared as ours runs."""
+    src = F.write_npz(tmp_path, 'bv.npz', F.bigvision_arrays('learn', 'tok'))
+    kept = convert(src, tmp_path / 'kept', tol=TOL).verification
+    streamed = convert(src, tmp_path / 'streamed', tol=TOL, memory_budget='1kB').verification
+    assert kept.status == streamed.status == 'passed'
+    assert (kept.max_abs_logits, kept.max_abs_features) == (streamed.max_abs_logits, streamed.max_abs_features)
+    assert 'verified in memory (' in kept.summary() and 'streamed' not in kept.summary()
+    line = streamed.summary()
+    assert 'streamed verification (' in line and 'over the 1 kB memory budget' in line
+    assert f'{F.DEPTH} blocks compared as ours ran, max|d| ' in line
+    assert (tmp_path / 'kept' / 'model.safetensors').read_bytes() == \
+        (tmp_path / 'streamed' / 'model.safetensors').read_bytes()
+
+
+def test_streamed_half_precision_timm_source(tmp_path):
+    """Streamed, a bf16 timm file's reference is upcast onto the scratch mapping, with the in-memory figures."""
+    src = _source(tmp_path, 'safetensors', 'bfloat16')
+    kept = convert(src, tmp_path / 'kept', tol=TOL, num_heads=F.HEADS).verification
+    streamed = convert(src, tmp_path / 'streamed', tol=TOL, num_heads=F.HEADS, memory_budget=1).verification
+    assert streamed.status == 'passed' and streamed.max_abs_logits == kept.max_abs_logits
+    assert f'{F.DEPTH} blocks compared as ours ran' in streamed.summary()
+
+
+@pytest.mark.parametrize('budget', [0, -5, '0', 'lots'])
+def test_bad_memory_budget_keyword_is_refused(tmp_path, budget):
+    with pytest.raises(ViTVariantsError, match='memory_budget'):
+        convert(F.write_timm_folder(tmp_path), tmp_path / 'out', memory_budget=budget)
+    assert not (tmp_path / 'out').exists()

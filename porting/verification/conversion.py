@@ -22,6 +22,7 @@ from ..sources import resolve_source
 from .compare import compare
 from .references import require_reference
 from .result import Verification
+from .streamed import as_float32
 
 __all__ = ['verify_source', 'check_at_target', 'verify_folder', 'shared_caveats', 'cast_bound', 'dtype_note']
 
@@ -63,7 +64,7 @@ def verify_source(src: SourceCheckpoint, plan: ConversionPlan, folder: Optional[
     written = plan.is_identity and folder is not None
     if written:
         # run in float32, as the reference is; the limits the source was opened under (--limit included)
-        result = compare(src.path, src.format, args, lambda: load_folder(folder, src.limits, dtype='float32'),
+        result = compare(src.path, src.format, args, lambda: as_float32(load_folder(folder, src.limits)),
                          cast_bound(plan, tol), progress)
         if plan.rounds and result.status != 'skipped':
             # the rounding bound hides small mistakes: the mapping itself is checked on the uncast source too
@@ -136,8 +137,8 @@ def _target_line(plan: ConversionPlan, target: Verification) -> str:
 def check_at_target(src: SourceCheckpoint, plan: ConversionPlan, folder: Path, tol: float,
                     progress: bool = False) -> Verification:
     """The written folder at the target geometry against the reference rebuilt there by the framework's rule."""
-    target = compare(src.path, src.format, plan.source.to_dict(), lambda: load_folder(folder, src.limits, 'float32'), tol,
-                     progress, target=(plan.target.to_dict(), plan.rule), compare_logits=not plan.changes_head)
+    target = compare(src.path, src.format, plan.source.to_dict(), lambda: as_float32(load_folder(folder, src.limits)),
+                     tol, progress, target=(plan.target.to_dict(), plan.rule), compare_logits=not plan.changes_head)
     if target.status == 'skipped':
         target.reason = f'the output at the target geometry ({_where(plan)}) was NOT checked: {target.reason}'
     return target
@@ -169,7 +170,7 @@ def verify_folder(source: Union[str, Path], folder: Union[str, Path], options: S
         bound = cast_bound(plan, tol)
         if plan.is_identity:
             result = compare(src.path, src.format, plan.source.to_dict(),
-                             lambda: load_folder(folder, limits, 'float32'), bound, progress)
+                             lambda: as_float32(load_folder(folder, limits)), bound, progress)
         else:
             result = check_at_target(src, plan, Path(folder), bound, progress)
         if result.status != 'skipped':

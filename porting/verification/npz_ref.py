@@ -11,6 +11,7 @@ import numpy as np
 from .archive import ExtendedArchive
 from .naflex_ref import naflex_model
 from .rules import bigvision_posemb_sincos_2d
+from .streamed import loading
 from .timm_ref import PreLogitsHead, TimmReference, grid, timm_equivalent
 
 __all__ = ['npz_model']
@@ -125,7 +126,8 @@ def npz_model(path: str, model_args: Dict[str, Any]) -> TimmReference:
         model = timm_equivalent(model_args, num_classes=0 if head is not None else None)
         # timm finds 'params/img/' itself but not a bare 'img/' tower; a rewritten bf16 copy moves '' to 'params/'
         prefix = _prefix(headers) if isinstance(readable, ExtendedArchive) or readable == path else ''
-        model.load_pretrained(readable, prefix=prefix)
+        with loading(model):  # the weights' pages go back as timm's loader writes them
+            model.load_pretrained(readable, prefix=prefix)
         name = 'timm VisionTransformer.load_pretrained(npz)'
         if isinstance(readable, ExtendedArchive):
             readable.close()
