@@ -7,6 +7,7 @@ processes so every run starts alike:
   copy        ``shutil.copyfile`` of the same file, then fsync (the floor for any conversion)
   convert     ``porting.pipeline.convert(..., no_verify=True)``, timed inside the process (no start-up)
   verified    the same with numerical verification against the source's reference implementation
+  streamed    verified with ``memory_budget=1`` (forcing the streamed mode: block by block, from mapped weights)
   CLI         ``python -m porting convert SRC OUT --no-verify``, wall time including interpreter start-up
 
 Resident memory is sampled every 5 ms inside the child (``/proc/self/statm``); "extra" is the peak
@@ -38,6 +39,9 @@ SIZES = {
     'tiny': (192, 12, 768, 3, 16, 224),
     'base': (768, 12, 3072, 12, 16, 224),
     'large': (1024, 24, 4096, 16, 16, 224),
+    # the large towers of issue 27, written as float32 .npz / timm files (minutes each; not for CI)
+    'g14': (1408, 40, 6144, 16, 14, 224),
+    'so400m': (1152, 27, 4304, 16, 14, 224),
 }
 
 # Runs in a child: imports, baseline RSS, the timed work, then one JSON line.
@@ -62,7 +66,7 @@ if kind == 'copy':
     with open(out, 'rb') as f:
         os.fsync(f.fileno())
 else:
-    result = convert(src, out, no_verify=(kind != 'verified'))
+    result = convert(src, out, no_verify=(kind == 'convert'), memory_budget=1 if kind == 'streamed' else None)
 seconds = time.perf_counter() - start
 done.set()
 sampler.join()
@@ -185,15 +189,15 @@ def main() -> None:
             for round_ in range(args.rounds):
                 copy = run_child('copy', src, work / 'copy.bin', env)
                 (work / 'copy.bin').unlink()
-                for kind in ('convert', 'verified'):
+                for kind in ('convert', 'verified', 'streamed'):
                     r = run_child(kind, src, work / f'out_{kind}', env)
                     shutil.rmtree(work / f'out_{kind}')
                     rows.setdefault(f'{kind} x copy', []).append(r['seconds'] / copy['seconds'])
                     rows.setdefault(f'{kind} s', []).append(r['seconds'])
                     rows.setdefault(f'{kind} extra RSS x ckpt', []).append(r['extra_rss'] / size)
                     rows.setdefault(f'{kind} peak RSS GB', []).append(r['peak_rss'] / 1e9)
-                    if kind == 'verified':
-                        rows['note'] = [r['note']]
+                    if kind != 'convert':
+                        rows[f'{kind} note'] = [r['note']]
                 cli = run_cli(src, work / 'out_cli', env, ['--no-verify'])
                 shutil.rmtree(work / 'out_cli')
                 rows.setdefault('copy s', []).append(copy['seconds'])
@@ -205,16 +209,17 @@ def main() -> None:
         print(f'\nViT size {args.size}, {args.rounds} rounds, median (range); ratios are to shutil.copyfile of '
               'the same file in the same round\n')
         print('| source | size | copy | convert() | × copy | extra RSS × ckpt | CLI × copy | verified × copy '
-              '| verified extra RSS × ckpt | verified peak RSS |')
-        print('|---|---|---|---|---|---|---|---|---|---|')
+              '| verified extra RSS × ckpt | verified peak RSS | streamed × copy | streamed peak RSS |')
+        print('|---|---|---|---|---|---|---|---|---|---|---|---|')
         for name, rows in figures.items():
             print(f'| {name} | {rows["bytes"][0] / 1e9:.3f} GB | {_fmt(rows["copy s"])} s | '
                   f'{_fmt(rows["convert s"])} s | {_fmt(rows["convert x copy"])} | '
                   f'{_fmt(rows["convert extra RSS x ckpt"])} | {_fmt(rows["CLI x copy"])} | '
                   f'{_fmt(rows["verified x copy"])} | {_fmt(rows["verified extra RSS x ckpt"])} | '
-                  f'{_fmt(rows["verified peak RSS GB"])} GB |')
+                  f'{_fmt(rows["verified peak RSS GB"])} GB | {_fmt(rows["streamed x copy"])} | '
+                  f'{_fmt(rows["streamed peak RSS GB"])} GB |')
         for name, rows in figures.items():
-            print(f'{name}: {rows["note"][0]}')
+            print(f'{name}: {rows["verified note"][0]}\n  streamed: {rows["streamed note"][0]}')
         if args.json:
             Path(args.json).write_text(json.dumps(dict(size=args.size, figures=figures), indent=2))
     finally:

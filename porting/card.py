@@ -24,7 +24,7 @@ INSTALL_LINE = ('It is not on PyPI: install it from a checkout of its repository
                 "`pip install -e '.[hf]'` adds transformers).")
 # How each provenance fact of a source is shown.
 _SOURCE_FACTS = (('url', 'Source URL'), ('hf_hub_id', 'Hub repo'), ('revision', 'Hub revision'),
-                 ('format', 'Source format'), ('sha256', 'Source sha256'))
+                 ('format', 'Source format'), ('dtype', 'Source dtype'), ('sha256', 'Source sha256'))
 
 
 def build_model_card(

@@ -143,7 +143,7 @@ def _open(source: Union[str, os.PathLike, torch.nn.Module], limits: Limits = DEF
     text = os.fspath(source)
     if os.path.isdir(text):
         _, raw = read_config(text, limits)  # raises for a folder without a simple_vit config.json
-        return _describe(load_folder(text, limits), raw['architecture'], dict(raw.get('pretrained_cfg') or {}),
+        return _describe(load_folder(text, limits, 'float32'), raw['architecture'], dict(raw.get('pretrained_cfg') or {}),
                          _recorded_sha256(raw, os.path.join(text, 'config.json')), raw.get('label_names'), where=text)
     if os.path.lexists(text):
         raise ViTVariantsError('export takes a converted folder (config.json + weights) or a model name; convert '

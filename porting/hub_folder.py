@@ -30,7 +30,7 @@ from timm_vit_variants.checkpoints.stores import SAFETENSORS_DTYPES, Safetensors
 from timm_vit_variants.config import DATA_CONFIG_KEYS, MODELS, TensorSpec, is_family_architecture
 from timm_vit_variants.errors import ViTVariantsError
 from timm_vit_variants.limits import DEFAULT_LIMITS, Limits
-from timm_vit_variants.simple_vit import pretrained_cfg_for
+from timm_vit_variants.simple_vit import WEIGHT_DTYPES, pretrained_cfg_for
 
 from .sizes import DEFAULT_MAX_SHARD_SIZE, parse_size as parse_size_text
 from .output import atomic_folder
@@ -38,13 +38,14 @@ from .redact import redact
 
 __all__ = [
     'SINGLE_FILE', 'INDEX_FILE', 'CARD_FILE', 'DEFAULT_MAX_SHARD_SIZE', 'parse_size', 'SafetensorsWriter', 'config_dict', 'write_config', 'check_config_fields', 'read_config', 'write_card', 'save_pretrained_folder',
-    'load_folder',
+    'load_folder', 'folder_dtype', 'check_dtype_name', 'DTYPES_BY_NAME',
 ]
 
 # What we write: the first weight and index names the readers look for (``checkpoints.files``).
 SINGLE_FILE, INDEX_FILE = SINGLE_WEIGHT_FILES[0], INDEX_FILES[0]
 CARD_FILE = 'README.md'
 _ST_NAMES = {dtype: name for name, dtype in SAFETENSORS_DTYPES.items()}
+DTYPES_BY_NAME = WEIGHT_DTYPES  # the dtypes a folder's weights may be written in
 
 
 def parse_size(text: Union[str, int]) -> int:
@@ -57,6 +58,13 @@ def parse_size(text: Union[str, int]) -> int:
 
 def _nbytes(shape: Sequence[int], dtype: torch.dtype) -> int:
     return math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+
+
+def check_dtype_name(name: Any) -> str:
+    """``name`` if it is a dtype a folder may hold ('float32', 'bfloat16', 'float16'), else a ViTVariantsError."""
+    if name not in DTYPES_BY_NAME:
+        raise ViTVariantsError(f'dtype must be one of {", ".join(DTYPES_BY_NAME)}, got {name!r}', key='dtype')
+    return name
 
 
 # -- writing weights -------------------------------------------------------------------------------------
@@ -222,16 +230,20 @@ def config_dict(
         label_names: Optional[Sequence[str]] = None,
         architecture: Optional[str] = None,
         conversion: Optional[Dict[str, Any]] = None,
+        dtype: str = 'float32',
 ) -> Dict[str, Any]:
     """``config.json`` for a model built from ``config``: timm's Hub format, readable by TimmWrapper too.
 
     ``num_classes`` appears at the top level (and in ``pretrained_cfg``) only: transformers passes it
     to ``create_model`` itself and refuses a second copy in ``model_args``. ``conversion`` (where the
     weights came from, how they were checked) goes under a top-level ``conversion`` key, which timm's
-    and transformers' loaders ignore and ``export`` and ``verify`` read.
+    and transformers' loaders ignore and ``export`` and ``verify`` read. A ``dtype`` other than float32 (the
+    weights' dtype) is a ``model_args`` entry, so timm's ``local-dir:`` and ``hf-hub:`` build the model in it.
     """
     architecture = architecture or architecture_for(config)
     model_args = {k: _json_safe(v) for k, v in config.to_dict().items() if v is not None and k != 'num_classes'}
+    if dtype != 'float32':
+        model_args['dtype'] = check_dtype_name(dtype)
     pretrained_cfg = {k: _json_safe(v) for k, v in pretrained_cfg_for(config, architecture).items()}
     pretrained_cfg.update({k: _json_safe(v) for k, v in (data_config or {}).items()
                            if k in DATA_CONFIG_KEYS and v is not None})
@@ -303,6 +315,7 @@ def read_config(folder: Union[str, Path], limits: Limits = DEFAULT_LIMITS) -> Tu
         raise ViTVariantsError(f'config.json names {architecture!r}, not a simple_vit_* model', path=str(path),
                                key='architecture')
     args = dict(raw.get('model_args') or {})
+    args.pop('dtype', None)  # the weights' dtype, not an architectural field (``folder_dtype``)
     if 'num_classes' not in args and isinstance(raw.get('num_classes'), int):
         args['num_classes'] = raw['num_classes']
     entry = MODELS.get(architecture)
@@ -359,20 +372,37 @@ def save_pretrained_folder(
         except BaseException:
             writer.abort()
             raise
-        write_config(tmp / CONFIG_FILE, config, data_config=data_cfg, label_names=labels, architecture=architecture)
+        names = {name for name, dtype in DTYPES_BY_NAME.items() for t in state.values() if t.dtype == dtype}
+        dtype = names.pop() if len(names) == 1 else 'float32'  # a model of mixed dtypes loads as float32
+        write_config(tmp / CONFIG_FILE, config, data_config=data_cfg, label_names=labels, architecture=architecture,
+                     dtype=dtype)
         write_card(tmp, architecture=architecture, model_args=config.to_dict(), num_classes=config.num_classes,
                    label_names=labels, **card_kwargs)
     return Path(os.path.abspath(out_dir))
 
 
-def load_folder(folder: Union[str, Path], limits: Limits = DEFAULT_LIMITS) -> SimpleVisionTransformer:
+def folder_dtype(raw: Dict[str, Any], path: Union[str, Path] = '') -> str:
+    """The weights' dtype a parsed ``config.json`` records (``model_args.dtype``; float32 when absent)."""
+    value = (raw.get('model_args') or {}).get('dtype', 'float32') if isinstance(raw.get('model_args'), dict) \
+        else 'float32'
+    try:
+        return check_dtype_name(value)
+    except ViTVariantsError as e:
+        raise ViTVariantsError(e.reason, path=str(Path(path) / CONFIG_FILE), key='model_args.dtype') from None
+
+
+def load_folder(folder: Union[str, Path], limits: Limits = DEFAULT_LIMITS,
+                dtype: Union[None, str, torch.dtype] = None) -> SimpleVisionTransformer:
     """The model saved in a simple_vit Hub folder (single-file or sharded), in eval mode.
 
     The model is built on the meta device and its parameters become views of the memory-mapped
     weight files (private, copy-on-write), so loading copies nothing and pages arrive on first use.
-    ``config.json`` is checked against ``limits`` before anything is built.
+    It holds the dtype ``config.json`` records unless ``dtype`` asks for another ('float32' to compute
+    in float32; a cast tensor is a copy). ``config.json`` is checked against ``limits`` before anything is built.
     """
-    config, _ = read_config(folder, limits)
+    config, raw = read_config(folder, limits)
+    want = DTYPES_BY_NAME[check_dtype_name(dtype) if isinstance(dtype, str) else folder_dtype(raw, folder)] \
+        if not isinstance(dtype, torch.dtype) else dtype
     model = SimpleVisionTransformer(config.replace(weight_init='skip'), device='meta')
     store = SafetensorsStore(weight_files(str(folder), limits), limits)
     try:
@@ -388,7 +418,7 @@ def load_folder(folder: Union[str, Path], limits: Limits = DEFAULT_LIMITS) -> Si
             if tuple(tensor.shape) != tuple(target.shape):
                 raise ViTVariantsError('tensor does not fit the model', path=store.file_of(name), key=name,
                                        shapes=(tensor.shape, target.shape))
-            state[name] = tensor if tensor.dtype == target.dtype else tensor.to(target.dtype)
+            state[name] = tensor if tensor.dtype == want else tensor.to(want)
         model.load_state_dict(state, assign=True)
     finally:
         store.close()  # the mappings live on, held by the parameters that view them

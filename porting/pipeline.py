@@ -31,6 +31,7 @@ from .sources import resolve_source
 from .verification import Verification
 from .verification.conversion import shared_caveats, verify_source
 from .verification.references import require_reference
+from .verification.streamed import memory_budget, streaming
 
 __all__ = ['ConvertResult', 'convert', 'write_weights', 'source_sha256', 'preprocessing', 'all_finite', 'resize', 'sharded_note']
 
@@ -47,10 +48,12 @@ class ConvertResult:
     notes: List[str] = field(default_factory=list)
 
     def summary(self) -> str:
-        line = str(self.out)
-        if not self.plan.is_identity:
-            line += f' ({self.plan.describe()})'
-        return line
+        """The output path, then what changed: the geometry or head, and a source or written dtype other than float32."""
+        parts = [] if self.plan.is_identity else [self.plan.describe()]
+        source, written = self.plan.source_dtype, self.plan.dtype
+        if source != 'float32' or written != 'float32':
+            parts.append(f'{source} source' + (f', written as {written}' if written != source else ''))
+        return str(self.out) + (f' ({"; ".join(parts)})' if parts else '')
 
 
 def preprocessing(src: SourceCheckpoint, options: SourceOptions) -> Tuple[Dict[str, Any], Dict[str, Tuple[Any, str]]]:
@@ -85,7 +88,8 @@ def write_weights(src: SourceCheckpoint, plan: ConversionPlan, folder: Path, max
     """
     from tqdm import tqdm
 
-    specs = SimpleVisionTransformer.state_layout(plan.target)
+    # Laid out in the written dtype: each tensor is cast as it is copied into its place, never as a second copy.
+    specs = [(key, shape, plan.torch_dtype) for key, shape, _ in SimpleVisionTransformer.state_layout(plan.target)]
     fitted = set(plan.target_geometry.fitted_keys) if plan.changes_geometry else set()
     nonfinite: List[str] = []
 
@@ -160,6 +164,7 @@ def convert(source: Union[str, Path], out: Union[str, Path], request: Optional[C
         if request.verify:
             require_reference(src.format)
         plan = make_plan(src, request.target, limits)
+        budget = memory_budget(request.memory_budget, SimpleVisionTransformer.state_layout(plan.source))
         sha_future = hasher.submit(source_sha256, src.path)  # hashlib releases the GIL on large buffers
         labels = None if plan.changes_head else src.label_names
         data_cfg, assumed_data = preprocessing(src, request.source)
@@ -169,9 +174,12 @@ def convert(source: Union[str, Path], out: Union[str, Path], request: Optional[C
         with atomic_folder(out_path, output.overwrite, sources=[resolved.path]) as tmp:
             num_files = write_weights(src, plan, tmp, shard_bytes, request.progress, output.allow_nonfinite)
             write_config(tmp / CONFIG_FILE, plan.target, data_config=dict(data_cfg, license=license),
-                         label_names=labels, architecture=architecture)
+                         label_names=labels, architecture=architecture, dtype=plan.dtype)
             if request.verify:
-                verification = verify_source(src, plan, tmp, request.tol, request.progress)
+                with streaming(budget.streams) as stream:
+                    verification = verify_source(src, plan, tmp, request.tol, request.progress)
+                verification.notes.append(budget.in_memory_note() if stream is None else
+                                          stream.note(budget.budget, budget.need))
                 verification.caveats.extend(shared_caveats(src))
             else:
                 verification = Verification('skipped', reason='--no-verify was given',
@@ -180,17 +188,19 @@ def convert(source: Union[str, Path], out: Union[str, Path], request: Optional[C
                 raise ViTVariantsError(verification.summary(), path=src.path)
             sha256 = sha_future.result()
             source_record = {'source': resolved.label, **{f'source_{k}': v for k, v in resolved.provenance.items()}}
-            conversion = {**source_record, 'source_format': src.format, 'source_sha256': sha256,
+            conversion = {**source_record, 'source_format': src.format, 'source_dtype': plan.source_dtype,
+                          'dtype': plan.dtype, 'source_sha256': sha256,
                           'converter': f'timm-vit-variants {__version__}',
                           'assumed': {k: {'value': v, 'why': why} for k, (v, why) in assumed.items()},
                           'given': dict(src.given),
                           'verification': verification.as_card_dict()}
             write_config(tmp / CONFIG_FILE, plan.target, data_config=dict(data_cfg, license=license),
-                         label_names=labels, architecture=architecture, conversion=conversion)
+                         label_names=labels, architecture=architecture, conversion=conversion, dtype=plan.dtype)
             write_card(
-                tmp, architecture=architecture, model_args=plan.target.to_dict(),
+                tmp, architecture=architecture, model_args=dict(plan.target.to_dict(), dtype=plan.dtype),
                 num_classes=plan.target.num_classes,
-                source={'name': resolved.label, **resolved.provenance, 'format': src.format, 'sha256': sha256},
+                source={'name': resolved.label, **resolved.provenance, 'format': src.format,
+                        'dtype': plan.source_dtype, 'sha256': sha256},
                 conversion_command=output.command, verification=verification.as_card_dict(), license=license,
                 base_model=output.base_model, datasets=list(output.datasets) or None,
                 label_names=labels if labels and len(labels) == plan.target.num_classes else None,

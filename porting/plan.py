@@ -1,7 +1,10 @@
 """What a conversion will do, decided before any tensor is read: the source opened once, and the target it becomes."""
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, Union
+from typing import Any, Dict, Optional, Union
+
+import torch
 
 from timm_vit_variants import SimpleVisionTransformer, SimpleViTConfig
 from timm_vit_variants.checkpoints import SourceCheckpoint, open_checkpoint
@@ -10,9 +13,50 @@ from timm_vit_variants.errors import ViTVariantsError
 from timm_vit_variants.geometry import Geometry, check_fit
 from timm_vit_variants.limits import DEFAULT_LIMITS, Limits
 
+from .hub_folder import DTYPES_BY_NAME
 from .request import SourceOptions, TargetOptions
 
-__all__ = ['open_source', 'ConversionPlan', 'make_plan']
+__all__ = ['open_source', 'ConversionPlan', 'make_plan', 'OUTPUT_DTYPES', 'source_dtype', 'output_dtype']
+
+# What ``--dtype`` may ask for: 'source' keeps the source's own dtype (the CLI's choices mirror this).
+OUTPUT_DTYPES = ('source', 'float32', 'bfloat16', 'float16')
+_HALF = ('bfloat16', 'float16')
+
+
+def source_dtype(src: SourceCheckpoint) -> str:
+    """The dtype of the weights the conversion reads: 'float32', 'bfloat16', 'float16' or 'float64'; a mixed
+    source as 'bfloat16+float32' (float32 beside one half dtype, as mixed-precision saves keep norms and biases).
+
+    Refused: both half dtypes in one file, and float64 beside a half dtype, which no framework writes.
+    """
+    stored = {name: dtype for name, _, dtype in src.inventory()}
+    counts = Counter(stored[name] for item in src.plan for name in item.sources)
+    kinds = sorted(counts)
+    if len(kinds) == 1:
+        return kinds[0]
+    halves = [k for k in kinds if k in _HALF]
+    if len(halves) == 1 and set(kinds) == {halves[0], 'float32'}:
+        return f'{halves[0]}+float32'
+    first = {k: next(name for item in src.plan for name in item.sources if stored[name] == k) for k in kinds}
+    odd = min(kinds, key=lambda k: counts[k])
+    raise ViTVariantsError(
+        'the weights mix ' + ', '.join(f'{counts[k]} {k}' for k in kinds) + ' tensors, which no framework writes '
+        '(a checkpoint holds one float dtype, or float32 beside one half dtype)', path=src.path, key=first[odd])
+
+
+def output_dtype(requested: Optional[str], source: str) -> str:
+    """The dtype written for ``--dtype requested`` from a ``source_dtype``.
+
+    'source' keeps the source's values exactly: a mixed source and float64 (which timm's models do not hold)
+    are written as float32.
+    """
+    requested = requested or 'source'
+    if requested not in OUTPUT_DTYPES:
+        raise ViTVariantsError(f'dtype must be one of {", ".join(OUTPUT_DTYPES)}, got {requested!r}', key='dtype')
+    if requested != 'source':
+        return requested
+    return source if source in ('float32', *_HALF) else 'float32'
+
 
 
 def open_source(path: Union[str, Path], options: SourceOptions = SourceOptions(),
@@ -30,6 +74,8 @@ class ConversionPlan:
     target: SimpleViTConfig
     source_geometry: Geometry
     target_geometry: Geometry
+    source_dtype: str = 'float32'
+    dtype: str = 'float32'  # what is written
 
     @property
     def changes_geometry(self) -> bool:
@@ -42,6 +88,17 @@ class ConversionPlan:
     @property
     def is_identity(self) -> bool:
         return not self.changes_geometry and not self.changes_head
+
+    @property
+    def rounds(self) -> bool:
+        """Whether the written dtype rounds some source values (float32 -> bfloat16, bfloat16 -> float16, ...)."""
+        widths = {'float64': 3, 'float32': 2, 'bfloat16': 1, 'float16': 1}
+        return any(widths[part] > widths[self.dtype] or (part in _HALF and part != self.dtype != 'float32')
+                   for part in self.source_dtype.split('+'))
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return DTYPES_BY_NAME[self.dtype]
 
     @property
     def rule(self) -> str:
@@ -85,4 +142,6 @@ def make_plan(src: SourceCheckpoint, target: TargetOptions = TargetOptions(),
     config = source.replace(**changes).check_limits(limits)
     target_geometry = Geometry.of(config)
     check_fit(src.geometry, target_geometry, limits)
-    return ConversionPlan(src.path, source, config, src.geometry, target_geometry)
+    stored = source_dtype(src)
+    return ConversionPlan(src.path, source, config, src.geometry, target_geometry, stored,
+                          output_dtype(target.dtype, stored))

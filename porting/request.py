@@ -134,6 +134,7 @@ class TargetOptions:
     patch_size: Size = None
     num_classes: Optional[int] = None
     resample_like: Optional[str] = None
+    dtype: Optional[str] = None  # 'source' (None), 'float32', 'bfloat16' or 'float16'
 
 
 @dataclass(frozen=True)
@@ -158,6 +159,7 @@ class ConvertRequest:
     tol: float = DEFAULT_TOL
     limits: Limits = DEFAULT_LIMITS
     progress: bool = False
+    memory_budget: Union[None, str, int] = None  # bytes verification may hold (None: a share of available memory)
 
     @classmethod
     def from_options(cls, **options: Any) -> 'ConvertRequest':
@@ -169,7 +171,7 @@ class ConvertRequest:
         parts: Dict[str, Dict[str, Any]] = {'source': {}, 'target': {}, 'output': {}, '': {}}
         owners = {f.name: part for part, kind in (('source', SourceOptions), ('target', TargetOptions),
                                                   ('output', OutputOptions)) for f in fields(kind)}
-        owners.update({name: '' for name in ('verify', 'tol', 'limits', 'progress')})
+        owners.update({name: '' for name in ('verify', 'tol', 'limits', 'progress', 'memory_budget')})
         known = {name for name in owners if name not in _FIELD_OF_FLAG.values()} | set(_FIELD_OF_FLAG)
         for flag, value in _given(options, known, 'conversion').items():
             name, value = _as_field(flag, value)

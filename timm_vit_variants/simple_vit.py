@@ -16,10 +16,12 @@ from .errors import ViTVariantsError
 from .geometry import Geometry, fit_stream, fixed_patch_reason, infer_grid
 from .vision_transformer import SimpleVisionTransformer
 
-__all__ = ['checkpoint_filter_fn', 'create_simple_vit', 'pretrained_cfg_for', 'FOLDER_CFG_KEYS']
+__all__ = ['checkpoint_filter_fn', 'create_simple_vit', 'pretrained_cfg_for', 'FOLDER_CFG_KEYS', 'WEIGHT_DTYPES']
 
 _BV_URL = 'https://storage.googleapis.com/big_vision/vit_s16_i1k_{}ep.npz'
 _FLEXI_URL = 'https://storage.googleapis.com/big_vision/flexivit/flexivit_{}_i1k.npz'
+# The dtypes a Hub folder's config.json may name in model_args.
+WEIGHT_DTYPES = {'float32': torch.float32, 'bfloat16': torch.bfloat16, 'float16': torch.float16}
 # The pretrained_cfg fields a Hub folder's config.json carries (timm's save_config_for_hf, minus sources and papers).
 FOLDER_CFG_KEYS = ('custom_load', 'input_size', 'fixed_input_size', 'interpolation', 'crop_pct', 'crop_mode', 'mean',
                    'std', 'num_classes', 'pool_size', 'first_conv', 'classifier')
@@ -181,6 +183,11 @@ def _check_fixed_patch_embed(state_dict: Dict[str, torch.Tensor], model: SimpleV
 
 def create_simple_vit(variant: str, pretrained: bool = False, **kwargs: Any) -> SimpleVisionTransformer:
     """Build a registered ``simple_vit_*`` model through timm's ``build_model_with_cfg``."""
+    if isinstance(kwargs.get('dtype'), str):  # config.json's model_args name the weights' dtype as text
+        if kwargs['dtype'] not in WEIGHT_DTYPES:
+            raise ViTVariantsError(f'dtype must be one of {", ".join(WEIGHT_DTYPES)}, got {kwargs["dtype"]!r}',
+                                   path=_pretrained_source(kwargs.get('pretrained_cfg')), key='model_args.dtype')
+        kwargs['dtype'] = WEIGHT_DTYPES[kwargs['dtype']]
     overlay: Optional[Dict[str, Any]] = kwargs.get('pretrained_cfg_overlay')
     if overlay and overlay.get('file') and os.path.isdir(overlay['file']):
         # a Hub folder (e.g. train.py --pretrained-path DIR): our reader loads it (sharded or not)

@@ -13,7 +13,7 @@ from ..sizes import DEFAULT_MAX_SHARD_SIZE
 
 __all__ = [
     'say', 'UsageError', 'SOURCE_HELP', 'FORMATS', 'RESAMPLE_RULES', 'LIMIT_NAMES', 'size_arg', 'count_arg', 'tolerance_arg',
-    'fraction_arg', 'limit_arg', 'byte_size_arg', 'seconds_arg', 'add_geometry_args', 'add_source_args',
+    'fraction_arg', 'limit_arg', 'byte_size_arg', 'seconds_arg', 'DTYPES', 'add_geometry_args', 'add_source_args',
     'add_download_args', 'add_output_args',
     'add_safety_args', 'add_verify_args', 'add_hub_args', 'add_push_options', 'add_push_to_option', 'check_sizes',
     'check_folder_out', 'source_options', 'convert_request', 'limits_of', 'recorded_command', 'report', 'remedy',
@@ -22,6 +22,7 @@ __all__ = [
 FORMATS = ('bigvision', 'vitjax', 'timm', 'hf', 'dinov2')
 RESAMPLE_RULES = ('bigvision', 'timm', 'hf', 'flexi', 'dinov2')
 ACT_LAYERS = ('gelu', 'gelu_tanh', 'quick_gelu', 'silu', 'relu')
+DTYPES = ('source', 'float32', 'bfloat16', 'float16')
 INTERPOLATIONS = ('bilinear', 'bicubic', 'nearest', 'lanczos')
 LIMIT_NAMES = ('depth', 'width', 'mlp', 'heads', 'classes', 'img_size', 'tokens', 'tensor_bytes', 'json_bytes',
                'inflate_ratio')
@@ -35,7 +36,7 @@ _RECORDED = frozenset({
     'src', 'out', 'img_size', 'patch_size', 'resample_like', 'num_classes', 'from_', 'num_heads', 'source_img_size',
     'prefix', 'act_layer', 'norm_eps', 'pos_embed', 'use_ema', 'overwrite', 'max_shard_size', 'license', 'base_model',
     'assume_heads', 'mean', 'std', 'interpolation', 'crop_pct', 'crop_mode', 'in_chans',
-    'datasets', 'tol', 'no_verify', 'allow_nonfinite', 'limits', 'push_to', 'private', 'revision', 'create_pr',
+    'datasets', 'tol', 'no_verify', 'dtype', 'allow_nonfinite', 'limits', 'push_to', 'private', 'revision', 'create_pr',
 })
 
 
@@ -216,6 +217,9 @@ def add_output_args(parser: argparse.ArgumentParser) -> None:
                         help='training dataset recorded in the model card (repeatable)')
     parser.add_argument('--allow-nonfinite', action='store_true',
                         help='write weights holding NaN or Inf (refused by default, even with --no-verify)')
+    parser.add_argument('--dtype', choices=DTYPES, default=None,
+                        help="dtype of the written weights (default 'source': the source's own); a cast that rounds "
+                             'is verified against the uncast source within a bound for that dtype')
 
 
 def add_verify_args(parser: argparse.ArgumentParser) -> None:
@@ -223,6 +227,9 @@ def add_verify_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument('--tol', type=tolerance_arg, default=1e-4,
                         help='verification tolerance on max |delta| of logits and features, float32 (default 1e-4)')
     parser.add_argument('--no-verify', action='store_true', help='skip the numerical check against the source')
+    parser.add_argument('--memory-budget', type=byte_size_arg, default=None, metavar='SIZE',
+                        help='memory the check may hold, e.g. 8GB; above it the reference and the output run block by '
+                             'block from the mapped weights (default: half the available memory)')
 
 
 def add_hub_args(parser: argparse.ArgumentParser) -> None:
@@ -313,11 +320,13 @@ def convert_request(args: argparse.Namespace) -> Any:
     return ConvertRequest(
         source=source_options(args),
         target=TargetOptions(img_size=_given(args, 'img_size'), patch_size=_given(args, 'patch_size'),
-                             num_classes=_given(args, 'num_classes'), resample_like=_given(args, 'resample_like')),
+                             num_classes=_given(args, 'num_classes'), resample_like=_given(args, 'resample_like'),
+                             dtype=_given(args, 'dtype')),
         output=OutputOptions(overwrite=args.overwrite, max_shard_size=args.max_shard_size, license=args.license,
                              base_model=args.base_model, datasets=tuple(args.datasets or ()),
                              allow_nonfinite=args.allow_nonfinite, command=getattr(args, 'command_line', None)),
-        verify=not args.no_verify, tol=args.tol, limits=limits_of(args), progress=sys.stderr.isatty())
+        verify=not args.no_verify, tol=args.tol, limits=limits_of(args), progress=sys.stderr.isatty(),
+        memory_budget=_given(args, 'memory_budget'))
 
 
 def _given(args: argparse.Namespace, name: str) -> Any:

@@ -15,15 +15,16 @@ from timm_vit_variants.checkpoints import SourceCheckpoint
 from timm_vit_variants.limits import DEFAULT_LIMITS, Limits
 
 from ..hashing import source_sha256
-from ..hub_folder import load_folder, read_config
+from ..hub_folder import folder_dtype, load_folder, read_config
 from ..plan import ConversionPlan, make_plan, open_source
 from ..request import DEFAULT_TOL, SourceOptions, TargetOptions
 from ..sources import resolve_source
 from .compare import compare
 from .references import require_reference
 from .result import Verification
+from .streamed import as_float32
 
-__all__ = ['verify_source', 'check_at_target', 'verify_folder', 'shared_caveats']
+__all__ = ['verify_source', 'check_at_target', 'verify_folder', 'shared_caveats', 'cast_bound', 'dtype_note']
 
 
 # Facts of the network a reference built from our own inference shares: a wrong value passes a check.
@@ -54,21 +55,34 @@ def verify_source(src: SourceCheckpoint, plan: ConversionPlan, folder: Optional[
     written folder is checked against the source framework's own resize rule, implemented
     independently (``porting.verification.rules``); where no such rule exists, the result says so.
     """
-    if plan.is_identity and folder is not None:
-        def build() -> torch.nn.Module:
-            return load_folder(folder, src.limits)  # the limits the source was opened under (--limit included)
+    def build_source() -> torch.nn.Module:
+        model = SimpleVisionTransformer(plan.source.replace(weight_init='skip'))
+        src.fill_into(model.state_dict())
+        return model
+
+    args = plan.source.to_dict()
+    written = plan.is_identity and folder is not None
+    if written:
+        # run in float32, as the reference is; the limits the source was opened under (--limit included)
+        result = compare(src.path, src.format, args, lambda: as_float32(load_folder(folder, src.limits)),
+                         cast_bound(plan, tol), progress)
+        if plan.rounds and result.status != 'skipped':
+            # the rounding bound hides small mistakes: the mapping itself is checked on the uncast source too
+            exact = compare(src.path, src.format, args, build_source, tol, progress)
+            result.notes.append(f'the conversion itself on the uncast source: {_figures(exact)} (tol {tol:g}) '
+                                f'{exact.status}')
+            if exact.status == 'failed':
+                result.status = 'failed'
     else:
-        def build() -> torch.nn.Module:
-            model = SimpleVisionTransformer(plan.source.replace(weight_init='skip'))
-            src.fill_into(model.state_dict())
-            return model
-    result = compare(src.path, src.format, plan.source.to_dict(), build, tol, progress)
+        result = compare(src.path, src.format, args, build_source, tol, progress)
+    if result.status != 'skipped':
+        result.notes.append(dtype_note(plan, cast_bound(plan, tol), written))
     if plan.is_identity or result.status == 'skipped':
         return result
     result.notes.append(f'verified at the source geometry before conversion; then applied: {plan.describe()}')
     if not plan.changes_geometry or folder is None:
         return result
-    target = check_at_target(src, plan, folder, tol, progress)
+    target = check_at_target(src, plan, folder, cast_bound(plan, tol), progress)
     if target.status == 'skipped':
         result.notes.append(target.reason)
         return result
@@ -79,14 +93,43 @@ def verify_source(src: SourceCheckpoint, plan: ConversionPlan, folder: Optional[
     return result
 
 
+# Unit roundoff of each dtype a cast may round to (half the spacing of numbers near 1).
+_ROUNDOFF = {'bfloat16': 2.0 ** -9, 'float16': 2.0 ** -11, 'float32': 2.0 ** -24}
+# The bound of a rounding cast in unit roundoffs: rounding timm-initialised ViT-S/16 and ViT-L/16 to bfloat16
+# moved their outputs by 0.017-0.023 (about 10u), to float16 by 0.002-0.003; 64u leaves 5-10x headroom.
+_CAST_GROWTH = 64
+
+
+def cast_bound(plan: ConversionPlan, tol: float) -> float:
+    """The verification bound for the written weights: ``tol``, or when the cast rounds the weights, the
+    dtype's unit roundoff times ``_CAST_GROWTH`` (bfloat16 0.125, float16 0.03), if that is larger."""
+    return max(tol, _CAST_GROWTH * _ROUNDOFF[plan.dtype]) if plan.rounds else tol
+
+
+def dtype_note(plan: ConversionPlan, bound: float, checked: bool) -> str:
+    """What the check says about dtypes: the source's, the written one, and the bound a rounding cast gets."""
+    note = f'source {plan.source_dtype}'
+    note += f', written as {plan.dtype}' if plan.dtype != plan.source_dtype else ''
+    note += ', both run in float32'
+    if plan.rounds and checked:
+        note += f' (the cast rounds: bound {bound:g}, {_CAST_GROWTH}x the {plan.dtype} unit roundoff)'
+    elif plan.rounds:
+        note += f'; the {plan.dtype} output is checked at the target geometry (bound {bound:g}) where that check runs'
+    return note
+
+
 def _where(plan: ConversionPlan) -> str:
     return f'{plan.target.img_size[0]}x{plan.target.img_size[1]}, patch {plan.target.patch_size[0]}'
 
 
+def _figures(result: Verification) -> str:
+    return ', '.join(f'{label}={value:.2e}' for label, value in (
+        (f'max|d{result.output}|', result.max_abs_logits), ('max|dfeatures|', result.max_abs_features))
+        if value is not None) or (result.reason or '')
+
+
 def _target_line(plan: ConversionPlan, target: Verification) -> str:
-    figures = ', '.join(f'{label}={value:.2e}' for label, value in (
-        (f'max|d{target.output}|', target.max_abs_logits), ('max|dfeatures|', target.max_abs_features))
-        if value is not None)
+    figures = _figures(target)
     found = f'vs {target.reference}: {figures}' if target.reference else f': {target.reason}'
     return f'target geometry ({_where(plan)}) {target.status} {found}'
 
@@ -94,8 +137,8 @@ def _target_line(plan: ConversionPlan, target: Verification) -> str:
 def check_at_target(src: SourceCheckpoint, plan: ConversionPlan, folder: Path, tol: float,
                     progress: bool = False) -> Verification:
     """The written folder at the target geometry against the reference rebuilt there by the framework's rule."""
-    target = compare(src.path, src.format, plan.source.to_dict(), lambda: load_folder(folder, src.limits), tol,
-                     progress, target=(plan.target.to_dict(), plan.rule), compare_logits=not plan.changes_head)
+    target = compare(src.path, src.format, plan.source.to_dict(), lambda: as_float32(load_folder(folder, src.limits)),
+                     tol, progress, target=(plan.target.to_dict(), plan.rule), compare_logits=not plan.changes_head)
     if target.status == 'skipped':
         target.reason = f'the output at the target geometry ({_where(plan)}) was NOT checked: {target.reason}'
     return target
@@ -119,16 +162,20 @@ def verify_folder(source: Union[str, Path], folder: Union[str, Path], options: S
         require_reference(src.format)
         rule = converted.pos_embed_resample if src.config.pos_table == 'learn' else None
         plan = make_plan(src, TargetOptions(img_size=converted.img_size, patch_size=converted.patch_size,
-                                            num_classes=converted.num_classes, resample_like=rule), limits)
+                                            num_classes=converted.num_classes, resample_like=rule,
+                                            dtype=folder_dtype(raw, folder)), limits)
         different = _first_difference(plan.target, converted, src)
         if different:
             return Verification('failed', tolerance=tol, reason=(
                 f'{folder} is not this source converted: {different}'))
+        bound = cast_bound(plan, tol)
         if plan.is_identity:
-            result = compare(src.path, src.format, plan.source.to_dict(), lambda: load_folder(folder, limits), tol,
-                             progress)
+            result = compare(src.path, src.format, plan.source.to_dict(),
+                             lambda: as_float32(load_folder(folder, limits)), bound, progress)
         else:
-            result = check_at_target(src, plan, Path(folder), tol, progress)
+            result = check_at_target(src, plan, Path(folder), bound, progress)
+        if result.status != 'skipped':
+            result.notes.append(dtype_note(plan, bound, checked=True))
             if result.status != 'skipped':
                 result.notes.insert(0, f'checked at the folder\'s geometry ({_where(plan)}; {plan.describe()})')
         result.caveats.extend(shared_caveats(src))

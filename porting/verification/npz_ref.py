@@ -23,6 +23,7 @@ import torch.nn as nn
 from .archive import ExtendedArchive
 from .naflex_ref import naflex_model
 from .rules import bigvision_posemb_sincos_2d
+from .streamed import loading
 from .timm_ref import PreLogitsHead, TimmReference, grid, timm_equivalent
 
 __all__ = ['npz_model']
@@ -99,7 +100,9 @@ def _timm_readable(path: str, headers: Dict[str, Tuple[Tuple[int, ...], np.dtype
         archive.seek(0)
         return archive
     prefix = _prefix(headers)
-    new_prefix = prefix or 'params/'  # timm recognises big_vision block names under params/
+    # timm recognises big_vision names under params/; a vit_jax archive (its table under posembed_input) stays bare
+    vitjax = f'{prefix}Transformer/posembed_input/pos_embedding' in headers
+    new_prefix = prefix if vitjax else prefix or 'params/'
     out_path = tmp / 'timm_reference.npz'
     with np.load(path, allow_pickle=False) as src, zipfile.ZipFile(out_path, 'w', allowZip64=True) as dst:
         for name, array in itertools.chain(((name, src[name]) for name in src.files), extra):
@@ -188,7 +191,8 @@ def npz_model(path: str, model_args: Dict[str, Any]) -> TimmReference:
         recorded.regroup(model)
         # timm finds 'params/img/' itself but not a bare 'img/' tower; a rewritten bf16 copy moves '' to 'params/'
         prefix = _prefix(headers) if isinstance(readable, ExtendedArchive) or readable == path else ''
-        model.load_pretrained(readable, prefix=prefix)
+        with loading(model):  # the weights' pages go back as timm's loader writes them
+            model.load_pretrained(readable, prefix=prefix)
         name = 'timm VisionTransformer.load_pretrained(npz)'
         if isinstance(readable, ExtendedArchive):
             readable.close()

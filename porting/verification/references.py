@@ -13,6 +13,7 @@ from .dinov2_ref import dinov2_outputs
 from .hf_ref import hf_outputs
 from .npz_ref import npz_model
 from .result import NoReference, Outputs, ReferenceFailed, first_line
+from .streamed import trace_blocks
 from .target import at_target
 from .timm_ref import TimmReference, fit_input, timm_model
 
@@ -40,6 +41,7 @@ def release_as_it_runs(model: nn.Module) -> None:
     blocks = getattr(model, 'blocks', None)
     if isinstance(blocks, nn.Sequential) and len(blocks):
         release_after_use(blocks)
+    trace_blocks(model)  # streamed: each block's output compared as ours runs
 
 
 def reference_outputs(

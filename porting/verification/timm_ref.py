@@ -15,6 +15,7 @@ from timm_vit_variants.checkpoints.files import SINGLE_WEIGHT_FILES
 from timm_vit_variants.errors import ViTVariantsError
 
 from .result import NoReference, Outputs
+from .streamed import as_float32, materialize
 
 __all__ = ['pair', 'grid', 'fit_input', 'timm_equivalent', 'naflex_vit', 'PreLogitsHead', 'TimmReference',
            'timm_weights', 'timm_model']
@@ -95,8 +96,7 @@ def timm_equivalent(model_args: Dict[str, Any], num_classes: Optional[int] = Non
         )
     if model.blocks[0].mlp.fc1.out_features != hidden:
         raise ViTVariantsError(f'timm cannot express an MLP width of {mlp_dim} for width {embed_dim}')
-    return model.to_empty(device='cpu').eval()
-
+    return materialize(model).eval()  # the heap, or streamed a scratch mapping
 
 
 def naflex_vit(model_args: Dict[str, Any]) -> nn.Module:
@@ -234,4 +234,6 @@ def timm_model(path: str, model_args: Dict[str, Any]) -> TimmReference:
     model.load_state_dict(state, strict=True, assign=True)
     if hasattr(model, 'init_non_persistent_buffers'):  # a computed table, left on the meta device
         model.init_non_persistent_buffers()
+    if any(p.dtype != torch.float32 for p in model.parameters()):  # half-precision weights run upcast, as ours do
+        model, name = as_float32(model), f'{name} (weights upcast to float32)'
     return TimmReference(model.eval(), name, head, naflex=hasattr(model, 'embeds'))

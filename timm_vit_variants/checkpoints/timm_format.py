@@ -247,6 +247,7 @@ class TimmCheckpoint(SourceCheckpoint):
     def _ours(self, arch: str, args: Dict[str, Any], hints: Dict[str, Any]) -> SimpleViTConfig:
         """A simple_vit folder: its config.json is the config (the entrypoint's defaults fill any gaps)."""
         args = dict(args)
+        args.pop('dtype', None)  # the weights' dtype (read off the tensors), not an architectural field
         if 'num_classes' not in args and isinstance(self.source_config.get('num_classes'), int):
             args['num_classes'] = self.source_config['num_classes']
         args.update({k: hints[k] for k in ('act_layer', 'norm_eps') if hints.get(k)})

@@ -1,0 +1,205 @@
+"""Verification in bounded memory: the mode a check runs in, and what the streamed mode does differently.
+
+A reference that its own loader must materialise (timm's npz loader copies every array into the model)
+gets its weights on a ``memory.scratch`` mapping in both modes: their pages go back to the page cache as
+they are written and after each block runs, so the reference never holds the model on the heap.
+In memory (the default when it fits), the reference runs whole, then ours, and the outputs are compared;
+a half-precision model's float32 upcast is a heap copy. Streamed, when the two float32 models would not
+fit in ``--memory-budget``: the upcasts go onto scratch mappings too, both run block by block from mapped
+weights, and each of our blocks' output is compared with the reference's output of the same block as it
+runs. Peak memory is then a few blocks and the activations, independent of depth. The final figures are
+the same in both modes: the same networks compute the same numbers, only where the weights live differs.
+"""
+import contextlib
+import contextvars
+import math
+import os
+from dataclasses import dataclass, field
+from typing import Any, Iterator, List, Optional, Union
+
+import torch
+import torch.nn as nn
+
+from timm_vit_variants import SimpleVisionTransformer
+from timm_vit_variants.errors import ViTVariantsError
+from timm_vit_variants.memory import releasing, scratch
+
+from ..sizes import parse_size
+
+__all__ = ['MemoryBudget', 'memory_budget', 'Stream', 'streaming', 'materialize', 'as_float32', 'loading',
+           'trace_blocks']
+
+_ALIGN = 64
+
+
+@dataclass
+class Stream:
+    """What the streamed mode holds while one verification runs: the reference's block outputs, and the figures."""
+    recorded: List[torch.Tensor] = field(default_factory=list)
+    depth: int = 0
+    compared: int = 0
+    worst: float = 0.0
+    worst_block: Optional[int] = None
+
+    def note(self, budget: int, need: int) -> str:
+        where = (f'{self.compared} blocks compared as ours ran, max|d| {self.worst:.2e} (block {self.worst_block})'
+                 if self.compared else 'no block outputs to compare (the reference is not a timm network)')
+        return (f'streamed verification (a float32 copy of the model, {_gb(need)}, is over the {_gb(budget)} memory '
+                f'budget): both run block by block from mapped weights; {where}')
+
+
+_STREAM: contextvars.ContextVar[Optional[Stream]] = contextvars.ContextVar('vit_port_stream', default=None)
+
+
+def _gb(n: int) -> str:
+    """A byte count as people read it (GB = 10**9, the Hub's convention)."""
+    for unit, scale in (('GB', 1e9), ('MB', 1e6), ('kB', 1e3)):
+        if n >= scale:
+            return f'{n / scale:.3g} {unit}'
+    return f'{n} B'
+
+
+@dataclass(frozen=True)
+class MemoryBudget:
+    """How much verification may hold, and what holding both models in memory would take."""
+    budget: int
+    need: int
+
+    @property
+    def streams(self) -> bool:
+        return self.need > self.budget
+
+    def in_memory_note(self) -> str:
+        return f'verified in memory (a float32 copy of the model, {_gb(self.need)}, is within the ' \
+               f'{_gb(self.budget)} memory budget)'
+
+
+def _available() -> int:
+    """MemAvailable from /proc/meminfo (bytes); the physical memory where that cannot be read."""
+    try:
+        with open('/proc/meminfo') as meminfo:
+            for line in meminfo:
+                if line.startswith('MemAvailable:'):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES')
+
+
+def memory_budget(requested: Union[None, str, int], layout: List[Any]) -> MemoryBudget:
+    """The budget (``requested``, else half the available memory) and the in-memory need of a check: one
+    float32 copy of the model, the most either side holds on the heap in memory (a half-precision model's
+    upcast, transformers' own loader); the two models never run at the same time."""
+    if requested is None:
+        budget = _available() // 2
+    elif isinstance(requested, bool) or not isinstance(requested, (int, str)):
+        raise ViTVariantsError(f'memory_budget must be a size such as 8GB, got {requested!r}', key='memory_budget')
+    else:
+        try:
+            budget = parse_size(requested) if isinstance(requested, str) else int(requested)
+        except ValueError as e:
+            raise ViTVariantsError(f'memory_budget: {e}', key='memory_budget') from None
+        if budget <= 0:
+            raise ViTVariantsError(f'memory_budget must be at least one byte, got {requested!r}', key='memory_budget')
+    fp32 = 4 * sum(math.prod(shape) for _, shape, _ in layout)
+    return MemoryBudget(budget, fp32)
+
+
+@contextlib.contextmanager
+def streaming(active: bool = True) -> Iterator[Optional[Stream]]:
+    """Run the verifications inside in the streamed mode (``active``), else leave them in memory."""
+    if not active:
+        yield None
+        return
+    stream = Stream()
+    token = _STREAM.set(stream)
+    try:
+        yield stream
+    finally:
+        _STREAM.reset(token)
+        stream.recorded.clear()
+
+
+def _place(model: nn.Module, dtype: Optional[torch.dtype]) -> nn.Module:
+    """Every parameter and buffer of ``model`` moved onto one scratch mapping (cast to ``dtype``, copying the
+    values unless the model is on the meta device)."""
+    entries = [(module, name, tensor, True) for module in model.modules() for name, tensor in module._parameters.items()
+               if tensor is not None]
+    entries += [(module, name, tensor, False) for module in model.modules() for name, tensor in module._buffers.items()
+                if tensor is not None]
+    sizes = [-(-t.numel() * torch.empty((), dtype=dtype or t.dtype).element_size() // _ALIGN) * _ALIGN
+             for _, _, t, _ in entries]
+    buffer = scratch(sum(sizes))
+    model._vit_port_scratch = buffer  # noqa: SLF001  (kept with the model: ``loading`` releases it)
+    offset = 0
+    with releasing(buffer), torch.no_grad():
+        for (module, name, tensor, is_param), size in zip(entries, sizes):
+            kind = dtype if dtype is not None and tensor.is_floating_point() else tensor.dtype
+            view = buffer[offset:offset + tensor.numel() * torch.empty((), dtype=kind).element_size()]
+            view = view.view(kind).view(tensor.shape)
+            offset += size
+            if not tensor.is_meta:
+                view.copy_(tensor)
+            if is_param:
+                module._parameters[name] = nn.Parameter(view, requires_grad=tensor.requires_grad)
+            else:
+                module._buffers[name] = view
+    return model
+
+
+def materialize(model: nn.Module) -> nn.Module:
+    """A meta-device reference given real (uninitialised) storage on a scratch mapping, for its own loader to
+    fill (``loading``): a materialised reference never holds its weights on the heap, in either mode."""
+    return _place(model, None)
+
+
+def as_float32(model: nn.Module) -> nn.Module:
+    """``model`` with float32 weights (half-precision ones upcast): on the heap in memory, on a scratch streamed."""
+    if all(p.dtype == torch.float32 for p in model.parameters()):
+        return model
+    return model.float() if _STREAM.get() is None else _place(model, torch.float32)
+
+
+@contextlib.contextmanager
+def loading(model: nn.Module) -> Iterator[None]:
+    """While a reference's own loader fills the weights of a ``materialize``d ``model``: their pages go back
+    (to the page cache) as they are written, so loading holds about one tensor."""
+    buffer = getattr(model, '_vit_port_scratch', None)
+    if buffer is None:
+        yield
+        return
+    with releasing(buffer):
+        yield
+
+
+def trace_blocks(model: nn.Module) -> None:
+    """Streamed: record each reference block's output on its first pass, and compare each of ours as it runs."""
+    stream = _STREAM.get()
+    blocks = getattr(model, 'blocks', None)
+    if stream is None or not isinstance(blocks, nn.Sequential) or not len(blocks):
+        return
+    if not isinstance(model, SimpleVisionTransformer):
+        stream.recorded, stream.depth, stream.compared = [], len(blocks), 0
+
+        def record(_module: nn.Module, _args: Any, output: torch.Tensor) -> None:
+            if len(stream.recorded) < stream.depth:
+                stream.recorded.append(output.detach().clone())
+
+        for block in blocks:
+            block.register_forward_hook(record)
+        return
+
+    def check(_module: nn.Module, _args: Any, output: torch.Tensor) -> None:
+        i = stream.compared
+        if i >= len(stream.recorded) or len(stream.recorded) != len(blocks):
+            return
+        reference = stream.recorded[i]
+        stream.recorded[i] = torch.empty(0)  # compared: dropped
+        stream.compared += 1
+        if reference.shape == output.shape:
+            d = (reference.float() - output.float()).abs().max().item()
+            if stream.worst_block is None or not d <= stream.worst:  # NaN is kept as the worst
+                stream.worst, stream.worst_block = d, i
+
+    for block in blocks:
+        block.register_forward_hook(check)
