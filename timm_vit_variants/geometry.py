@@ -32,11 +32,14 @@ __all__ = [
 #   timm:      resample_abs_pos_embed, bicubic with antialias;
 #   hf:        transformers interpolate_pos_encoding, bicubic without antialias;
 #   flexi:     big_vision FlexiViT at run time, jax.image.resize 'linear' (half-pixel, antialiased).
+#   openclip:  open_clip resize_pos_embed, bicubic with antialias, [CLS] row kept, the stored grid square (the
+#              same numbers as timm's; open_clip skips the resize when the token count is unchanged, this never does).
 RESAMPLE_RULES: Dict[str, Tuple[str, Optional[bool], bool]] = {
     'bigvision': ('bilinear', True, False),
     'timm': ('bicubic', None, True),
     'hf': ('bicubic', False, False),
     'flexi': ('bilinear', False, True),
+    'openclip': ('bicubic', False, True),
 }
 
 _KERNEL = 'patch_embed.proj.weight'

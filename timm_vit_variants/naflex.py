@@ -165,7 +165,7 @@ class NaFlexMixin:
                 cls = self.cls_token[0].to(tokens.dtype)
                 pieces.append(cls + slots[i] if slots[i] is not None else cls)
             pieces.append(patch_tokens)
-        return self.pos_drop(torch.cat(pieces)), batch
+        return self.norm_pre(self.pos_drop(torch.cat(pieces))), batch
 
     # -- blocks over the packed rows --------------------------------------------------------------------------
     def _naflex_run(self, x: NaFlexInput, take: Sequence[int], stop: int

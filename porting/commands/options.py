@@ -19,7 +19,7 @@ __all__ = [
 ]
 
 FORMATS = ('bigvision', 'vitjax', 'timm', 'hf')
-RESAMPLE_RULES = ('bigvision', 'timm', 'hf', 'flexi')
+RESAMPLE_RULES = ('bigvision', 'timm', 'hf', 'flexi', 'openclip')
 ACT_LAYERS = ('gelu', 'gelu_tanh', 'quick_gelu', 'silu', 'relu')
 INTERPOLATIONS = ('bilinear', 'bicubic', 'nearest', 'lanczos')
 LIMIT_NAMES = ('depth', 'width', 'mlp', 'heads', 'classes', 'img_size', 'tokens', 'tensor_bytes', 'json_bytes',

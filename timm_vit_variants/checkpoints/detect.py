@@ -12,8 +12,10 @@ from .files import discover
 from .flax import BigVisionCheckpoint, VitJaxCheckpoint
 from .hf import HFCheckpoint
 from .hf_siglip import SIGLIP_MODEL_TYPES, HFSiglipCheckpoint
+from .openclip import OpenAICLIPCheckpoint, OpenCLIPCheckpoint
 from .source import LayoutFn, SourceCheckpoint
 from .stores import NpzStore, TensorStore, open_store
+from .torchscript_store import TorchScriptStore
 from .timm_format import TimmCheckpoint
 
 __all__ = ['FORMATS', 'HINTS', 'READERS', 'open_checkpoint', 'detect_format']
@@ -23,6 +25,8 @@ READERS: Dict[str, Type[SourceCheckpoint]] = {
     'vitjax': VitJaxCheckpoint,
     'timm': TimmCheckpoint,
     'hf': HFCheckpoint,
+    'openclip': OpenCLIPCheckpoint,
+    'openai': OpenAICLIPCheckpoint,
 }
 FORMATS = tuple(READERS)
 
@@ -48,6 +52,11 @@ def _sniff(path: str, store: TensorStore, config: Dict[str, Any], config_path: O
             return 'bigvision'
         raise ViTVariantsError('an .npz archive without ViT encoder blocks (no MultiHeadDotProductAttention arrays)',
                                path=path, key='Transformer/encoderblock_0')
+    if isinstance(store, TorchScriptStore):
+        if 'visual.conv1.weight' in names:
+            return 'openai'
+        raise ViTVariantsError('a TorchScript archive without a CLIP image tower (no visual.conv1.weight among its '
+                               f'{len(names)} tensors)', path=path, key='visual.conv1.weight')
     if 'architecture' in config:
         return 'timm'
     if 'model_type' in config:
@@ -55,6 +64,8 @@ def _sniff(path: str, store: TensorStore, config: Dict[str, Any], config_path: O
             return 'hf'
         raise ViTVariantsError(f"model_type {config['model_type']!r} is not a transformers ViT or SigLIP model",
                                path=config_path, key='model_type')
+    if 'visual.conv1.weight' in names:  # open_clip's layout (an OpenCLIP folder or full-model file)
+        return 'openclip'
     if any(n.endswith('embeddings.patch_embeddings.projection.weight') for n in names):
         return 'hf'
     if any(n.endswith(('patch_embed.proj.weight', 'embeds.proj.weight')) for n in names):  # ViT, NaFlexVit
