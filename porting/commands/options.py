@@ -18,7 +18,7 @@ __all__ = [
     'check_folder_out', 'source_options', 'convert_request', 'limits_of', 'recorded_command', 'report', 'remedy',
 ]
 
-FORMATS = ('bigvision', 'vitjax', 'timm', 'hf')
+FORMATS = ('bigvision', 'vitjax', 'timm', 'hf', 'openclip', 'openai')
 RESAMPLE_RULES = ('bigvision', 'timm', 'hf', 'flexi', 'openclip')
 ACT_LAYERS = ('gelu', 'gelu_tanh', 'quick_gelu', 'silu', 'relu')
 INTERPOLATIONS = ('bilinear', 'bicubic', 'nearest', 'lanczos')

@@ -1,0 +1,209 @@
+"""CLIP image towers (OpenAI .pt, OpenCLIP folders: QuickGELU, GELU L/14, CLIPA, CoCa) against the outputs open_clip's
+and OpenAI's own code wrote (tests/data/reference_clip/README.md), and against open_clip's own text tower."""
+import io
+import json
+import pickle
+import shutil
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+import timm_vit_variants  # noqa: F401
+from porting.cli import main
+from timm_vit_variants.checkpoints import open_checkpoint
+from timm_vit_variants.checkpoints.torchscript_store import TorchScriptStore
+from timm_vit_variants.errors import ViTVariantsError
+from timm_vit_variants.vision_transformer import SimpleVisionTransformer
+
+REF = Path(__file__).resolve().parent / 'data' / 'reference_clip'
+TOL = 2e-5
+# source -> (its _io file, patch size, detected format)
+FIXTURES = {
+    'openai_vit_b16_tiny.pt': ('openai_vit_b16_tiny_io', 16, 'openai'),
+    'openclip_b16_quickgelu_tiny': ('openclip_b16_quickgelu_tiny_io', 16, 'openclip'),
+    'openclip_l14_gelu_tiny': ('openclip_l14_gelu_tiny_io', 14, 'openclip'),
+    'clipa_l14_tiny': ('clipa_l14_tiny_io', 14, 'openclip'),
+    'coca_l14_tiny': ('coca_l14_tiny_io', 14, 'openclip'),
+}
+# the stored grid, a larger and a smaller non-square one, and 4x9: the target where open_clip skips its resize
+GRIDS = ('6x6', '12x9', '4x5', '4x9')
+
+
+def _inputs(data, grid: str, patch: int) -> torch.Tensor:
+    """The README's model input at a grid: the top-left crop of the uint8 master, scaled and normalised in float32."""
+    gh, gw = map(int, grid.split('x'))
+    pixels = data['pixels_uint8'][:, :, :gh * patch, :gw * patch].astype(np.float32) / np.float32(255)
+    return torch.from_numpy((pixels - data['mean'].reshape(3, 1, 1)) / data['std'].reshape(3, 1, 1))
+
+
+def _ours(source: Path) -> SimpleVisionTransformer:
+    with open_checkpoint(source, layout=SimpleVisionTransformer.state_layout) as src:
+        model = SimpleVisionTransformer(src.config.replace(weight_init='skip'))
+        model.load_state_dict(src.state_dict())
+    return model.eval()
+
+
+@pytest.mark.parametrize('name', FIXTURES)
+def test_embedding_and_pooled_feature_at_every_grid(name, max_delta):
+    io_name, patch, fmt = FIXTURES[name]
+    with open_checkpoint(REF / name) as src:
+        assert src.format == fmt
+        assert any(n.startswith('detected: ') and 'QuickGELU: ' in n for n in src.notes), src.notes
+        assert src.config.pos_embed_resample == 'openclip'
+    model = _ours(REF / name)
+    data = np.load(REF / f'{io_name}.npz', allow_pickle=False)
+    for grid in GRIDS:
+        x = _inputs(data, grid, patch)
+        with torch.no_grad():
+            embed = model(x)
+            pooled = model.forward_head(model.forward_features(x), pre_logits=True)
+        max_delta(f'{name} {grid}: embedding', embed, data[f'embed_{grid}'], TOL)
+        max_delta(f'{name} {grid}: pooled', pooled, data[f'pooled_{grid}'], TOL)
+    # 4x9 has the 6x6 table's token count: open_clip reads that table as a 4x9 raster; ours resizes it
+    assert np.abs(embed.numpy() - data['quirk_embed_4x9']).max() > 1e-2
+
+
+def test_openai_file_against_openai_own_outputs(max_delta):
+    data = np.load(REF / 'openai_vit_b16_tiny_io.npz', allow_pickle=False)
+    model = _ours(REF / 'openai_vit_b16_tiny.pt')
+    x = _inputs(data, '6x6', 16)
+    with torch.no_grad():
+        features = model.forward_features(x)
+        embed = model.forward_head(features)
+        pooled = model.forward_head(features, pre_logits=True)
+    assert model.config.act_layer == 'quick_gelu' and model.config.num_heads == 2
+    max_delta('OpenAI clip/model.py 6x6: embedding', embed, data['openai_embed_6x6'], TOL)
+    max_delta('OpenAI clip/model.py 6x6: pooled', pooled, data['openai_pooled_6x6'], TOL)
+
+
+def test_the_archive_is_read_as_data():
+    """Every tensor of the TorchScript archive, read without running it, equals torch.jit.load's state dict."""
+    store = TorchScriptStore(str(REF / 'openai_vit_b16_tiny.pt'))
+    jit = torch.jit.load(str(REF / 'openai_vit_b16_tiny.pt'), map_location='cpu').state_dict()
+    assert sorted(store.names()) == sorted(jit)
+    for name, value in jit.items():
+        assert store.tensor(name).dtype == value.dtype and torch.equal(store.tensor(name), value), name
+    store.close()
+
+
+def _open_clip_model(name: str):
+    open_clip = pytest.importorskip('open_clip')
+    if name.endswith('.pt'):
+        store = TorchScriptStore(str(REF / name))
+        state = {n: store.tensor(n).clone() for n in store.names()}
+        store.close()
+        return open_clip.model.build_model_from_openai_state_dict(state, quick_gelu=True).float().eval()
+    return open_clip.create_model(f'local-dir:{REF / name}', device='cpu').float().eval()
+
+
+@pytest.mark.parametrize('name', FIXTURES)
+def test_zero_shot_logits_with_open_clips_own_text_tower(name, max_delta):
+    """Our image tower in an open_clip pipeline: the same zero-shot logits as open_clip's CLIP."""
+    io_name, patch, _ = FIXTURES[name]
+    data = np.load(REF / f'{io_name}.npz', allow_pickle=False)
+    clip = _open_clip_model(name)
+    ours = _ours(REF / name)
+    with torch.no_grad():
+        image = ours(_inputs(data, '6x6', patch))
+        text = clip.encode_text(torch.from_numpy(data['text_tokens']), normalize=True) if name.startswith('coca') \
+            else clip.encode_text(torch.from_numpy(data['text_tokens']))
+        image = image / image.norm(dim=-1, keepdim=True)
+        text = text / text.norm(dim=-1, keepdim=True)
+        logits = clip.logit_scale.exp() * image @ text.T
+    max_delta(f'{name}: zero-shot logits with open_clip text tower', logits, data['logits_per_image'], TOL)
+
+
+# -- bad input ------------------------------------------------------------------------------------------------------
+
+def _one_line(error: ViTVariantsError, *parts: str) -> str:
+    text = str(error)
+    assert '\n' not in text, text
+    for part in parts:
+        assert part in text, text
+    return text
+
+
+def _archive(path: Path, payload: bytes) -> Path:
+    with zipfile.ZipFile(path, 'w') as archive:
+        archive.writestr('model/data.pkl', payload)
+        archive.writestr('model/code/__torch__/model.py', 'def forward(self, x):\n  return x\n')
+        archive.writestr('model/constants.pkl', pickle.dumps((), protocol=2))
+        archive.writestr('model/version', '4\n')
+    return path
+
+
+def test_torchscript_archive_without_known_tensors(tmp_path):
+    path = _archive(tmp_path / 'model.pt', pickle.dumps({'training': False}, protocol=2))
+    with pytest.raises(ViTVariantsError) as e:
+        open_checkpoint(path, layout=SimpleVisionTransformer.state_layout)
+    _one_line(e.value, str(path), 'visual.conv1.weight')
+
+
+class _Hostile:
+    def __reduce__(self):
+        return (print, ('ran',))
+
+
+def test_torchscript_archive_with_a_foreign_global_is_refused(tmp_path, capsys):
+    path = _archive(tmp_path / 'model.pt', pickle.dumps({'visual': _Hostile()}, protocol=2))
+    with pytest.raises(ViTVariantsError) as e:
+        open_checkpoint(path)
+    _one_line(e.value, str(path), 'refused global', 'print')
+    assert 'ran' not in capsys.readouterr().out
+
+
+def _folder_copy(tmp_path: Path, name: str = 'openclip_b16_quickgelu_tiny') -> Path:
+    folder = tmp_path / name
+    shutil.copytree(REF / name, folder)
+    return folder
+
+
+def test_projection_of_the_wrong_shape(tmp_path):
+    folder = _folder_copy(tmp_path)
+    weights = folder / 'open_clip_model.safetensors'
+    state = load_file(str(weights))
+    state['visual.proj'] = torch.zeros(48, 32)
+    save_file(state, str(weights))
+    with pytest.raises(ViTVariantsError) as e:
+        open_checkpoint(folder, layout=SimpleVisionTransformer.state_layout)
+    _one_line(e.value, str(weights), 'visual.proj', '(48, 32)')
+
+
+@pytest.mark.parametrize('field,value', [('width', 96), ('layers', 3), ('patch_size', 14), ('image_size', 128),
+                                         ('no_ln_pre', True)])
+def test_vision_cfg_that_disagrees_with_the_tensors(tmp_path, field, value):
+    folder = _folder_copy(tmp_path)
+    config_path = folder / 'open_clip_config.json'
+    config = json.loads(config_path.read_text())
+    config['model_cfg']['vision_cfg'][field] = value
+    config_path.write_text(json.dumps(config))
+    with pytest.raises(ViTVariantsError) as e:
+        open_checkpoint(folder, layout=SimpleVisionTransformer.state_layout)
+    _one_line(e.value, str(config_path), f'model_cfg.vision_cfg.{field}')
+
+
+# -- the command line -----------------------------------------------------------------------------------------------
+
+def test_convert_end_to_end_verified_against_open_clip(tmp_path, capsys, max_delta):
+    pytest.importorskip('open_clip')
+    out = tmp_path / 'out'
+    code = main(['convert', str(REF / 'openai_vit_b16_tiny.pt'), str(out)])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    summary = captured.out.splitlines()
+    assert summary[0] == str(out), captured.out
+    assert 'verification passed' in summary[1] and 'vs open_clip' in summary[1], captured.out
+    notes = captured.out + captured.err
+    assert 'detected: an OpenAI CLIP TorchScript archive' in notes and 'QuickGELU: ' in notes, notes
+    record = json.loads((out / 'config.json').read_text())
+    assert record['model_args']['act_layer'] == 'quick_gelu' and record['model_args']['head_bias'] is False
+    from porting.hub_folder import load_folder
+    model = load_folder(out)
+    data = np.load(REF / 'openai_vit_b16_tiny_io.npz', allow_pickle=False)
+    with torch.no_grad():
+        embed = model(_inputs(data, '12x9', 16))
+    max_delta('converted OpenAI folder 12x9: embedding', embed, data['embed_12x9'], TOL)
