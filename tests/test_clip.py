@@ -207,3 +207,64 @@ def test_convert_end_to_end_verified_against_open_clip(tmp_path, capsys, max_del
     with torch.no_grad():
         embed = model(_inputs(data, '12x9', 16))
     max_delta('converted OpenAI folder 12x9: embedding', embed, data['embed_12x9'], TOL)
+
+
+# -- transformers CLIP folders ---------------------------------------------------------------------------------------
+
+HF_TINY = dict(hidden_size=32, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2, image_size=48,
+               patch_size=8, layer_norm_eps=1e-5, projection_dim=16)
+
+
+def _perturbed(model: torch.nn.Module, seed: int) -> torch.nn.Module:
+    """Seeded noise on every parameter, so no LayerNorm is the identity and no bias is zero."""
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for param in model.parameters():
+            param.add_(0.1 * torch.randn(param.shape, generator=generator))
+    return model.eval()
+
+
+@pytest.mark.parametrize('kind,act', [('CLIPVisionModelWithProjection', 'quick_gelu'), ('CLIPModel', 'gelu'),
+                                      ('CLIPVisionModel', 'quick_gelu')])
+def test_transformers_clip_folders_at_three_grids(tmp_path, kind, act, max_delta):
+    transformers = pytest.importorskip('transformers')
+    vision = transformers.CLIPVisionConfig(hidden_act=act, **HF_TINY)
+    if kind == 'CLIPModel':
+        text = transformers.CLIPTextConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                           num_attention_heads=2, vocab_size=64, max_position_embeddings=8)
+        config = transformers.CLIPConfig(text_config=text.to_dict(), vision_config=vision.to_dict(), projection_dim=16)
+        model = _perturbed(transformers.CLIPModel(config), 7)
+    else:
+        model = _perturbed(getattr(transformers, kind)(vision), 7)
+    model.save_pretrained(tmp_path / 'src')
+    ours = _ours(tmp_path / 'src')
+    assert ours.config.act_layer == act and ours.config.pos_embed_resample == 'hf'
+    generator = torch.Generator().manual_seed(3)
+    for gh, gw in ((6, 6), (12, 9), (4, 5)):
+        x = torch.randn(2, 3, gh * 8, gw * 8, generator=generator)
+        with torch.no_grad():
+            pooled = ours.forward_head(ours.forward_features(x), pre_logits=True)
+            if kind == 'CLIPModel':
+                expected = model.get_image_features(pixel_values=x, interpolate_pos_encoding=True)
+                expected = getattr(expected, 'pooler_output', expected)
+                reference_pooled = model.vision_model(pixel_values=x, interpolate_pos_encoding=True).pooler_output
+            elif kind == 'CLIPVisionModelWithProjection':
+                expected = model(pixel_values=x, interpolate_pos_encoding=True).image_embeds
+                reference_pooled = model.vision_model(pixel_values=x, interpolate_pos_encoding=True).pooler_output
+            else:
+                expected = reference_pooled = model(pixel_values=x, interpolate_pos_encoding=True).pooler_output
+            embed = ours(x)
+        max_delta(f'transformers {kind} {gh}x{gw}: image_embeds', embed, expected, TOL)
+        max_delta(f'transformers {kind} {gh}x{gw}: pooled', pooled, reference_pooled, TOL)
+
+
+def test_transformers_clip_folder_converts_verified(tmp_path, capsys):
+    transformers = pytest.importorskip('transformers')
+    model = _perturbed(transformers.CLIPVisionModelWithProjection(
+        transformers.CLIPVisionConfig(hidden_act='quick_gelu', **HF_TINY)), 11)
+    model.save_pretrained(tmp_path / 'src')
+    code = main(['convert', str(tmp_path / 'src'), str(tmp_path / 'out'), '--img-size', '96', '72'])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert 'verification passed vs transformers CLIPVisionModelWithProjection' in captured.out, captured.out
+    assert 'target geometry (96x72, patch 8) passed' in captured.out, captured.out

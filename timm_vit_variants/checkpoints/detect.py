@@ -11,6 +11,7 @@ from ..limits import DEFAULT_LIMITS, Limits
 from .files import discover
 from .flax import BigVisionCheckpoint, VitJaxCheckpoint
 from .hf import HFCheckpoint
+from .hf_clip import CLIP_MODEL_TYPES, HFClipCheckpoint
 from .hf_siglip import SIGLIP_MODEL_TYPES, HFSiglipCheckpoint
 from .openclip import OpenAICLIPCheckpoint, OpenCLIPCheckpoint
 from .source import LayoutFn, SourceCheckpoint
@@ -60,9 +61,9 @@ def _sniff(path: str, store: TensorStore, config: Dict[str, Any], config_path: O
     if 'architecture' in config:
         return 'timm'
     if 'model_type' in config:
-        if config['model_type'] in ('vit', *SIGLIP_MODEL_TYPES):
+        if config['model_type'] in ('vit', *SIGLIP_MODEL_TYPES, *CLIP_MODEL_TYPES):
             return 'hf'
-        raise ViTVariantsError(f"model_type {config['model_type']!r} is not a transformers ViT or SigLIP model",
+        raise ViTVariantsError(f"model_type {config['model_type']!r} is not a transformers ViT, SigLIP or CLIP model",
                                path=config_path, key='model_type')
     if 'visual.conv1.weight' in names:  # open_clip's layout (an OpenCLIP folder or full-model file)
         return 'openclip'
@@ -116,6 +117,8 @@ def _reader(fmt: str, config: Dict[str, Any]) -> Type[SourceCheckpoint]:
     """The reader of a format; a transformers folder's ``model_type`` tells a ViT from a SigLIP tower."""
     if fmt == 'hf' and config.get('model_type') in SIGLIP_MODEL_TYPES:
         return HFSiglipCheckpoint
+    if fmt == 'hf' and config.get('model_type') in CLIP_MODEL_TYPES:
+        return HFClipCheckpoint
     return READERS[fmt]
 
 
