@@ -268,3 +268,49 @@ def test_transformers_clip_folder_converts_verified(tmp_path, capsys):
     assert code == 0, captured.err
     assert 'verification passed vs transformers CLIPVisionModelWithProjection' in captured.out, captured.out
     assert 'target geometry (96x72, patch 8) passed' in captured.out, captured.out
+
+
+# -- timm CLIP towers ------------------------------------------------------------------------------------------------
+
+TIMM_TINY = dict(embed_dim=64, depth=2, num_heads=2, patch_size=8, num_classes=16)
+
+
+@pytest.mark.parametrize('arch,kwargs,act', [
+    ('vit_base_patch16_clip_quickgelu_224', {}, 'quick_gelu'),
+    ('vit_base_patch16_clip_224', {}, 'gelu'),
+    # CLIPA's layout in timm: no norm_pre, mean pooling, the final norm after the pool
+    ('vit_base_patch16_clip_224', dict(pre_norm=False, global_pool='avg', fc_norm=True), 'gelu'),
+])
+def test_timm_clip_folders_at_three_grids(tmp_path, arch, kwargs, act, max_delta):
+    import timm
+    from timm.models import _hub
+    from timm.models.vision_transformer import checkpoint_filter_fn
+    args = dict(TIMM_TINY, img_size=48, **kwargs)
+    ref = _perturbed(timm.create_model(arch, pretrained=False, **args), 5)
+    _hub.save_for_hf(ref, str(tmp_path / 'src'), model_args=args, safe_serialization=True)
+    with open_checkpoint(tmp_path / 'src') as src:
+        assert src.config.act_layer == act and src.config.pre_norm == (not kwargs)
+        assert any(n.startswith(f'detected: a timm CLIP image tower ({arch}); QuickGELU: {act}') for n in src.notes)
+    ours = _ours(tmp_path / 'src')
+    generator = torch.Generator().manual_seed(4)
+    for gh, gw in ((6, 6), (12, 9), (4, 5)):
+        at_grid = timm.create_model(arch, pretrained=False, **dict(args, img_size=(gh * 8, gw * 8))).eval()
+        at_grid.load_state_dict(checkpoint_filter_fn(ref.state_dict(), at_grid))
+        x = torch.randn(2, 3, gh * 8, gw * 8, generator=generator)
+        with torch.no_grad():
+            features = at_grid.forward_features(x)
+            expected, expected_pooled = at_grid.forward_head(features), at_grid.forward_head(features, pre_logits=True)
+            embed, pooled = ours(x), ours.forward_head(ours.forward_features(x), pre_logits=True)
+        max_delta(f'timm {arch} {kwargs or ""} {gh}x{gw}: embedding', embed, expected, TOL)
+        max_delta(f'timm {arch} {kwargs or ""} {gh}x{gw}: pooled', pooled, expected_pooled, TOL)
+
+
+def test_timm_gelu_architecture_of_quickgelu_weights_is_named(tmp_path):
+    import timm
+    from timm.models import _hub
+    ref = timm.create_model('vit_base_patch16_clip_224', pretrained=False, img_size=48, **TIMM_TINY)
+    ref.pretrained_cfg = dict(ref.pretrained_cfg, tag='openai')
+    _hub.save_for_hf(ref, str(tmp_path / 'src'), model_args=dict(TIMM_TINY, img_size=48), safe_serialization=True)
+    with open_checkpoint(tmp_path / 'src') as src:
+        note = next(n for n in src.notes if n.startswith('detected: a timm CLIP'))
+    assert 'trained with QuickGELU' in note and '--act-layer quick_gelu' in note, note
