@@ -314,3 +314,34 @@ def test_timm_gelu_architecture_of_quickgelu_weights_is_named(tmp_path):
     with open_checkpoint(tmp_path / 'src') as src:
         note = next(n for n in src.notes if n.startswith('detected: a timm CLIP'))
     assert 'trained with QuickGELU' in note and '--act-layer quick_gelu' in note, note
+
+
+# -- the model options and timm's interface --------------------------------------------------------------------------
+
+@pytest.mark.parametrize('name', ['openai_vit_b16_tiny.pt', 'clipa_l14_tiny', 'coca_l14_tiny'])
+def test_clip_towers_keep_timms_interface(tmp_path, name):
+    import timm
+    from porting.hub_folder import load_folder
+    io_name, patch, _ = FIXTURES[name]
+    model = _ours(REF / name)
+    config = model.config
+    assert type(config).from_dict(json.loads(json.dumps(config.to_dict()))) == config.replace(weight_init='jax')
+    assert type(model.blocks[0].mlp.act) is (timm.layers.QuickGELU if name.endswith('.pt') else timm.layers.GELU)
+    x = _inputs(np.load(REF / f'{io_name}.npz', allow_pickle=False), '4x5', patch)
+    with torch.no_grad():
+        embed = model(x)
+        final, taken = model.forward_intermediates(x, indices=[0, 1])
+        assert [t.shape for t in taken] == [(2, config.embed_dim, 4, 5)] * 2
+        assert torch.equal(model.forward_head(final), embed)
+        model.set_input_size(img_size=(8 * patch, 6 * patch))
+        assert model(_inputs(np.load(REF / f'{io_name}.npz'), '8x6', patch)).shape == embed.shape
+    features = timm.create_model('simple_vit_base', pretrained=False, features_only=True, out_indices=(1,),
+                                 **dict(config.to_dict(), weight_init='skip', num_classes=0,
+                                        head_bias=True))
+    assert features(x)[0].shape == (2, config.embed_dim, 4, 5)
+    if config.global_pool != 'coca':
+        model.reset_classifier(10)
+        assert model(x).shape == (2, 10) and model.config.head_bias
+    else:
+        with pytest.raises(ValueError, match='coca'):
+            model.reset_classifier(10, 'avg')

@@ -245,8 +245,8 @@ class SimpleViTConfig:
         if self.global_pool == 'coca' and self.attn_pool_dim % self.attn_pool_heads:
             raise bad('attn_pool_heads', f'attn_pool_dim {self.attn_pool_dim} is not divisible by '
                                          f'{self.attn_pool_heads} heads')
-        if self.fc_norm and self.global_pool in ('coca', ''):
-            raise bad('fc_norm', "a norm after pooling needs 'avg', 'token' or 'map' pooling ('coca' has its own)")
+        if self.fc_norm and self.global_pool == 'coca':
+            raise bad('fc_norm', "'coca' pooling holds its own norm after the pool")
         for name in ('norm_eps', 'sincos_temperature'):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:

@@ -374,7 +374,7 @@ class SimpleVisionTransformer(NaFlexMixin, nn.Module):
             self.pre_logits = nn.Identity()
             self.head_hidden_size = self.embed_dim
             self.config = self.config.replace(rep_size=None)
-            self.reset_classifier(0, '')
+            self.reset_classifier(0, None if self.global_pool == 'coca' else '')  # CoCa's pooler holds its norm
         return take_indices
 
     def get_intermediate_layers(
