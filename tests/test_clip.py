@@ -345,3 +345,26 @@ def test_clip_towers_keep_timms_interface(tmp_path, name):
     else:
         with pytest.raises(ValueError, match='coca'):
             model.reset_classifier(10, 'avg')
+
+
+def test_timm_clip_folder_converts_verified_at_the_target(tmp_path, capsys):
+    import timm
+    from timm.models import _hub
+    args = dict(TIMM_TINY, img_size=48)
+    ref = _perturbed(timm.create_model('vit_base_patch16_clip_quickgelu_224', pretrained=False, **args), 9)
+    _hub.save_for_hf(ref, str(tmp_path / 'src'), model_args=args, safe_serialization=True)
+    code = main(['convert', str(tmp_path / 'src'), str(tmp_path / 'out'), '--img-size', '96', '72'])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert 'target geometry (96x72, patch 8) passed' in captured.out, captured.out
+
+
+def test_the_clip_extra_is_named_when_open_clip_is_missing(monkeypatch):
+    import importlib.util
+
+    from porting.verification.references import require_reference
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, 'find_spec', lambda name, *a: None if name == 'open_clip' else real(name, *a))
+    for fmt in ('openclip', 'openai'):
+        with pytest.raises(ViTVariantsError, match=r"pip install 'timm-vit-variants\[clip\]'.*--no-verify"):
+            require_reference(fmt)
