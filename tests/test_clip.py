@@ -1,6 +1,5 @@
 """CLIP image towers (OpenAI .pt, OpenCLIP folders: QuickGELU, GELU L/14, CLIPA, CoCa) against the outputs open_clip's
 and OpenAI's own code wrote (tests/data/reference_clip/README.md), and against open_clip's own text tower."""
-import io
 import json
 import pickle
 import shutil
