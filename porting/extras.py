@@ -15,6 +15,7 @@ EXTRAS: Dict[str, Tuple[str, ...]] = {
     'onnx': ('onnx', 'onnxscript', 'onnxruntime'),
     'plot': ('matplotlib',),
     'hf': ('transformers',),
+    'clip': ('open_clip',),
 }
 
 

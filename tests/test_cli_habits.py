@@ -117,11 +117,11 @@ def test_extras_mirror_pyproject():
 
     extras = tomllib.loads((REPO / 'pyproject.toml').read_text())['project']['optional-dependencies']
     distribution = {'onnx': 'onnx', 'onnxscript': 'onnxscript', 'onnxruntime': 'onnxruntime',
-                    'matplotlib': 'matplotlib', 'transformers': 'transformers'}
+                    'matplotlib': 'matplotlib', 'transformers': 'transformers', 'open_clip': 'open-clip-torch'}
     for extra, modules in EXTRAS.items():
         names = {dep.split('>')[0].split('<')[0].split('=')[0].strip() for dep in extras[extra]}
         assert {distribution[m] for m in modules} <= names, extra
-    assert {'timm-vit-variants[onnx,plot,hf]'} <= set(extras['test'])
+    assert {'timm-vit-variants[onnx,plot,hf,clip]'} <= set(extras['test'])
 
 
 # -- the trainer ----------------------------------------------------------------------------------------

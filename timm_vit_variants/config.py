@@ -23,7 +23,7 @@ __all__ = [
     'DATA_CONFIG_KEYS', 'PREPROCESSING_KEYS', 'MLP_LAYERS',
 ]
 
-POOL_TYPES = ('avg', 'token', 'map', '')
+POOL_TYPES = ('avg', 'token', 'map', 'coca', '')
 # Each ``pos_embed`` value as (absolute table, CPVT conditional position encoding after the first block).
 POS_EMBEDS: Dict[str, Tuple[str, bool]] = {
     'sincos': ('sincos', False), 'learn': ('learn', False), 'none': ('none', False),
@@ -37,7 +37,7 @@ PATCH_NORM_TYPES = (None, 'pre', 'post', 'dual')
 # remainder away as a VALID convolution does (big_vision's and timm's patch conv).
 GRID_MODES = ('pad', 'strict', 'pool', 'crop')
 # Names of the learned-table resample rules; their definitions live in ``geometry.RESAMPLE_RULES``.
-RESAMPLE_RULE_NAMES = ('bigvision', 'timm', 'hf', 'flexi', 'dinov2')
+RESAMPLE_RULE_NAMES = ('bigvision', 'timm', 'hf', 'flexi', 'dinov2', 'openclip')
 ACT_LAYERS = ('gelu_tanh', 'gelu', 'quick_gelu', 'silu', 'relu')
 # The blocks' MLP: timm's Mlp, or its SwiGLUPacked (one fc1 holding both halves, silu(first) * second; DINOv2 ViT-g).
 MLP_LAYERS = ('mlp', 'swiglu_packed')
@@ -113,7 +113,9 @@ class SimpleViTConfig:
         img_size: Nominal input size (H, W); any other size also works at forward time.
         patch_size: Patch size (H, W); change it later with ``set_input_size(patch_size=...)``.
         global_pool: 'avg' (big_vision 'gap': norm every token, then mean), 'token', 'map' (big_vision's
-            MAPHead: attention pooling with a learned probe, SigLIP's) or ''.
+            MAPHead: attention pooling with a learned probe, SigLIP's), 'coca' (CoCa's attentional pooler:
+            ``attn_pool_queries`` learned queries, LayerNorms on queries and keys, the final norm over its
+            outputs, output 0 pooled) or ''.
         mlp_dim: MLP hidden width; None means 4 * embed_dim. For 'swiglu_packed' the gated width (fc1 is twice it).
         mlp_layer: 'mlp' (timm's Mlp) or 'swiglu_packed' (timm's SwiGLUPacked, with act_layer 'silu').
         init_values: LayerScale (timm's ``ls1``/``ls2``) initial value; None means no LayerScale.
@@ -130,6 +132,13 @@ class SimpleViTConfig:
             added before the cls token is prepended (big_vision).
         pos_embed_resample: How a learned table is resized for another grid (``geometry.RESAMPLE_RULES``).
         rep_size: Width of the optional pre-logits layer (Linear + tanh).
+        pre_norm: A LayerNorm (``norm_pre``) after the positions and class token are added (CLIP's ``ln_pre``).
+        patch_bias: The patch projection has a bias (CLIP's ``conv1`` has none).
+        fc_norm: The final LayerNorm runs on the pooled vector instead of every token (timm's name for
+            open_clip's ``final_ln_after_pool``; CLIPA's towers).
+        head_bias: The head has a bias; CLIP's projection ``proj`` is a head without one (pooled @ proj).
+        attn_pool_queries, attn_pool_heads, attn_pool_dim: CoCa's pooler ('coca'): the query count, its
+            heads and its width (the output width; keys and values come in at ``embed_dim``).
         act_layer: MLP activation name; flax ``nn.gelu`` is 'gelu_tanh'.
         norm_eps: LayerNorm epsilon (big_vision/timm 1e-6, transformers 1e-12).
         grid_mode: Input sizes the patch does not divide: 'pad' (right/bottom, the default), 'strict'
@@ -163,6 +172,13 @@ class SimpleViTConfig:
     pos_embed_resample: str = 'bigvision'
     sincos_temperature: float = 10000.
     rep_size: Optional[int] = None
+    pre_norm: bool = False
+    patch_bias: bool = True
+    fc_norm: bool = False
+    head_bias: bool = True
+    attn_pool_queries: int = 256
+    attn_pool_heads: int = 8
+    attn_pool_dim: Optional[int] = None
     act_layer: Any = 'gelu_tanh'
     norm_eps: float = 1e-6
     grid_mode: Optional[str] = None
@@ -182,6 +198,7 @@ class SimpleViTConfig:
         fix('act_layer', activation_name(self.act_layer))
         fix('mlp_dim', self.mlp_dim or 4 * self.embed_dim if isinstance(self.embed_dim, int) else self.mlp_dim)
         fix('rep_size', self.rep_size or None)
+        fix('attn_pool_dim', self.attn_pool_dim or (self.embed_dim if isinstance(self.embed_dim, int) else None))
         fix('grid_mode', self._grid_mode())
         fix('dynamic_img_pad', self.grid_mode in ('pad', 'pool'))
         self._validate()
@@ -206,7 +223,8 @@ class SimpleViTConfig:
         def bad(name: str, why: str) -> ViTVariantsError:
             return ViTVariantsError(f'{name}={getattr(self, name)!r}: {why}', key=name)
 
-        for name in ('in_chans', 'embed_dim', 'depth', 'num_heads', 'mlp_dim'):
+        for name in ('in_chans', 'embed_dim', 'depth', 'num_heads', 'mlp_dim', 'attn_pool_queries', 'attn_pool_heads',
+                     'attn_pool_dim'):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise bad(name, 'expected a positive integer')
@@ -237,6 +255,14 @@ class SimpleViTConfig:
         self._validate_patch_embed(bad)
         if self.global_pool == 'token' and not self.class_token:
             raise bad('global_pool', "'token' pooling needs class_token=True")
+        for name in ('pre_norm', 'patch_bias', 'fc_norm', 'head_bias'):
+            if not isinstance(getattr(self, name), bool):
+                raise bad(name, 'expected True or False')
+        if self.global_pool == 'coca' and self.attn_pool_dim % self.attn_pool_heads:
+            raise bad('attn_pool_heads', f'attn_pool_dim {self.attn_pool_dim} is not divisible by '
+                                         f'{self.attn_pool_heads} heads')
+        if self.fc_norm and self.global_pool == 'coca':
+            raise bad('fc_norm', "'coca' pooling holds its own norm after the pool")
         for name in ('norm_eps', 'sincos_temperature'):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
@@ -261,6 +287,11 @@ class SimpleViTConfig:
                                     "patches); use 'post' or patch_embed 'conv', 'linear' or 'mlp'")
 
     # -- derived ----------------------------------------------------------------------------------
+    @property
+    def pool_width(self) -> int:
+        """The width of the pooled feature the head reads (before ``rep_size``): CoCa's pooler has its own."""
+        return self.attn_pool_dim if self.global_pool == 'coca' else self.embed_dim
+
     @property
     def pos_table(self) -> str:
         """The absolute position table: 'sincos', 'learn' or 'none' (without any 'cpe')."""

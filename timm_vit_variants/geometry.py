@@ -35,12 +35,15 @@ __all__ = [
 #   dinov2:    DINOv2's interpolate_pos_encoding without registers: bicubic, no antialias, sampled at the scale
 #              (new + 0.1) / old (``RESAMPLE_OFFSETS``), not the one the output size implies. Its register models
 #              (offset 0, antialias) resize exactly as 'timm'.
+#   openclip:  open_clip resize_pos_embed, bicubic with antialias, [CLS] row kept, the stored grid square (the
+#              same numbers as timm's; open_clip skips the resize when the token count is unchanged, this never does).
 RESAMPLE_RULES: Dict[str, Tuple[str, Optional[bool], bool]] = {
     'bigvision': ('bilinear', True, False),
     'timm': ('bicubic', None, True),
     'hf': ('bicubic', False, False),
     'flexi': ('bilinear', False, True),
     'dinov2': ('bicubic', False, False),
+    'openclip': ('bicubic', False, True),
 }
 # Rules that pass F.interpolate a scale factor (new + offset) / old per axis instead of the output size.
 RESAMPLE_OFFSETS: Dict[str, float] = {'dinov2': 0.1}

@@ -167,7 +167,7 @@ class NaFlexMixin:
             if self.reg_token is not None:  # registers after [CLS], with no position
                 pieces.append(self.reg_token[0].to(tokens.dtype))
             pieces.append(patch_tokens)
-        return self.pos_drop(torch.cat(pieces)), batch
+        return self.norm_pre(self.pos_drop(torch.cat(pieces))), batch
 
     # -- blocks over the packed rows --------------------------------------------------------------------------
     def _naflex_run(self, x: NaFlexInput, take: Sequence[int], stop: int

@@ -20,6 +20,7 @@ from timm.models import named_apply
 from timm.models.vision_transformer import Block, init_weights_vit_jax
 from torch.utils.checkpoint import checkpoint
 
+from .attention_pool import QueryAttentionPool
 from ._timm_compat import (
     declare_first_conv, feature_take_indices, get_device_dtype, update_model_args, update_model_input_size)
 from .checkpoints import load_into_model
@@ -66,6 +67,14 @@ def _blocks(cfg: SimpleViTConfig, act_layer: Any, norm_layer: Any, dd: Dict[str,
         for i in range(cfg.depth)])
 
 
+def _init_weights(module: nn.Module, name: str = '') -> None:
+    """timm's jax initialisers; a head without a bias (CLIP's projection) is zeroed here, as timm's assumes one."""
+    if name.startswith('head') and isinstance(module, nn.Linear) and module.bias is None:
+        nn.init.zeros_(module.weight)
+    else:
+        init_weights_vit_jax(module, name)
+
+
 class SimpleVisionTransformer(NaFlexMixin, nn.Module):
     """Plain ViT with a resolution-adaptive patch embedding and timm's complete model interface.
 
@@ -101,7 +110,7 @@ class SimpleVisionTransformer(NaFlexMixin, nn.Module):
         self.global_pool = cfg.global_pool
         self.in_chans = cfg.in_chans
         self.embed_dim = self.num_features = embed_dim
-        self.head_hidden_size = cfg.rep_size or embed_dim
+        self.head_hidden_size = cfg.rep_size or cfg.pool_width
         self.num_prefix_tokens = cfg.num_prefix_tokens
         self.num_reg_tokens = cfg.reg_tokens
         self.has_class_token = cfg.class_token
@@ -112,7 +121,7 @@ class SimpleVisionTransformer(NaFlexMixin, nn.Module):
         self.patch_embed = AdaptivePatchEmbed(
             img_size=cfg.img_size, patch_size=cfg.patch_size, in_chans=cfg.in_chans, embed_dim=embed_dim,
             grid_mode=cfg.grid_mode, kind=cfg.patch_embed, norm=cfg.patch_norm, norm_eps=cfg.norm_eps,
-            act_layer=act_layer, **dd)
+            act_layer=act_layer, bias=cfg.patch_bias, **dd)
         declare_first_conv(self, Geometry.of(cfg).kernel_key.rsplit('.', 1)[0])
         grid = self.patch_embed.grid_size
 
@@ -131,28 +140,35 @@ class SimpleVisionTransformer(NaFlexMixin, nn.Module):
         # CPVT: the position encoding generator runs between the first and the second block.
         self.pos_cpe = PosEncodingGenerator(embed_dim, self.num_prefix_tokens, **dd) if cfg.pos_cpe else None
         self.pos_drop = nn.Dropout(cfg.pos_drop_rate)
+        self.norm_pre = norm_layer(embed_dim, **dd) if cfg.pre_norm else nn.Identity()
 
         self.blocks = _blocks(cfg, act_layer, norm_layer, dd)
         reduction = self.patch_embed.patch_size[0]
         self.feature_info = [dict(module=f'blocks.{i}', num_chs=embed_dim, reduction=reduction)
                              for i in range(cfg.depth)]
-        self.norm = norm_layer(embed_dim, **dd)
+        # CLIPA (fc_norm) normalises the pooled vector only; CoCa's pooler normalises its own outputs.
+        token_norm = not cfg.fc_norm and cfg.global_pool != 'coca'
+        self.norm = norm_layer(embed_dim, **dd) if token_norm else nn.Identity()
+        self.fc_norm = norm_layer(embed_dim, **dd) if cfg.fc_norm else nn.Identity()
         # big_vision's MAPHead is exactly timm's AttentionPoolLatent: a learned probe queries every token, no
         # residual around that attention, then x + MLP(LN(x)). timm sizes its MLP as int(D * ratio), so the
         # ratio is nudged by half a unit to land on the exact width a checkpoint has (4304 for So400m).
         self.attn_pool = AttentionPoolLatent(
             embed_dim, num_heads=cfg.num_heads, mlp_ratio=(cfg.mlp_dim + 0.5) / embed_dim, qkv_bias=cfg.qkv_bias,
-            norm_layer=norm_layer, act_layer=act_layer, **dd) if cfg.global_pool == 'map' else None
+            norm_layer=norm_layer, act_layer=act_layer, **dd) if cfg.global_pool == 'map' else \
+            QueryAttentionPool(cfg.attn_pool_dim, embed_dim, cfg.attn_pool_heads, cfg.attn_pool_queries, norm_layer,
+                               **dd) if cfg.global_pool == 'coca' else None
 
         if cfg.rep_size:
             self.pre_logits = nn.Sequential(OrderedDict([
-                ('fc', nn.Linear(embed_dim, cfg.rep_size, **dd)),
+                ('fc', nn.Linear(cfg.pool_width, cfg.rep_size, **dd)),
                 ('act', nn.Tanh()),
             ]))
         else:
             self.pre_logits = nn.Identity()
         self.head_drop = nn.Dropout(cfg.drop_rate)
-        self.head = nn.Linear(self.head_hidden_size, cfg.num_classes, **dd) if cfg.num_classes > 0 else nn.Identity()
+        self.head = nn.Linear(self.head_hidden_size, cfg.num_classes, bias=cfg.head_bias, **dd) \
+            if cfg.num_classes > 0 else nn.Identity()
 
         if cfg.weight_init != 'skip':
             self.init_weights()
@@ -185,7 +201,9 @@ class SimpleVisionTransformer(NaFlexMixin, nn.Module):
             nn.init.zeros_(self.cls_token)
         if self.reg_token is not None:
             nn.init.normal_(self.reg_token, std=1e-6)  # as timm
-        named_apply(init_weights_vit_jax, self)
+        if isinstance(self.attn_pool, QueryAttentionPool):
+            trunc_normal_(self.attn_pool.query, std=self.config.attn_pool_dim ** -0.5)
+        named_apply(_init_weights, self)
 
     @torch.jit.ignore
     def load_pretrained(self, checkpoint_path: str, prefix: str = '') -> None:
@@ -205,8 +223,9 @@ class SimpleVisionTransformer(NaFlexMixin, nn.Module):
     @torch.jit.ignore
     def group_matcher(self, coarse: bool = False) -> Dict[str, Any]:
         return dict(
-            stem=r'^cls_token|reg_token|pos_embed|patch_embed',
-            blocks=[(r'^blocks\.(\d+)', None), (r'^pos_cpe', (0,)), (r'^norm', (99999,)), (r'^attn_pool', (99999,))],
+            stem=r'^cls_token|reg_token|pos_embed|patch_embed|norm_pre',
+            blocks=[(r'^blocks\.(\d+)', None), (r'^pos_cpe', (0,)), (r'^norm\.', (99999,)), (r'^fc_norm', (99999,)),
+                    (r'^attn_pool', (99999,))],
         )
 
     @torch.jit.ignore
@@ -224,15 +243,19 @@ class SimpleVisionTransformer(NaFlexMixin, nn.Module):
                 raise ValueError(f'global_pool must be one of {POOL_TYPES}, got {global_pool!r}')
             if global_pool == 'token' and not self.has_class_token:
                 raise ValueError("global_pool='token' needs a class token")
-            if global_pool == 'map' and self.attn_pool is None:
-                raise ValueError("global_pool='map' needs the model's attention pool, which a reset cannot create "
-                                 "(create the model with global_pool='map')")
-            if global_pool != 'map':
+            if global_pool in ('map', 'coca') and global_pool != self.global_pool:
+                raise ValueError(f"global_pool={global_pool!r} needs the model's attention pool, which a reset cannot "
+                                 f"create (create the model with global_pool={global_pool!r})")
+            if self.global_pool == 'coca' and global_pool != 'coca':
+                raise ValueError("a 'coca' pooler holds the final norm and sets the pooled width, so it cannot be "
+                                 'reset to another pooling')
+            if global_pool != 'map' and self.global_pool == 'map':
                 self.attn_pool = None  # as timm: leaving 'map' removes the attention pool
             self.global_pool = global_pool
             update_model_args(self, global_pool=global_pool)
         self.num_classes = num_classes
-        self.config = self.config.replace(num_classes=num_classes, global_pool=self.global_pool)
+        # a new classifier has a bias, as timm's, whatever the projection it replaces had
+        self.config = self.config.replace(num_classes=num_classes, global_pool=self.global_pool, head_bias=True)
         if num_classes > 0:
             self.head = nn.Linear(self.head_hidden_size, num_classes, **get_device_dtype(self))
             nn.init.zeros_(self.head.weight)
@@ -292,7 +315,7 @@ class SimpleVisionTransformer(NaFlexMixin, nn.Module):
         if self.reg_token is not None:  # registers after [CLS], with no position (DINOv2, timm)
             cls = int(self.has_class_token)
             x = torch.cat([x[:, :cls], self.reg_token.expand(batch, -1, -1).to(x.dtype), x[:, cls:]], dim=1)
-        return self.pos_drop(x), grid_h, grid_w
+        return self.norm_pre(self.pos_drop(x)), grid_h, grid_w
 
     def forward_intermediates(
             self,
@@ -366,7 +389,7 @@ class SimpleVisionTransformer(NaFlexMixin, nn.Module):
             self.pre_logits = nn.Identity()
             self.head_hidden_size = self.embed_dim
             self.config = self.config.replace(rep_size=None)
-            self.reset_classifier(0, '')
+            self.reset_classifier(0, None if self.global_pool == 'coca' else '')  # CoCa's pooler holds its norm
         return take_indices
 
     def get_intermediate_layers(
@@ -426,11 +449,12 @@ class SimpleVisionTransformer(NaFlexMixin, nn.Module):
              patch_valid: Optional[torch.Tensor] = None) -> torch.Tensor:
         """Pool the final tokens; ``patch_valid`` [B, N] leaves padding out (a masked mean, a key-only MAP mask)."""
         pool_type = self.global_pool if pool_type is None else pool_type
-        if self.attn_pool is not None and pool_type == 'map':
-            if patch_valid is None:
-                return self.attn_pool(x)
-            keys = torch.cat([patch_valid.new_ones(x.shape[0], self.num_prefix_tokens), patch_valid], dim=1)
-            return self.attn_pool(x, attn_mask=keys[:, None, None, :])
+        if self.attn_pool is not None and pool_type in ('map', 'coca'):
+            keys = None if patch_valid is None else \
+                torch.cat([patch_valid.new_ones(x.shape[0], self.num_prefix_tokens), patch_valid], dim=1)
+            if pool_type == 'coca':
+                return self.attn_pool(x, keys)[:, 0]
+            return self.attn_pool(x) if keys is None else self.attn_pool(x, attn_mask=keys[:, None, None, :])
         if pool_type == 'avg':
             patches = x[:, self.num_prefix_tokens:]
             if patch_valid is None:
@@ -447,11 +471,12 @@ class SimpleVisionTransformer(NaFlexMixin, nn.Module):
         if not torch.jit.is_scripting():
             if is_naflex(x):
                 x, patch_valid = x['patches'], x['patch_valid']
-        x = self.pool(x, patch_valid=patch_valid)
+        x = self.fc_norm(self.pool(x, patch_valid=patch_valid))
         x = self.pre_logits(x)
         x = self.head_drop(x)
         return x if pre_logits else self.head(x)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Logits (or the embedding, without a head) for an NCHW batch, a NaFlex dict or a list of images."""
+        """Logits (or the embedding, without a head; a CLIP tower's ``encode_image``, unnormalised, with its
+        projection as the head) for an NCHW batch, a NaFlex dict or a list of images."""
         return self.forward_head(self.forward_features(x))

@@ -39,6 +39,8 @@ def hf_outputs(path: str, model_args: Dict[str, Any], x: torch.Tensor,
         return _dinov2(transformers, folder, cfg, x)
     if cfg.get('model_type') in ('siglip', 'siglip_vision_model'):
         return _siglip(transformers, folder, cfg, x, target is not None)
+    if cfg.get('model_type') in ('clip', 'clip_vision_model'):
+        return _clip(transformers, folder, cfg, x, target is not None)
     classify = any('ForImageClassification' in a for a in cfg.get('architectures') or [])
     cls = transformers.ViTForImageClassification if classify else transformers.ViTModel
     # A bare ViTModel's pooler (Dense + tanh) is our pre-logits layer when the reader found one.
@@ -127,3 +129,28 @@ def _siglip(transformers: Any, folder: Path, cfg: Dict[str, Any], x: torch.Tenso
         out = model(pixel_values=x, interpolate_pos_encoding=resize)
     name += ' with interpolate_pos_encoding' if resize else ''
     return Outputs(out.last_hidden_state, out.pooler_output, name + ' (pooler_output: the MAP head)')
+
+
+def _clip(transformers: Any, folder: Path, cfg: Dict[str, Any], x: torch.Tensor, resize: bool) -> Outputs:
+    """A CLIP folder's image tower: the un-normalised tokens, ``image_embeds`` where it has a projection, and the
+    pooled [CLS] after ``post_layernorm``."""
+    architectures = cfg.get('architectures') or []
+    if cfg.get('model_type') == 'clip':
+        cls = transformers.CLIPModel
+    elif 'CLIPVisionModelWithProjection' in architectures:
+        cls = transformers.CLIPVisionModelWithProjection
+    else:
+        cls = transformers.CLIPVisionModel
+    model = cls.from_pretrained(str(folder), attn_implementation='eager').eval().float()
+    vision = model.vision_model
+    with torch.no_grad():
+        out = vision(pixel_values=x, interpolate_pos_encoding=resize)
+        if cls is transformers.CLIPModel:
+            embeds = model.get_image_features(pixel_values=x, interpolate_pos_encoding=resize)
+            embeds = getattr(embeds, 'pooler_output', embeds)
+        elif cls is transformers.CLIPVisionModelWithProjection:
+            embeds = model(pixel_values=x, interpolate_pos_encoding=resize).image_embeds
+        else:
+            embeds = None
+    name = f'transformers {cls.__name__}.from_pretrained' + (' with interpolate_pos_encoding' if resize else '')
+    return Outputs(out.last_hidden_state, embeds, name, pre_logits=out.pooler_output)

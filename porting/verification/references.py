@@ -12,6 +12,7 @@ from ..extras import require
 from .dinov2_ref import dinov2_outputs
 from .hf_ref import hf_outputs
 from .npz_ref import npz_model
+from .open_clip_ref import open_clip_outputs
 from .result import NoReference, Outputs, ReferenceFailed, first_line
 from .streamed import trace_blocks
 from .target import at_target
@@ -34,6 +35,8 @@ def require_reference(fmt: str) -> None:
     """
     if fmt == 'hf':
         require('hf', 'verifying a transformers source', 'pass --no-verify to convert without the check')
+    if fmt in ('openclip', 'openai'):
+        require('clip', 'verifying an OpenCLIP or OpenAI CLIP source', 'pass --no-verify to convert without the check')
 
 
 def release_as_it_runs(model: nn.Module) -> None:
@@ -64,6 +67,8 @@ def reference_outputs(
             return hf_outputs(path, model_args, x, target, mixed)
         if fmt == 'dinov2':
             return dinov2_outputs(path, model_args, x, target)
+        if fmt in ('openclip', 'openai'):
+            return open_clip_outputs(path, fmt, model_args, x, target)
         if fmt not in _TIMM_BUILT:
             raise NoReference(f'no reference implementation for format {fmt!r}')
         ref = _TIMM_BUILT[fmt](path, model_args)

@@ -25,7 +25,8 @@ _NAFLEX_INTERP = {'flexi': 'bilinear', 'timm': 'bicubic'}
 
 # Input-side options and the values timm's VisionTransformer can express ('linear' is 'conv' computed as a matmul).
 _TIMM_INPUT_SIDE = {'patch_embed': ('conv', 'linear'), 'patch_norm': (None,),
-                    'grid_mode': ('pad', 'strict', 'crop'), 'pos_embed': ('sincos', 'learn', 'none')}
+                    'grid_mode': ('pad', 'strict', 'crop'), 'pos_embed': ('sincos', 'learn', 'none'),
+                    'global_pool': ('avg', 'token', 'map', '')}
 
 
 def pair(v: Any) -> Tuple[int, int]:
@@ -64,6 +65,8 @@ def timm_equivalent(model_args: Dict[str, Any], num_classes: Optional[int] = Non
               if model_args.get(name, same[0]) not in same]
     if beyond:
         raise NoReference(f"timm's VisionTransformer has no equivalent of {', '.join(beyond)}")
+    if model_args.get('patch_bias', True) == model_args.get('pre_norm', False):
+        raise NoReference("timm's patch conv has a bias exactly when there is no pre-norm (norm_pre)")
     from timm.layers import Mlp, SwiGLUPacked
 
     embed_dim = model_args['embed_dim']
@@ -90,13 +93,17 @@ def timm_equivalent(model_args: Dict[str, Any], num_classes: Optional[int] = Non
             class_token=class_token,
             pos_embed='none' if pos == 'none' else 'learn',
             no_embed_class=not (model_args.get('pos_embed_cls_slot', False) and class_token),
-            fc_norm=False,
+            fc_norm=bool(model_args.get('fc_norm', False)),
+            pre_norm=bool(model_args.get('pre_norm', False)),
             act_layer=model_args.get('act_layer', 'gelu_tanh'),
             norm_layer=partial(nn.LayerNorm, eps=model_args.get('norm_eps', 1e-6)),
         )
     if model.blocks[0].mlp.fc1.out_features != hidden:
         raise ViTVariantsError(f'timm cannot express an MLP width of {mlp_dim} for width {embed_dim}')
+    if not model_args.get('head_bias', True) and isinstance(model.head, nn.Linear):  # a CLIP projection
+        model.head = nn.Linear(model.head.in_features, model.head.out_features, bias=False, device='meta')
     return materialize(model).eval()  # the heap, or streamed a scratch mapping
+
 
 
 def naflex_vit(model_args: Dict[str, Any]) -> nn.Module:

@@ -13,9 +13,12 @@ from .files import discover
 from .flax import BigVisionCheckpoint, VitJaxCheckpoint
 from .hf import HFCheckpoint
 from .hf_dinov2 import DINOV2_MODEL_TYPES, HFDinov2Checkpoint
+from .hf_clip import CLIP_MODEL_TYPES, HFClipCheckpoint
 from .hf_siglip import SIGLIP_MODEL_TYPES, HFSiglipCheckpoint
+from .openclip import OpenAICLIPCheckpoint, OpenCLIPCheckpoint
 from .source import LayoutFn, SourceCheckpoint
 from .stores import NpzStore, TensorStore, open_store
+from .torchscript_store import TorchScriptStore
 from .timm_format import TimmCheckpoint
 
 __all__ = ['FORMATS', 'HINTS', 'READERS', 'open_checkpoint', 'detect_format']
@@ -26,6 +29,8 @@ READERS: Dict[str, Type[SourceCheckpoint]] = {
     'timm': TimmCheckpoint,
     'hf': HFCheckpoint,
     'dinov2': Dinov2Checkpoint,
+    'openclip': OpenCLIPCheckpoint,
+    'openai': OpenAICLIPCheckpoint,
 }
 FORMATS = tuple(READERS)
 
@@ -51,15 +56,22 @@ def _sniff(path: str, store: TensorStore, config: Dict[str, Any], config_path: O
             return 'bigvision'
         raise ViTVariantsError('an .npz archive without ViT encoder blocks (no MultiHeadDotProductAttention arrays)',
                                path=path, key='Transformer/encoderblock_0')
+    if isinstance(store, TorchScriptStore):
+        if 'visual.conv1.weight' in names:
+            return 'openai'
+        raise ViTVariantsError('a TorchScript archive without a CLIP image tower (no visual.conv1.weight among its '
+                               f'{len(names)} tensors)', path=path, key='visual.conv1.weight')
     if 'architecture' in config:
         return 'timm'
     if 'model_type' in config:
-        if config['model_type'] in ('vit', *SIGLIP_MODEL_TYPES, *DINOV2_MODEL_TYPES):
+        if config['model_type'] in ('vit', *SIGLIP_MODEL_TYPES, *DINOV2_MODEL_TYPES, *CLIP_MODEL_TYPES):
             return 'hf'
-        raise ViTVariantsError(f"model_type {config['model_type']!r} is not a transformers ViT or SigLIP model",
+        raise ViTVariantsError(f"model_type {config['model_type']!r} is not a transformers ViT, SigLIP or CLIP model",
                                path=config_path, key='model_type')
     if is_dinov2(set(names)):
         return 'dinov2'
+    if 'visual.conv1.weight' in names:  # open_clip's layout (an OpenCLIP folder or full-model file)
+        return 'openclip'
     if any(n.endswith('embeddings.patch_embeddings.projection.weight') for n in names):
         return 'hf'
     if any(n.endswith(('patch_embed.proj.weight', 'embeds.proj.weight')) for n in names):  # ViT, NaFlexVit
@@ -114,6 +126,8 @@ def _reader(fmt: str, store: TensorStore, config: Dict[str, Any], hints: Dict[st
         reader = HFSiglipCheckpoint
     elif fmt == 'hf' and config.get('model_type') in DINOV2_MODEL_TYPES:
         reader = HFDinov2Checkpoint
+    elif fmt == 'hf' and config.get('model_type') in CLIP_MODEL_TYPES:
+        reader = HFClipCheckpoint
     return reader.variant(store, config, hints)
 
 

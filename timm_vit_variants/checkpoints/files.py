@@ -18,7 +18,8 @@ __all__ = ['CONFIG_FILE', 'SINGLE_WEIGHT_FILES', 'INDEX_FILES', 'check_source', 
 
 CONFIG_FILE = 'config.json'
 # A Hub folder's weights: one of these files, else the shards an index names (first match wins).
-SINGLE_WEIGHT_FILES = ('model.safetensors', 'pytorch_model.bin', 'model.pth', 'pytorch_model.pth')
+SINGLE_WEIGHT_FILES = ('model.safetensors', 'pytorch_model.bin', 'model.pth', 'pytorch_model.pth',
+                       'open_clip_model.safetensors', 'open_clip_pytorch_model.bin')
 INDEX_FILES = ('model.safetensors.index.json', 'pytorch_model.bin.index.json')
 
 

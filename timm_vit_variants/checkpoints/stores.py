@@ -15,6 +15,7 @@ from .npz_store import NpzStore
 from .pickle_store import TorchPickleStore
 from .safetensors_store import SAFETENSORS_DTYPES, SafetensorsStore, read_safetensors_header
 from .store_base import TensorStore
+from .torchscript_store import TorchScriptStore, is_torchscript_archive
 
 __all__ = ['TensorStore', 'NpzStore', 'SafetensorsStore', 'TorchPickleStore', 'open_store', 'SAFETENSORS_DTYPES',
            'read_safetensors_header']
@@ -37,6 +38,8 @@ def _kind(file: str) -> str:
             raise ViTVariantsError(f'truncated or corrupt zip archive: {e}', path=file) from e
         if any(n.endswith('.npy') for n in names):
             return 'npz'
+        if is_torchscript_archive(names):
+            return 'torchscript'
         if not any(n.endswith('data.pkl') for n in names):
             raise ViTVariantsError('a zip archive that is neither .npz nor a torch.save file', path=file)
         return 'pickle'
@@ -57,6 +60,10 @@ def open_store(files: Sequence[str], limits: Limits = DEFAULT_LIMITS, use_ema: b
         if len(files) != 1:
             raise ViTVariantsError('an .npz checkpoint is a single file', path=files[0])
         return NpzStore(files[0], limits)
+    if kind == 'torchscript':
+        if len(files) != 1:
+            raise ViTVariantsError('a TorchScript archive is a single file', path=files[0])
+        return TorchScriptStore(files[0], limits)
     if kind == 'safetensors':
         return SafetensorsStore(files, limits)
     return TorchPickleStore(files, use_ema=use_ema)

@@ -35,9 +35,6 @@ _CLAIMS = {'depth': 'depth', 'embed_dim': 'width', 'num_heads': 'heads', 'mlp_di
 # timm VisionTransformer features without a SimpleVisionTransformer equivalent, by tensor name.
 _UNSUPPORTED = (
     (re.compile(r'\.[qk]_norm\.'), 'qk_norm is not supported'),
-    (re.compile(r'^norm_pre\.'), 'a pre-norm (norm_pre, CLIP-style) is not supported'),
-    (re.compile(r'^fc_norm\.'), 'fc_norm (a norm after pooling) is not supported: SimpleVisionTransformer '
-                                'normalises every token before pooling (timm fc_norm=False)'),
     (re.compile(r'^attn_pool\.pos_embed$'), 'an attention pool with its own position table is not supported'),
     (re.compile(r'\.(attn|mlp)\.norm\.'), 'scale_attn_norm / scale_mlp_norm are not supported'),
 )
@@ -195,12 +192,24 @@ class TimmCheckpoint(SourceCheckpoint):
         facts = dict(num_heads=blocks[0].attn.num_heads, global_pool=model.global_pool, act_layer=act,
                      norm_eps=blocks[0].norm1.eps, built=_Built(arch, args, model, self._classes is not None),
                      **_block_facts(blocks[0]))
+        if '_clip_' in arch:
+            self._clip_note(arch, act)
         if embeds is not None:
             return dict(facts, **self._naflex_facts(embeds))
         return dict(facts, img_size=tuple(model.patch_embed.img_size),
                     pos_embed_cls_slot=not getattr(model, 'no_embed_class', False) and
                     getattr(model, 'cls_token', None) is not None,
                     pos_embed='learn' if getattr(model, 'pos_embed', None) is not None else 'none')
+
+    def _clip_note(self, arch: str, act: str) -> None:
+        """What was detected for a timm CLIP tower, and how its activation was decided."""
+        tag = str((self.source_config.get('pretrained_cfg') or {}).get('tag') or '')
+        note = f'detected: a timm CLIP image tower ({arch}); QuickGELU: {act} read from the architecture name'
+        if act != 'quick_gelu' and tag.startswith(('openai', 'metaclip', 'dfn')):
+            note += (f"; its .{tag} weights were trained with QuickGELU (timm: 'natively QuickGELU, use quickgelu "
+                     "model variant for original results'), so this computes what timm's GELU model does, not the "
+                     'original; --act-layer quick_gelu gives the original')
+        self.notes.append(note)
 
     def _naflex_facts(self, embeds: nn.Module) -> Dict[str, Any]:
         """What a NaFlexVit's embedding records beyond its tensors; the options this family does not express refused."""
@@ -312,6 +321,10 @@ class TimmCheckpoint(SourceCheckpoint):
             norm_eps=hints.get('norm_eps') or settings['norm_eps'],
             # timm's patch conv is VALID: a SigLIP tower's nominal size (384 at patch 14) relies on it
             grid_mode='crop' if settings['global_pool'] == 'map' or self.ALWAYS_CROPS else None,
+            pre_norm='norm_pre.weight' in local,
+            patch_bias=self.KERNEL[:-len('weight')] + 'bias' in local,
+            fc_norm='fc_norm.weight' in local,
+            head_bias='head.bias' in local or 'head.weight' not in local,
         )
 
     def _registers_without_position(self, local: set, facts: Dict[str, Any]) -> None:

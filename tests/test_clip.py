@@ -1,0 +1,370 @@
+"""CLIP image towers (OpenAI .pt, OpenCLIP folders: QuickGELU, GELU L/14, CLIPA, CoCa) against the outputs open_clip's
+and OpenAI's own code wrote (tests/data/reference_clip/README.md), and against open_clip's own text tower."""
+import json
+import pickle
+import shutil
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+import timm_vit_variants  # noqa: F401
+from porting.cli import main
+from timm_vit_variants.checkpoints import open_checkpoint
+from timm_vit_variants.checkpoints.torchscript_store import TorchScriptStore
+from timm_vit_variants.errors import ViTVariantsError
+from timm_vit_variants.vision_transformer import SimpleVisionTransformer
+
+REF = Path(__file__).resolve().parent / 'data' / 'reference_clip'
+TOL = 2e-5
+# source -> (its _io file, patch size, detected format)
+FIXTURES = {
+    'openai_vit_b16_tiny.pt': ('openai_vit_b16_tiny_io', 16, 'openai'),
+    'openclip_b16_quickgelu_tiny': ('openclip_b16_quickgelu_tiny_io', 16, 'openclip'),
+    'openclip_l14_gelu_tiny': ('openclip_l14_gelu_tiny_io', 14, 'openclip'),
+    'clipa_l14_tiny': ('clipa_l14_tiny_io', 14, 'openclip'),
+    'coca_l14_tiny': ('coca_l14_tiny_io', 14, 'openclip'),
+}
+# the stored grid, a larger and a smaller non-square one, and 4x9: the target where open_clip skips its resize
+GRIDS = ('6x6', '12x9', '4x5', '4x9')
+
+
+def _inputs(data, grid: str, patch: int) -> torch.Tensor:
+    """The README's model input at a grid: the top-left crop of the uint8 master, scaled and normalised in float32."""
+    gh, gw = map(int, grid.split('x'))
+    pixels = data['pixels_uint8'][:, :, :gh * patch, :gw * patch].astype(np.float32) / np.float32(255)
+    return torch.from_numpy((pixels - data['mean'].reshape(3, 1, 1)) / data['std'].reshape(3, 1, 1))
+
+
+def _ours(source: Path) -> SimpleVisionTransformer:
+    with open_checkpoint(source, layout=SimpleVisionTransformer.state_layout) as src:
+        model = SimpleVisionTransformer(src.config.replace(weight_init='skip'))
+        model.load_state_dict(src.state_dict())
+    return model.eval()
+
+
+@pytest.mark.parametrize('name', FIXTURES)
+def test_embedding_and_pooled_feature_at_every_grid(name, max_delta):
+    io_name, patch, fmt = FIXTURES[name]
+    with open_checkpoint(REF / name) as src:
+        assert src.format == fmt
+        assert any(n.startswith('detected: ') and 'QuickGELU: ' in n for n in src.notes), src.notes
+        assert src.config.pos_embed_resample == 'openclip'
+    model = _ours(REF / name)
+    data = np.load(REF / f'{io_name}.npz', allow_pickle=False)
+    for grid in GRIDS:
+        x = _inputs(data, grid, patch)
+        with torch.no_grad():
+            embed = model(x)
+            pooled = model.forward_head(model.forward_features(x), pre_logits=True)
+        max_delta(f'{name} {grid}: embedding', embed, data[f'embed_{grid}'], TOL)
+        max_delta(f'{name} {grid}: pooled', pooled, data[f'pooled_{grid}'], TOL)
+    # 4x9 has the 6x6 table's token count: open_clip reads that table as a 4x9 raster; ours resizes it
+    assert np.abs(embed.numpy() - data['quirk_embed_4x9']).max() > 1e-2
+
+
+def test_openai_file_against_openai_own_outputs(max_delta):
+    data = np.load(REF / 'openai_vit_b16_tiny_io.npz', allow_pickle=False)
+    model = _ours(REF / 'openai_vit_b16_tiny.pt')
+    x = _inputs(data, '6x6', 16)
+    with torch.no_grad():
+        features = model.forward_features(x)
+        embed = model.forward_head(features)
+        pooled = model.forward_head(features, pre_logits=True)
+    assert model.config.act_layer == 'quick_gelu' and model.config.num_heads == 2
+    max_delta('OpenAI clip/model.py 6x6: embedding', embed, data['openai_embed_6x6'], TOL)
+    max_delta('OpenAI clip/model.py 6x6: pooled', pooled, data['openai_pooled_6x6'], TOL)
+
+
+def test_the_archive_is_read_as_data():
+    """Every tensor of the TorchScript archive, read without running it, equals torch.jit.load's state dict."""
+    store = TorchScriptStore(str(REF / 'openai_vit_b16_tiny.pt'))
+    jit = torch.jit.load(str(REF / 'openai_vit_b16_tiny.pt'), map_location='cpu').state_dict()
+    assert sorted(store.names()) == sorted(jit)
+    for name, value in jit.items():
+        assert store.tensor(name).dtype == value.dtype and torch.equal(store.tensor(name), value), name
+    store.close()
+
+
+def _open_clip_model(name: str):
+    open_clip = pytest.importorskip('open_clip')
+    if name.endswith('.pt'):
+        store = TorchScriptStore(str(REF / name))
+        state = {n: store.tensor(n).clone() for n in store.names()}
+        store.close()
+        return open_clip.model.build_model_from_openai_state_dict(state, quick_gelu=True).float().eval()
+    return open_clip.create_model(f'local-dir:{REF / name}', device='cpu').float().eval()
+
+
+@pytest.mark.parametrize('name', FIXTURES)
+def test_zero_shot_logits_with_open_clips_own_text_tower(name, max_delta):
+    """Our image tower in an open_clip pipeline: the same zero-shot logits as open_clip's CLIP."""
+    io_name, patch, _ = FIXTURES[name]
+    data = np.load(REF / f'{io_name}.npz', allow_pickle=False)
+    clip = _open_clip_model(name)
+    ours = _ours(REF / name)
+    with torch.no_grad():
+        image = ours(_inputs(data, '6x6', patch))
+        text = clip.encode_text(torch.from_numpy(data['text_tokens']), normalize=True) if name.startswith('coca') \
+            else clip.encode_text(torch.from_numpy(data['text_tokens']))
+        image = image / image.norm(dim=-1, keepdim=True)
+        text = text / text.norm(dim=-1, keepdim=True)
+        logits = clip.logit_scale.exp() * image @ text.T
+    max_delta(f'{name}: zero-shot logits with open_clip text tower', logits, data['logits_per_image'], TOL)
+
+
+# -- bad input ------------------------------------------------------------------------------------------------------
+
+def _one_line(error: ViTVariantsError, *parts: str) -> str:
+    text = str(error)
+    assert '\n' not in text, text
+    for part in parts:
+        assert part in text, text
+    return text
+
+
+def _archive(path: Path, payload: bytes) -> Path:
+    with zipfile.ZipFile(path, 'w') as archive:
+        archive.writestr('model/data.pkl', payload)
+        archive.writestr('model/code/__torch__/model.py', 'def forward(self, x):\n  return x\n')
+        archive.writestr('model/constants.pkl', pickle.dumps((), protocol=2))
+        archive.writestr('model/version', '4\n')
+    return path
+
+
+def test_torchscript_archive_without_known_tensors(tmp_path):
+    path = _archive(tmp_path / 'model.pt', pickle.dumps({'training': False}, protocol=2))
+    with pytest.raises(ViTVariantsError) as e:
+        open_checkpoint(path, layout=SimpleVisionTransformer.state_layout)
+    _one_line(e.value, str(path), 'visual.conv1.weight')
+
+
+class _Hostile:
+    def __reduce__(self):
+        return (print, ('ran',))
+
+
+def test_torchscript_archive_with_a_foreign_global_is_refused(tmp_path, capsys):
+    path = _archive(tmp_path / 'model.pt', pickle.dumps({'visual': _Hostile()}, protocol=2))
+    with pytest.raises(ViTVariantsError) as e:
+        open_checkpoint(path)
+    _one_line(e.value, str(path), 'refused global', 'print')
+    assert 'ran' not in capsys.readouterr().out
+
+
+def _folder_copy(tmp_path: Path, name: str = 'openclip_b16_quickgelu_tiny') -> Path:
+    folder = tmp_path / name
+    shutil.copytree(REF / name, folder)
+    return folder
+
+
+def test_projection_of_the_wrong_shape(tmp_path):
+    folder = _folder_copy(tmp_path)
+    weights = folder / 'open_clip_model.safetensors'
+    state = load_file(str(weights))
+    state['visual.proj'] = torch.zeros(48, 32)
+    save_file(state, str(weights))
+    with pytest.raises(ViTVariantsError) as e:
+        open_checkpoint(folder, layout=SimpleVisionTransformer.state_layout)
+    _one_line(e.value, str(weights), 'visual.proj', '(48, 32)')
+
+
+@pytest.mark.parametrize('field,value', [('width', 96), ('layers', 3), ('patch_size', 14), ('image_size', 128),
+                                         ('no_ln_pre', True)])
+def test_vision_cfg_that_disagrees_with_the_tensors(tmp_path, field, value):
+    folder = _folder_copy(tmp_path)
+    config_path = folder / 'open_clip_config.json'
+    config = json.loads(config_path.read_text())
+    config['model_cfg']['vision_cfg'][field] = value
+    config_path.write_text(json.dumps(config))
+    with pytest.raises(ViTVariantsError) as e:
+        open_checkpoint(folder, layout=SimpleVisionTransformer.state_layout)
+    _one_line(e.value, str(config_path), f'model_cfg.vision_cfg.{field}')
+
+
+# -- the command line -----------------------------------------------------------------------------------------------
+
+def test_convert_end_to_end_verified_against_open_clip(tmp_path, capsys, max_delta):
+    pytest.importorskip('open_clip')
+    out = tmp_path / 'out'
+    code = main(['convert', str(REF / 'openai_vit_b16_tiny.pt'), str(out)])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    summary = captured.out.splitlines()
+    # OpenAI's fp16 weights beside fp32 norms and tables: written losslessly as float32
+    assert summary[0] == f'{out} (float16+float32 source, written as float32)', captured.out
+    assert 'verification passed' in summary[1] and 'vs open_clip' in summary[1], captured.out
+    notes = captured.out + captured.err
+    assert 'detected: an OpenAI CLIP TorchScript archive' in notes and 'QuickGELU: ' in notes, notes
+    record = json.loads((out / 'config.json').read_text())
+    assert record['model_args']['act_layer'] == 'quick_gelu' and record['model_args']['head_bias'] is False
+    from porting.hub_folder import load_folder
+    model = load_folder(out)
+    data = np.load(REF / 'openai_vit_b16_tiny_io.npz', allow_pickle=False)
+    with torch.no_grad():
+        embed = model(_inputs(data, '12x9', 16))
+    max_delta('converted OpenAI folder 12x9: embedding', embed, data['embed_12x9'], TOL)
+
+
+# -- transformers CLIP folders ---------------------------------------------------------------------------------------
+
+HF_TINY = dict(hidden_size=32, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2, image_size=48,
+               patch_size=8, layer_norm_eps=1e-5, projection_dim=16)
+
+
+def _perturbed(model: torch.nn.Module, seed: int) -> torch.nn.Module:
+    """Seeded noise on every parameter, so no LayerNorm is the identity and no bias is zero."""
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for param in model.parameters():
+            param.add_(0.1 * torch.randn(param.shape, generator=generator))
+    return model.eval()
+
+
+@pytest.mark.parametrize('kind,act', [('CLIPVisionModelWithProjection', 'quick_gelu'), ('CLIPModel', 'gelu'),
+                                      ('CLIPVisionModel', 'quick_gelu')])
+def test_transformers_clip_folders_at_three_grids(tmp_path, kind, act, max_delta):
+    transformers = pytest.importorskip('transformers')
+    vision = transformers.CLIPVisionConfig(hidden_act=act, **HF_TINY)
+    if kind == 'CLIPModel':
+        text = transformers.CLIPTextConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                           num_attention_heads=2, vocab_size=64, max_position_embeddings=8)
+        config = transformers.CLIPConfig(text_config=text.to_dict(), vision_config=vision.to_dict(), projection_dim=16)
+        model = _perturbed(transformers.CLIPModel(config), 7)
+    else:
+        model = _perturbed(getattr(transformers, kind)(vision), 7)
+    model.save_pretrained(tmp_path / 'src')
+    ours = _ours(tmp_path / 'src')
+    assert ours.config.act_layer == act and ours.config.pos_embed_resample == 'hf'
+    generator = torch.Generator().manual_seed(3)
+    for gh, gw in ((6, 6), (12, 9), (4, 5)):
+        x = torch.randn(2, 3, gh * 8, gw * 8, generator=generator)
+        with torch.no_grad():
+            pooled = ours.forward_head(ours.forward_features(x), pre_logits=True)
+            if kind == 'CLIPModel':
+                expected = model.get_image_features(pixel_values=x, interpolate_pos_encoding=True)
+                expected = getattr(expected, 'pooler_output', expected)
+                reference_pooled = model.vision_model(pixel_values=x, interpolate_pos_encoding=True).pooler_output
+            elif kind == 'CLIPVisionModelWithProjection':
+                expected = model(pixel_values=x, interpolate_pos_encoding=True).image_embeds
+                reference_pooled = model.vision_model(pixel_values=x, interpolate_pos_encoding=True).pooler_output
+            else:
+                expected = reference_pooled = model(pixel_values=x, interpolate_pos_encoding=True).pooler_output
+            embed = ours(x)
+        max_delta(f'transformers {kind} {gh}x{gw}: image_embeds', embed, expected, TOL)
+        max_delta(f'transformers {kind} {gh}x{gw}: pooled', pooled, reference_pooled, TOL)
+
+
+def test_transformers_clip_folder_converts_verified(tmp_path, capsys):
+    transformers = pytest.importorskip('transformers')
+    model = _perturbed(transformers.CLIPVisionModelWithProjection(
+        transformers.CLIPVisionConfig(hidden_act='quick_gelu', **HF_TINY)), 11)
+    model.save_pretrained(tmp_path / 'src')
+    code = main(['convert', str(tmp_path / 'src'), str(tmp_path / 'out'), '--img-size', '96', '72'])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert 'verification passed vs transformers CLIPVisionModelWithProjection' in captured.out, captured.out
+    assert 'target geometry (96x72, patch 8) passed' in captured.out, captured.out
+
+
+# -- timm CLIP towers ------------------------------------------------------------------------------------------------
+
+TIMM_TINY = dict(embed_dim=64, depth=2, num_heads=2, patch_size=8, num_classes=16)
+
+
+@pytest.mark.parametrize('arch,kwargs,act', [
+    ('vit_base_patch16_clip_quickgelu_224', {}, 'quick_gelu'),
+    ('vit_base_patch16_clip_224', {}, 'gelu'),
+    # CLIPA's layout in timm: no norm_pre, mean pooling, the final norm after the pool
+    ('vit_base_patch16_clip_224', dict(pre_norm=False, global_pool='avg', fc_norm=True), 'gelu'),
+])
+def test_timm_clip_folders_at_three_grids(tmp_path, arch, kwargs, act, max_delta):
+    import timm
+    from timm.models import _hub
+    from timm.models.vision_transformer import checkpoint_filter_fn
+    args = dict(TIMM_TINY, img_size=48, **kwargs)
+    ref = _perturbed(timm.create_model(arch, pretrained=False, **args), 5)
+    _hub.save_for_hf(ref, str(tmp_path / 'src'), model_args=args, safe_serialization=True)
+    with open_checkpoint(tmp_path / 'src') as src:
+        assert src.config.act_layer == act and src.config.pre_norm == (not kwargs)
+        assert any(n.startswith(f'detected: a timm CLIP image tower ({arch}); QuickGELU: {act}') for n in src.notes)
+    ours = _ours(tmp_path / 'src')
+    generator = torch.Generator().manual_seed(4)
+    for gh, gw in ((6, 6), (12, 9), (4, 5)):
+        at_grid = timm.create_model(arch, pretrained=False, **dict(args, img_size=(gh * 8, gw * 8))).eval()
+        at_grid.load_state_dict(checkpoint_filter_fn(ref.state_dict(), at_grid))
+        x = torch.randn(2, 3, gh * 8, gw * 8, generator=generator)
+        with torch.no_grad():
+            features = at_grid.forward_features(x)
+            expected, expected_pooled = at_grid.forward_head(features), at_grid.forward_head(features, pre_logits=True)
+            embed, pooled = ours(x), ours.forward_head(ours.forward_features(x), pre_logits=True)
+        max_delta(f'timm {arch} {kwargs or ""} {gh}x{gw}: embedding', embed, expected, TOL)
+        max_delta(f'timm {arch} {kwargs or ""} {gh}x{gw}: pooled', pooled, expected_pooled, TOL)
+
+
+def test_timm_gelu_architecture_of_quickgelu_weights_is_named(tmp_path):
+    import timm
+    from timm.models import _hub
+    ref = timm.create_model('vit_base_patch16_clip_224', pretrained=False, img_size=48, **TIMM_TINY)
+    ref.pretrained_cfg = dict(ref.pretrained_cfg, tag='openai')
+    _hub.save_for_hf(ref, str(tmp_path / 'src'), model_args=dict(TIMM_TINY, img_size=48), safe_serialization=True)
+    with open_checkpoint(tmp_path / 'src') as src:
+        note = next(n for n in src.notes if n.startswith('detected: a timm CLIP'))
+    assert 'trained with QuickGELU' in note and '--act-layer quick_gelu' in note, note
+
+
+# -- the model options and timm's interface --------------------------------------------------------------------------
+
+@pytest.mark.parametrize('name', ['openai_vit_b16_tiny.pt', 'clipa_l14_tiny', 'coca_l14_tiny'])
+def test_clip_towers_keep_timms_interface(tmp_path, name):
+    import timm
+    from porting.hub_folder import load_folder
+    io_name, patch, _ = FIXTURES[name]
+    model = _ours(REF / name)
+    config = model.config
+    assert type(config).from_dict(json.loads(json.dumps(config.to_dict()))) == config.replace(weight_init='jax')
+    assert type(model.blocks[0].mlp.act) is (timm.layers.QuickGELU if name.endswith('.pt') else timm.layers.GELU)
+    x = _inputs(np.load(REF / f'{io_name}.npz', allow_pickle=False), '4x5', patch)
+    with torch.no_grad():
+        embed = model(x)
+        final, taken = model.forward_intermediates(x, indices=[0, 1])
+        assert [t.shape for t in taken] == [(2, config.embed_dim, 4, 5)] * 2
+        assert torch.equal(model.forward_head(final), embed)
+        model.set_input_size(img_size=(8 * patch, 6 * patch))
+        assert model(_inputs(np.load(REF / f'{io_name}.npz'), '8x6', patch)).shape == embed.shape
+    features = timm.create_model('simple_vit_base', pretrained=False, features_only=True, out_indices=(1,),
+                                 **dict(config.to_dict(), weight_init='skip', num_classes=0,
+                                        head_bias=True))
+    assert features(x)[0].shape == (2, config.embed_dim, 4, 5)
+    if config.global_pool != 'coca':
+        model.reset_classifier(10)
+        assert model(x).shape == (2, 10) and model.config.head_bias
+    else:
+        with pytest.raises(ValueError, match='coca'):
+            model.reset_classifier(10, 'avg')
+
+
+def test_timm_clip_folder_converts_verified_at_the_target(tmp_path, capsys):
+    import timm
+    from timm.models import _hub
+    args = dict(TIMM_TINY, img_size=48)
+    ref = _perturbed(timm.create_model('vit_base_patch16_clip_quickgelu_224', pretrained=False, **args), 9)
+    _hub.save_for_hf(ref, str(tmp_path / 'src'), model_args=args, safe_serialization=True)
+    code = main(['convert', str(tmp_path / 'src'), str(tmp_path / 'out'), '--img-size', '96', '72'])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert 'target geometry (96x72, patch 8) passed' in captured.out, captured.out
+
+
+def test_the_clip_extra_is_named_when_open_clip_is_missing(monkeypatch):
+    import importlib.util
+
+    from porting.verification.references import require_reference
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, 'find_spec', lambda name, *a: None if name == 'open_clip' else real(name, *a))
+    for fmt in ('openclip', 'openai'):
+        with pytest.raises(ViTVariantsError, match=r"pip install 'timm-vit-variants\[clip\]'.*--no-verify"):
+            require_reference(fmt)

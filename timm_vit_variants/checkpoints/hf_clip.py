@@ -1,0 +1,107 @@
+"""transformers CLIP image towers: ``CLIPVisionModel``, ``CLIPVisionModelWithProjection`` and ``CLIPModel`` folders.
+
+The tower sits under ``vision_model.``: a bias-free patch conv, a (width,) ``class_embedding``, an ``nn.Embedding``
+position table, ``pre_layrnorm`` (our ``norm_pre``), separate q/k/v projections, and ``post_layernorm`` on the
+pooled [CLS] token only (our ``fc_norm``: ``last_hidden_state`` is not normalised). ``visual_projection`` (no bias)
+is the head. The activation is ``hidden_act`` (``quick_gelu`` for OpenAI's towers). A table is resized as
+transformers' ``interpolate_pos_encoding`` does (rule 'hf': bicubic without antialias).
+"""
+from typing import Any, Dict, Optional, Tuple
+
+from ..config import SimpleViTConfig
+from ..errors import ViTVariantsError
+from .hf import HFCheckpoint
+from .openclip import _as_token
+from .fills import add_leading_axis, stack_rows
+from .source import Rule, SourceCheckpoint
+
+__all__ = ['HFClipCheckpoint', 'CLIP_MODEL_TYPES']
+
+CLIP_MODEL_TYPES = ('clip', 'clip_vision_model')
+_L = '{p}encoder.layers.{i}.'
+_QKV = tuple(_L + f'self_attn.{n}_proj' for n in 'qkv')
+_TABLE: Dict[str, Rule] = {
+    'patch_embed.proj.weight': Rule(('{p}embeddings.patch_embedding.weight',)),
+    'cls_token': Rule(('{p}embeddings.class_embedding',), _as_token),
+    'pos_embed': Rule(('{p}embeddings.position_embedding.weight',), add_leading_axis),
+    'norm_pre.weight': Rule(('{p}pre_layrnorm.weight',)),
+    'norm_pre.bias': Rule(('{p}pre_layrnorm.bias',)),
+    'blocks.{i}.norm1.weight': Rule((_L + 'layer_norm1.weight',)),
+    'blocks.{i}.norm1.bias': Rule((_L + 'layer_norm1.bias',)),
+    'blocks.{i}.attn.qkv.weight': Rule(tuple(n + '.weight' for n in _QKV), stack_rows),
+    'blocks.{i}.attn.qkv.bias': Rule(tuple(n + '.bias' for n in _QKV), stack_rows),
+    'blocks.{i}.attn.proj.weight': Rule((_L + 'self_attn.out_proj.weight',)),
+    'blocks.{i}.attn.proj.bias': Rule((_L + 'self_attn.out_proj.bias',)),
+    'blocks.{i}.norm2.weight': Rule((_L + 'layer_norm2.weight',)),
+    'blocks.{i}.norm2.bias': Rule((_L + 'layer_norm2.bias',)),
+    'blocks.{i}.mlp.fc1.weight': Rule((_L + 'mlp.fc1.weight',)),
+    'blocks.{i}.mlp.fc1.bias': Rule((_L + 'mlp.fc1.bias',)),
+    'blocks.{i}.mlp.fc2.weight': Rule((_L + 'mlp.fc2.weight',)),
+    'blocks.{i}.mlp.fc2.bias': Rule((_L + 'mlp.fc2.bias',)),
+    'fc_norm.weight': Rule(('{p}post_layernorm.weight',)),
+    'fc_norm.bias': Rule(('{p}post_layernorm.bias',)),
+    'head.weight': Rule(('visual_projection.weight',)),
+}
+_PROJECTION = 'visual_projection.weight'
+
+
+class HFClipCheckpoint(HFCheckpoint):
+    """A transformers CLIP folder, read as its image tower (with ``visual_projection`` as the head when present)."""
+
+    _WHY = "not recorded by the folder; transformers' CLIPImageProcessor defaults"
+    PREPROCESSING_DEFAULTS = {'mean': ((0.48145466, 0.4578275, 0.40821073), _WHY),
+                              'std': ((0.26862954, 0.26130258, 0.27577711), _WHY),
+                              'interpolation': ('bicubic', _WHY), 'crop_pct': (1.0, _WHY),
+                              'crop_mode': ('center', _WHY)}
+
+    @property
+    def _settings(self) -> Dict[str, Any]:
+        nested = self.source_config.get('vision_config')
+        return nested if self.source_config.get('model_type') == 'clip' and isinstance(nested, dict) else \
+            self.source_config
+
+    def _rule(self, pattern: str, block: Optional[int]) -> Tuple[Rule, Optional[int]]:
+        rule = _TABLE[pattern]
+        return Rule(tuple(t.format(p=self._prefix, i=block) for t in rule.sources), rule.fill), None
+
+    def _candidates(self) -> set:
+        names = SourceCheckpoint._candidates(self)
+        return names | ({_PROJECTION} if _PROJECTION in self._store else set())
+
+    def _infer(self, hints: Dict[str, Any]) -> SimpleViTConfig:
+        cfg_path = self._config_path
+        if cfg_path is None:
+            raise ViTVariantsError('a transformers CLIP model needs its config.json next to the weights',
+                                   path=self.path, key='config.json')
+        if self.source_config.get('model_type') == 'clip' and not isinstance(self.source_config.get('vision_config'),
+                                                                             dict):
+            raise ViTVariantsError('a CLIP config.json needs a vision_config', path=cfg_path, key='vision_config')
+        names = self._store.names()
+        prefix = hints.get('prefix')
+        self._prefix = ('vision_model.' if any(n.startswith('vision_model.') for n in names) else '') \
+            if prefix is None else prefix
+        others = [n for n in names if not n.startswith(self._prefix) and n != _PROJECTION]
+        if others:
+            self.notes.append(f'read the vision tower under {self._prefix!r}; skipped {len(others)} other tensors '
+                              '(the text tower, its projection and logit_scale), which the image model does not use')
+        network = self._network(hints, eps_default=1e-5)
+        depth = network['depth']
+        extra_layer = f'{self._prefix}encoder.layers.{depth}.layer_norm1.weight'
+        if extra_layer in self._store:
+            raise self._error(f'inconsistent depth: config says num_hidden_layers={depth}', key=extra_layer)
+        num_classes = 0
+        if _PROJECTION in self._store:
+            shape = self._shape(_PROJECTION)
+            if len(shape) != 2 or shape[1] != network['embed_dim']:
+                raise self._error(f"visual_projection must be (projection_dim, hidden_size {network['embed_dim']})",
+                                  key=_PROJECTION, shapes=(shape, ('projection_dim', network['embed_dim'])))
+            num_classes = shape[0]
+            self._check_dims(_PROJECTION, classes=num_classes)
+        self.notes.append(f"detected: a transformers CLIP image tower (model_type {self.source_config['model_type']!r}"
+                          f"{', visual_projection as the head' if num_classes else ', no projection'}); QuickGELU: "
+                          f"hidden_act is {self._settings.get('hidden_act', 'gelu')!r} in config.json; the table is "
+                          "resized as transformers' interpolate_pos_encoding does (bicubic, no antialias)")
+        return SimpleViTConfig(
+            num_classes=num_classes, global_pool='token', qkv_bias=True, class_token=True, pos_embed='learn',
+            pos_embed_cls_slot=True, pos_embed_resample='hf', grid_mode='crop', pre_norm=True, patch_bias=False,
+            fc_norm=True, head_bias=False, **network)

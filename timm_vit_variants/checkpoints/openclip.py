@@ -1,0 +1,343 @@
+"""CLIP image towers in open_clip's layout: OpenCLIP Hub folders and files, and OpenAI's TorchScript ``.pt`` files.
+
+Both keep the image tower under ``visual.``: ``conv1`` (no bias), ``class_embedding``, a (1 + N, width)
+``positional_embedding``, ``ln_pre``, ``transformer.resblocks.{i}`` (``nn.MultiheadAttention``'s packed
+``in_proj``, ``mlp.c_fc``/``c_proj``), ``ln_post`` and ``proj`` (pooled @ proj). The text tower and
+``logit_scale`` are skipped. QuickGELU is not in the weights: an OpenCLIP folder's ``model_cfg.quick_gelu``
+decides it, and an OpenAI file always uses it. So does the head count: ``vision_cfg.head_width`` (64 by
+default), or for an OpenAI file width // 64, as OpenAI's ``build_model`` computes it. CLIPA (``no_ln_pre``,
+mean pooling, ``final_ln_after_pool``) and CoCa's attentional pooler are read from the config and checked
+against the tensors. A table is resized as open_clip's ``resize_pos_embed`` does (rule 'openclip').
+"""
+import os
+import re
+from typing import Any, Dict, Optional, Set, Tuple
+
+from ..config import SimpleViTConfig, pair
+from ..errors import ViTVariantsError
+from .files import read_json
+from ..geometry import infer_grid
+from .fills import _put, _rank, add_leading_axis, transpose
+from .source import Rule, SourceCheckpoint
+from .torchscript_store import TorchScriptStore
+
+__all__ = ['OpenCLIPCheckpoint', 'OpenAICLIPCheckpoint', 'OPEN_CLIP_CONFIG']
+
+OPEN_CLIP_CONFIG = 'open_clip_config.json'
+_RESBLOCK = re.compile(r'^visual\.transformer\.resblocks\.(\d+)\.')
+_OPENAI_SCALARS = ('input_resolution', 'context_length', 'vocab_size')
+# vision_cfg keys this reader understands; any other one that is set is refused rather than ignored.
+_VISION_KEYS = {'image_size', 'layers', 'width', 'head_width', 'patch_size', 'mlp_ratio', 'no_ln_pre', 'pool_type',
+                'final_ln_after_pool', 'attentional_pool', 'attn_pooler_queries', 'attn_pooler_heads', 'output_tokens',
+                'patch_dropout', 'emb_dropout'}
+_OPENAI_MEAN, _OPENAI_STD = (0.48145466, 0.4578275, 0.40821073), (0.26862954, 0.26130258, 0.27577711)
+
+
+def _as_token(dst: Any, src: Any) -> None:
+    """CLIP's (width,) ``class_embedding`` as our (1, 1, width) ``cls_token``."""
+    _put(dst, _rank(src, 1).reshape(1, 1, -1))
+
+
+_V = 'visual.'
+_B = 'visual.transformer.resblocks.{i}.'
+_TABLE: Dict[str, Rule] = {
+    'patch_embed.proj.weight': Rule((_V + 'conv1.weight',)),
+    'cls_token': Rule((_V + 'class_embedding',), _as_token),
+    'pos_embed': Rule((_V + 'positional_embedding',), add_leading_axis),
+    'norm_pre.weight': Rule((_V + 'ln_pre.weight',)),
+    'norm_pre.bias': Rule((_V + 'ln_pre.bias',)),
+    'blocks.{i}.norm1.weight': Rule((_B + 'ln_1.weight',)),
+    'blocks.{i}.norm1.bias': Rule((_B + 'ln_1.bias',)),
+    'blocks.{i}.attn.qkv.weight': Rule((_B + 'attn.in_proj_weight',)),
+    'blocks.{i}.attn.qkv.bias': Rule((_B + 'attn.in_proj_bias',)),
+    'blocks.{i}.attn.proj.weight': Rule((_B + 'attn.out_proj.weight',)),
+    'blocks.{i}.attn.proj.bias': Rule((_B + 'attn.out_proj.bias',)),
+    'blocks.{i}.norm2.weight': Rule((_B + 'ln_2.weight',)),
+    'blocks.{i}.norm2.bias': Rule((_B + 'ln_2.bias',)),
+    'blocks.{i}.mlp.fc1.weight': Rule((_B + 'mlp.c_fc.weight',)),
+    'blocks.{i}.mlp.fc1.bias': Rule((_B + 'mlp.c_fc.bias',)),
+    'blocks.{i}.mlp.fc2.weight': Rule((_B + 'mlp.c_proj.weight',)),
+    'blocks.{i}.mlp.fc2.bias': Rule((_B + 'mlp.c_proj.bias',)),
+    'norm.weight': Rule((_V + 'ln_post.weight',)),
+    'norm.bias': Rule((_V + 'ln_post.bias',)),
+    'fc_norm.weight': Rule((_V + 'ln_post.weight',)),
+    'fc_norm.bias': Rule((_V + 'ln_post.bias',)),
+    'attn_pool.norm.weight': Rule((_V + 'ln_post.weight',)),
+    'attn_pool.norm.bias': Rule((_V + 'ln_post.bias',)),
+    'head.weight': Rule((_V + 'proj',), transpose),
+}
+for _name in ('query', 'ln_q.weight', 'ln_q.bias', 'ln_k.weight', 'ln_k.bias', 'attn.in_proj_weight', 'attn.in_proj_bias',
+              'attn.q_proj_weight', 'attn.k_proj_weight', 'attn.v_proj_weight', 'attn.out_proj.weight',
+              'attn.out_proj.bias'):
+    _TABLE['attn_pool.' + _name] = Rule((_V + 'attn_pool.' + _name,))
+
+
+class OpenCLIPCheckpoint(SourceCheckpoint):
+    """An OpenCLIP Hub folder (``open_clip_config.json`` beside the weights) or a full-model file with ``visual.*``."""
+
+    format = 'openclip'
+    _prefix = _V
+    _WHY = "not recorded by the source; open_clip's OpenAI preprocessing"
+    PREPROCESSING_DEFAULTS = {'mean': (_OPENAI_MEAN, _WHY), 'std': (_OPENAI_STD, _WHY),
+                              'interpolation': ('bicubic', _WHY), 'crop_pct': (1.0, _WHY),
+                              'crop_mode': ('center', _WHY)}
+
+    def _rule(self, pattern: str, block: Optional[int]) -> Tuple[Rule, Optional[int]]:
+        rule = _TABLE[pattern]
+        return Rule(tuple(t.format(i=block) for t in rule.sources), rule.fill), None
+
+    # -- what the source records beside its tensors ----------------------------------------------------
+    def _model_cfg(self) -> Tuple[Dict[str, Any], Optional[str]]:
+        """(``model_cfg``, the file it came from) of the folder's ``open_clip_config.json``; ({}, None) without one."""
+        folder = self.path if os.path.isdir(self.path) else os.path.dirname(os.path.abspath(self.path))
+        path = os.path.join(folder, OPEN_CLIP_CONFIG)
+        if not os.path.isfile(path):
+            return {}, None
+        data = read_json(path, self.limits)
+        self._open_clip_config = data
+        cfg = data.get('model_cfg', {})
+        vision = cfg.get('vision_cfg', {}) if isinstance(cfg, dict) else None
+        if not isinstance(cfg, dict) or not isinstance(vision, dict):
+            raise ViTVariantsError('model_cfg and its vision_cfg must be JSON objects', path=path, key='model_cfg')
+        return cfg, path
+
+    def _quick_gelu(self, model_cfg: Dict[str, Any], cfg_path: Optional[str], hints: Dict[str, Any]) -> str:
+        if cfg_path is not None:
+            quick = model_cfg.get('quick_gelu', False)
+            if not isinstance(quick, bool):
+                raise ViTVariantsError(f'expected true or false, got {quick!r}', path=cfg_path,
+                                       key='model_cfg.quick_gelu')
+            self._detected_act = f"model_cfg.quick_gelu is {str(quick).lower()} in {OPEN_CLIP_CONFIG}"
+            return 'quick_gelu' if quick else 'gelu'
+        self._detected_act = 'not recorded (no open_clip_config.json): GELU assumed, as open_clip builds a model ' \
+                             'without quick_gelu; give act_layer to override'
+        return self._unrecorded('act_layer', hints, 'gelu', 'no open_clip_config.json records quick_gelu; '
+                                "open_clip's default (GELU)")
+
+    def _heads(self, width: int, vision: Dict[str, Any], cfg_path: Optional[str], hints: Dict[str, Any]) -> int:
+        key = 'model_cfg.vision_cfg.head_width'
+        if cfg_path is not None:
+            head_width = vision.get('head_width', 64)
+            if isinstance(head_width, bool) or not isinstance(head_width, int) or head_width < 1 or width % head_width:
+                raise ViTVariantsError(f'head_width {head_width!r} does not divide the width {width} of the tensors',
+                                       path=cfg_path, key=key)
+            if hints.get('num_heads') not in (None, width // head_width):
+                raise ViTVariantsError(f"num_heads={hints['num_heads']} (given) contradicts head_width {head_width}",
+                                       path=cfg_path, key=key)
+            return width // head_width
+        return self._width64_heads(width, hints, 'no open_clip_config.json records head_width; '
+                                                 "open_clip's default 64-wide heads")
+
+    def _width64_heads(self, width: int, hints: Dict[str, Any], why: str) -> int:
+        if width % 64 and not hints.get('num_heads'):
+            raise self._error(f'width {width} is not a multiple of 64, so the head count cannot be assumed',
+                              key=_V + 'conv1.weight', needs='num_heads')
+        heads = self._unrecorded('num_heads', hints, width // 64 or 1, why)
+        if width % int(heads):
+            raise self._error(f'width {width} is not divisible by {heads} heads', key=_V + 'conv1.weight')
+        return int(heads)
+
+    def _skipped_note(self) -> None:
+        outside = sorted(n for n in self._store.names() if not n.startswith(_V))
+        if not outside:
+            return
+        scalars = [n for n in outside if n in _OPENAI_SCALARS]
+        text = [n for n in outside if n not in scalars and n != 'logit_scale']
+        parts = [f'the text tower ({len(text)} tensors)'] if text else []
+        parts += ['logit_scale'] if 'logit_scale' in outside else []
+        parts += [f"the scalars {', '.join(scalars)}"] if scalars else []
+        self.notes.append(f'skipped: {", ".join(parts)}; only the image tower (visual.*) is converted')
+
+    # -- inference --------------------------------------------------------------------------------------
+    def _infer(self, hints: Dict[str, Any]) -> SimpleViTConfig:
+        model_cfg, cfg_path = self._model_cfg()
+        vision = model_cfg.get('vision_cfg', {})
+        local = self._candidates()
+        conv = _V + 'conv1.weight'
+        if conv not in local:
+            raise self._error('no CLIP image tower among the tensors', key=conv)
+        kernel = self._shape(conv)
+        if len(kernel) != 4:
+            raise self._error('the patch embedding must be a (width, C, P, P) convolution', key=conv, shapes=(kernel,))
+        width, in_chans, patch_h, patch_w = kernel
+        self._check_dims(conv, width=width, img_size=max(patch_h, patch_w))
+        depth = self._block_count([int(m.group(1)) for m in map(_RESBLOCK.match, local) if m],
+                                  lambda i: f'{_B.format(i=i)}attn.in_proj_weight')
+        if not depth:
+            raise self._error('no transformer blocks found', key=_B.format(i=0) + 'attn.in_proj_weight')
+        mlp_dim = self._shape(_B.format(i=0) + 'mlp.c_fc.weight')[0]
+        self._check_dims(_B.format(i=0) + 'mlp.c_fc.weight', mlp=mlp_dim)
+        coca = _V + 'attn_pool.query' in local
+        pool_width = self._shape(_V + 'attn_pool.query')[1] if coca and len(self._shape(_V + 'attn_pool.query')) == 2 \
+            else width
+        proj = _V + 'proj'
+        proj_shape = self._shape(proj)
+        if len(proj_shape) != 2 or proj_shape[0] != pool_width:
+            raise self._error(f'the projection must be (pooled width {pool_width}, embedding width), used as '
+                              'pooled @ proj', key=proj, shapes=(proj_shape, (pool_width, 'embed_dim')))
+        embed_dim = proj_shape[1]
+        self._check_dims(proj, classes=embed_dim)
+        act = self._activation(model_cfg, cfg_path, hints)
+        heads = self._tower_heads(width, vision, cfg_path, hints)
+        grid_img = self._image_size(vision, cfg_path)
+        table = _V + 'positional_embedding'
+        pos_shape = self._shape(table)
+        if len(pos_shape) != 2 or pos_shape[1] != width:
+            raise self._error('the position table must be (1 + tokens, width)', key=table,
+                              shapes=(pos_shape, ('1+N', width)))
+        self._check_dims(table, tokens=pos_shape[0])
+        try:  # the stated image size splits a non-square table; one that does not fit is named by _agree
+            self.grid, _ = infer_grid(pos_shape[0], (patch_h, patch_w), img_size=grid_img, class_token=True,
+                                      slot=True, path=self.path, key=table)
+        except ViTVariantsError:
+            self.grid, _ = infer_grid(pos_shape[0], (patch_h, patch_w), class_token=True, slot=True, path=self.path,
+                                      key=table)
+        settings = self._pooling(vision, cfg_path, local, coca, pool_width)
+        expected = {'width': width, 'layers': depth, 'patch_size': patch_h if patch_h == patch_w else None,
+                    'mlp_ratio': mlp_dim / width}
+        self._agree(vision, cfg_path, expected, model_cfg, embed_dim)
+        self._skipped_note()
+        self.notes.append(f'detected: {self._what()}; QuickGELU: {self._detected_act}; the table is resized with '
+                          "open_clip's rule (bicubic, antialias, [CLS] row kept), also where open_clip skips it "
+                          '(the same token count at another grid)')
+        return SimpleViTConfig(
+            img_size=(self.grid[0] * patch_h, self.grid[1] * patch_w), patch_size=(patch_h, patch_w),
+            in_chans=in_chans, num_classes=embed_dim, embed_dim=width, depth=depth, num_heads=heads, mlp_dim=mlp_dim,
+            qkv_bias=True, class_token=True, pos_embed='learn', pos_embed_cls_slot=True,
+            pos_embed_resample='openclip', act_layer=act, norm_eps=1e-5, patch_bias=False, head_bias=False,
+            grid_mode='crop', **settings)
+
+    def _what(self) -> str:
+        where = OPEN_CLIP_CONFIG if getattr(self, '_open_clip_config', None) is not None else 'no config'
+        return f'an OpenCLIP image tower (visual.* keys, {where})'
+
+    def _activation(self, model_cfg: Dict[str, Any], cfg_path: Optional[str], hints: Dict[str, Any]) -> str:
+        act = self._quick_gelu(model_cfg, cfg_path, hints)
+        return hints.get('act_layer') or act
+
+    def _tower_heads(self, width: int, vision: Dict[str, Any], cfg_path: Optional[str], hints: Dict[str, Any]) -> int:
+        return self._heads(width, vision, cfg_path, hints)
+
+    def _image_size(self, vision: Dict[str, Any], cfg_path: Optional[str]) -> Any:
+        if 'image_size' not in vision:
+            return None
+        try:
+            return pair(vision['image_size'], 'image_size')
+        except ViTVariantsError as e:
+            raise ViTVariantsError(e.reason, path=cfg_path, key='model_cfg.vision_cfg.image_size') from None
+
+    def _pooling(self, vision: Dict[str, Any], cfg_path: Optional[str], local: Set[str], coca: bool,
+                 pool_width: int) -> Dict[str, Any]:
+        """Pre-norm, pooling and pooler settings: from vision_cfg, checked against the tensors."""
+        def key(name: str) -> str:
+            return f'model_cfg.vision_cfg.{name}'
+
+        def refuse(name: str, why: str) -> ViTVariantsError:
+            return ViTVariantsError(f'{name}={vision.get(name)!r} {why}', path=cfg_path, key=key(name))
+
+        unknown = sorted(k for k in vision if k not in _VISION_KEYS and vision[k] not in (None, False, 0, {}, ''))
+        if unknown:
+            raise refuse(unknown[0], 'is not supported by this reader (an image tower of another kind)')
+        has_pre = _V + 'ln_pre.weight' in local
+        if cfg_path is not None and bool(vision.get('no_ln_pre', False)) == has_pre:
+            raise refuse('no_ln_pre', f"disagrees with the tensors ({'an' if has_pre else 'no'} ln_pre)")
+        pool_type = vision.get('pool_type', 'tok')
+        if pool_type not in ('tok', 'avg'):
+            raise refuse('pool_type', "is not supported ('tok' or 'avg')")
+        attentional = vision.get('attentional_pool', False)
+        if attentional not in (True, False):
+            raise refuse('attentional_pool', 'is not supported (only CoCa\'s single pooler, true)')
+        if cfg_path is not None and attentional != coca:
+            raise refuse('attentional_pool', f"disagrees with the tensors ({'an' if coca else 'no'} attn_pool.query)")
+        final_ln = bool(vision.get('final_ln_after_pool', False))
+        if not coca:
+            return dict(pre_norm=has_pre, global_pool='avg' if pool_type == 'avg' else 'token', fc_norm=final_ln)
+        if pool_type != 'tok' or final_ln:
+            raise refuse('pool_type', 'with an attentional pooler is supported only as tok, without final_ln_after_pool')
+        query = self._shape(_V + 'attn_pool.query')
+        queries = vision.get('attn_pooler_queries', 256)
+        if cfg_path is not None and queries != query[0]:
+            raise refuse('attn_pooler_queries', f'disagrees with the tensors (attn_pool.query is {query})')
+        self._check_dims(_V + 'attn_pool.query', tokens=query[0], width=pool_width)
+        heads = vision.get('attn_pooler_heads', 8)
+        if isinstance(heads, bool) or not isinstance(heads, int) or heads < 1 or pool_width % heads:
+            raise refuse('attn_pooler_heads', f'does not divide the pooler width {pool_width}')
+        return dict(pre_norm=has_pre, global_pool='coca', attn_pool_queries=query[0], attn_pool_heads=heads,
+                    attn_pool_dim=pool_width)
+
+    def _agree(self, vision: Dict[str, Any], cfg_path: Optional[str], expected: Dict[str, Any],
+               model_cfg: Dict[str, Any], embed_dim: int) -> None:
+        """Each size the config states must be the tensors' (one error naming the key otherwise)."""
+        if cfg_path is None:
+            return
+        for name, value in expected.items():
+            stated = vision.get(name)
+            if stated is None or value is None:
+                continue
+            if isinstance(stated, (list, tuple)) and name == 'patch_size':
+                stated = stated[0] if len(set(stated)) == 1 else stated
+            if stated != value and not (name == 'mlp_ratio' and isinstance(stated, (int, float))
+                                        and abs(stated * expected['width'] - value * expected['width']) < 1):
+                raise ViTVariantsError(f'vision_cfg says {stated!r}, the tensors {value!r}', path=cfg_path,
+                                       key=f'model_cfg.vision_cfg.{name}')
+        if model_cfg.get('embed_dim') not in (None, embed_dim):
+            raise ViTVariantsError(f"embed_dim {model_cfg['embed_dim']!r} disagrees with visual.proj's width "
+                                   f'{embed_dim}', path=cfg_path, key='model_cfg.embed_dim')
+        image = self._image_size(vision, cfg_path)
+        if image is not None and self.grid is not None:
+            patch = (self._shape(_V + 'conv1.weight')[2], self._shape(_V + 'conv1.weight')[3])
+            if (image[0] // patch[0], image[1] // patch[1]) != self.grid:
+                raise ViTVariantsError(f'image_size {vision["image_size"]!r} gives a {image[0] // patch[0]}x'
+                                       f'{image[1] // patch[1]} grid; the position table holds {self.grid[0]}x'
+                                       f'{self.grid[1]}', path=cfg_path, key='model_cfg.vision_cfg.image_size')
+
+    def data_config(self) -> Dict[str, Any]:
+        """``open_clip_config.json``'s ``preprocess_cfg`` as timm ``pretrained_cfg`` fields."""
+        pre = (getattr(self, '_open_clip_config', None) or {}).get('preprocess_cfg')
+        if not isinstance(pre, dict):
+            return {}
+        out: Dict[str, Any] = {}
+        for name in ('mean', 'std'):
+            value = pre.get(name)
+            if isinstance(value, (list, tuple)) and len(value) == 3 and all(isinstance(v, (int, float)) for v in value):
+                out[name] = tuple(float(v) for v in value)
+        if pre.get('interpolation') in ('bicubic', 'bilinear', 'nearest'):
+            out['interpolation'] = pre['interpolation']
+        mode = pre.get('resize_mode')
+        if mode == 'squash':
+            out.update(crop_pct=1.0, crop_mode='squash')
+        elif mode in (None, 'shortest'):
+            out.update(crop_pct=1.0, crop_mode='center')
+        return out
+
+
+class OpenAICLIPCheckpoint(OpenCLIPCheckpoint):
+    """OpenAI's released CLIP ``.pt``: a TorchScript archive, read as data (``TorchScriptStore``), never run."""
+
+    format = 'openai'
+    _WHY = "not recorded by the file; OpenAI CLIP's preprocessing (clip.load's transform)"
+    PREPROCESSING_DEFAULTS = {'mean': (_OPENAI_MEAN, _WHY), 'std': (_OPENAI_STD, _WHY),
+                              'interpolation': ('bicubic', _WHY), 'crop_pct': (1.0, _WHY),
+                              'crop_mode': ('center', _WHY)}
+
+    def _infer(self, hints: Dict[str, Any]) -> SimpleViTConfig:
+        if not isinstance(self._store, TorchScriptStore):
+            raise self._error('not a TorchScript archive (an OpenAI CLIP .pt file is one)')
+        return super()._infer(hints)
+
+    def _model_cfg(self) -> Tuple[Dict[str, Any], Optional[str]]:
+        return {}, None
+
+    def _activation(self, model_cfg: Dict[str, Any], cfg_path: Optional[str], hints: Dict[str, Any]) -> str:
+        self._detected_act = "OpenAI's CLIP always uses it (an OpenAI .pt file)"
+        return hints.get('act_layer') or 'quick_gelu'
+
+    def _tower_heads(self, width: int, vision: Dict[str, Any], cfg_path: Optional[str], hints: Dict[str, Any]) -> int:
+        return self._width64_heads(width, hints, "not recorded by an OpenAI .pt file; width // 64, as OpenAI's "
+                                                 'build_model computes it')
+
+    def _what(self) -> str:
+        return 'an OpenAI CLIP TorchScript archive (read as data: fp16 weights upcast, scalars dropped)'
+
+    def data_config(self) -> Dict[str, Any]:
+        return {}
