@@ -119,6 +119,19 @@ def test_forward_intermediates_and_head_take_naflex_inputs(max_delta):
         model.forward_intermediates(images)
 
 
+def test_a_list_runs_what_a_batch_runs_past_the_file_limits(max_delta):
+    """One 2048x2064 image is 128x129 = 16,512 tokens, past the default tokens limit on what a file may claim:
+    the model runs what it is given, whatever the form."""
+    torch.manual_seed(0)
+    model = SimpleVisionTransformer(embed_dim=4, depth=1, num_heads=1, mlp_dim=8, patch_size=16, img_size=32,
+                                    num_classes=3).eval()
+    torch.nn.init.normal_(model.head.weight)
+    image = torch.randn(3, 2048, 2064)
+    with torch.no_grad():
+        listed, batched = model([image]), model(image[None])
+    max_delta('one 16,512-token image: a list vs an NCHW batch', listed, batched, ALONE_TOL)
+
+
 def test_token_dropping_trains_on_fewer_tokens_and_evaluation_keeps_all():
     model = _model(patch_drop_rate=0.5)
     images = _images()[:3]

@@ -265,6 +265,11 @@ class SimpleViTConfig:
         """Rows of a learned table that belong to the class token (0 or 1)."""
         return 1 if self.pos_embed_cls_slot else 0
 
+    @property
+    def embeds_patches_alone(self) -> bool:
+        """Whether the patch embedding sees one patch at a time, so a flattened patch alone gives its token."""
+        return self.patch_embed in ('conv', 'linear', 'mlp')
+
     def check_limits(self, limits: Limits = DEFAULT_LIMITS, path: Optional[str] = None) -> 'SimpleViTConfig':
         """Refuse sizes beyond ``limits`` (before any model is built from this config); returns self."""
         grid = self.grid_size
