@@ -135,7 +135,9 @@ def attention_forms(lengths: List[int], device: str, repeat: int, heads: int = 3
     nested = torch.nested.nested_tensor([s.transpose(0, 1) for s in seqs], layout=torch.jagged).transpose(1, 2)
 
     def from_rows(out: torch.Tensor) -> torch.Tensor:
-        return packed.gather(out.transpose(1, 2).reshape(packed.rows, packed.capacity, -1))
+        tokens = flat.new_empty(flat.shape)
+        packed.gather(out.transpose(1, 2).reshape(packed.rows, packed.capacity, -1), tokens)
+        return tokens
 
     def from_list(outs: List[torch.Tensor]) -> torch.Tensor:
         return torch.cat([o.transpose(0, 1).reshape(o.shape[1], -1) for o in outs])
