@@ -119,18 +119,29 @@ def test_forward_intermediates_and_head_take_naflex_inputs(max_delta):
         model.forward_intermediates(images)
 
 
+def test_a_list_runs_what_a_batch_runs_past_the_file_limits(max_delta):
+    """One 2048x2064 image is 128x129 = 16,512 tokens, past the default tokens limit on what a file may claim:
+    the model runs what it is given, whatever the form."""
+    torch.manual_seed(0)
+    model = SimpleVisionTransformer(embed_dim=4, depth=1, num_heads=1, mlp_dim=8, patch_size=16, img_size=32,
+                                    num_classes=3).eval()
+    torch.nn.init.normal_(model.head.weight)
+    image = torch.randn(3, 2048, 2064)
+    with torch.no_grad():
+        listed, batched = model([image]), model(image[None])
+    max_delta('one 16,512-token image: a list vs an NCHW batch', listed, batched, ALONE_TOL)
+
+
 def test_token_dropping_trains_on_fewer_tokens_and_evaluation_keeps_all():
     model = _model(patch_drop_rate=0.5)
     images = _images()[:3]
-    batch = model._naflex_batch(images)
-    counts = batch.counts
+    counts = [-(-h // 8) * -(-w // 8) for _, h, w in (im.shape for im in images)]  # grid_mode 'pad'
     model.train()
-    _, dropped = model._naflex_sequences(batch)
-    assert all(0 < d <= max(1, round(n * 0.5)) for d, n in zip(dropped.counts, counts))
+    dropped = model.forward_features(images)['patch_valid'].sum(1).tolist()
+    assert all(0 < d <= max(1, round(n * 0.5)) for d, n in zip(dropped, counts))
     model(images).sum().backward()  # a training step runs
     model.eval()
-    _, kept = model._naflex_sequences(batch)
-    assert kept.counts == counts
+    assert model.forward_features(images)['patch_valid'].sum(1).tolist() == counts
 
 
 def test_bad_naflex_inputs_raise_one_error_type():
@@ -161,6 +172,17 @@ def _fixture_batch(io, pre=''):
     return {'patches': torch.from_numpy(io[pre + 'patches']), 'patch_coord': coords, 'patch_valid': valid}, valid
 
 
+def _posemb_rows(model, batch):
+    """Each valid patch's row of the learned table resampled, by the model's resampler, to its image's grid."""
+    rows = []
+    for coords, valid in zip(batch['patch_coord'], batch['patch_valid']):
+        coords = coords[valid]
+        h, w = (int(v) + 1 for v in coords.max(0).values)
+        table = model.pos_resampler(model.pos_embed, h, w, *model.patch_embed.grid_size)[0]
+        rows.append(table[coords[:, 0] * w + coords[:, 1]])
+    return torch.cat(rows)
+
+
 def test_big_visions_naflex_tower_converts_and_matches_its_own_outputs(tmp_path, capsys, max_delta):
     code = main(['convert', str(REF / 'naflex_tiny.npz'), str(tmp_path / 'out')])
     captured = capsys.readouterr()
@@ -178,8 +200,7 @@ def test_big_visions_naflex_tower_converts_and_matches_its_own_outputs(tmp_path,
         with torch.no_grad():
             feats = model.forward_features(batch)
             pooled = model.forward_head(feats)
-            tokens = model._naflex_positions(model._naflex_batch(batch))[0] - \
-                model._naflex_batch(batch).tokens
+            tokens = _posemb_rows(model, batch)
         which = 'two small grids' if pre else 'five aspect ratios'
         max_delta(f'big_vision NaFlex, {which}: embedding', pooled, io[pre + 'pre_logits'], TOL)
         max_delta(f'big_vision NaFlex, {which}: encoded tokens', feats['patches'][valid],
@@ -325,9 +346,10 @@ def test_timms_naflex_loader_drives_our_model(tmp_path):
                   pin_memory=False, use_prefetcher=True)
     loader_train = create_naflex_loader(dataset_train, patch_size=patch_size, train_seq_lens=(16, 36), batch_size=4,
                                         is_training=True, **common)
-    loader_eval = create_naflex_loader(dataset_eval, patch_size=patch_size, max_seq_len=36, batch_size=8, **common)
+    loader_eval = create_naflex_loader(dataset_eval, patch_size=patch_size, max_seq_len=40, batch_size=8, **common)
     task = ClassificationTask(model=model, criterion=LabelSmoothingCrossEntropy(0.1), device=torch.device('cpu'),
                               verbose=False)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
     optimizer = create_optimizer_v2(task.get_trainable_module(), opt='adamw', lr=1e-3)
     task.get_trainable_module().train()
     seen_lengths = set()
@@ -340,19 +362,28 @@ def test_timms_naflex_loader_drives_our_model(tmp_path):
         optimizer.zero_grad()
         assert torch.isfinite(loss)
     assert seen_lengths
+    changed = [k for k, v in model.state_dict().items() if not torch.equal(v, before[k])]
+    assert 'patch_embed.proj.weight' in changed and 'blocks.1.mlp.fc2.weight' in changed  # the dict steps trained it
     model.eval()
-    correct = count = 0
+    count = 0
     with torch.inference_mode():
         for input, target in loader_eval:
             output = model(input)
-            correct += (output.argmax(-1) == target).sum().item()
+            assert not input['patch_valid'].all()  # 36 patches an image, rows of 40: padding to be left unseen
+            for i, valid in enumerate(input['patch_valid']):  # each image as if alone
+                alone = model({'patches': input['patches'][i:i + 1, valid],
+                               'patch_coord': input['patch_coord'][i:i + 1, valid]})
+                assert (output[i] - alone[0]).abs().max() < ALONE_TOL
             count += target.numel()
     assert count == 20 and output.shape[-1] == 10
 
 
-def test_our_trainer_takes_the_naflex_loader(tmp_path, capsys):
+def test_our_trainer_takes_the_naflex_loader(tmp_path, capsys, monkeypatch):
     from timm_vit_variants.training.trainer import main as train_main
 
+    forward, inputs = SimpleVisionTransformer.forward, []
+    monkeypatch.setattr(SimpleVisionTransformer, 'forward',
+                        lambda self, x: inputs.append((self.training, type(x).__name__)) or forward(self, x))
     root = make_image_folder(tmp_path / 'data', size=24)
     code = train_main(['--data-dir', str(root), '--model', 'simple_vit_tiny', '--model-kwargs', 'embed_dim=32',
                        'depth=2', 'num_heads=2', 'mlp_dim=64', 'patch_size=4', '--num-classes', '2', '--naflex-loader',
@@ -360,3 +391,4 @@ def test_our_trainer_takes_the_naflex_loader(tmp_path, capsys):
                        '--warmup-epochs', '0', '--device', 'cpu', '--mixup', '0.2'])
     out = capsys.readouterr().out
     assert code == 0 and 'val_top1' in out, out
+    assert {kind for _, kind in inputs} == {'dict'} and {training for training, _ in inputs} == {True, False}

@@ -317,6 +317,11 @@ class SimpleViTConfig:
         """Tokens before the patch tokens: the class token, then the registers."""
         return int(self.class_token) + self.reg_tokens
 
+    @property
+    def embeds_patches_alone(self) -> bool:
+        """Whether the patch embedding sees one patch at a time, so a flattened patch alone gives its token."""
+        return self.patch_embed in ('conv', 'linear', 'mlp')
+
     def check_limits(self, limits: Limits = DEFAULT_LIMITS, path: Optional[str] = None) -> 'SimpleViTConfig':
         """Refuse sizes beyond ``limits`` (before any model is built from this config); returns self."""
         grid = self.grid_size

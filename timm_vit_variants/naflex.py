@@ -13,23 +13,28 @@ grid), CPVT's encoding on the image's own grid. The sequences are then packed, s
 row with attention kept inside each (``packing``), so almost no compute goes to padding; padding is
 never attended and pooling ignores it. ``forward_features`` returns ``{'patches': [B, prefix + N, D],
 'patch_valid': [B, N]}`` (the dict's own layout, or each listed image padded to the longest).
+
+The model runs whatever it is given that fits the machine: the checks at its door refuse what has no
+meaning (an empty batch, integer pixels, float or repeated coordinates, a channel count the model lacks)
+and what could only run out of memory (``capacity``), each naming the input. An image whose tokens are
+not finite is run in a row of its own, so its NaN or Inf reaches no other image's output.
 """
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 
+from .capacity import check_fits
 from .errors import ViTVariantsError
-from .limits import DEFAULT_LIMITS
-from .packing import pack_sequences
+from .packing import PackedRows, pack_sequences
 from .patch_embed import check_and_pad
 from .posemb import grid_coords, sincos_2d_at
 
 __all__ = ['NaFlexInput', 'NaFlexMixin', 'is_naflex']
 
 NaFlexInput = Union[Dict[str, torch.Tensor], Sequence[torch.Tensor]]
-# Patch embeddings that see one patch at a time, so a flattened patch alone gives its token.
-_PER_PATCH = ('conv', 'linear', 'mlp')
+# float32 positions tell integer coordinates apart only below 2**24.
+_COORD_END = 1 << 24
 
 
 @torch.jit.ignore
@@ -58,16 +63,13 @@ class NaFlexMixin:
     # -- tokens from each input form --------------------------------------------------------------------------
     def _naflex_batch(self, x: NaFlexInput) -> _Batch:
         self._check_naflex_support(x)
-        batch = self._dict_batch(x) if isinstance(x, dict) else self._list_batch(list(x))
-        worst = max(h * w for h, w in batch.grids)
-        DEFAULT_LIMITS.check('tokens', worst, key='patch_coord' if isinstance(x, dict) else 'image size')
-        return batch
+        return self._dict_batch(x) if isinstance(x, dict) else self._list_batch(list(x))
 
     def _check_naflex_support(self, x: NaFlexInput) -> None:
         if self.config.grid_mode == 'pool':
             raise ViTVariantsError("grid_mode='pool' pools every image to one grid, so images at their own sizes "
                                    'have nothing to gain; give an NCHW batch')
-        if isinstance(x, dict) and self.config.patch_embed not in _PER_PATCH:
+        if isinstance(x, dict) and not self.config.embeds_patches_alone:
             raise ViTVariantsError(f'patch_embed={self.config.patch_embed!r} sees across neighbouring patches, so '
                                    'a flattened patch alone does not give its token; give a list of images instead',
                                    key='patches')
@@ -79,9 +81,17 @@ class NaFlexMixin:
             raise ViTVariantsError(f'NaFlex patches must be [B, N, {ph}*{pw}*{chans}] (each flattened patch-row, '
                                    f'patch-column, channel), got {_shape(patches)}', key='patches')
         batch_size, length = patches.shape[:2]
+        if batch_size == 0 or length == 0:
+            raise ViTVariantsError(f'an empty NaFlex batch: patches of shape {_shape(patches)}', key='patches')
+        if not patches.is_floating_point():
+            raise ViTVariantsError(f'NaFlex patches must be floating point (normalised pixels), got {patches.dtype}',
+                                   key='patches')
         if not isinstance(coords, torch.Tensor) or tuple(coords.shape) != (batch_size, length, 2):
             raise ViTVariantsError(f'patch_coord must be [B, N, 2] (y, x) for patches of shape {_shape(patches)}, '
                                    f'got {_shape(coords)}', key='patch_coord')
+        if coords.is_floating_point() or coords.is_complex() or coords.dtype == torch.bool:
+            raise ViTVariantsError(f'patch_coord must hold integer (y, x) patch indices, got {coords.dtype}',
+                                   key='patch_coord')
         valid = x.get('patch_valid')
         if valid is None:
             valid = torch.ones(batch_size, length, dtype=torch.bool, device=patches.device)
@@ -92,18 +102,31 @@ class NaFlexMixin:
         counts = valid.sum(1).tolist()
         if min(counts) < 1:
             raise ViTVariantsError('every image needs at least one valid patch', key='patch_valid')
-        coords = coords.long()[valid]
-        if coords.numel() and int(coords.min()) < 0:
-            raise ViTVariantsError('patch_coord must be >= 0', key='patch_coord')
+        coords = coords[valid].long()
+        low, high = (int(v) for v in torch.aminmax(coords))
+        if low < 0 or high >= _COORD_END:
+            raise ViTVariantsError(f'patch_coord must lie in [0, 2**24) (float32 positions tell integers apart only '
+                                   f'below it), got values from {low} to {high}', key='patch_coord')
+        image = torch.repeat_interleave(torch.arange(batch_size, device=coords.device), valid.sum(1))
+        _refuse_repeats(coords, image)
+        ends = coords.new_zeros(batch_size, 2).scatter_reduce_(0, image[:, None].expand(-1, 2), coords + 1, 'amax')
+        grids = [(h, w) for h, w in ends.tolist()]
         tokens = self.patch_embed.embed_patches(patches[valid].to(self.patch_embed.proj.weight.dtype),
                                                 channels_last=True)
-        grids = [(int(c[:, 0].max()) + 1, int(c[:, 1].max()) + 1) for c in coords.split(counts)]
         return _Batch(tokens, coords, counts, grids, valid)
 
     def _list_batch(self, images: List[torch.Tensor]) -> _Batch:
         if not images or not all(isinstance(im, torch.Tensor) and im.ndim == 3 for im in images):
             raise ViTVariantsError('a list input holds CHW image tensors, at least one')
-        if self.config.patch_embed in _PER_PATCH:
+        chans = self.config.in_chans
+        for i, image in enumerate(images):
+            if not image.is_floating_point():
+                raise ViTVariantsError(f'image {i} of the list is {image.dtype}: images must be floating point '
+                                       '(normalised), as in an NCHW batch')
+            if image.shape[0] != chans or image.shape[1] < 1 or image.shape[2] < 1:
+                raise ViTVariantsError(f'image {i} of the list has shape {tuple(image.shape)}: expected '
+                                       f'({chans}, H, W) with H, W >= 1')
+        if self.config.embeds_patches_alone:
             return self._unfolded_batch(images)
         groups: Dict[Tuple[int, ...], List[int]] = {}
         for i, image in enumerate(images):
@@ -143,6 +166,9 @@ class NaFlexMixin:
         if self.pos_embed is None:
             return tokens, slots
         nominal, prefix = self.patch_embed.grid_size, self.config.num_prefix_slots
+        cells = sum(h * w for h, w in set(batch.grids) - {tuple(nominal)})
+        check_fits(2 * cells * self.embed_dim * tokens.element_size(), 'resampling the position table to the '
+                   'NaFlex grids', tokens.device, key='patch_coord' if batch.valid is not None else None)
         tables: Dict[Tuple[int, int], torch.Tensor] = {}
         rows = []
         for i, (coords, (h, w)) in enumerate(zip(batch.coords.split(batch.counts), batch.grids)):
@@ -175,24 +201,32 @@ class NaFlexMixin:
         """(final tokens, the outputs of the blocks in ``take``, the batch), as concatenated sequences."""
         sequences, batch = self._naflex_sequences(self._naflex_batch(x))
         lengths = [n + self.num_prefix_tokens for n in batch.counts]
-        packed = pack_sequences(lengths, device=sequences.device)
-        cells, canvas = (self._canvas_cells(packed, batch) if self.pos_cpe is not None else (None, None))
-        mask = packed.attn_mask(sequences.dtype)
-        rows, taken = self._run_blocks(packed.scatter(sequences), 0, 0, list(take), stop, mask, cells, canvas)
-        return packed.gather(rows), [packed.gather(t) for t in taken], batch
+        final = torch.empty_like(sequences)
+        taken = [torch.empty_like(sequences) for _ in take]
+        for chunk in pack_sequences(lengths, sequences.device, alone=_not_finite(sequences, lengths),
+                                    itemsize=sequences.element_size()):
+            cells, canvas = (self._canvas_cells(chunk, batch, sequences) if self.pos_cpe is not None else (None, None))
+            rows, outs = self._run_blocks(chunk.scatter(sequences), 0, 0, list(take), stop,
+                                          chunk.attn_mask(sequences.dtype), cells, canvas)
+            chunk.gather(rows, final)
+            for out, rows in zip(taken, outs):
+                chunk.gather(rows, out)
+        return final, taken, batch
 
-    def _canvas_cells(self, packed: Any, batch: _Batch) -> Tuple[torch.Tensor, List[int]]:
-        """Each packed slot's cell in an (images, rows, cols) canvas of the largest grid, for CPVT's encoding."""
-        height, width = max(h for h, _ in batch.grids), max(w for _, w in batch.grids)
-        image = torch.repeat_interleave(torch.arange(len(batch.counts), device=batch.coords.device),
-                                        torch.tensor(batch.counts, device=batch.coords.device))
-        patch_cells = image * height * width + batch.coords[:, 0] * width + batch.coords[:, 1]
-        prefix = self.num_prefix_tokens
-        sequence_cells = torch.cat([torch.cat([patch_cells.new_full((prefix,), -1), cells])
-                                    for cells in patch_cells.split(batch.counts)])
-        flat = patch_cells.new_full((packed.rows * packed.capacity,), -1)
-        flat[packed.flat_index] = sequence_cells
-        return flat.view(packed.rows, packed.capacity), [len(batch.counts), height, width]
+    def _canvas_cells(self, chunk: PackedRows, batch: _Batch, tokens: torch.Tensor) -> Tuple[torch.Tensor, List[int]]:
+        """Each slot's cell in an (images, rows, cols) canvas of the chunk's largest grid, for CPVT's encoding."""
+        grids = [batch.grids[i] for i in chunk.images]
+        height, width = max(h for h, _ in grids), max(w for _, w in grids)
+        check_fits(2 * len(grids) * height * width * tokens.shape[-1] * tokens.element_size(),
+                   f"CPVT's encoding on a canvas of {len(grids)} images of {height}x{width} patches", tokens.device,
+                   key='patch_coord' if batch.valid is not None else None)
+        coords = batch.coords.split(batch.counts)
+        prefix = coords[0].new_full((self.num_prefix_tokens,), -1)
+        sequence_cells = torch.cat([torch.cat([prefix, j * height * width + coords[i][:, 0] * width + coords[i][:, 1]])
+                                    for j, i in enumerate(chunk.images)])
+        flat = sequence_cells.new_full((chunk.rows * chunk.capacity,), -1)
+        flat[chunk.flat_index] = sequence_cells
+        return flat.view(chunk.rows, chunk.capacity), [len(grids), height, width]
 
     # -- laying results out -----------------------------------------------------------------------------------
     def _naflex_layout(self, sequences: torch.Tensor, batch: _Batch) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -242,6 +276,30 @@ class NaFlexMixin:
 
 def _shape(value: Any) -> Any:
     return tuple(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
+
+
+def _refuse_repeats(coords: torch.Tensor, image: torch.Tensor) -> None:
+    """Refuse a NaFlex dict in which an image gives one (y, x) to two patches (its cost would be unbounded)."""
+    key = coords[:, 0] * _COORD_END + coords[:, 1]
+    order = torch.argsort(key, stable=True)
+    order = order[torch.argsort(image[order], stable=True)]  # by image, then by coordinate
+    key, image = key[order], image[order]
+    repeated = ((key[1:] == key[:-1]) & (image[1:] == image[:-1])).nonzero()
+    if repeated.numel():
+        where = int(repeated[0, 0]) + 1
+        y, x = divmod(int(key[where]), _COORD_END)
+        raise ViTVariantsError(f'image {int(image[where])} of the NaFlex batch gives the coordinate (y, x) = '
+                               f'({y}, {x}) to more than one valid patch: each patch needs its own', key='patch_coord')
+
+
+def _not_finite(sequences: torch.Tensor, lengths: List[int]) -> List[int]:
+    """The images whose sequences hold a NaN or Inf."""
+    bad = ~torch.isfinite(sequences).all(dim=1)
+    if not bool(bad.any()):
+        return []
+    image = torch.repeat_interleave(torch.arange(len(lengths), device=bad.device),
+                                    torch.tensor(lengths, device=bad.device))
+    return image[bad].unique().tolist()
 
 
 def _drop_tokens(batch: _Batch, tokens: torch.Tensor, rate: float) -> Tuple[_Batch, torch.Tensor]:

@@ -11,7 +11,9 @@ from typing import Optional, Sequence, Tuple, Union
 
 import torch
 from timm.data.naflex_transforms import ResizeToSequence, get_image_size_for_seq, patchify_image
+from torchvision.transforms.functional import get_dimensions
 
+from .capacity import check_fits
 from .config import pair
 from .errors import ViTVariantsError
 
@@ -31,13 +33,25 @@ def size_for_budget(image_hw: Tuple[int, int], patch_size: Union[int, Tuple[int,
 
 
 class ResizeToBudget(ResizeToSequence):
-    """timm's ``ResizeToSequence`` as big_vision's ``resize_to_sequence``: bilinear, antialiased."""
+    """timm's ``ResizeToSequence`` as big_vision's ``resize_to_sequence``: bilinear, antialiased.
+
+    A budget, and each output, must fit the memory there is (``capacity``): refused before resizing.
+    """
 
     def __init__(self, patch_size: Union[int, Tuple[int, int]], max_seq_len: int) -> None:
         super().__init__(pair(patch_size), max_seq_len, interpolation='bilinear')
         size_for_budget((1, 1), patch_size, max_seq_len)  # a bad budget fails here, not on the first image
+        (ph, pw) = self.patch_size
+        check_fits(max_seq_len * ph * pw * 4, f'a token budget of {max_seq_len} patches of {ph}x{pw} (one float32 '
+                   'channel)', key='max_seq_len')
 
     def forward(self, img: torch.Tensor) -> torch.Tensor:
+        chans, height, width = get_dimensions(img)
+        if height < 1 or width < 1:
+            raise ViTVariantsError(f'a {height}x{width} image has no pixels to resize', key='image size')
+        out_h, out_w = size_for_budget((height, width), self.patch_size, self.max_seq_len)
+        check_fits(chans * out_h * out_w * 4, f'resizing a {height}x{width} image to {out_h}x{out_w}',
+                   key='image size')
         try:
             return super().forward(img)
         except ValueError as e:
@@ -51,6 +65,17 @@ def naflex_batch(images: Sequence[torch.Tensor], patch_size: Union[int, Tuple[in
     Rows are padded to ``max_seq_len`` (default: the longest image); an image with more patches is refused
     rather than silently cut, which is what timm's collator would do.
     """
+    if not images:
+        raise ViTVariantsError('a NaFlex batch of no images', key='images')
+    for i, image in enumerate(images):
+        if not isinstance(image, torch.Tensor) or image.ndim != 3:
+            raise ViTVariantsError(f'image {i} is not a CHW tensor: {getattr(image, "shape", type(image).__name__)}',
+                                   key='images')
+        if image.shape[0] != images[0].shape[0]:
+            raise ViTVariantsError(f'image {i} has {image.shape[0]} channel(s) where image 0 has '
+                                   f'{images[0].shape[0]}: one batch has one channel count', key='images')
+        if image.shape[1] < 1 or image.shape[2] < 1:
+            raise ViTVariantsError(f'image {i} is {image.shape[1]}x{image.shape[2]}: it has no patches', key='images')
     patch = pair(patch_size)
     pieces = [patchify_image(image, patch) for image in images]
     longest = max(len(p) for p, _, _ in pieces)

@@ -31,6 +31,11 @@ def _raise_bad_input(shape: List[int], in_chans: int) -> None:
     raise ViTVariantsError(f'expected an input of shape (B, {in_chans}, H, W) with H, W >= 1, got {tuple(shape)}')
 
 
+@torch.jit.ignore
+def _raise_not_float(dtype: torch.dtype) -> None:
+    raise ViTVariantsError(f'images must be floating point (normalised), got {dtype}')
+
+
 @torch.fx.wrap
 def check_and_pad(x: torch.Tensor, in_chans: int, patch_h: int, patch_w: int, mode: str) -> torch.Tensor:
     """Validate an NCHW batch and bring it to whole patches as ``mode`` says (``SimpleViTConfig.grid_mode``).
@@ -45,6 +50,8 @@ def check_and_pad(x: torch.Tensor, in_chans: int, patch_h: int, patch_w: int, mo
         tracing, capturing = torch.jit.is_tracing(), is_capturing()
     if not tracing and (x.ndim != 4 or x.shape[1] != in_chans or x.shape[2] < 1 or x.shape[3] < 1):
         _raise_bad_input(list(x.shape), in_chans)
+    if not tracing and not x.is_floating_point():
+        _raise_not_float(x.dtype)
     height, width = x.shape[-2], x.shape[-1]
     if mode == 'crop':
         if not tracing and (height < patch_h or width < patch_w):

@@ -25,6 +25,7 @@ from ._timm_compat import (
     declare_first_conv, feature_take_indices, get_device_dtype, update_model_args, update_model_input_size)
 from .checkpoints import load_into_model
 from .config import POOL_TYPES, SimpleViTConfig, TensorSpec
+from .errors import ViTVariantsError
 from .geometry import Geometry, check_fit, fit_tensor
 from .naflex import NaFlexMixin, is_naflex
 from .patch_embed import AdaptivePatchEmbed
@@ -240,15 +241,15 @@ class SimpleVisionTransformer(NaFlexMixin, nn.Module):
         """Replace the head with a zero-initialised one (``num_classes=0`` removes it)."""
         if global_pool is not None:
             if global_pool not in POOL_TYPES:
-                raise ValueError(f'global_pool must be one of {POOL_TYPES}, got {global_pool!r}')
+                raise ViTVariantsError(f'global_pool must be one of {POOL_TYPES}, got {global_pool!r}')
             if global_pool == 'token' and not self.has_class_token:
-                raise ValueError("global_pool='token' needs a class token")
+                raise ViTVariantsError("global_pool='token' needs a class token")
             if global_pool in ('map', 'coca') and global_pool != self.global_pool:
-                raise ValueError(f"global_pool={global_pool!r} needs the model's attention pool, which a reset cannot "
-                                 f"create (create the model with global_pool={global_pool!r})")
+                raise ViTVariantsError(f"global_pool={global_pool!r} needs the model's attention pool, which a reset "
+                                       f"cannot create (create the model with global_pool={global_pool!r})")
             if self.global_pool == 'coca' and global_pool != 'coca':
-                raise ValueError("a 'coca' pooler holds the final norm and sets the pooled width, so it cannot be "
-                                 'reset to another pooling')
+                raise ViTVariantsError("a 'coca' pooler holds the final norm and sets the pooled width, so it cannot "
+                                       'be reset to another pooling')
             if global_pool != 'map' and self.global_pool == 'map':
                 self.attn_pool = None  # as timm: leaving 'map' removes the attention pool
             self.global_pool = global_pool
@@ -340,7 +341,7 @@ class SimpleVisionTransformer(NaFlexMixin, nn.Module):
         if not torch.jit.is_scripting():
             if is_naflex(x):
                 if reshape:
-                    raise ValueError("images of different grids have no common NCHW shape: use output_fmt='NLC'")
+                    raise ViTVariantsError("images of different grids have no common NCHW shape: use output_fmt='NLC'")
                 return self._naflex_intermediates(x, take_indices, max_index if stop_early else len(self.blocks) - 1,
                                                   norm, return_prefix_tokens, intermediates_only, output_dict)
 
