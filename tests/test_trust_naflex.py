@@ -11,25 +11,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from timm_vit_variants import SimpleVisionTransformer
 from timm_vit_variants.errors import ViTVariantsError
 from timm_vit_variants.naflex_transforms import ResizeToBudget, naflex_batch
 
+from test_naflex import _model  # the same tiny model the NaFlex tests use
+
 REPO = Path(__file__).resolve().parents[1]
-TINY = dict(embed_dim=32, depth=2, num_heads=2, mlp_dim=64, patch_size=8, img_size=32, num_classes=5)
 ALONE_TOL = 1e-5
 # A timeout that only guards against a hang: the subprocess needs seconds.
 HANG = 600
-
-
-def _model(**kwargs) -> SimpleVisionTransformer:
-    torch.manual_seed(0)
-    model = SimpleVisionTransformer(**dict(TINY, **kwargs)).eval()
-    with torch.no_grad():  # a zero-init head would make every output 0
-        for p in model.parameters():
-            if p.abs().sum() == 0:
-                p.normal_(std=0.1)
-    return model
 
 
 def _images(sizes, seed=0):
