@@ -63,6 +63,13 @@ class TransformersCheckpoint(SourceCheckpoint):
         """The part of ``config.json`` that describes the vision network (all of it for a ViT)."""
         return self.source_config
 
+    def _check_no_extra_layer(self, depth: int, layer_norm: str) -> None:
+        """Refuse weights holding a layer past the config's ``num_hidden_layers`` (``layer_norm``: that layer's first
+        norm weight, with ``{i}`` for its index)."""
+        extra_layer = self._prefix + layer_norm.format(i=depth)
+        if extra_layer in self._store:
+            raise self._error(f'inconsistent depth: config says num_hidden_layers={depth}', key=extra_layer)
+
     def _entry(self, name: str, default: Any = None) -> int:
         value = self._settings.get(name, default)
         if value is None:
@@ -173,9 +180,7 @@ class HFCheckpoint(TransformersCheckpoint):
                 raise self._error(reason, key=self._prefix + short)
         network = self._network(hints, eps_default=1e-12)
         depth = network['depth']
-        extra_layer = f'{self._prefix}encoder.layer.{depth}.layernorm_before.weight'
-        if extra_layer in self._store:
-            raise self._error(f'inconsistent depth: config says num_hidden_layers={depth}', key=extra_layer)
+        self._check_no_extra_layer(depth, 'encoder.layer.{i}.layernorm_before.weight')
 
         pooler = self._prefix + 'pooler.dense.weight'
         rep_size = None

@@ -86,9 +86,7 @@ class HFClipCheckpoint(HFCheckpoint):
                               '(the text tower, its projection and logit_scale), which the image model does not use')
         network = self._network(hints, eps_default=1e-5)
         depth = network['depth']
-        extra_layer = f'{self._prefix}encoder.layers.{depth}.layer_norm1.weight'
-        if extra_layer in self._store:
-            raise self._error(f'inconsistent depth: config says num_hidden_layers={depth}', key=extra_layer)
+        self._check_no_extra_layer(depth, 'encoder.layers.{i}.layer_norm1.weight')
         num_classes = 0
         if _PROJECTION in self._store:
             shape = self._shape(_PROJECTION)

@@ -83,9 +83,7 @@ class HFDinov2Checkpoint(HFCheckpoint):
         swiglu = bool(self.source_config.get('use_swiglu_ffn', False))
         if swiglu:  # transformers' SwiGLU gates with silu whatever hidden_act says
             network['act_layer'] = 'silu'
-        extra_layer = f'encoder.layer.{network["depth"]}.norm1.weight'
-        if extra_layer in self._store:
-            raise self._error(f'inconsistent depth: config says num_hidden_layers={network["depth"]}', key=extra_layer)
+        self._check_no_extra_layer(network['depth'], 'encoder.layer.{i}.norm1.weight')
         rule = 'timm' if model_type == 'dinov2_with_registers' else 'hf'
         self.notes.append(f'detected a transformers {model_type} model ({"SwiGLU, " if swiglu else ""}{registers} '
                           f"registers): table resize rule {rule!r} (transformers' own: bicubic "

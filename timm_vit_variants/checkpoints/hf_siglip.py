@@ -106,9 +106,7 @@ class HFSiglipCheckpoint(TransformersCheckpoint):
                               '(the text tower, logit_scale and logit_bias), which the image model does not use')
         network = self._network(hints, eps_default=1e-6)
         depth = network['depth']
-        extra_layer = f'{self._prefix}encoder.layers.{depth}.layer_norm1.weight'
-        if extra_layer in self._store:
-            raise self._error(f'inconsistent depth: config says num_hidden_layers={depth}', key=extra_layer)
+        self._check_no_extra_layer(depth, 'encoder.layers.{i}.layer_norm1.weight')
         has_head = bool(self._settings.get('vision_use_head', True)) and f'{self._prefix}head.probe' in self._store
         return SimpleViTConfig(
             num_classes=0, global_pool='map' if has_head else '', qkv_bias=True, class_token=False,
