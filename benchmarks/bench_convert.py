@@ -299,7 +299,7 @@ def write_source(kind: str, work: Path, size: str, dtype: str) -> Path:
         write_safetensors(path / 'model.safetensors', hf_shapes(size), dtype)
         config = hf_config(size)
         config.architectures = ['ViTForImageClassification']
-        config.torch_dtype = dtype
+        config.dtype = dtype
         config.save_pretrained(str(path))
     elif kind == 'dinov2 .pth':
         path = work / 'dinov2.pth'

@@ -3,10 +3,10 @@
 A reference that its own loader must materialise (timm's npz loader copies every array into the model)
 gets its weights on a ``memory.scratch`` mapping in both modes: their pages go back to the page cache as
 they are written and after each block runs, so the reference never holds the model on the heap.
-In memory (the default when it fits), the reference runs whole, then ours, and the outputs are compared;
-a half-precision model's float32 upcast is a heap copy. Streamed, when the two float32 models would not
-fit in ``--memory-budget``: the upcasts go onto scratch mappings too, both run block by block from mapped
-weights, and each of our blocks' output is compared with the reference's output of the same block as it
+A half-precision model's float32 upcast goes onto a scratch mapping too (on the heap it would be twice a
+bf16 checkpoint). In memory (the default when it fits), the reference runs whole, then ours, and the outputs
+are compared. Streamed, when the two float32 models would not fit in ``--memory-budget``: both run block by
+block from mapped weights, and each of our blocks' output is compared with the reference's output of the same block as it
 runs. Peak memory is then a few blocks and the activations, independent of depth. The final figures are
 the same in both modes: the same networks compute the same numbers, only where the weights live differs.
 """
@@ -154,10 +154,10 @@ def materialize(model: nn.Module) -> nn.Module:
 
 
 def as_float32(model: nn.Module) -> nn.Module:
-    """``model`` with float32 weights (half-precision ones upcast): on the heap in memory, on a scratch streamed."""
+    """``model`` with float32 weights (half-precision ones upcast onto a scratch mapping, in both modes)."""
     if all(p.dtype == torch.float32 for p in model.parameters()):
         return model
-    return model.float() if _STREAM.get() is None else _place(model, torch.float32)
+    return _place(model, torch.float32)
 
 
 @contextlib.contextmanager
