@@ -262,8 +262,8 @@ class _ReadAhead(threading.Thread):
                 check = store._crc[name] = Future()
             try:
                 store._compute_crc(name, check)
-            except BaseException as e:  # never leave a claimed check unanswered
+            except BaseException as e:  # never leave a claimed check unanswered: its reader raises it
                 if not check.done():
                     check.set_exception(e)
-                raise
+                return
 
