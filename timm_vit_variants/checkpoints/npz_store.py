@@ -61,6 +61,10 @@ class NpzStore(TensorStore):
         super().__init__([path])
         self.path = str(path)
         self.limits = limits
+        # name -> the CRC-32 check of a stored member: claimed (a Future) by whichever thread computes it first
+        self._crc: Dict[str, Future] = {}
+        self._crc_lock = threading.Condition()
+        self._ahead: Optional[_ReadAhead] = None
         try:
             self._zip = zipfile.ZipFile(self.path)
         except FileNotFoundError as e:
@@ -75,10 +79,6 @@ class NpzStore(TensorStore):
             self._mapping = Mapping(self.path)
             # name -> (info, shape, dtype, fortran order, byte offset of the data when stored, else None)
             self._members: Dict[str, Tuple[zipfile.ZipInfo, Tuple[int, ...], np.dtype, bool, Optional[int]]] = {}
-            # name -> the CRC-32 check of a stored member: claimed (a Future) by whichever thread computes it first
-            self._crc: Dict[str, Future] = {}
-            self._crc_lock = threading.Condition()
-            self._ahead: Optional[_ReadAhead] = None
             for key, info in members.items():
                 self._members[key] = self._read_header(key, info)
                 self._add(key, 0)
