@@ -22,7 +22,7 @@ import torch.nn as nn
 
 from timm_vit_variants import SimpleVisionTransformer
 from timm_vit_variants.errors import ViTVariantsError
-from timm_vit_variants.memory import releasing, scratch
+from timm_vit_variants.memory import file_mapped_ranges, release_tensor, releasing, scratch
 
 from ..sizes import parse_size
 
@@ -130,6 +130,7 @@ def _place(model: nn.Module, dtype: Optional[torch.dtype]) -> nn.Module:
     sizes = [-(-t.numel() * torch.empty((), dtype=dtype or t.dtype).element_size() // _ALIGN) * _ALIGN
              for _, _, t, _ in entries]
     buffer = scratch(sum(sizes))
+    mapped = file_mapped_ranges()
     model._vit_port_scratch = buffer  # noqa: SLF001  (kept with the model: ``loading`` releases it)
     offset = 0
     with releasing(buffer), torch.no_grad():
@@ -140,6 +141,9 @@ def _place(model: nn.Module, dtype: Optional[torch.dtype]) -> nn.Module:
             offset += size
             if not tensor.is_meta:
                 view.copy_(tensor)
+                start = tensor.data_ptr()
+                if any(lo <= start and start + tensor.numel() * tensor.element_size() <= hi for lo, hi in mapped):
+                    release_tensor(tensor)  # a mapped file's pages read for the copy go back too
             if is_param:
                 module._parameters[name] = nn.Parameter(view, requires_grad=tensor.requires_grad)
             else:
