@@ -190,9 +190,11 @@ def test_streamed_verification_equals_the_in_memory_one(tmp_path):
         (tmp_path / 'streamed' / 'model.safetensors').read_bytes()
 
 
-def test_streamed_half_precision_timm_source(tmp_path):
-    """Streamed, a bf16 timm file's reference is upcast onto the scratch mapping, with the in-memory figures."""
-    src = _source(tmp_path, 'safetensors', 'bfloat16')
+@pytest.mark.parametrize('kind', ['safetensors', 'dinov2'])
+def test_streamed_half_precision_source(tmp_path, kind):
+    """Streamed, a bf16 timm or DINOv2 file's reference is upcast onto a scratch mapping and compared block by block,
+    with the in-memory figures."""
+    src = _source(tmp_path, kind, 'bfloat16')
     kept = convert(src, tmp_path / 'kept', tol=TOL, num_heads=F.HEADS).verification
     streamed = convert(src, tmp_path / 'streamed', tol=TOL, num_heads=F.HEADS, memory_budget=1).verification
     assert streamed.status == 'passed' and streamed.max_abs_logits == kept.max_abs_logits
