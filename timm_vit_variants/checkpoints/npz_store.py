@@ -11,8 +11,8 @@ import math
 import struct
 import threading
 import zipfile
-from concurrent.futures import Future
 import zlib
+from concurrent.futures import Future
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -28,9 +28,9 @@ _NPY_FLOATS = {'f2': torch.float16, 'f4': torch.float32, 'f8': torch.float64}
 # Upper bounds on a ViT's array count: 16 per block in flax layouts, plus embeddings, norms and heads.
 _ARRAYS_PER_BLOCK = 24
 _ARRAYS_OUTSIDE_BLOCKS = 64
-# Errors a damaged zip member or npy header can raise while being read.
 # How far the CRC-32 thread may run ahead of the member in use: its pages are faulted in (resident) until used.
 _READ_AHEAD_BYTES = 64 << 20
+# Errors a damaged zip member or npy header can raise while being read.
 _READ_ERRORS = (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError, KeyError, TypeError, SyntaxError,
                 MemoryError, OverflowError, IndexError, NotImplementedError, struct.error)
 
@@ -149,12 +149,12 @@ class NpzStore(TensorStore):
         torch_dtype = _npz_member_dtype(dtype)[1]
         if offset is None or torch_dtype is None:
             return self._inflate(name, info, dtype)
-        self._check_crc(name, info, offset)
+        self._check_crc(name)
         if fortran:  # column-major bytes: view them reversed, then transpose back
             return self._mapping.view(offset, torch_dtype, shape[::-1]).permute(*reversed(range(len(shape))))
         return self._mapping.view(offset, torch_dtype, shape)
 
-    def _check_crc(self, name: str, info: zipfile.ZipInfo, offset: int) -> None:
+    def _check_crc(self, name: str) -> None:
         """The CRC-32 of a stored member (its npy header and data), computed over the mapped bytes, once: here,
         or by the read-ahead thread, which this then waits for."""
         with self._crc_lock:
@@ -169,10 +169,15 @@ class NpzStore(TensorStore):
         check.result()  # raises the member's ViTVariantsError
 
     def _compute_crc(self, name: str, check: Future) -> None:
+        """Answer ``check`` (claimed for ``name``): None, or the error its reader raises; never left unanswered."""
         info, _, _, _, offset = self._members[name]
         start = offset - (info.file_size - self._nbytes(name))
-        with memoryview(self._mapping.map) as whole, whole[start:start + info.file_size] as member:
-            crc = zlib.crc32(member)
+        try:
+            with memoryview(self._mapping.map) as whole, whole[start:start + info.file_size] as member:
+                crc = zlib.crc32(member)
+        except BaseException as e:
+            check.set_exception(e)
+            return
         if crc != info.CRC:
             check.set_exception(ViTVariantsError(
                 f'bad CRC-32 (stored {info.CRC:08x}, computed {crc:08x}): the archive is corrupt', path=self.path,
@@ -260,10 +265,5 @@ class _ReadAhead(threading.Thread):
                 if name in store._crc:
                     continue
                 check = store._crc[name] = Future()
-            try:
-                store._compute_crc(name, check)
-            except BaseException as e:  # never leave a claimed check unanswered: its reader raises it
-                if not check.done():
-                    check.set_exception(e)
-                return
+            store._compute_crc(name, check)
 
