@@ -23,23 +23,20 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 import torch
 
 from timm_vit_variants import __version__ as plugin_version
-from timm_vit_variants.errors import ViTVariantsError
+from timm_vit_variants.errors import ViTVariantsError, first_line
 from timm_vit_variants.limits import DEFAULT_LIMITS, Limits
 
 from .extras import require
 from .hub_folder import load_folder, read_config
 from .output import atomic_file, check_output
 from .pipeline import all_finite
-from .request import DEFAULT_OPSET, ExportRequest, request_of
+from .constants import DEFAULT_OPSET, EXPORT_FORMATS as FORMATS, ONNX_OPSETS
+from .request import ExportRequest, request_of
 from .verification import Verification
-from .verification.result import first_line
 
 __all__ = ['FORMATS', 'ONNX_OPSETS', 'DEFAULT_OPSET', 'METADATA_FILE', 'ExportResult', 'export_onnx', 'export_pt2',
            'verification_sizes']
 
-FORMATS = ('onnx', 'pt2')
-# From DEFAULT_OPSET (18, the dynamo exporter's lowest, the first with an antialiased Resize) to 23, the highest torch 2.14's exporter writes (torch.onnx._constants.ONNX_MAX_OPSET).
-ONNX_OPSETS = range(DEFAULT_OPSET, 24)
 INPUT_NAME, OUTPUT_NAME = 'pixel_values', 'logits'
 METADATA_FILE = 'vit_port_metadata.json'  # the .pt2 archive's copy of the ONNX metadata_props
 # A protobuf message (one ONNX file without external data) holds at most 2 GiB.
@@ -292,9 +289,6 @@ def export_onnx(
     """
     request = request_of(ExportRequest, request, options)
     opset, overwrite, tol, progress = request.opset, request.overwrite, request.tol, request.progress
-    if opset not in ONNX_OPSETS:
-        raise ViTVariantsError(f'opset {opset} is not supported: the dynamo exporter writes opsets '
-                               f'{ONNX_OPSETS.start} to {ONNX_OPSETS.stop - 1}', key='opset')
     require('onnx', 'ONNX export', 'export --format pt2')
     paths = _source_paths(source)
     out_path = check_output(out, overwrite, sources=paths, folder=False)

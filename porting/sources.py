@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Tuple, Union
 
 from timm_vit_variants.checkpoints.files import CONFIG_FILE, INDEX_FILES, SINGLE_WEIGHT_FILES
-from timm_vit_variants.errors import ViTVariantsError
+from timm_vit_variants.errors import ViTVariantsError, first_line, reraised_as
 
 from .hub_access import is_offline
 from .redact import redact
@@ -236,17 +236,15 @@ def _wanted_files(names: List[str]) -> Optional[List[str]]:
 @contextlib.contextmanager
 def _hub_errors(typed: str, repo_id: str, revision: Optional[str], token: Optional[str], bare: bool) -> Iterator[None]:
     """Turn a client failure into one ViTVariantsError that says what SRC was read as, and why it failed."""
-    try:
-        yield
-    except ViTVariantsError:
-        raise
-    except Exception as e:  # noqa: BLE001  (the client raises many types; each becomes one clear line)
-        where = f'the Hub model {repo_id}' + (f' at revision {revision!r}' if revision else '')
-        reason = _hub_reason(e, where)
+    def refusal(error: Exception) -> ViTVariantsError:
+        reason = _hub_reason(error, f'the Hub model {repo_id}' + (f' at revision {revision!r}' if revision else ''))
         if bare:
             reason = (f'{typed!r} is not a local file or folder, so it was read as a Hub model id, and {reason}. '
                       f'For a local path, check it (./{typed} says so); for the Hub, {HUB_PREFIX}{typed} does')
-        raise ViTVariantsError(redact(reason, [token]), path=typed) from None
+        return ViTVariantsError(redact(reason, [token]), path=typed)
+
+    with reraised_as(refusal):
+        yield
 
 
 def _hub_reason(error: Exception, where: str) -> str:
@@ -262,11 +260,11 @@ def _hub_reason(error: Exception, where: str) -> str:
     if isinstance(error, LocalEntryNotFoundError):
         if is_offline():
             return f'{where} is not in the local Hub cache and HF_HUB_OFFLINE is set (unset it to download)'
-        return f'{where} could not be reached and is not in the local Hub cache ({_first_line(error)})'
+        return f'{where} could not be reached and is not in the local Hub cache ({first_line(error, typed=False)})'
     if isinstance(error, HfHubHTTPError):
         status = error.response.status_code if error.response is not None else None
-        return f'{where}: HTTP {status}: {_first_line(error)}'
-    return f'{where} could not be downloaded: {type(error).__name__}: {_first_line(error)}'
+        return f'{where}: HTTP {status}: {first_line(error, typed=False)}'
+    return f'{where} could not be downloaded: {type(error).__name__}: {first_line(error, typed=False)}'
 
 
 @contextlib.contextmanager
@@ -282,11 +280,6 @@ def _progress_bars(show: bool) -> Iterator[None]:
     finally:
         if not show and not was_disabled:
             enable_progress_bars()
-
-
-def _first_line(error: Exception) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0].rstrip('.') if text else type(error).__name__
 
 
 # -- plain URLs ---------------------------------------------------------------------------------------------
@@ -348,7 +341,7 @@ def _download(url: str, path: Path, progress: bool, bounds: _Bounds) -> None:
         if e.code in _REDIRECTS:
             raise ViTVariantsError(f'download failed: too many redirects (HTTP {e.code} again and again: a redirect '
                                    'loop)', path=url) from None
-        raise ViTVariantsError(f'download failed: HTTP {e.code} {_first_line(e.reason)}', path=url) from None
+        raise ViTVariantsError(f'download failed: HTTP {e.code} {first_line(e.reason, typed=False)}', path=url) from None
     except TimeoutError:  # a read that waited the whole stall timeout for one byte
         raise ViTVariantsError(f'download stalled: no data for {min(bounds.stall, bounds.deadline):g} s (raise '
                                '--stall-timeout)', path=url) from None
@@ -359,7 +352,7 @@ def _download(url: str, path: Path, progress: bool, bounds: _Bounds) -> None:
         reason = getattr(e, 'reason', None) or getattr(e, 'strerror', None) or e
         if isinstance(reason, TimeoutError):
             reason = f'no answer from the server within {min(bounds.stall, bounds.deadline):g} s (raise --stall-timeout)'
-        raise ViTVariantsError(f'download failed: {_first_line(reason)}', path=url) from None
+        raise ViTVariantsError(f'download failed: {first_line(reason, typed=False)}', path=url) from None
     finally:
         if os.path.exists(partial):
             os.unlink(partial)

@@ -4,7 +4,7 @@ from typing import Any, Callable, Dict, Optional, Tuple
 import torch
 import torch.nn as nn
 
-from timm_vit_variants.errors import ViTVariantsError
+from timm_vit_variants.errors import ViTVariantsError, first_line
 from timm_vit_variants.memory import release_after_use
 
 from ..extras import require
@@ -13,7 +13,7 @@ from .dinov2_ref import dinov2_outputs
 from .hf_ref import hf_outputs
 from .npz_ref import npz_model
 from .open_clip_ref import open_clip_outputs
-from .result import NoReference, Outputs, ReferenceFailed, first_line
+from .result import NoReference, Outputs, ReferenceFailed
 from .streamed import trace_blocks
 from .target import at_target
 from .timm_ref import TimmReference, fit_input, timm_model

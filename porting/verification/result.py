@@ -4,9 +4,9 @@ from typing import Any, Dict, List, Optional
 
 import torch
 
-from ..request import DEFAULT_TOL
+from ..constants import DEFAULT_TOL
 
-__all__ = ['DEFAULT_TOL', 'Verification', 'Outputs', 'NoReference', 'ReferenceFailed', 'first_line']
+__all__ = ['DEFAULT_TOL', 'Verification', 'Outputs', 'NoReference', 'ReferenceFailed']
 
 
 @dataclass
@@ -64,9 +64,3 @@ class NoReference(Exception):
 
 class ReferenceFailed(Exception):
     """The reference implementation refused or could not run the source: the check fails, naming why."""
-
-
-def first_line(error: BaseException) -> str:
-    """``Type: first line of the message``: one line, however long the library's message is."""
-    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-    return f'{type(error).__name__}: {lines[0] if lines else ""}'.rstrip(': ')
