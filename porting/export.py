@@ -32,7 +32,8 @@ from .output import atomic_file, check_output
 from .pipeline import all_finite
 from .constants import DEFAULT_OPSET, EXPORT_FORMATS as FORMATS, ONNX_OPSETS
 from .request import ExportRequest, request_of
-from .verification import Verification
+from .verification import Outputs, Verification
+from .verification.compare import OutputsDiffer, deltas
 
 __all__ = ['FORMATS', 'ONNX_OPSETS', 'DEFAULT_OPSET', 'METADATA_FILE', 'ExportResult', 'export_onnx', 'export_pt2',
            'verification_sizes']
@@ -228,13 +229,15 @@ def _inputs(model: _Model, sizes: Sequence[Size]) -> List[torch.Tensor]:
 
 def _verify(model: _Model, run: Callable[[torch.Tensor], torch.Tensor], sizes: Sequence[Size], runner: str,
             tol: float, progress: bool) -> Verification:
-    """Run the exported artifact and the eager model on the same inputs; the worst |delta| over all sizes."""
+    """Run the exported artifact and the eager model on the same inputs (``verification.deltas`` of their logits,
+    or features for a headless model); the worst over all sizes, each size's recorded."""
     from tqdm import tqdm
 
     label = 'logits' if getattr(model.module, 'num_classes', 1) else 'features'
     shown = ', '.join(f'{h}x{w}' for h, w in sizes)
     where = f'PyTorch eager ({runner} at {len(sizes)} size{"s" if len(sizes) > 1 else ""}: {shown})'
-    worst, informative = 0.0, False
+    found: Dict[str, float] = {}
+    informative = False
     for x in tqdm(_inputs(model, sizes), desc='verify', unit='size', disable=not progress, leave=False):
         size = f'{x.shape[-2]}x{x.shape[-1]} (batch {x.shape[0]})'
         with torch.no_grad():
@@ -244,18 +247,20 @@ def _verify(model: _Model, run: Callable[[torch.Tensor], torch.Tensor], sizes: S
             except Exception as e:  # noqa: BLE001  (a runtime refusing a size is a failed check, reported as such)
                 return Verification('failed', reference=where, tolerance=tol,
                                     reason=f'the exported file failed at {size}: {first_line(e)}')
-        if tuple(got.shape) != tuple(expected.shape):
+        try:
+            delta = deltas(Outputs(None, expected, 'eager'), Outputs(None, got, 'the file'))['logits']
+        except OutputsDiffer as e:
             return Verification('failed', reference=where, tolerance=tol,
-                                reason=f'at {size} the exported file gave shape {tuple(got.shape)} '
-                                       f'(expected {tuple(expected.shape)})')
+                                reason=f'at {size} the exported file gave shape {e.ours} (expected {e.reference})')
         if not torch.isfinite(got).all():
             return Verification('failed', reference=where, tolerance=tol,
                                 reason=f'at {size} the exported file gave NaN or Inf values')
-        worst = max(worst, (got.float() - expected.float()).abs().max().item())
+        found[f'{label} at {size}'] = delta
         informative = informative or bool((expected != expected.flatten()[0]).any())
+    worst = max(found.values())
     status = 'passed' if worst <= tol else 'failed'
     figures = {'max_abs_logits' if label == 'logits' else 'max_abs_features': worst}
-    result = Verification(status, reference=where, tolerance=tol, **figures)
+    result = Verification(status, reference=where, tolerance=tol, deltas=found, **figures)
     if not informative:
         result.notes.append(f'the eager {label} are constant (an all-zero head?), so they cannot show a wrong graph')
     return result

@@ -11,10 +11,10 @@ timm has no pre-logits (``rep_size``) layer, so that layer is an explicit numpy 
 built from the source's own arrays. ``target`` rebuilds a timm reference at a target geometry with the
 source framework's own resize rules (``rules``, numpy); ``compare`` runs both networks on the same inputs.
 """
-from .compare import compare, verification_inputs
-from .references import reference_outputs, release_as_it_runs
-from .result import DEFAULT_TOL, NoReference, Outputs, ReferenceFailed, Verification
+from .compare import compare, deltas, verification_inputs
+from .references import REFERENCES, reference_outputs, release_as_it_runs
+from .result import DEFAULT_TOL, Check, NoReference, Outputs, ReferenceFailed, Verification
 from .rules import bigvision_posemb_sincos_2d
 
-__all__ = ['DEFAULT_TOL', 'Verification', 'Outputs', 'NoReference', 'ReferenceFailed', 'compare',
-           'verification_inputs', 'reference_outputs', 'release_as_it_runs', 'bigvision_posemb_sincos_2d']
+__all__ = ['DEFAULT_TOL', 'Check', 'Verification', 'Outputs', 'NoReference', 'ReferenceFailed', 'compare', 'deltas',
+           'verification_inputs', 'REFERENCES', 'reference_outputs', 'release_as_it_runs', 'bigvision_posemb_sincos_2d']
