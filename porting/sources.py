@@ -320,42 +320,46 @@ def _from_url(url: str, progress: bool, bounds: _Bounds, reuse: Optional[Path] =
 
 def _download(url: str, path: Path, progress: bool, bounds: _Bounds) -> None:
     """Fetch ``url`` into ``path`` through a temp file beside it, renamed only once complete and checked."""
-    import http.client
-    import urllib.error
     import urllib.request
 
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, partial = tempfile.mkstemp(dir=path.parent, prefix=f'.{path.name}.', suffix='.partial')
     try:
-        with os.fdopen(fd, 'wb') as out:
-            start = time.monotonic()
-            with urllib.request.urlopen(url, timeout=min(bounds.stall, bounds.deadline)) as response:
-                _check_content_type(response.headers.get('Content-Type'), url)
-                _Transfer(url, response, out, start, bounds, progress).run()
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(partial, path)
-    except ViTVariantsError:
-        raise
-    except urllib.error.HTTPError as e:
-        if e.code in _REDIRECTS:
-            raise ViTVariantsError(f'download failed: too many redirects (HTTP {e.code} again and again: a redirect '
-                                   'loop)', path=url) from None
-        raise ViTVariantsError(f'download failed: HTTP {e.code} {first_line(e.reason, typed=False)}', path=url) from None
-    except TimeoutError:  # a read that waited the whole stall timeout for one byte
-        raise ViTVariantsError(f'download stalled: no data for {min(bounds.stall, bounds.deadline):g} s (raise '
-                               '--stall-timeout)', path=url) from None
-    except http.client.HTTPException as e:  # IncompleteRead of a cut chunk, a malformed response
-        raise ViTVariantsError(f'download failed: the transfer was cut short or malformed ({type(e).__name__})',
-                               path=url) from None
-    except (urllib.error.URLError, OSError, ValueError) as e:
-        reason = getattr(e, 'reason', None) or getattr(e, 'strerror', None) or e
-        if isinstance(reason, TimeoutError):
-            reason = f'no answer from the server within {min(bounds.stall, bounds.deadline):g} s (raise --stall-timeout)'
-        raise ViTVariantsError(f'download failed: {first_line(reason, typed=False)}', path=url) from None
+        with reraised_as(lambda e: _download_failure(e, url, min(bounds.stall, bounds.deadline))):
+            with os.fdopen(fd, 'wb') as out:
+                start = time.monotonic()
+                with urllib.request.urlopen(url, timeout=min(bounds.stall, bounds.deadline)) as response:
+                    _check_content_type(response.headers.get('Content-Type'), url)
+                    _Transfer(url, response, out, start, bounds, progress).run()
+                out.flush()
+                os.fsync(out.fileno())
+            os.replace(partial, path)
     finally:
         if os.path.exists(partial):
             os.unlink(partial)
+
+
+def _download_failure(error: Exception, url: str, stall: float) -> Exception:
+    """The ViTVariantsError a failed download means (an error of no known kind as it is)."""
+    import http.client
+    import urllib.error
+
+    if isinstance(error, urllib.error.HTTPError):
+        if error.code in _REDIRECTS:
+            return ViTVariantsError(f'download failed: too many redirects (HTTP {error.code} again and again: a '
+                                    'redirect loop)', path=url)
+        return ViTVariantsError(f'download failed: HTTP {error.code} {first_line(error.reason, typed=False)}', path=url)
+    if isinstance(error, TimeoutError):  # a read that waited the whole stall timeout for one byte
+        return ViTVariantsError(f'download stalled: no data for {stall:g} s (raise --stall-timeout)', path=url)
+    if isinstance(error, http.client.HTTPException):  # IncompleteRead of a cut chunk, a malformed response
+        return ViTVariantsError(f'download failed: the transfer was cut short or malformed ({type(error).__name__})',
+                                path=url)
+    if isinstance(error, (urllib.error.URLError, OSError, ValueError)):
+        reason = getattr(error, 'reason', None) or getattr(error, 'strerror', None) or error
+        if isinstance(reason, TimeoutError):
+            reason = f'no answer from the server within {stall:g} s (raise --stall-timeout)'
+        return ViTVariantsError(f'download failed: {first_line(reason, typed=False)}', path=url)
+    return error
 
 
 def _check_content_type(content_type: Optional[str], url: str) -> None:

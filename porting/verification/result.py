@@ -49,7 +49,7 @@ class Verification:
         reason = '; '.join([r for r in [self.reason, *self.notes] if r]) or None
         return dict(status=self.status, reference=self.reference, max_abs_logits=self.max_abs_logits,
                     max_abs_features=self.max_abs_features, tolerance=self.tolerance, reason=reason,
-                    caveats=list(self.caveats) or None, output=self.output)
+                    caveats=list(self.caveats) or None, output=self.output, deltas=dict(self.deltas) or None)
 
     def summary(self) -> str:
         """One line for the terminal."""
