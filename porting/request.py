@@ -53,6 +53,7 @@ def _refuse(problem: Optional[str], key: str) -> None:
 _FLAG_FIELDS: Dict[str, Tuple[str, Callable[[Any], Any]]] = {
     'no_verify': ('verify', lambda value: not value),
     'no_ema': ('use_ema', lambda value: False if value else None),
+    'assume_heads': ('assume_heads', lambda value: value or None),  # unset: None, as the reader hints take it
     'dataset': ('datasets', _names),
     'limit': ('limits', limits_from),
     'command_line': ('command', lambda value: value),

@@ -89,8 +89,8 @@ def compare(check: Check, build_ours: Callable[[], nn.Module], tol: float = DEFA
         bar.update(1)
         model = build_ours().eval()
         release_as_it_runs(model)
-        has_pre_logits, output = not isinstance(model.pre_logits, nn.Identity), 'logits' if model.num_classes else \
-            'embedding'
+        has_pre_logits = not isinstance(model.pre_logits, nn.Identity)
+        output = 'logits' if model.num_classes else 'embedding'
         ours = our_outputs(model, x, mixed, ref, logits=check.compare_logits)
         del model
         trim_heap()
