@@ -1,4 +1,5 @@
-"""The Python API of ``vit-port``: one function per command, keywords spelled as that command's flags.
+"""The Python API of ``vit-port``: a function for each command but ``inspect``, keywords spelled as that
+command's flags (``porting.request.build_request`` makes them a request, as it does the CLI's arguments).
 
 ``--from`` is ``from_=`` (``from`` is a Python keyword), ``--num-heads 12`` is ``num_heads=12``,
 ``--no-verify`` is ``no_verify=True``, a repeatable ``--dataset``/``--limit`` takes a list. Each function
