@@ -1,4 +1,5 @@
-"""The Python API of ``vit-port``: one function per command, keywords spelled as that command's flags.
+"""The Python API of ``vit-port``: a function for each command but ``inspect``, keywords spelled as that
+command's flags (``porting.request.build_request`` makes them a request, as it does the CLI's arguments).
 
 ``--from`` is ``from_=`` (``from`` is a Python keyword), ``--num-heads 12`` is ``num_heads=12``,
 ``--no-verify`` is ``no_verify=True``, a repeatable ``--dataset``/``--limit`` takes a list. Each function
@@ -15,7 +16,9 @@ from .export import ExportResult, export_onnx, export_pt2
 from .hub_folder import load_folder, save_pretrained_folder
 from .pipeline import ConvertResult, convert, resize
 from .publish import PushResult, push_folder
-from .request import DEFAULT_TOL, ConvertRequest, ExportRequest, OutputOptions, SourceOptions, TargetOptions, limits_from
+from .constants import DEFAULT_TOL
+from .request import (
+    ConvertRequest, ExportRequest, OutputOptions, SourceOptions, TargetOptions, build_request, limits_from)
 from .sources import ResolvedSource, resolve_source
 from .verification import Verification
 from .verification.conversion import verify_folder
@@ -34,7 +37,8 @@ def verify(src: Union[str, Path], converted: Union[str, Path], *, tol: float = D
     ``source_flags`` are the source flags of the command (``from_``, ``num_heads``, ``source_img_size``, ...,
     ``endpoint``, ``token``). Returns the ``Verification``; ``status == 'passed'`` when within ``tol``.
     """
-    return verify_folder(src, converted, SourceOptions.from_options(**source_flags), tol, limits_from(limit), progress)
+    return verify_folder(src, converted, build_request(SourceOptions, **source_flags), tol, limits_from(limit),
+                         progress)
 
 
 def push(repo_id: str, folder: Union[str, Path], **flags: Any) -> PushResult:

@@ -23,23 +23,21 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 import torch
 
 from timm_vit_variants import __version__ as plugin_version
-from timm_vit_variants.errors import ViTVariantsError
+from timm_vit_variants.errors import ViTVariantsError, first_line
 from timm_vit_variants.limits import DEFAULT_LIMITS, Limits
 
 from .extras import require
 from .hub_folder import load_folder, read_config
 from .output import atomic_file, check_output
 from .pipeline import all_finite
-from .request import DEFAULT_OPSET, ExportRequest, request_of
-from .verification import Verification
-from .verification.result import first_line
+from .constants import DEFAULT_OPSET, EXPORT_FORMATS as FORMATS, ONNX_OPSETS
+from .request import ExportRequest, request_of
+from .verification import Outputs, Verification
+from .verification.compare import OutputsDiffer, deltas
 
 __all__ = ['FORMATS', 'ONNX_OPSETS', 'DEFAULT_OPSET', 'METADATA_FILE', 'ExportResult', 'export_onnx', 'export_pt2',
            'verification_sizes']
 
-FORMATS = ('onnx', 'pt2')
-# From DEFAULT_OPSET (18, the dynamo exporter's lowest, the first with an antialiased Resize) to 23, the highest torch 2.14's exporter writes (torch.onnx._constants.ONNX_MAX_OPSET).
-ONNX_OPSETS = range(DEFAULT_OPSET, 24)
 INPUT_NAME, OUTPUT_NAME = 'pixel_values', 'logits'
 METADATA_FILE = 'vit_port_metadata.json'  # the .pt2 archive's copy of the ONNX metadata_props
 # A protobuf message (one ONNX file without external data) holds at most 2 GiB.
@@ -231,13 +229,15 @@ def _inputs(model: _Model, sizes: Sequence[Size]) -> List[torch.Tensor]:
 
 def _verify(model: _Model, run: Callable[[torch.Tensor], torch.Tensor], sizes: Sequence[Size], runner: str,
             tol: float, progress: bool) -> Verification:
-    """Run the exported artifact and the eager model on the same inputs; the worst |delta| over all sizes."""
+    """Run the exported artifact and the eager model on the same inputs (``verification.deltas`` of their logits,
+    or features for a headless model); the worst over all sizes, each size's recorded."""
     from tqdm import tqdm
 
     label = 'logits' if getattr(model.module, 'num_classes', 1) else 'features'
     shown = ', '.join(f'{h}x{w}' for h, w in sizes)
     where = f'PyTorch eager ({runner} at {len(sizes)} size{"s" if len(sizes) > 1 else ""}: {shown})'
-    worst, informative = 0.0, False
+    found: Dict[str, float] = {}
+    informative = False
     for x in tqdm(_inputs(model, sizes), desc='verify', unit='size', disable=not progress, leave=False):
         size = f'{x.shape[-2]}x{x.shape[-1]} (batch {x.shape[0]})'
         with torch.no_grad():
@@ -247,18 +247,20 @@ def _verify(model: _Model, run: Callable[[torch.Tensor], torch.Tensor], sizes: S
             except Exception as e:  # noqa: BLE001  (a runtime refusing a size is a failed check, reported as such)
                 return Verification('failed', reference=where, tolerance=tol,
                                     reason=f'the exported file failed at {size}: {first_line(e)}')
-        if tuple(got.shape) != tuple(expected.shape):
+        try:
+            delta = deltas(Outputs(None, expected, 'eager'), Outputs(None, got, 'the file'))['logits']
+        except OutputsDiffer as e:
             return Verification('failed', reference=where, tolerance=tol,
-                                reason=f'at {size} the exported file gave shape {tuple(got.shape)} '
-                                       f'(expected {tuple(expected.shape)})')
+                                reason=f'at {size} the exported file gave shape {e.ours} (expected {e.reference})')
         if not torch.isfinite(got).all():
             return Verification('failed', reference=where, tolerance=tol,
                                 reason=f'at {size} the exported file gave NaN or Inf values')
-        worst = max(worst, (got.float() - expected.float()).abs().max().item())
+        found[f'{label} at {size}'] = delta
         informative = informative or bool((expected != expected.flatten()[0]).any())
+    worst = max(found.values())
     status = 'passed' if worst <= tol else 'failed'
     figures = {'max_abs_logits' if label == 'logits' else 'max_abs_features': worst}
-    result = Verification(status, reference=where, tolerance=tol, **figures)
+    result = Verification(status, reference=where, tolerance=tol, deltas=found, **figures)
     if not informative:
         result.notes.append(f'the eager {label} are constant (an all-zero head?), so they cannot show a wrong graph')
     return result
@@ -292,9 +294,6 @@ def export_onnx(
     """
     request = request_of(ExportRequest, request, options)
     opset, overwrite, tol, progress = request.opset, request.overwrite, request.tol, request.progress
-    if opset not in ONNX_OPSETS:
-        raise ViTVariantsError(f'opset {opset} is not supported: the dynamo exporter writes opsets '
-                               f'{ONNX_OPSETS.start} to {ONNX_OPSETS.stop - 1}', key='opset')
     require('onnx', 'ONNX export', 'export --format pt2')
     paths = _source_paths(source)
     out_path = check_output(out, overwrite, sources=paths, folder=False)

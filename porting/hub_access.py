@@ -7,7 +7,7 @@ namespace, as ``hf upload`` takes it.
 import os
 from typing import Optional
 
-from timm_vit_variants.errors import ViTVariantsError
+from timm_vit_variants.errors import ViTVariantsError, first_line
 
 from .redact import redact
 
@@ -43,6 +43,6 @@ def full_repo_id(repo_id: str, token: Optional[str] = None, endpoint: Optional[s
         name = HfApi(endpoint=endpoint, token=token).whoami()['name']
     except Exception as e:  # noqa: BLE001  (HTTP, connection and parse failures all mean "not known")
         raise ViTVariantsError(redact(f'repo id {repo_id!r} has no namespace, and asking the Hub whose token this is '
-                                      f'failed ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ""}): '
+                                      f'failed ({first_line(e)}): '
                                       'give ORG/NAME', [token]), key='repo_id') from None
     return f'{name}/{repo_id}'

@@ -63,8 +63,6 @@ def preprocessing(src: SourceCheckpoint, options: SourceOptions) -> Tuple[Dict[s
         if key in given and len(given[key]) not in (1, src.config.in_chans):
             raise ViTVariantsError(f'{key} needs 1 or {src.config.in_chans} values (one per input channel), got '
                                    f'{len(given[key])}', key=key)
-    if 'crop_pct' in given and not 0 < given['crop_pct'] <= 1:
-        raise ViTVariantsError(f'crop_pct must be in (0, 1], got {given["crop_pct"]}', key='crop_pct')
     recorded = src.data_config()
     assumed = {k: v for k, v in src.preprocessing_assumed(recorded).items() if k not in given}
     data = {**{k: v[0] for k, v in assumed.items()}, **recorded, **given}

@@ -28,7 +28,7 @@ from tqdm import tqdm
 
 from timm_vit_variants.checkpoints.files import CONFIG_FILE, read_json, weight_files
 from timm_vit_variants.config import is_family_architecture
-from timm_vit_variants.errors import ViTVariantsError
+from timm_vit_variants.errors import ViTVariantsError, first_line, reraised_as
 
 from .card import REPO_PLACEHOLDER, build_model_card, fill_repo_id
 from .hub_access import full_repo_id, is_offline
@@ -376,30 +376,30 @@ def _same(local: UploadFile, remote) -> bool:
 @contextlib.contextmanager
 def _translated(action: str, where: str, token: Optional[str], committing: bool = False):
     """Turn any client failure into one ViTVariantsError with a plain message and no token in it."""
-    try:
+    with reraised_as(lambda e: ViTVariantsError(redact(f'{where}: ' + _client_failure(e, action, committing),
+                                                       [token]))):
         yield
-    except ViTVariantsError:
-        raise
-    except HfHubHTTPError as e:
-        status = e.response.status_code if e.response is not None else None
-        detail = (e.server_message or str(e).splitlines()[0]).rstrip('.!')
-        if status == 401:
-            msg = (f'the Hub rejected the credentials (HTTP 401) while {action}: '
-                   'check the token (--token, HF_TOKEN or `hf auth login`)')
-        elif status == 403:
-            msg = f'permission denied (HTTP 403) while {action}: the token cannot write to this repo'
-        elif status == 404:
-            msg = f'not found (HTTP 404) while {action}: {detail}'
-        elif status is not None and status >= 500:
-            msg = f'the Hub failed (HTTP {status}) while {action}: {detail}'
-        else:
-            msg = f'HTTP {status} while {action}: {detail}'
-        unsure = committing and (status is None or status >= 500)  # the server may have committed anyway
-        raise ViTVariantsError(redact(f'{where}: ' + _suffix(msg, unsure), [token])) from None
-    except Exception as e:  # connection refused or dropped, timeouts, invalid card metadata, ...
+
+
+def _client_failure(e: Exception, action: str, committing: bool) -> str:
+    """What a Hub client failure while ``action`` means, and whether anything may have been committed."""
+    if not isinstance(e, HfHubHTTPError):  # connection refused or dropped, timeouts, invalid card metadata, ...
         kind = 'connection failed' if type(e).__module__.split('.')[0].startswith('httpx') else 'failed'
-        msg = f'{kind} while {action}: {type(e).__name__}: {str(e).rstrip(".")}'
-        raise ViTVariantsError(redact(f'{where}: ' + _suffix(msg, committing), [token])) from None
+        return _suffix(f'{kind} while {action}: {type(e).__name__}: {str(e).rstrip(".")}', committing)
+    status = e.response.status_code if e.response is not None else None
+    detail = (e.server_message or first_line(e, typed=False)).rstrip('.!')
+    if status == 401:
+        msg = (f'the Hub rejected the credentials (HTTP 401) while {action}: '
+               'check the token (--token, HF_TOKEN or `hf auth login`)')
+    elif status == 403:
+        msg = f'permission denied (HTTP 403) while {action}: the token cannot write to this repo'
+    elif status == 404:
+        msg = f'not found (HTTP 404) while {action}: {detail}'
+    elif status is not None and status >= 500:
+        msg = f'the Hub failed (HTTP {status}) while {action}: {detail}'
+    else:
+        msg = f'HTTP {status} while {action}: {detail}'
+    return _suffix(msg, committing and (status is None or status >= 500))  # the server may have committed anyway
 
 
 def _suffix(msg: str, unsure: bool) -> str:

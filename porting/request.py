@@ -1,54 +1,26 @@
-"""What a conversion is asked to do, as one value: how to read the source, the target, the output, the checks.
+"""What a conversion or an export is asked to do, as one value, built by one factory from keywords spelled as flags.
 
-``convert``, ``resize`` and ``export`` take a request built once, from parsed CLI arguments or from
-Python keywords; each keyword is named as the CLI option that sets it (``img_size`` is ``--img-size``,
-``source_img_size`` is ``--source-img-size``, ``from_`` is ``--from``: ``from`` is a Python keyword).
+``convert``, ``resize`` and ``export`` take a request. ``build_request(kind, **flags)`` is the one place one is
+made: the Python API passes its keywords, and the CLI passes its parsed arguments through one adapter
+(``porting.commands.options.request_from_args``), so both spell every option the same way. Each keyword is named
+as the CLI option that sets it (``img_size`` is ``--img-size``, ``from_`` is ``--from``: ``from`` is a Python
+keyword, ``no_verify`` is ``--no-verify``, a repeatable ``--dataset``/``--limit`` takes a name or a list). None
+means "not given"; an unknown keyword raises ``UnknownOptionError`` (a ``ViTVariantsError`` and a ``TypeError``),
+and a value no option takes raises ``ViTVariantsError`` naming it. The defaults are ``porting.constants``'.
 """
 from dataclasses import dataclass, field, fields, replace
-from typing import Any, Dict, Iterable, Optional, Tuple, Type, TypeVar, Union
+from typing import Any, Callable, Dict, Iterable, Optional, Tuple, Type, TypeVar, Union
 
+from timm_vit_variants.errors import UnknownOptionError, ViTVariantsError
 from timm_vit_variants.limits import DEFAULT_LIMITS, Limits
 
+from .constants import DEFAULT_OPSET, DEFAULT_TOL, fraction_problem, opset_problem
 from .sizes import DEFAULT_MAX_SHARD_SIZE
 
 __all__ = ['DEFAULT_TOL', 'DEFAULT_OPSET', 'SourceOptions', 'TargetOptions', 'OutputOptions', 'ConvertRequest',
-           'ExportRequest', 'request_of', 'limits_from']
-
-# Verification tolerance on max |delta| of logits and features, float32.
-DEFAULT_TOL = 1e-4
-# 18: the lowest opset the dynamo exporter writes, and the first with an antialiased Resize.
-DEFAULT_OPSET = 18
+           'ExportRequest', 'build_request', 'request_flags', 'request_of', 'limits_from']
 
 Size = Optional[Tuple[int, ...]]
-
-
-def _given(options: Dict[str, Any], known: Any, what: str) -> Dict[str, Any]:
-    """The options that are set (None means "not given"), sizes as tuples; an unknown name raises TypeError."""
-    unknown = sorted(set(options) - set(known))
-    if unknown:
-        raise TypeError(f'unknown {what} option(s) {unknown}; expected some of {sorted(known)}')
-    given = {k: v for k, v in options.items() if v is not None}
-    for name in ('img_size', 'patch_size', 'source_img_size', 'static', 'mean', 'std'):
-        if name in given:
-            given[name] = _size(given[name])
-    return given
-
-
-# Keywords spelled as a CLI flag whose request field is named otherwise: flag -> field.
-_FIELD_OF_FLAG = {'no_verify': 'verify', 'no_ema': 'use_ema', 'dataset': 'datasets', 'limit': 'limits'}
-
-
-def _as_field(flag: str, value: Any) -> Tuple[str, Any]:
-    """(field, value) for a keyword spelled as its flag; None as the value means "not given"."""
-    if flag == 'no_verify':
-        return 'verify', not value
-    if flag == 'no_ema':
-        return 'use_ema', False if value else None
-    if flag == 'dataset':
-        return 'datasets', (value,) if isinstance(value, str) else tuple(value)
-    if flag == 'limit':
-        return 'limits', limits_from(value)
-    return flag, value
 
 
 def limits_from(limit: Union[None, str, Iterable[str], Limits]) -> Limits:
@@ -61,12 +33,33 @@ def limits_from(limit: Union[None, str, Iterable[str], Limits]) -> Limits:
 
 
 def _size(value: Any) -> Size:
-    """A number or a sequence of them as a tuple; None stays None."""
-    if value is None:
-        return None
+    """A number or a sequence of them as a tuple."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return (value,)
     return tuple(value)
+
+
+def _names(value: Union[str, Iterable[str]]) -> Tuple[str, ...]:
+    return (value,) if isinstance(value, str) else tuple(value)
+
+
+def _refuse(problem: Optional[str], key: str) -> None:
+    """Raise ViTVariantsError naming ``key`` when a ``porting.constants`` check found a ``problem``."""
+    if problem:
+        raise ViTVariantsError(problem, key=key)
+
+
+# Flags whose field is named otherwise, or that take a value in another shape: flag -> (field, its value).
+_FLAG_FIELDS: Dict[str, Tuple[str, Callable[[Any], Any]]] = {
+    'no_verify': ('verify', lambda value: not value),
+    'no_ema': ('use_ema', lambda value: False if value else None),
+    'assume_heads': ('assume_heads', lambda value: value or None),  # unset: None, as the reader hints take it
+    'dataset': ('datasets', _names),
+    'limit': ('limits', limits_from),
+    'command_line': ('command', lambda value: value),
+}
+# Fields taken as tuples: a size, per-channel values.
+_TUPLES = ('img_size', 'patch_size', 'source_img_size', 'static', 'mean', 'std')
 
 
 @dataclass(frozen=True)
@@ -110,13 +103,14 @@ class SourceOptions:
     download_timeout: Optional[float] = None
     stall_timeout: Optional[float] = None
 
+    def __post_init__(self) -> None:
+        if self.crop_pct is not None:
+            _refuse(fraction_problem(self.crop_pct), 'crop_pct')
+
     @classmethod
-    def from_options(cls, **options: Any) -> 'SourceOptions':
-        """Source options from keywords spelled as the CLI flags (``from_='timm'``, ``num_heads=12``,
-        ``no_ema=True``); None means "not given", unknown keywords raise TypeError."""
-        known = {f.name for f in fields(cls)} - {'use_ema'} | {'no_ema'}
-        pairs = (_as_field(flag, value) for flag, value in _given(options, known, 'source').items())
-        return cls(**{name: value for name, value in pairs if value is not None})
+    def from_options(cls, **flags: Any) -> 'SourceOptions':
+        """``build_request(SourceOptions, **flags)``."""
+        return build_request(cls, **flags)
 
     def hints(self) -> Dict[str, Any]:
         """The reader hints (``timm_vit_variants.checkpoints.HINTS``) these options set."""
@@ -162,23 +156,10 @@ class ConvertRequest:
     memory_budget: Union[None, str, int] = None  # bytes verification may hold (None: a share of available memory)
 
     @classmethod
-    def from_options(cls, **options: Any) -> 'ConvertRequest':
-        """A request from flat keywords spelled as the CLI flags (``from_='timm'``, ``num_heads=12``,
-        ``img_size=384``, ``no_verify=True``, ``dataset=['imagenet-1k']``, ``limit=['depth=512']``, ...).
-
-        Unknown keywords raise TypeError; None means "not given".
-        """
-        parts: Dict[str, Dict[str, Any]] = {'source': {}, 'target': {}, 'output': {}, '': {}}
-        owners = {f.name: part for part, kind in (('source', SourceOptions), ('target', TargetOptions),
-                                                  ('output', OutputOptions)) for f in fields(kind)}
-        owners.update({name: '' for name in ('verify', 'tol', 'limits', 'progress', 'memory_budget')})
-        known = {name for name in owners if name not in _FIELD_OF_FLAG.values()} | set(_FIELD_OF_FLAG)
-        for flag, value in _given(options, known, 'conversion').items():
-            name, value = _as_field(flag, value)
-            if value is not None:
-                parts[owners[name]][name] = value
-        return cls(SourceOptions(**parts['source']), TargetOptions(**parts['target']),
-                   OutputOptions(**parts['output']), **parts[''])
+    def from_options(cls, **flags: Any) -> 'ConvertRequest':
+        """``build_request(ConvertRequest, **flags)``: ``from_='timm'``, ``img_size=384``, ``no_verify=True``,
+        ``dataset=['imagenet-1k']``, ``limit=['depth=512']``, ..."""
+        return build_request(cls, **flags)
 
     def with_source(self, **changes: Any) -> 'ConvertRequest':
         return replace(self, source=replace(self.source, **changes))
@@ -194,19 +175,63 @@ class ExportRequest:
     limits: Limits = DEFAULT_LIMITS
     progress: bool = False
 
+    def __post_init__(self) -> None:
+        _refuse(opset_problem(self.opset), 'opset')
+
     @classmethod
-    def from_options(cls, **options: Any) -> 'ExportRequest':
-        """A request from keywords spelled as the CLI flags (``static=384``, ``opset=18``, ``limit=[...]``);
-        None means "not given"."""
-        known = {f.name for f in fields(cls)} - {'limits'} | {'limit'}
-        return cls(**dict(_as_field(flag, value) for flag, value in _given(options, known, 'export').items()))
+    def from_options(cls, **flags: Any) -> 'ExportRequest':
+        """``build_request(ExportRequest, **flags)``: ``static=384``, ``opset=18``, ``limit=[...]``, ..."""
+        return build_request(cls, **flags)
 
 
-_Request = TypeVar('_Request', ConvertRequest, ExportRequest)
+_Request = TypeVar('_Request', SourceOptions, ConvertRequest, ExportRequest)
+# The parts a request is made of, each a dataclass of fields; '' is the request's own fields.
+_PARTS: Dict[type, Dict[str, type]] = {
+    SourceOptions: {'': SourceOptions},
+    ConvertRequest: {'source': SourceOptions, 'target': TargetOptions, 'output': OutputOptions, '': ConvertRequest},
+    ExportRequest: {'': ExportRequest},
+}
+
+
+def _owners(kind: type) -> Dict[str, str]:
+    """{field: the part holding it} for a request kind."""
+    return {f.name: part for part, holder in _PARTS[kind].items() for f in fields(holder) if f.name not in _PARTS[kind]}
+
+
+def request_flags(kind: type) -> Tuple[str, ...]:
+    """The keywords (spelled as the CLI flags) a ``kind`` of request is built from."""
+    flag_of = {name: flag for flag, (name, _) in _FLAG_FIELDS.items()}
+    return tuple(flag_of.get(name, name) for name in _owners(kind))
+
+
+def build_request(kind: Type[_Request], **flags: Any) -> _Request:
+    """The one request factory: a ``kind`` (``ConvertRequest``, ``ExportRequest``, ``SourceOptions``) from keywords
+    spelled as the flags; None means "not given" (the default)."""
+    known = request_flags(kind)
+    unknown = sorted(set(flags) - set(known))
+    if unknown:
+        what = {ConvertRequest: 'conversion', ExportRequest: 'export', SourceOptions: 'source'}[kind]
+        raise UnknownOptionError(f'unknown {what} option(s) {unknown}; expected some of {sorted(known)}')
+    owners = _owners(kind)
+    parts: Dict[str, Dict[str, Any]] = {part: {} for part in _PARTS[kind]}
+    for flag, value in flags.items():
+        if value is None:
+            continue
+        name = flag
+        if flag in _FLAG_FIELDS:
+            name, convert = _FLAG_FIELDS[flag]
+            value = convert(value)
+        if value is None:
+            continue
+        if name in _TUPLES:
+            value = _size(value)
+        parts[owners[name]][name] = value
+    made = {part: holder(**parts[part]) for part, holder in _PARTS[kind].items() if part}
+    return kind(**made, **parts[''])
 
 
 def request_of(kind: Type[_Request], request: Optional[_Request], options: Dict[str, Any]) -> _Request:
     """``request`` itself, or one of ``kind`` built from keyword ``options`` spelled as the flags; never both."""
     if request is not None and options:
-        raise TypeError(f'give either a {kind.__name__} or keyword options, not both')
-    return request if request is not None else kind.from_options(**options)
+        raise UnknownOptionError(f'give either a {kind.__name__} or keyword options, not both')
+    return request if request is not None else build_request(kind, **options)

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Tuple, Union
 
 from timm_vit_variants.checkpoints.files import CONFIG_FILE, INDEX_FILES, SINGLE_WEIGHT_FILES
-from timm_vit_variants.errors import ViTVariantsError
+from timm_vit_variants.errors import ViTVariantsError, first_line, reraised_as
 
 from .hub_access import is_offline
 from .redact import redact
@@ -236,17 +236,15 @@ def _wanted_files(names: List[str]) -> Optional[List[str]]:
 @contextlib.contextmanager
 def _hub_errors(typed: str, repo_id: str, revision: Optional[str], token: Optional[str], bare: bool) -> Iterator[None]:
     """Turn a client failure into one ViTVariantsError that says what SRC was read as, and why it failed."""
-    try:
-        yield
-    except ViTVariantsError:
-        raise
-    except Exception as e:  # noqa: BLE001  (the client raises many types; each becomes one clear line)
-        where = f'the Hub model {repo_id}' + (f' at revision {revision!r}' if revision else '')
-        reason = _hub_reason(e, where)
+    def refusal(error: Exception) -> ViTVariantsError:
+        reason = _hub_reason(error, f'the Hub model {repo_id}' + (f' at revision {revision!r}' if revision else ''))
         if bare:
             reason = (f'{typed!r} is not a local file or folder, so it was read as a Hub model id, and {reason}. '
                       f'For a local path, check it (./{typed} says so); for the Hub, {HUB_PREFIX}{typed} does')
-        raise ViTVariantsError(redact(reason, [token]), path=typed) from None
+        return ViTVariantsError(redact(reason, [token]), path=typed)
+
+    with reraised_as(refusal):
+        yield
 
 
 def _hub_reason(error: Exception, where: str) -> str:
@@ -262,11 +260,11 @@ def _hub_reason(error: Exception, where: str) -> str:
     if isinstance(error, LocalEntryNotFoundError):
         if is_offline():
             return f'{where} is not in the local Hub cache and HF_HUB_OFFLINE is set (unset it to download)'
-        return f'{where} could not be reached and is not in the local Hub cache ({_first_line(error)})'
+        return f'{where} could not be reached and is not in the local Hub cache ({first_line(error, typed=False)})'
     if isinstance(error, HfHubHTTPError):
         status = error.response.status_code if error.response is not None else None
-        return f'{where}: HTTP {status}: {_first_line(error)}'
-    return f'{where} could not be downloaded: {type(error).__name__}: {_first_line(error)}'
+        return f'{where}: HTTP {status}: {first_line(error, typed=False)}'
+    return f'{where} could not be downloaded: {type(error).__name__}: {first_line(error, typed=False)}'
 
 
 @contextlib.contextmanager
@@ -282,11 +280,6 @@ def _progress_bars(show: bool) -> Iterator[None]:
     finally:
         if not show and not was_disabled:
             enable_progress_bars()
-
-
-def _first_line(error: Exception) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0].rstrip('.') if text else type(error).__name__
 
 
 # -- plain URLs ---------------------------------------------------------------------------------------------
@@ -327,42 +320,46 @@ def _from_url(url: str, progress: bool, bounds: _Bounds, reuse: Optional[Path] =
 
 def _download(url: str, path: Path, progress: bool, bounds: _Bounds) -> None:
     """Fetch ``url`` into ``path`` through a temp file beside it, renamed only once complete and checked."""
-    import http.client
-    import urllib.error
     import urllib.request
 
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, partial = tempfile.mkstemp(dir=path.parent, prefix=f'.{path.name}.', suffix='.partial')
     try:
-        with os.fdopen(fd, 'wb') as out:
-            start = time.monotonic()
-            with urllib.request.urlopen(url, timeout=min(bounds.stall, bounds.deadline)) as response:
-                _check_content_type(response.headers.get('Content-Type'), url)
-                _Transfer(url, response, out, start, bounds, progress).run()
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(partial, path)
-    except ViTVariantsError:
-        raise
-    except urllib.error.HTTPError as e:
-        if e.code in _REDIRECTS:
-            raise ViTVariantsError(f'download failed: too many redirects (HTTP {e.code} again and again: a redirect '
-                                   'loop)', path=url) from None
-        raise ViTVariantsError(f'download failed: HTTP {e.code} {_first_line(e.reason)}', path=url) from None
-    except TimeoutError:  # a read that waited the whole stall timeout for one byte
-        raise ViTVariantsError(f'download stalled: no data for {min(bounds.stall, bounds.deadline):g} s (raise '
-                               '--stall-timeout)', path=url) from None
-    except http.client.HTTPException as e:  # IncompleteRead of a cut chunk, a malformed response
-        raise ViTVariantsError(f'download failed: the transfer was cut short or malformed ({type(e).__name__})',
-                               path=url) from None
-    except (urllib.error.URLError, OSError, ValueError) as e:
-        reason = getattr(e, 'reason', None) or getattr(e, 'strerror', None) or e
-        if isinstance(reason, TimeoutError):
-            reason = f'no answer from the server within {min(bounds.stall, bounds.deadline):g} s (raise --stall-timeout)'
-        raise ViTVariantsError(f'download failed: {_first_line(reason)}', path=url) from None
+        with reraised_as(lambda e: _download_failure(e, url, min(bounds.stall, bounds.deadline))):
+            with os.fdopen(fd, 'wb') as out:
+                start = time.monotonic()
+                with urllib.request.urlopen(url, timeout=min(bounds.stall, bounds.deadline)) as response:
+                    _check_content_type(response.headers.get('Content-Type'), url)
+                    _Transfer(url, response, out, start, bounds, progress).run()
+                out.flush()
+                os.fsync(out.fileno())
+            os.replace(partial, path)
     finally:
         if os.path.exists(partial):
             os.unlink(partial)
+
+
+def _download_failure(error: Exception, url: str, stall: float) -> Exception:
+    """The ViTVariantsError a failed download means (an error of no known kind as it is)."""
+    import http.client
+    import urllib.error
+
+    if isinstance(error, urllib.error.HTTPError):
+        if error.code in _REDIRECTS:
+            return ViTVariantsError(f'download failed: too many redirects (HTTP {error.code} again and again: a '
+                                    'redirect loop)', path=url)
+        return ViTVariantsError(f'download failed: HTTP {error.code} {first_line(error.reason, typed=False)}', path=url)
+    if isinstance(error, TimeoutError):  # a read that waited the whole stall timeout for one byte
+        return ViTVariantsError(f'download stalled: no data for {stall:g} s (raise --stall-timeout)', path=url)
+    if isinstance(error, http.client.HTTPException):  # IncompleteRead of a cut chunk, a malformed response
+        return ViTVariantsError(f'download failed: the transfer was cut short or malformed ({type(error).__name__})',
+                                path=url)
+    if isinstance(error, (urllib.error.URLError, OSError, ValueError)):
+        reason = getattr(error, 'reason', None) or getattr(error, 'strerror', None) or error
+        if isinstance(reason, TimeoutError):
+            reason = f'no answer from the server within {stall:g} s (raise --stall-timeout)'
+        return ViTVariantsError(f'download failed: {first_line(reason, typed=False)}', path=url)
+    return error
 
 
 def _check_content_type(content_type: Optional[str], url: str) -> None:

@@ -1,5 +1,6 @@
 """The one-home architecture: input channels adapted the same way from every source, honest architecture
 names, a --help that imports neither torch nor timm, and CLI choices that match the package's constants."""
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -189,3 +190,111 @@ def test_the_map_names_every_module():
                if p.name != '__init__.py']
     missing = sorted(str(p.relative_to(REPO)) for p in modules if p.name not in text)
     assert not missing, f'docs/architecture.md does not name: {missing}'
+
+
+# -- the map against the code ---------------------------------------------------------------------------
+
+_FILE_TOKEN = re.compile(r'^[\w./-]+\.(py|json|safetensors|md)$|^[\w/]+/$')
+_DOTTED = re.compile(r'^[A-Za-z_]\w*(\.[A-Za-z_]\w*)+$')
+_NAME = re.compile(r'^[A-Za-z_]\w*$')
+
+
+def _package_files():
+    return [p.relative_to(REPO) for package in ('timm_vit_variants', 'porting') for p in (REPO / package).rglob('*.py')]
+
+
+def _module_of_file(token):
+    """The dotted module a map's file name means: the one file of the two packages whose path ends with it."""
+    found = [p for p in _package_files() if str(p) == token or str(p).endswith('/' + token)]
+    assert len(found) == 1, f'docs/architecture.md names {token!r}, which is {len(found)} files: {found}'
+    parts = found[0].with_suffix('').parts
+    return '.'.join(parts[:-1] if parts[-1] == '__init__' else parts)
+
+
+def _defined_in(module_name, attr, shown):
+    """``module.attr`` is defined in that module (or, for a package, one of its own modules), not imported there
+    from elsewhere: the map says where a function lives."""
+    import importlib
+
+    home = getattr(getattr(importlib.import_module(module_name), attr), '__module__', None)
+    if home is not None:
+        assert home == module_name or home.startswith(module_name + '.'), \
+            f'docs/architecture.md names {shown!r}, but it is defined in {home}'
+
+
+def _resolve(name):
+    """``module.attr...`` of the map, imported: the module named by its last dotted parts (one module of the two
+    packages), then each attribute in turn; AssertionError or AttributeError when the map is stale."""
+    import importlib
+
+    modules = {'.'.join(p.with_suffix('').parts[:-1] if p.name == '__init__.py' else p.with_suffix('').parts)
+               for p in _package_files()}
+    parts = name.split('.')
+    for i in range(len(parts), 0, -1):
+        head = '.'.join(parts[:i])
+        found = sorted(m for m in modules if m == head or m.endswith('.' + head))
+        if found:
+            assert len(found) == 1, f'docs/architecture.md names {name!r}: {head!r} is each of {found}'
+            obj = importlib.import_module(found[0])
+            if i < len(parts):
+                _defined_in(found[0], parts[i], name)
+            for attr in parts[i:]:
+                obj = getattr(obj, attr)
+            return obj
+    raise AssertionError(f'docs/architecture.md names {name!r}, and no module of the two packages is {parts[0]!r}')
+
+
+def _defined_names():
+    """Every name defined or imported at the top of a module of the two packages (AST, nothing imported)."""
+    import ast
+
+    names = set()
+    for path in _package_files():
+        for node in ast.parse((REPO / path).read_text()).body:
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+                names.add(node.name)
+            elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                names |= {t.id for t in targets if isinstance(t, ast.Name)}
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                names |= {(a.asname or a.name).split('.')[0] for a in node.names}
+    return names
+
+
+def test_every_name_on_the_map_exists_where_it_says():
+    """Each backticked name of docs/architecture.md is checked against the code: a file exists (one of that name),
+    ``module.function`` imports and has the attribute, a name listed in a file's parentheses is that module's
+    attribute, and any other name is defined in some module. A stale data path fails here."""
+    text = (REPO / 'docs' / 'architecture.md').read_text()
+    tokens = re.findall(r'`([^`]+)`', text)
+    assert any(_DOTTED.match(t) for t in tokens), 'the map names no function'
+    for token in tokens:
+        if _FILE_TOKEN.match(token):
+            if token.endswith('/'):
+                assert any(f'/{token}' in f'/{p}' for p in _package_files()), token
+            elif token.endswith('.py'):
+                assert (REPO / token).is_file() or _module_of_file(token), token
+        elif _DOTTED.match(token):
+            _resolve(token)
+    for file, listed in re.findall(r'`([\w/]+\.py)` \(([^)]*)\)', text):
+        module = __import__(_module_of_file(file), fromlist=['_'])
+        for name in re.findall(r'`([^`]+)`', listed):
+            if _NAME.match(name):
+                assert hasattr(module, name), f'docs/architecture.md says {file} holds {name!r}; it does not'
+                _defined_in(module.__name__, name, f'{file}: {name}')
+    defined = _defined_names() | {'porting', 'timm_vit_variants', 'vit_port'}
+    stale = sorted(t for t in tokens if _NAME.match(t) and t not in defined)
+    assert not stale, f'docs/architecture.md names what no module defines: {stale}'
+
+
+def test_the_map_is_one_screen():
+    assert len((REPO / 'docs' / 'architecture.md').read_text().split()) <= 500
+
+
+def test_the_constants_import_without_torch():
+    """``porting.constants`` (defaults and choice lists, read by every parser) is a leaf that imports nothing heavy."""
+    code = ('import sys\nimport porting.constants\n'
+            'print(sorted(m for m in ("torch", "timm", "numpy", "timm_vit_variants") if m in sys.modules))\n')
+    proc = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, cwd=REPO, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == '[]'

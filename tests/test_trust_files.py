@@ -99,7 +99,7 @@ def test_the_npz_reference_reads_the_heads_and_depth_from_the_file(tmp_path):
     from timm_vit_variants.checkpoints import open_checkpoint
 
     with open_checkpoint(REF / 'siglip_tiny.npz') as ckpt:
-        args = ckpt.model_args
+        args = ckpt.config
     arrays = _siglip_arrays()
     _regroup_heads(arrays, BLOCK1_ATTN, 8)
     _regroup_heads(arrays, MAP_ATTN, 2)

@@ -1,5 +1,13 @@
-"""The single exception type the package raises for bad input."""
-from typing import Optional, Sequence
+"""The exception type the package raises for bad input, and the two helpers every module words failures with.
+
+``first_line`` cuts a library's long message to the line that says what happened; ``reraised_as`` turns
+whatever a library raises inside it into the one error a caller is promised (a ``ViTVariantsError``
+raised inside passes as it is). Both serve ``porting`` as well: data flows ``porting`` -> here, never back.
+"""
+import contextlib
+from typing import Callable, Iterator, Optional, Sequence, Tuple, Type
+
+__all__ = ['ViTVariantsError', 'UnknownOptionError', 'first_line', 'reraised_as']
 
 
 class ViTVariantsError(ValueError):
@@ -34,3 +42,30 @@ class ViTVariantsError(ValueError):
             parts.append('shapes ' + ' vs '.join(str(tuple(s)) for s in shapes))
         where = (', '.join(parts) + ': ') if parts else ''
         super().__init__(where + reason)
+
+
+class UnknownOptionError(ViTVariantsError, TypeError):
+    """A keyword no option is spelled as: a ``ViTVariantsError``, and a ``TypeError`` as Python's own unexpected
+    keyword is, so callers catching either keep working."""
+
+
+def first_line(error: BaseException, typed: bool = True) -> str:
+    """One line for any failure, however long the library's message: ``Type: first line`` (``typed``), or the
+    first line alone, without its closing period; the type's name when the message is empty."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    if not typed:
+        return lines[0].rstrip('.') if lines else type(error).__name__
+    return f'{type(error).__name__}: {lines[0] if lines else ""}'.rstrip(': ')
+
+
+@contextlib.contextmanager
+def reraised_as(convert: Callable[[Exception], BaseException],
+                keep: Tuple[Type[BaseException], ...] = ()) -> Iterator[None]:
+    """Inside, a ``ViTVariantsError`` (or one of ``keep``) propagates as it is, and any other exception ``e`` is
+    replaced by ``convert(e)``, raised without the library's traceback as its context."""
+    try:
+        yield
+    except (ViTVariantsError, *keep):
+        raise
+    except Exception as e:  # noqa: BLE001  (libraries raise many types; each becomes the one a caller expects)
+        raise convert(e) from None

@@ -4,11 +4,12 @@ import argparse
 from .cmd_push import check_push_args, push_from_args
 from .options import (
     SOURCE_HELP, UsageError, add_geometry_args, add_hub_args, add_output_args, add_push_to_option, add_source_args, add_verify_args,
-    check_folder_out, check_sizes, convert_request, count_arg, report)
+    check_folder_out, check_sizes, count_arg, report, request_from_args)
 
 # Upload options that mean nothing without --push-to (the token and endpoint also serve a Hub-id source).
 _PUSH_ONLY = {'private': '--private', 'revision': '--revision', 'create_pr': '--create-pr',
               'commit_message': '--commit-message', 'dry_run': '--dry-run', 'overwrite_card': '--overwrite-card'}
+
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
@@ -40,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
         if given:
             raise UsageError(f'{", ".join(given)} only apply with --push-to REPO_ID')
     repo_id = check_push_args(args, args.push_to) if args.push_to else None
-    result = convert(args.src, args.out, convert_request(args))
+    result = convert(args.src, args.out, request_from_args('convert', args))
     report(result)
     if repo_id:
         push_from_args(args, args.out, repo_id)

@@ -1,12 +1,8 @@
 """``vit-port export FOLDER_OR_MODEL OUT``: a verified ONNX or ``torch.export`` file for any batch and H x W."""
 import argparse
-import sys
 
-from .options import UsageError, add_safety_args, check_sizes, limits_of, report, size_arg, tolerance_arg
-
-EXPORT_FORMATS = ('onnx', 'pt2')
-DEFAULT_OPSET = 18
-ONNX_OPSETS = range(DEFAULT_OPSET, 24)  # mirrors porting.export.ONNX_OPSETS (a test keeps them equal)
+from ..constants import DEFAULT_OPSET, EXPORT_FORMATS, ONNX_OPSETS, opset_problem
+from .options import UsageError, add_safety_args, add_tol_arg, check_sizes, report, request_from_args, size_arg
 
 _DESCRIPTION = """\
 Write a converted folder (or a registered simple_vit_* name, hf-hub:ORG/NAME or local-dir:PATH,
@@ -40,8 +36,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         help=f'ONNX opset, {ONNX_OPSETS.start} to {ONNX_OPSETS.stop - 1} (default {DEFAULT_OPSET})')
     parser.add_argument('--overwrite', action='store_true',
                         help='replace OUT if it is a file (never a source, never a folder)')
-    parser.add_argument('--tol', type=tolerance_arg, default=1e-4,
-                        help='verification tolerance on max |delta| of logits, float32 (default 1e-4)')
+    add_tol_arg(parser, 'logits')
     add_safety_args(parser)
     return parser
 
@@ -52,9 +47,9 @@ def opset_arg(text: str) -> int:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f'expected an integer, got {text!r}') from None
-    if value not in ONNX_OPSETS:
-        raise argparse.ArgumentTypeError(f'opset {value} is not supported: the dynamo exporter writes opsets '
-                                         f'{ONNX_OPSETS.start} to {ONNX_OPSETS.stop - 1}')
+    problem = opset_problem(value)
+    if problem:
+        raise argparse.ArgumentTypeError(problem)
     return value
 
 
@@ -63,15 +58,9 @@ def run(args: argparse.Namespace) -> int:
     fmt = args.export_format or ('pt2' if args.out.endswith('.pt2') else 'onnx')
     if fmt == 'pt2' and args.opset is not None:
         raise UsageError('--opset applies to --format onnx only')
-    if fmt == 'onnx':
-        from ..extras import require
-
-        require('onnx', 'ONNX export', 'export --format pt2')
     from ..export import export_onnx, export_pt2
-    from ..request import ExportRequest
 
-    request = ExportRequest.from_options(static=args.static, opset=args.opset, overwrite=args.overwrite, tol=args.tol,
-                                         limit=limits_of(args), progress=sys.stderr.isatty())
+    request = request_from_args('export', args)
     result = (export_onnx if fmt == 'onnx' else export_pt2)(args.src, args.out, request)
     report(result)
     return 0

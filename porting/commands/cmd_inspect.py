@@ -1,10 +1,8 @@
 """``vit-port inspect SRC``: tensor table, inferred config and an optional position-similarity plot."""
 import argparse
-import sys
 
 from .options import (
-    SOURCE_HELP, UsageError, add_geometry_args, add_hub_args, add_source_args, check_sizes, limits_of, say,
-    source_options)
+    SOURCE_HELP, UsageError, add_geometry_args, add_hub_args, add_source_args, check_sizes, request_from_args, say)
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -32,20 +30,17 @@ def run(args: argparse.Namespace) -> int:
         require('plot', 'inspect --plot')
     from ..inspection import config_table, plot_position_similarity, tensor_table
     from ..plan import make_plan, open_source
-    from ..request import TargetOptions
     from ..sources import resolve_source
 
-    options = source_options(args)
-    resolved = resolve_source(args.src, options.endpoint, options.token, progress=sys.stderr.isatty(),
+    request = request_from_args('convert', args)
+    options = request.source
+    resolved = resolve_source(args.src, options.endpoint, options.token, progress=request.progress,
                               download_timeout=options.download_timeout, stall_timeout=options.stall_timeout)
-    with open_source(resolved.path, options, limits_of(args)) as src:
+    with open_source(resolved.path, options, request.limits) as src:
         say(tensor_table(src.inventory()))
         say('')
         say(config_table(src.format, src.model_args, src.grid))
         if args.plot:
-            target = TargetOptions(img_size=args.img_size and tuple(args.img_size),
-                                   patch_size=args.patch_size and tuple(args.patch_size),
-                                   resample_like=args.resample_like)
-            plan = make_plan(src, target, limits_of(args))
+            plan = make_plan(src, request.target, request.limits)
             say(f'plot: {plot_position_similarity(src, plan, args.plot, source_name=resolved.label)}')
     return 0

@@ -3,7 +3,7 @@ import argparse
 
 from .options import (
     UsageError, add_geometry_args, add_output_args, add_safety_args, add_verify_args, check_folder_out, check_sizes,
-    convert_request, report)
+    report, request_from_args)
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -29,6 +29,6 @@ def run(args: argparse.Namespace) -> int:
     check_folder_out(args.out)
     from ..pipeline import resize
 
-    result = resize(args.src, args.out, convert_request(args))
+    result = resize(args.src, args.out, request_from_args('convert', args))
     report(result)
     return 0

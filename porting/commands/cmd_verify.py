@@ -1,8 +1,7 @@
 """``vit-port verify SRC CONVERTED``: check a converted folder against its source's reference implementation."""
 import argparse
-import sys
 
-from .options import SOURCE_HELP, add_hub_args, add_source_args, limits_of, say, source_options, tolerance_arg
+from .options import SOURCE_HELP, add_hub_args, add_source_args, add_tol_arg, request_from_args, say
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -16,7 +15,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument('src', metavar='SRC', help=f'the original checkpoint: {SOURCE_HELP}')
     parser.add_argument('converted', metavar='CONVERTED', help='converted folder (any geometry)')
     add_source_args(parser)
-    parser.add_argument('--tol', type=tolerance_arg, default=1e-4, help='tolerance (default 1e-4)')
+    add_tol_arg(parser)
     add_hub_args(parser)
     return parser
 
@@ -24,7 +23,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     from ..verification.conversion import verify_folder
 
-    result = verify_folder(args.src, args.converted, source_options(args), args.tol, limits_of(args),
-                           progress=sys.stderr.isatty())
+    request = request_from_args('convert', args)
+    result = verify_folder(args.src, args.converted, request.source, request.tol, request.limits, request.progress)
     say(result.summary(), err=result.status != 'passed')
     return 0 if result.status == 'passed' else 1

@@ -1,7 +1,9 @@
 """Options shared by several ``vit-port`` commands, and what they mean once parsed.
 
-Imports nothing heavy: ``vit-port --help`` builds every parser without torch or timm. The
-choice lists below mirror constants of ``timm_vit_variants``; a test keeps them equal.
+Imports nothing heavy: ``vit-port --help`` builds every parser without torch or timm, from the defaults
+and choice lists of ``porting.constants``. Each option's ``dest`` is the keyword the Python API spells it
+as, so a parsed command line becomes its request through one adapter, ``request_from_args``, in front of
+the one factory, ``porting.request.build_request``.
 """
 import argparse
 import os
@@ -9,23 +11,18 @@ import shlex
 import sys
 from typing import Any, List
 
+from ..constants import (
+    ACT_LAYERS, CROP_MODES, DEFAULT_TOL, DTYPES, FORMATS, INTERPOLATIONS, LIMIT_NAMES, RESAMPLE_RULES, fraction_problem)
 from ..sizes import DEFAULT_MAX_SHARD_SIZE
 
 __all__ = [
-    'say', 'UsageError', 'SOURCE_HELP', 'FORMATS', 'RESAMPLE_RULES', 'LIMIT_NAMES', 'size_arg', 'count_arg', 'tolerance_arg',
-    'fraction_arg', 'limit_arg', 'byte_size_arg', 'seconds_arg', 'DTYPES', 'add_geometry_args', 'add_source_args',
-    'add_download_args', 'add_output_args',
-    'add_safety_args', 'add_verify_args', 'add_hub_args', 'add_push_options', 'add_push_to_option', 'check_sizes',
-    'check_folder_out', 'source_options', 'convert_request', 'limits_of', 'recorded_command', 'report', 'remedy',
+    'say', 'UsageError', 'SOURCE_HELP', 'FORMATS', 'RESAMPLE_RULES', 'ACT_LAYERS', 'LIMIT_NAMES', 'DTYPES', 'size_arg',
+    'count_arg', 'tolerance_arg', 'fraction_arg', 'limit_arg', 'byte_size_arg', 'seconds_arg', 'add_geometry_args',
+    'add_source_args', 'add_download_args', 'add_output_args', 'add_safety_args', 'add_tol_arg', 'add_verify_args',
+    'add_hub_args', 'add_push_options', 'add_push_to_option', 'check_sizes', 'check_folder_out', 'request_from_args',
+    'recorded_command', 'report', 'remedy',
 ]
 
-FORMATS = ('bigvision', 'vitjax', 'timm', 'hf', 'dinov2', 'openclip', 'openai')
-RESAMPLE_RULES = ('bigvision', 'timm', 'hf', 'flexi', 'dinov2', 'openclip')
-ACT_LAYERS = ('gelu', 'gelu_tanh', 'quick_gelu', 'silu', 'relu')
-DTYPES = ('source', 'float32', 'bfloat16', 'float16')
-INTERPOLATIONS = ('bilinear', 'bicubic', 'nearest', 'lanczos')
-LIMIT_NAMES = ('depth', 'width', 'mlp', 'heads', 'classes', 'img_size', 'tokens', 'tensor_bytes', 'json_bytes',
-               'inflate_ratio')
 SOURCE_HELP = ('checkpoint file or folder, hf-hub:ORG/NAME[@REV] or ORG/NAME (a Hub repo), an https:// URL, or a '
                'registered tag such as simple_vit_small_patch16_224.bv_i1k_300ep (a local path wins)')
 # What ``convert`` writes is a folder; an OUT named like one file is a mistake worth stopping at.
@@ -34,9 +31,9 @@ _FILE_OUTPUTS = {'.onnx': 'export', '.pt2': 'export', '.safetensors': None, '.np
 # Options a model card may record: nothing that can carry a credential (--token, --endpoint) or free text.
 _RECORDED = frozenset({
     'src', 'out', 'img_size', 'patch_size', 'resample_like', 'num_classes', 'from_', 'num_heads', 'source_img_size',
-    'prefix', 'act_layer', 'norm_eps', 'pos_embed', 'use_ema', 'overwrite', 'max_shard_size', 'license', 'base_model',
+    'prefix', 'act_layer', 'norm_eps', 'pos_embed', 'no_ema', 'overwrite', 'max_shard_size', 'license', 'base_model',
     'assume_heads', 'mean', 'std', 'interpolation', 'crop_pct', 'crop_mode', 'in_chans',
-    'datasets', 'tol', 'no_verify', 'dtype', 'allow_nonfinite', 'limits', 'push_to', 'private', 'revision', 'create_pr',
+    'dataset', 'tol', 'no_verify', 'dtype', 'allow_nonfinite', 'limit', 'push_to', 'private', 'revision', 'create_pr',
 })
 
 
@@ -103,8 +100,9 @@ def tolerance_arg(text: str) -> float:
 def fraction_arg(text: str) -> float:
     """A CLI value in (0, 1], such as a crop fraction."""
     value = tolerance_arg(text)
-    if not 0 < value <= 1:
-        raise argparse.ArgumentTypeError(f'expected a number in (0, 1], got {text!r}')
+    problem = fraction_problem(value)
+    if problem:
+        raise argparse.ArgumentTypeError(problem)
     return value
 
 
@@ -161,14 +159,14 @@ def add_source_args(parser: argparse.ArgumentParser) -> None:
                              'them (default 3)')
     parser.add_argument('--pos-embed', choices=('sincos', 'none'),
                         help="for a checkpoint without a position table: big_vision sin-cos (default) or none")
-    parser.add_argument('--no-ema', dest='use_ema', action='store_false', default=None,
+    parser.add_argument('--no-ema', action='store_true',
                         help='timm training checkpoints: use state_dict rather than the EMA weights')
     g = parser.add_argument_group('preprocessing, for sources that do not record it (else assumed, and said so)')
     g.add_argument('--mean', nargs='+', type=float, metavar='M', help='input mean per channel, e.g. 0.485 0.456 0.406')
     g.add_argument('--std', nargs='+', type=float, metavar='S', help='input std per channel')
     g.add_argument('--interpolation', choices=INTERPOLATIONS, help='resize interpolation of the eval transform')
     g.add_argument('--crop-pct', type=fraction_arg, metavar='F', help='center-crop fraction of the eval transform, in (0, 1]')
-    g.add_argument('--crop-mode', choices=('center', 'squash', 'border'),
+    g.add_argument('--crop-mode', choices=CROP_MODES,
                    help="eval transform: resize the short side and center-crop, or 'squash' the whole image")
     add_safety_args(parser)
     add_download_args(parser)
@@ -197,7 +195,7 @@ def add_download_args(parser: argparse.ArgumentParser) -> None:
 
 def add_safety_args(parser: argparse.ArgumentParser) -> None:
     """--limit: lift the sanity bounds on what a source may claim."""
-    parser.add_argument('--limit', action='append', dest='limits', metavar='NAME=N', default=None, type=limit_arg,
+    parser.add_argument('--limit', action='append', metavar='NAME=N', default=None, type=limit_arg,
                         help='lift a sanity limit on what the source may claim, e.g. --limit depth=512 (repeatable; '
                              'names: depth, width, mlp, heads, classes, img_size, tokens, tensor_bytes, json_bytes, '
                              'inflate_ratio; see docs/porting.md#safety)')
@@ -213,7 +211,7 @@ def add_output_args(parser: argparse.ArgumentParser) -> None:
                              "note timm's local-dir:/hf-hub: loaders read only unsharded folders")
     parser.add_argument('--license', help='license recorded in the model card (default: the source\'s, if known)')
     parser.add_argument('--base-model', help='Hub id of the original weights, recorded in the model card')
-    parser.add_argument('--dataset', action='append', dest='datasets', metavar='NAME',
+    parser.add_argument('--dataset', action='append', metavar='NAME',
                         help='training dataset recorded in the model card (repeatable)')
     parser.add_argument('--allow-nonfinite', action='store_true',
                         help='write weights holding NaN or Inf (refused by default, even with --no-verify)')
@@ -222,10 +220,15 @@ def add_output_args(parser: argparse.ArgumentParser) -> None:
                              'is verified against the uncast source within a bound for that dtype')
 
 
+def add_tol_arg(parser: argparse.ArgumentParser, of: str = 'logits and features') -> None:
+    """--tol: the verification bound on max |delta| (``porting.constants.DEFAULT_TOL`` unless given)."""
+    parser.add_argument('--tol', type=tolerance_arg, default=DEFAULT_TOL,
+                        help=f'verification tolerance on max |delta| of {of}, float32 (default {DEFAULT_TOL:g})')
+
+
 def add_verify_args(parser: argparse.ArgumentParser) -> None:
-    """--tol and --no-verify, shared by ``convert`` and ``resize``."""
-    parser.add_argument('--tol', type=tolerance_arg, default=1e-4,
-                        help='verification tolerance on max |delta| of logits and features, float32 (default 1e-4)')
+    """--tol, --no-verify and --memory-budget, shared by ``convert`` and ``resize``."""
+    add_tol_arg(parser)
     parser.add_argument('--no-verify', action='store_true', help='skip the numerical check against the source')
     parser.add_argument('--memory-budget', type=byte_size_arg, default=None, metavar='SIZE',
                         help='memory the check may hold, e.g. 8GB; above it the reference and the output run block by '
@@ -302,44 +305,16 @@ def check_sizes(args: argparse.Namespace) -> None:
             raise UsageError(f'--{name.replace("_", "-")} takes one or two values, got {len(value)}')
 
 
-def source_options(args: argparse.Namespace) -> Any:
-    """The ``porting.request.SourceOptions`` the source options ask for (unset ones stay None)."""
-    from ..request import SourceOptions
+def request_from_args(kind: str, args: argparse.Namespace) -> Any:
+    """The request (``kind``: 'convert' for a ``ConvertRequest``, 'export' for an ``ExportRequest``) a parsed command
+    line asks for: the parsed options under their ``dest``, which is each one's keyword, given to
+    ``porting.request.build_request`` as the Python API gives them. Options the command lacks keep their
+    defaults; progress is shown on a terminal."""
+    from ..request import ConvertRequest, ExportRequest, build_request, request_flags
 
-    return SourceOptions(**{name: _given(args, name) for name in (
-        'from_', 'prefix', 'num_heads', 'act_layer', 'norm_eps', 'pos_embed', 'use_ema', 'source_img_size', 'mean',
-        'std', 'interpolation', 'crop_pct', 'crop_mode', 'in_chans', 'endpoint', 'token', 'download_timeout',
-        'stall_timeout')},
-        assume_heads=getattr(args, 'assume_heads', None) or None)
-
-
-def convert_request(args: argparse.Namespace) -> Any:
-    """The ``porting.request.ConvertRequest`` a parsed ``convert`` or ``resize`` command line asks for."""
-    from ..request import ConvertRequest, OutputOptions, TargetOptions
-
-    return ConvertRequest(
-        source=source_options(args),
-        target=TargetOptions(img_size=_given(args, 'img_size'), patch_size=_given(args, 'patch_size'),
-                             num_classes=_given(args, 'num_classes'), resample_like=_given(args, 'resample_like'),
-                             dtype=_given(args, 'dtype')),
-        output=OutputOptions(overwrite=args.overwrite, max_shard_size=args.max_shard_size, license=args.license,
-                             base_model=args.base_model, datasets=tuple(args.datasets or ()),
-                             allow_nonfinite=args.allow_nonfinite, command=getattr(args, 'command_line', None)),
-        verify=not args.no_verify, tol=args.tol, limits=limits_of(args), progress=sys.stderr.isatty(),
-        memory_budget=_given(args, 'memory_budget'))
-
-
-def _given(args: argparse.Namespace, name: str) -> Any:
-    """A parsed option as a request holds it (a list of values as a tuple; absent: None)."""
-    value = getattr(args, name, None)
-    return tuple(value) if isinstance(value, list) else value
-
-
-def limits_of(args: argparse.Namespace) -> Any:
-    """The ``Limits`` the ``--limit`` options ask for (defaults otherwise); ``limit_arg`` has checked each one."""
-    from timm_vit_variants.limits import DEFAULT_LIMITS
-
-    return DEFAULT_LIMITS.with_overrides(getattr(args, 'limits', None) or [])
+    request_kind = {'convert': ConvertRequest, 'export': ExportRequest}[kind]
+    flags = {flag: getattr(args, flag) for flag in request_flags(request_kind) if hasattr(args, flag)}
+    return build_request(request_kind, **flags, progress=sys.stderr.isatty())
 
 
 def _recorded_path(value: str, dest: str) -> str:

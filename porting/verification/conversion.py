@@ -17,11 +17,12 @@ from timm_vit_variants.limits import DEFAULT_LIMITS, Limits
 from ..hashing import source_sha256
 from ..hub_folder import folder_dtype, load_folder, read_config
 from ..plan import ConversionPlan, make_plan, open_source
-from ..request import DEFAULT_TOL, SourceOptions, TargetOptions
+from ..constants import DEFAULT_TOL
+from ..request import SourceOptions, TargetOptions
 from ..sources import resolve_source
 from .compare import compare
 from .references import require_reference
-from .result import Verification
+from .result import Check, Verification
 from .streamed import as_float32
 
 __all__ = ['verify_source', 'check_at_target', 'verify_folder', 'shared_caveats', 'cast_bound', 'dtype_note']
@@ -60,21 +61,20 @@ def verify_source(src: SourceCheckpoint, plan: ConversionPlan, folder: Optional[
         src.fill_into(model.state_dict())
         return model
 
-    args = plan.source.to_dict()
+    check = Check(src.path, src.format, plan.source)
     written = plan.is_identity and folder is not None
     if written:
         # run in float32, as the reference is; the limits the source was opened under (--limit included)
-        result = compare(src.path, src.format, args, lambda: as_float32(load_folder(folder, src.limits)),
-                         cast_bound(plan, tol), progress)
+        result = compare(check, lambda: as_float32(load_folder(folder, src.limits)), cast_bound(plan, tol), progress)
         if plan.rounds and result.status != 'skipped':
             # the rounding bound hides small mistakes: the mapping itself is checked on the uncast source too
-            exact = compare(src.path, src.format, args, build_source, tol, progress)
+            exact = compare(check, build_source, tol, progress)
             result.notes.append(f'the conversion itself on the uncast source: {_figures(exact)} (tol {tol:g}) '
                                 f'{exact.status}')
             if exact.status == 'failed':
                 result.status = 'failed'
     else:
-        result = compare(src.path, src.format, args, build_source, tol, progress)
+        result = compare(check, build_source, tol, progress)
     if result.status != 'skipped':
         result.notes.append(dtype_note(plan, cast_bound(plan, tol), written))
     if plan.is_identity or result.status == 'skipped':
@@ -137,8 +137,8 @@ def _target_line(plan: ConversionPlan, target: Verification) -> str:
 def check_at_target(src: SourceCheckpoint, plan: ConversionPlan, folder: Path, tol: float,
                     progress: bool = False) -> Verification:
     """The written folder at the target geometry against the reference rebuilt there by the framework's rule."""
-    target = compare(src.path, src.format, plan.source.to_dict(), lambda: as_float32(load_folder(folder, src.limits)),
-                     tol, progress, target=(plan.target.to_dict(), plan.rule), compare_logits=not plan.changes_head)
+    check = Check(src.path, src.format, plan.source, plan.target, plan.rule, compare_logits=not plan.changes_head)
+    target = compare(check, lambda: as_float32(load_folder(folder, src.limits)), tol, progress)
     if target.status == 'skipped':
         target.reason = f'the output at the target geometry ({_where(plan)}) was NOT checked: {target.reason}'
     return target
@@ -170,8 +170,8 @@ def verify_folder(source: Union[str, Path], folder: Union[str, Path], options: S
                 f'{folder} is not this source converted: {different}'))
         bound = cast_bound(plan, tol)
         if plan.is_identity:
-            result = compare(src.path, src.format, plan.source.to_dict(),
-                             lambda: as_float32(load_folder(folder, limits)), bound, progress)
+            result = compare(Check(src.path, src.format, plan.source), lambda: as_float32(load_folder(folder, limits)),
+                             bound, progress)
         else:
             result = check_at_target(src, plan, Path(folder), bound, progress)
         if result.status != 'skipped':

@@ -7,18 +7,18 @@ others the hub samples at the scale (n + 0.1) / N without antialias, so the tabl
 stored one is computed here, from that expression, and handed to timm.
 """
 from functools import partial
-from typing import Any, Dict, Optional, Tuple
+from typing import Dict, Optional
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from timm_vit_variants.config import SimpleViTConfig
 from timm_vit_variants.errors import ViTVariantsError
 from timm_vit_variants.memory import release_after_use
 
-from .result import NoReference, Outputs
+from .result import Check, NoReference, Outputs
 from .streamed import as_float32, trace_blocks
-from .timm_ref import grid, pair
 
 __all__ = ['dinov2_outputs', 'dinov2_table']
 
@@ -47,56 +47,54 @@ def dinov2_table(table: torch.Tensor, rows: int, cols: int, registers: bool) -> 
     return torch.cat([table[:, :1].float(), patches], dim=1).to(table.dtype)
 
 
-def _timm_dinov2(model_args: Dict[str, Any], rows: int, cols: int) -> nn.Module:
+def _timm_dinov2(config: SimpleViTConfig, rows: int, cols: int) -> nn.Module:
     """timm's VisionTransformer as its ``vit_*_dinov2`` entries build it, at a rows x cols grid, on the meta device."""
     from timm.layers import Mlp, SwiGLUPacked
     from timm.models.vision_transformer import VisionTransformer
 
-    dim, mlp = model_args['embed_dim'], model_args['mlp_dim']
-    swiglu = model_args.get('mlp_layer') == 'swiglu_packed'
+    dim, mlp = config.embed_dim, config.mlp_dim
+    swiglu = config.mlp_layer == 'swiglu_packed'
     hidden = 2 * mlp if swiglu else mlp
-    registers = int(model_args.get('reg_tokens', 0))
-    patch = pair(model_args['patch_size'])
+    registers, patch = config.reg_tokens, config.patch_size
     with torch.device('meta'):
         model = VisionTransformer(
-            img_size=(rows * patch[0], cols * patch[1]), patch_size=patch, in_chans=model_args.get('in_chans', 3),
-            num_classes=0, global_pool='token', embed_dim=dim, depth=model_args['depth'],
-            num_heads=model_args['num_heads'], mlp_ratio=(hidden + 0.5) / dim, qkv_bias=model_args.get('qkv_bias', True),
-            init_values=model_args.get('init_values') or 1.0, reg_tokens=registers, no_embed_class=bool(registers),
+            img_size=(rows * patch[0], cols * patch[1]), patch_size=patch, in_chans=config.in_chans,
+            num_classes=0, global_pool='token', embed_dim=dim, depth=config.depth,
+            num_heads=config.num_heads, mlp_ratio=(hidden + 0.5) / dim, qkv_bias=config.qkv_bias,
+            init_values=config.init_values or 1.0, reg_tokens=registers, no_embed_class=bool(registers),
             mlp_layer=SwiGLUPacked if swiglu else Mlp,
             act_layer=nn.SiLU if swiglu else nn.GELU,
-            norm_layer=partial(nn.LayerNorm, eps=model_args.get('norm_eps', 1e-6)))
+            norm_layer=partial(nn.LayerNorm, eps=config.norm_eps))
     if model.blocks[0].mlp.fc1.out_features != hidden:
         raise ViTVariantsError(f'timm cannot express an MLP width of {mlp} for width {dim}')
     return model
 
 
-def dinov2_outputs(path: str, model_args: Dict[str, Any], x: torch.Tensor,
-                   target: Optional[Tuple[Dict[str, Any], str]] = None) -> Outputs:
-    """The hub file run by timm at the source geometry, or at the target one with DINOv2's own table resize."""
+def dinov2_outputs(check: Check, x: torch.Tensor, mixed: Optional[Dict[str, torch.Tensor]] = None) -> Outputs:
+    """The hub file run by timm at the source geometry, or at the target one with DINOv2's own table resize (a
+    DINOv2 model takes no NaFlex batch: ``mixed`` is not run)."""
     from timm.models.vision_transformer import checkpoint_filter_fn
 
-    args = model_args
-    if target is not None:
-        args = target[0]
-        if pair(args['patch_size']) != pair(model_args['patch_size']):
+    source, runs_at = check.source, check.runs_at
+    if check.target is not None:
+        if runs_at.patch_size != source.patch_size:
             raise NoReference('DINOv2 has no rule for a patch-size change')
-        if target[1] != model_args.get('pos_embed_resample'):
-            raise NoReference(f"the table was resized with the {target[1]!r} rule, not DINOv2's own")
-    registers = bool(model_args.get('reg_tokens'))
-    rows, cols = grid(args)
-    state = torch.load(path, map_location='cpu', weights_only=True, mmap=True)
+        if check.rule != source.pos_embed_resample:
+            raise NoReference(f"the table was resized with the {check.rule!r} rule, not DINOv2's own")
+    registers = bool(source.reg_tokens)
+    rows, cols = runs_at.grid_size
+    state = torch.load(check.path, map_location='cpu', weights_only=True, mmap=True)
     if not isinstance(state, dict):
         raise NoReference('the file is not a state dict')
     state = dict(state)
     state['pos_embed'] = dinov2_table(state['pos_embed'], rows, cols, registers)
-    model = _timm_dinov2(model_args, rows, cols)
+    model = _timm_dinov2(source, rows, cols)
     state = checkpoint_filter_fn(state, model)  # timm's DINOv2 key map: w12/w3, registers, mask_token dropped
     model.load_state_dict(state, strict=True, assign=True)
     model = as_float32(model.eval())  # half-precision weights run upcast, as ours do
     release_after_use(model.blocks)  # the mapped file's pages go back block by block
     trace_blocks(model)  # streamed: each block's output compared as ours runs
-    x = x[..., :rows * pair(args['patch_size'])[0], :cols * pair(args['patch_size'])[1]]
+    x = x[..., :rows * runs_at.patch_size[0], :cols * runs_at.patch_size[1]]
     with torch.no_grad():
         feats = model.forward_features(x)
         pooled = model.forward_head(feats)

@@ -8,9 +8,8 @@ import torch
 from timm_vit_variants.checkpoints.files import read_json
 from timm_vit_variants.memory import release_after_use
 
-from .result import NoReference, Outputs
+from .result import Check, NoReference, Outputs
 from .streamed import as_float32
-from .timm_ref import pair
 
 __all__ = ['hf_outputs']
 
@@ -18,24 +17,22 @@ __all__ = ['hf_outputs']
 _DINOV2_RULES = {'dinov2': 'hf', 'dinov2_with_registers': 'timm'}
 
 
-def hf_outputs(path: str, model_args: Dict[str, Any], x: torch.Tensor,
-               target: Optional[Tuple[Dict[str, Any], str]] = None,
-               mixed: Optional[Dict[str, torch.Tensor]] = None) -> Outputs:
+def hf_outputs(check: Check, x: torch.Tensor, mixed: Optional[Dict[str, torch.Tensor]] = None) -> Outputs:
     """transformers itself; at a target geometry only through its own ``interpolate_pos_encoding`` (SigLIP 2:
     its own per-image table resize)."""
-    folder = Path(path) if Path(path).is_dir() else Path(path).parent
+    folder = Path(check.path) if Path(check.path).is_dir() else Path(check.path).parent
     cfg = read_json(str(folder / 'config.json')) if (folder / 'config.json').is_file() else {}
     if str(cfg.get('model_type')).startswith('siglip2'):
-        return _siglip2(_transformers(), folder, cfg, model_args, x, target, mixed)
+        return _siglip2(_transformers(), folder, cfg, check, x, mixed)
+    target = check.target
     if target is not None:
-        if pair(target[0].get('patch_size', 16)) != pair(model_args.get('patch_size', 16)):
+        if target.patch_size != check.source.patch_size:
             raise NoReference('transformers has no rule for a patch-size change')
-        if target[0].get('grid_mode') != 'crop' and any(
-                s % p for s, p in zip(pair(target[0].get('img_size', 224)), pair(target[0].get('patch_size', 16)))):
+        if target.grid_mode != 'crop' and any(s % p for s, p in zip(target.img_size, target.patch_size)):
             raise NoReference('transformers drops the pixels the patch does not divide, where this model pads them')
         own = _DINOV2_RULES.get(cfg.get('model_type'), 'hf')
-        if target[1] != own:
-            raise NoReference(f"the table was resized with the {target[1]!r} rule, not transformers' own")
+        if check.rule != own:
+            raise NoReference(f"the table was resized with the {check.rule!r} rule, not transformers' own")
     transformers = _transformers()
     if cfg.get('model_type') in _DINOV2_RULES:
         return _dinov2(transformers, folder, cfg, x)
@@ -46,7 +43,7 @@ def hf_outputs(path: str, model_args: Dict[str, Any], x: torch.Tensor,
     classify = any('ForImageClassification' in a for a in cfg.get('architectures') or [])
     cls = transformers.ViTForImageClassification if classify else transformers.ViTModel
     # A bare ViTModel's pooler (Dense + tanh) is our pre-logits layer when the reader found one.
-    kwargs = {} if classify else {'add_pooling_layer': bool(model_args.get('rep_size'))}
+    kwargs = {} if classify else {'add_pooling_layer': bool(check.source.rep_size)}
     model = _run_in_float32(cls.from_pretrained(str(folder), attn_implementation='eager', **kwargs).eval())
     pooled = None
     resize = {'interpolate_pos_encoding': True} if target is not None else {}
@@ -99,18 +96,18 @@ def _patchify(x: torch.Tensor, patch: Tuple[int, int]) -> Dict[str, torch.Tensor
             'spatial_shapes': torch.tensor([[gh, gw]] * batch)}
 
 
-def _siglip2(transformers: Any, folder: Path, cfg: Dict[str, Any], model_args: Dict[str, Any], x: torch.Tensor,
-             target: Optional[Tuple[Dict[str, Any], str]], mixed: Optional[Dict[str, torch.Tensor]]) -> Outputs:
+def _siglip2(transformers: Any, folder: Path, cfg: Dict[str, Any], check: Check, x: torch.Tensor,
+             mixed: Optional[Dict[str, torch.Tensor]]) -> Outputs:
     """A SigLIP 2 folder's vision tower on ``x`` patchified (any grid: its table is resized per image) and on
     the mixed-size NaFlex batch."""
-    if target is not None:
-        if pair(target[0].get('patch_size', 16)) != pair(model_args.get('patch_size', 16)):
+    if check.target is not None:
+        if check.target.patch_size != check.source.patch_size:
             raise NoReference('transformers has no rule for a patch-size change')
-        if target[1] != 'flexi':
-            raise NoReference(f"the table was resized with the {target[1]!r} rule, not SigLIP 2's own")
+        if check.rule != 'flexi':
+            raise NoReference(f"the table was resized with the {check.rule!r} rule, not SigLIP 2's own")
     model, name = _vision_tower(transformers, folder, cfg, 'Siglip2')
     with torch.no_grad():
-        out = model(**_patchify(x, pair(model_args.get('patch_size', 16))))
+        out = model(**_patchify(x, check.source.patch_size))
         result = Outputs(out.last_hidden_state, out.pooler_output, name + ' (spatial_shapes; pooler_output: the MAP '
                          'head)')
         if mixed is not None:

@@ -20,11 +20,13 @@ from typing import Any, Dict, List, Tuple, Union
 import numpy as np
 import torch.nn as nn
 
+from timm_vit_variants.config import SimpleViTConfig
+
 from .archive import ExtendedArchive
 from .naflex_ref import naflex_model
 from .rules import bigvision_posemb_sincos_2d
 from .streamed import loading
-from .timm_ref import PreLogitsHead, TimmReference, grid, timm_equivalent
+from .timm_ref import PreLogitsHead, TimmReference, timm_equivalent
 
 __all__ = ['npz_model']
 
@@ -61,7 +63,7 @@ def _prefix(headers: Dict[str, Any]) -> str:
     return next(p for p in _PREFIXES if f'{p}embedding/kernel' in headers or not p)
 
 
-def _additions(path: str, headers: Dict[str, Any], model_args: Dict[str, Any]) -> List[Tuple[str, np.ndarray]]:
+def _additions(path: str, headers: Dict[str, Any], config: SimpleViTConfig) -> List[Tuple[str, np.ndarray]]:
     """Arrays timm's loader needs and the archive does not store under the names timm reads.
 
     A sin-cos model has no stored table: the numpy big_vision table is added. An old MAP-head layout
@@ -70,9 +72,9 @@ def _additions(path: str, headers: Dict[str, Any], model_args: Dict[str, Any]) -
     """
     prefix = _prefix(headers)
     extra = []
-    if model_args.get('pos_embed') == 'sincos':
+    if config.pos_embed == 'sincos':
         extra.append((f'{prefix}pos_embedding', bigvision_posemb_sincos_2d(
-            *grid(model_args), model_args['embed_dim'], model_args.get('sincos_temperature', 10_000.))))
+            *config.grid_size, config.embed_dim, config.sincos_temperature)))
     if f'{prefix}probe' in headers and f'{prefix}MAPHead_0/probe' not in headers:
         moved = [n for n in headers if n.startswith(prefix) and n[len(prefix):].split('/')[0] in _OLD_MAP_HEAD]
         with np.load(path, allow_pickle=False) as archive:
@@ -173,21 +175,21 @@ def _set_heads(module: nn.Module, heads: int) -> None:
     module.scale = module.head_dim ** -0.5
 
 
-def npz_model(path: str, model_args: Dict[str, Any]) -> TimmReference:
+def npz_model(path: str, config: SimpleViTConfig) -> TimmReference:
     """timm's VisionTransformer loaded by timm's own npz loader (headless when there is a pre-logits layer), its
     dimensions and head counts read off the archive itself."""
     headers = _headers(path)
     recorded = _Recorded(headers)
-    model_args = dict(model_args, **recorded.args)
+    config = config.replace(**recorded.args)
     if len(headers.get(f'{_prefix(headers)}embedding/kernel', ((),))[0]) == 2:  # big_vision's NaFlex tower
-        ref = naflex_model(path, model_args, _prefix(headers))
+        ref = naflex_model(path, config, _prefix(headers))
         recorded.regroup(ref.model)
         return ref
-    head = _pre_logits_head(path) if model_args.get('rep_size') else None
-    extra = _additions(path, headers, model_args)
+    head = _pre_logits_head(path) if config.rep_size else None
+    extra = _additions(path, headers, config)
     with tempfile.TemporaryDirectory(prefix='vit-port-verify-') as tmp:
         readable = _timm_readable(path, headers, Path(tmp), extra)
-        model = timm_equivalent(model_args, num_classes=0 if head is not None else None)
+        model = timm_equivalent(config, num_classes=0 if head is not None else None)
         recorded.regroup(model)
         # timm finds 'params/img/' itself but not a bare 'img/' tower; a rewritten bf16 copy moves '' to 'params/'
         prefix = _prefix(headers) if isinstance(readable, ExtendedArchive) or readable == path else ''

@@ -1,15 +1,15 @@
 """The open_clip reference: an OpenCLIP folder through ``open_clip.create_model('local-dir:...')``, an OpenAI ``.pt``
 through ``open_clip.model.build_model_from_openai_state_dict`` on its tensors (read as data, never run)."""
 import os
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, Optional
 
 import torch
 
 from timm_vit_variants.checkpoints.openclip import OPEN_CLIP_CONFIG
 from timm_vit_variants.checkpoints.torchscript_store import TorchScriptStore
+from timm_vit_variants.config import grid_for
 
-from .result import NoReference, Outputs
-from .timm_ref import pair
+from .result import Check, NoReference, Outputs
 
 __all__ = ['open_clip_outputs']
 
@@ -32,22 +32,22 @@ def _openai_model(open_clip: Any, path: str) -> Any:
     return open_clip.model.build_model_from_openai_state_dict(state, quick_gelu=True).float().eval()
 
 
-def _folder_model(open_clip: Any, path: str, model_args: Dict[str, Any],
-                  target: Optional[Tuple[Dict[str, Any], str]]) -> Any:
+def _folder_model(open_clip: Any, check: Check) -> Any:
     """An OpenCLIP folder through open_clip's own loader; at a target geometry through its ``force_image_size``."""
+    path = check.path
     folder = path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
     if not os.path.isfile(os.path.join(folder, OPEN_CLIP_CONFIG)):
         raise NoReference(f'open_clip builds a model only from its {OPEN_CLIP_CONFIG}, which the source lacks')
     kwargs: Dict[str, Any] = {}
+    target = check.target
     if target is not None:
-        source_patch, patch = pair(model_args.get('patch_size', 16)), pair(target[0].get('patch_size', 16))
-        if patch != source_patch:
+        patch, size = target.patch_size, target.img_size
+        if patch != check.source.patch_size:
             raise NoReference('open_clip has no rule for a patch-size change')
-        if target[1] != 'openclip':
-            raise NoReference(f"the table was resized with the {target[1]!r} rule, not open_clip's own")
-        size, source = pair(target[0].get('img_size', 224)), pair(model_args.get('img_size', 224))
-        grid = (size[0] // patch[0], size[1] // patch[1])
-        source_grid = (source[0] // patch[0], source[1] // patch[1])
+        if check.rule != 'openclip':
+            raise NoReference(f"the table was resized with the {check.rule!r} rule, not open_clip's own")
+        grid = grid_for(size, patch, pad=False)  # open_clip's VALID patch conv
+        source_grid = grid_for(check.source.img_size, patch, pad=False)
         if grid != source_grid and grid[0] * grid[1] == source_grid[0] * source_grid[1]:
             raise NoReference("open_clip skips its table resize when the token count is unchanged (a quirk this "
                               'tool does not reproduce), so it has no output for this grid')
@@ -55,18 +55,18 @@ def _folder_model(open_clip: Any, path: str, model_args: Dict[str, Any],
     return open_clip.create_model('local-dir:' + folder, device='cpu', **kwargs).float().eval()
 
 
-def open_clip_outputs(path: str, fmt: str, model_args: Dict[str, Any], x: torch.Tensor,
-                      target: Optional[Tuple[Dict[str, Any], str]] = None) -> Outputs:
-    """open_clip's image tower on ``x``: the token stream ours returns, the embedding and the pooled feature."""
+def open_clip_outputs(check: Check, x: torch.Tensor, mixed: Optional[Dict[str, torch.Tensor]] = None) -> Outputs:
+    """open_clip's image tower on ``x``: the token stream ours returns, the embedding and the pooled feature (it
+    takes no NaFlex batch: ``mixed`` is not run)."""
     open_clip = _open_clip()
-    if fmt == 'openai':
-        if target is not None:
+    if check.format == 'openai':
+        if check.target is not None:
             raise NoReference("an OpenAI model has a fixed image size, and open_clip resizes one only while loading "
                               'it with torch.jit.load, which runs the archive')
-        model, name = _openai_model(open_clip, path), 'open_clip build_model_from_openai_state_dict'
+        model, name = _openai_model(open_clip, check.path), 'open_clip build_model_from_openai_state_dict'
     else:
-        model = _folder_model(open_clip, path, model_args, target)
-        name = 'open_clip create_model(local-dir:)' + (' with force_image_size' if target is not None else '')
+        model = _folder_model(open_clip, check)
+        name = 'open_clip create_model(local-dir:)' + (' with force_image_size' if check.target is not None else '')
     visual = model.visual
     with torch.no_grad():
         tokens = visual.transformer(visual._embeds(x))

@@ -1,10 +1,25 @@
-"""Which reference implementation runs a source, by format, at the source or the target geometry."""
-from typing import Any, Callable, Dict, Optional, Tuple
+"""Which reference implementation runs a source, by format, at the source or the target geometry.
+
+Every reference is a function ``(check, x, mixed) -> Outputs``: it runs the source's file
+(``check.path``) in the source framework's own code on the images ``x`` (at ``check.runs_at``'s size)
+and, where it takes NaFlex batches and the check is at the source geometry, on ``mixed`` too; at a
+target geometry (``check.target``) it resizes with the framework's own rule or raises ``NoReference``
+saying why it has none. It reads the network's facts from ``check.source`` / ``check.target``
+(``SimpleViTConfig``), never from loose dicts.
+
+A new reference is one module beside the others (``dinov3_ref.py``, say, defining ``dinov3_outputs``)
+plus one line in ``REFERENCES`` below naming the format it serves (``'dinov3': dinov3_outputs``). A
+reference that is a timm network (it can then be rebuilt at a target geometry by ``target.at_target``)
+registers the function that builds it instead: ``'fmt': timm_network(build)``, with
+``build(path, config) -> TimmReference``.
+"""
+from typing import Callable, Dict, Optional
 
 import torch
 import torch.nn as nn
 
-from timm_vit_variants.errors import ViTVariantsError
+from timm_vit_variants.config import SimpleViTConfig
+from timm_vit_variants.errors import first_line, reraised_as
 from timm_vit_variants.memory import release_after_use
 
 from ..extras import require
@@ -13,18 +28,46 @@ from .dinov2_ref import dinov2_outputs
 from .hf_ref import hf_outputs
 from .npz_ref import npz_model
 from .open_clip_ref import open_clip_outputs
-from .result import NoReference, Outputs, ReferenceFailed, first_line
+from .result import Check, NoReference, Outputs, ReferenceFailed
 from .streamed import trace_blocks
 from .target import at_target
 from .timm_ref import TimmReference, fit_input, timm_model
 
-__all__ = ['reference_outputs', 'release_as_it_runs', 'require_reference']
+__all__ = ['Reference', 'REFERENCES', 'timm_network', 'reference_outputs', 'release_as_it_runs', 'require_reference']
 
-# The references that are timm networks (the target check can rebuild those at another geometry).
-_TIMM_BUILT: Dict[str, Callable[[str, Dict[str, Any]], TimmReference]] = {
-    'timm': timm_model,
-    'bigvision': npz_model,
-    'vitjax': npz_model,
+Reference = Callable[[Check, torch.Tensor, Optional[Dict[str, torch.Tensor]]], Outputs]
+
+
+def release_as_it_runs(model: nn.Module) -> None:
+    """Hand back the mapped weight pages of each of ``model``'s blocks once it has run (``memory.release_after_use``)."""
+    blocks = getattr(model, 'blocks', None)
+    if isinstance(blocks, nn.Sequential) and len(blocks):
+        release_after_use(blocks)
+    trace_blocks(model)  # streamed: each block's output compared as ours runs
+
+
+def timm_network(build: Callable[[str, SimpleViTConfig], TimmReference]) -> Reference:
+    """The reference of a source that ``build`` loads into a timm network: run as built at the source geometry, or
+    rebuilt at the target one by the source framework's own resize rule (``target.at_target``)."""
+    def outputs(check: Check, x: torch.Tensor, mixed: Optional[Dict[str, torch.Tensor]]) -> Outputs:
+        ref = build(check.path, check.source)
+        if check.target is not None:
+            ref, mixed = at_target(ref, check), None
+            x = fit_input(x, check.target)  # padded or cropped to whole patches, as our model does
+        release_as_it_runs(ref.model)
+        return ref.outputs(x, mixed)
+    return outputs
+
+
+# format -> its reference: the one registration line each reference module needs.
+REFERENCES: Dict[str, Reference] = {
+    'timm': timm_network(timm_model),
+    'bigvision': timm_network(npz_model),
+    'vitjax': timm_network(npz_model),
+    'hf': hf_outputs,
+    'dinov2': dinov2_outputs,
+    'openclip': open_clip_outputs,
+    'openai': open_clip_outputs,
 }
 
 
@@ -39,46 +82,16 @@ def require_reference(fmt: str) -> None:
         require('clip', 'verifying an OpenCLIP or OpenAI CLIP source', 'pass --no-verify to convert without the check')
 
 
-def release_as_it_runs(model: nn.Module) -> None:
-    """Hand back the mapped weight pages of each of ``model``'s blocks once it has run (``memory.release_after_use``)."""
-    blocks = getattr(model, 'blocks', None)
-    if isinstance(blocks, nn.Sequential) and len(blocks):
-        release_after_use(blocks)
-    trace_blocks(model)  # streamed: each block's output compared as ours runs
+def reference_outputs(check: Check, x: torch.Tensor, mixed: Optional[Dict[str, torch.Tensor]] = None) -> Outputs:
+    """Run the source's reference implementation for ``check`` on ``x`` (and ``mixed``, where it takes one).
 
-
-def reference_outputs(
-        path: str,
-        fmt: str,
-        model_args: Dict[str, Any],
-        x: torch.Tensor,
-        target: Optional[Tuple[Dict[str, Any], str]] = None,
-        mixed: Optional[Dict[str, torch.Tensor]] = None,
-) -> Outputs:
-    """Run the source's reference implementation on ``x``.
-
-    With ``target`` (target model args, resample rule) the reference runs at the target geometry, its
-    weights resized by the source framework's own rule (``target.at_target``), or transformers' own
-    resize. A reference that takes NaFlex batches also runs ``mixed`` (at the source geometry). Raises ``NoReference`` when none can run (with the reason), and ``ReferenceFailed`` when the
-    reference library refuses or fails on the source.
+    Raises ``NoReference`` when none can run (with the reason), and ``ReferenceFailed`` when the reference
+    library refuses or fails on the source.
     """
-    try:
-        if fmt == 'hf':
-            return hf_outputs(path, model_args, x, target, mixed)
-        if fmt == 'dinov2':
-            return dinov2_outputs(path, model_args, x, target)
-        if fmt in ('openclip', 'openai'):
-            return open_clip_outputs(path, fmt, model_args, x, target)
-        if fmt not in _TIMM_BUILT:
-            raise NoReference(f'no reference implementation for format {fmt!r}')
-        ref = _TIMM_BUILT[fmt](path, model_args)
-        if target is not None:
-            ref = at_target(ref, model_args, target[0], target[1])
-            x = fit_input(x, target[0])  # padded or cropped to whole patches, as our model does
-        release_as_it_runs(ref.model)
-        return ref.outputs(x, mixed if target is None else None)
-    except (NoReference, ViTVariantsError):
-        raise
-    except Exception as e:  # noqa: BLE001  (reference libraries raise many types)
-        raise ReferenceFailed(f'the reference implementation could not load or run the source: {first_line(e)}') \
-            from None
+    if check.format not in REFERENCES:
+        raise NoReference(f'no reference implementation for format {check.format!r}')
+    def failed(error: Exception) -> ReferenceFailed:  # reference libraries raise many types
+        return ReferenceFailed(f'the reference implementation could not load or run the source: {first_line(error)}')
+
+    with reraised_as(failed, keep=(NoReference,)):
+        return REFERENCES[check.format](check, x, mixed)

@@ -1,12 +1,34 @@
-"""What a verification found, in the shape the terminal line, the model card and ``config.json`` record."""
-from dataclasses import dataclass, field
+"""The values a verification passes along: what is checked (``Check``), what each side produced (``Outputs``) and
+what the comparison found (``Verification``, in the shape the terminal line, the model card and ``config.json``
+record)."""
+from dataclasses import dataclass, field, fields
 from typing import Any, Dict, List, Optional
 
 import torch
 
-from ..request import DEFAULT_TOL
+from timm_vit_variants.config import SimpleViTConfig
 
-__all__ = ['DEFAULT_TOL', 'Verification', 'Outputs', 'NoReference', 'ReferenceFailed', 'first_line']
+from ..constants import DEFAULT_TOL
+
+__all__ = ['DEFAULT_TOL', 'Check', 'Verification', 'Outputs', 'NoReference', 'ReferenceFailed']
+
+
+@dataclass(frozen=True)
+class Check:
+    """One comparison's question: the source (its file, format and config) against ours, at the source geometry or,
+    with ``target``, at the target one, its learned table resized by ``rule``; ``compare_logits=False`` leaves the
+    logits out (a new, zero head). Every reference takes this one value (``references.REFERENCES``)."""
+    path: str
+    format: str
+    source: SimpleViTConfig
+    target: Optional[SimpleViTConfig] = None
+    rule: Optional[str] = None
+    compare_logits: bool = True
+
+    @property
+    def runs_at(self) -> SimpleViTConfig:
+        """The geometry both networks run at: the target's, else the source's."""
+        return self.source if self.target is None else self.target
 
 
 @dataclass
@@ -21,12 +43,13 @@ class Verification:
     notes: List[str] = field(default_factory=list)
     caveats: List[str] = field(default_factory=list)  # what the check could not catch (a shared assumption)
     output: str = 'logits'  # what max_abs_logits measures: 'logits', or 'embedding' for a model without a head
+    deltas: Dict[str, float] = field(default_factory=dict)  # every max |delta| measured, by output name
 
     def as_card_dict(self) -> Dict[str, Any]:
         reason = '; '.join([r for r in [self.reason, *self.notes] if r]) or None
         return dict(status=self.status, reference=self.reference, max_abs_logits=self.max_abs_logits,
                     max_abs_features=self.max_abs_features, tolerance=self.tolerance, reason=reason,
-                    caveats=list(self.caveats) or None, output=self.output)
+                    caveats=list(self.caveats) or None, output=self.output, deltas=dict(self.deltas) or None)
 
     def summary(self) -> str:
         """One line for the terminal."""
@@ -49,13 +72,17 @@ class Verification:
 class Outputs:
     """What a network produced on the verification inputs."""
     features: Optional[torch.Tensor]  # final-norm tokens (B, T, D)
-    logits: Optional[torch.Tensor]
+    logits: Optional[torch.Tensor]  # the classifier's logits, or without one the pooled embedding
     name: str
     note: Optional[str] = None
     pre_logits: Optional[torch.Tensor] = None  # a pooled pre-logits output (transformers ViTModel's pooler)
     # On the mixed-size NaFlex batch, where the reference takes one: valid patch tokens (T, D), pooled (B, D).
     mixed_features: Optional[torch.Tensor] = None
     mixed_pooled: Optional[torch.Tensor] = None
+
+    def named(self) -> Dict[str, torch.Tensor]:
+        """Every output this side produced, by name."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if isinstance(getattr(self, f.name), torch.Tensor)}
 
 
 class NoReference(Exception):
@@ -64,9 +91,3 @@ class NoReference(Exception):
 
 class ReferenceFailed(Exception):
     """The reference implementation refused or could not run the source: the check fails, naming why."""
-
-
-def first_line(error: BaseException) -> str:
-    """``Type: first line of the message``: one line, however long the library's message is."""
-    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-    return f'{type(error).__name__}: {lines[0] if lines else ""}'.rstrip(': ')

@@ -3,14 +3,12 @@
 The resizes are the independent numpy transcriptions of ``rules`` (big_vision's PI-resize, scipy zoom,
 FlexiViT's jax resize) or timm's own ``resample_abs_pos_embed``; never ours.
 """
-from typing import Any, Dict
-
 import torch
 
 from .naflex_ref import classic_state
-from .result import NoReference
+from .result import Check, NoReference
 from .rules import bigvision_posemb_sincos_2d, flexi_pi_resize, resize_grid_table
-from .timm_ref import PreLogitsHead, TimmReference, grid, pair, timm_equivalent
+from .timm_ref import PreLogitsHead, TimmReference, timm_equivalent
 
 __all__ = ['RULE_NAMES', 'at_target']
 
@@ -18,23 +16,25 @@ RULE_NAMES = {'bigvision': "big_vision's scipy zoom", 'flexi': "FlexiViT's jax.i
               'timm': "timm's resample_abs_pos_embed", 'hf': "transformers' interpolate_pos_encoding"}
 
 
-def at_target(ref: TimmReference, source_args: Dict[str, Any], target_args: Dict[str, Any], rule: str) -> TimmReference:
-    """``ref`` rebuilt as a timm ``VisionTransformer`` at the target geometry (a pre-logits layer kept explicit)."""
+def at_target(ref: TimmReference, check: Check) -> TimmReference:
+    """``ref`` rebuilt as a timm ``VisionTransformer`` at ``check``'s target geometry, its learned table resized by
+    ``check.rule`` (a pre-logits layer kept explicit)."""
+    source, target, rule = check.source, check.target, check.rule
     state = classic_state(ref.model) if ref.naflex else dict(ref.model.state_dict())
     head = ref.head
     if head is None and 'pre_logits.fc.weight' in state:  # our own folder, loaded through timm's local-dir:
         head = PreLogitsHead.pop_from(state)
-    source_patch, target_patch = pair(source_args.get('patch_size', 16)), pair(target_args.get('patch_size', 16))
+    source_patch, target_patch = source.patch_size, target.patch_size
     if source_patch != target_patch:
         kernel = state['patch_embed.proj.weight'].detach().numpy()
         state['patch_embed.proj.weight'] = torch.from_numpy(flexi_pi_resize(kernel, *target_patch))
-    source_grid, target_grid = grid(source_args), grid(target_args)
-    pos = source_args.get('pos_embed', 'sincos')
+    source_grid, target_grid = source.grid_size, target.grid_size
+    pos = source.pos_embed
     if pos == 'sincos':
         state['pos_embed'] = torch.from_numpy(bigvision_posemb_sincos_2d(
-            *target_grid, source_args['embed_dim'], source_args.get('sincos_temperature', 10_000.)))
+            *target_grid, source.embed_dim, source.sincos_temperature))
     elif pos == 'learn' and source_grid != target_grid:
-        prefix = 1 if source_args.get('pos_embed_cls_slot') and source_args.get('class_token') else 0
+        prefix = 1 if source.pos_embed_cls_slot and source.class_token else 0
         table = state['pos_embed'].detach()
         if rule in ('bigvision', 'flexi'):
             state['pos_embed'] = torch.from_numpy(resize_grid_table(table.numpy(), source_grid, target_grid, prefix,
@@ -46,7 +46,7 @@ def at_target(ref: TimmReference, source_args: Dict[str, Any], target_args: Dict
                                                         num_prefix_tokens=prefix)
         else:
             raise NoReference(f"the {rule!r} table resize has no reference outside transformers' own model")
-    padded = dict(target_args, img_size=(target_grid[0] * target_patch[0], target_grid[1] * target_patch[1]))
+    padded = target.replace(img_size=(target_grid[0] * target_patch[0], target_grid[1] * target_patch[1]))
     model = timm_equivalent(padded, num_classes=0 if head is not None else ref.model.num_classes)
     model.load_state_dict(state, strict=True, assign=True)
     patch = '' if source_patch == target_patch else "big_vision's PI-resize, "

@@ -4,7 +4,7 @@ import zipfile
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any, Dict, Optional, Tuple
+from typing import Dict, Optional
 
 import numpy as np
 import torch
@@ -12,12 +12,13 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from timm_vit_variants.checkpoints.files import SINGLE_WEIGHT_FILES
+from timm_vit_variants.config import SimpleViTConfig, grid_for
 from timm_vit_variants.errors import ViTVariantsError
 
 from .result import NoReference, Outputs
 from .streamed import as_float32, materialize
 
-__all__ = ['pair', 'grid', 'fit_input', 'timm_equivalent', 'naflex_vit', 'PreLogitsHead', 'TimmReference',
+__all__ = ['fit_input', 'timm_equivalent', 'naflex_vit', 'PreLogitsHead', 'TimmReference',
            'timm_weights', 'timm_model']
 
 # How timm's NaFlexVit resizes its table per image, for each of our resample rules that it can express.
@@ -29,28 +30,17 @@ _TIMM_INPUT_SIDE = {'patch_embed': ('conv', 'linear'), 'patch_norm': (None,),
                     'global_pool': ('avg', 'token', 'map', '')}
 
 
-def pair(v: Any) -> Tuple[int, int]:
-    return (int(v), int(v)) if isinstance(v, int) else (int(v[0]), int(v[-1]))
-
-
-def grid(model_args: Dict[str, Any]) -> Tuple[int, int]:
-    """The token grid of ``model_args``: ceil division where the model pads, floor where it crops."""
-    (h, w), (ph, pw) = pair(model_args.get('img_size', 224)), pair(model_args.get('patch_size', 16))
-    if model_args.get('grid_mode') in ('crop', 'strict'):
-        return h // ph, w // pw
-    return -(-h // ph), -(-w // pw)
-
-
-def fit_input(x: torch.Tensor, model_args: Dict[str, Any]) -> torch.Tensor:
-    """``x`` padded right/bottom or cropped to whole patches, as the model of ``model_args`` treats its input."""
-    (gh, gw), (ph, pw) = grid(dict(model_args, img_size=tuple(x.shape[-2:]))), pair(model_args.get('patch_size', 16))
-    if model_args.get('grid_mode') in ('crop', 'strict'):
+def fit_input(x: torch.Tensor, config: SimpleViTConfig) -> torch.Tensor:
+    """``x`` padded right/bottom or cropped to whole patches, as the model of ``config`` treats its input."""
+    (ph, pw), pads = config.patch_size, config.dynamic_img_pad
+    gh, gw = grid_for(tuple(x.shape[-2:]), config.patch_size, pads)
+    if not pads:
         return x[..., :gh * ph, :gw * pw]
     return F.pad(x, (0, gw * pw - x.shape[-1], 0, gh * ph - x.shape[-2]))
 
 
-def timm_equivalent(model_args: Dict[str, Any], num_classes: Optional[int] = None) -> nn.Module:
-    """A timm ``VisionTransformer`` computing the same function as ``SimpleVisionTransformer(**model_args)``.
+def timm_equivalent(config: SimpleViTConfig, num_classes: Optional[int] = None) -> nn.Module:
+    """A timm ``VisionTransformer`` computing the same function as ``SimpleVisionTransformer(config)``.
 
     big_vision 'gap' (norm all tokens, then average) is timm's ``fc_norm=False`` + ``global_pool='avg'``;
     'map' is timm's own ``AttentionPoolLatent``; 'crop' is timm's VALID patch conv at the nominal size;
@@ -61,82 +51,76 @@ def timm_equivalent(model_args: Dict[str, Any], num_classes: Optional[int] = Non
     """
     from timm.models.vision_transformer import VisionTransformer
 
-    beyond = [f'{name}={model_args[name]!r}' for name, same in _TIMM_INPUT_SIDE.items()
-              if model_args.get(name, same[0]) not in same]
+    beyond = [f'{name}={getattr(config, name)!r}' for name, same in _TIMM_INPUT_SIDE.items()
+              if getattr(config, name) not in same]
     if beyond:
         raise NoReference(f"timm's VisionTransformer has no equivalent of {', '.join(beyond)}")
-    if model_args.get('patch_bias', True) == model_args.get('pre_norm', False):
+    if config.patch_bias == config.pre_norm:
         raise NoReference("timm's patch conv has a bias exactly when there is no pre-norm (norm_pre)")
     from timm.layers import Mlp, SwiGLUPacked
 
-    embed_dim = model_args['embed_dim']
-    mlp_dim = model_args.get('mlp_dim') or 4 * embed_dim
-    swiglu = model_args.get('mlp_layer') == 'swiglu_packed'
+    embed_dim, mlp_dim = config.embed_dim, config.mlp_dim
+    swiglu = config.mlp_layer == 'swiglu_packed'
     hidden = 2 * mlp_dim if swiglu else mlp_dim  # SwiGLUPacked's fc1 holds both halves
-    pos = model_args.get('pos_embed', 'sincos')
-    class_token = bool(model_args.get('class_token', False))
     with torch.device('meta'):
         model = VisionTransformer(
-            img_size=pair(model_args.get('img_size', 224)),
-            patch_size=pair(model_args.get('patch_size', 16)),
-            in_chans=model_args.get('in_chans', 3),
-            num_classes=model_args.get('num_classes', 0) if num_classes is None else num_classes,
-            global_pool=model_args.get('global_pool', 'avg'),
+            img_size=config.img_size,
+            patch_size=config.patch_size,
+            in_chans=config.in_chans,
+            num_classes=config.num_classes if num_classes is None else num_classes,
+            global_pool=config.global_pool,
             embed_dim=embed_dim,
-            depth=model_args['depth'],
-            num_heads=model_args['num_heads'],
+            depth=config.depth,
+            num_heads=config.num_heads,
             mlp_ratio=(hidden + 0.5) / embed_dim,  # timm takes int(dim * ratio): this lands on the width exactly
             mlp_layer=SwiGLUPacked if swiglu else Mlp,
-            init_values=model_args.get('init_values'),
-            reg_tokens=model_args.get('reg_tokens', 0),
-            qkv_bias=model_args.get('qkv_bias', True),
-            class_token=class_token,
-            pos_embed='none' if pos == 'none' else 'learn',
-            no_embed_class=not (model_args.get('pos_embed_cls_slot', False) and class_token),
-            fc_norm=bool(model_args.get('fc_norm', False)),
-            pre_norm=bool(model_args.get('pre_norm', False)),
-            act_layer=model_args.get('act_layer', 'gelu_tanh'),
-            norm_layer=partial(nn.LayerNorm, eps=model_args.get('norm_eps', 1e-6)),
+            init_values=config.init_values,
+            reg_tokens=config.reg_tokens,
+            qkv_bias=config.qkv_bias,
+            class_token=config.class_token,
+            pos_embed='none' if config.pos_embed == 'none' else 'learn',
+            no_embed_class=not (config.pos_embed_cls_slot and config.class_token),
+            fc_norm=config.fc_norm,
+            pre_norm=config.pre_norm,
+            act_layer=config.act_layer,
+            norm_layer=partial(nn.LayerNorm, eps=config.norm_eps),
         )
     if model.blocks[0].mlp.fc1.out_features != hidden:
         raise ViTVariantsError(f'timm cannot express an MLP width of {mlp_dim} for width {embed_dim}')
-    if not model_args.get('head_bias', True) and isinstance(model.head, nn.Linear):  # a CLIP projection
+    if not config.head_bias and isinstance(model.head, nn.Linear):  # a CLIP projection
         model.head = nn.Linear(model.head.in_features, model.head.out_features, bias=False, device='meta')
     return materialize(model).eval()  # the heap, or streamed a scratch mapping
 
 
-
-def naflex_vit(model_args: Dict[str, Any]) -> nn.Module:
-    """timm's ``NaFlexVit`` with the dimensions of ``model_args``, its table resized per image as our rule does
+def naflex_vit(config: SimpleViTConfig) -> nn.Module:
+    """timm's ``NaFlexVit`` with the dimensions of ``config``, its table resized per image as our rule does
     (``'flexi'``: bilinear, antialiased, half-pixel, big_vision's rule; ``'timm'``: bicubic, antialiased).
     Built on the meta device, uninitialised, as ``timm_equivalent``."""
     from timm.models.naflexvit import NaFlexVit, NaFlexVitCfg
 
-    rule = model_args.get('pos_embed_resample', 'flexi')
+    rule = config.pos_embed_resample
     if rule not in _NAFLEX_INTERP:
         raise NoReference(f"timm's NaFlexVit has no {rule!r} table resize")
-    embed_dim = model_args['embed_dim']
     cfg = NaFlexVitCfg(
-        patch_size=pair(model_args.get('patch_size', 16)),
-        embed_dim=embed_dim,
-        depth=model_args['depth'],
-        num_heads=model_args['num_heads'],
-        mlp_ratio=((model_args.get('mlp_dim') or 4 * embed_dim) + 0.5) / embed_dim,
-        qkv_bias=model_args.get('qkv_bias', True),
-        act_layer=model_args.get('act_layer', 'gelu_tanh'),
-        global_pool=model_args.get('global_pool', 'map'),
-        pos_embed_grid_size=grid(model_args),
+        patch_size=config.patch_size,
+        embed_dim=config.embed_dim,
+        depth=config.depth,
+        num_heads=config.num_heads,
+        mlp_ratio=(config.mlp_dim + 0.5) / config.embed_dim,
+        qkv_bias=config.qkv_bias,
+        act_layer=config.act_layer,
+        global_pool=config.global_pool,
+        pos_embed_grid_size=config.grid_size,
         pos_embed_interp_mode=_NAFLEX_INTERP[rule],
-        class_token=bool(model_args.get('class_token', False)),
+        class_token=config.class_token,
     )
     with torch.device('meta'):
-        model = NaFlexVit(cfg, in_chans=model_args.get('in_chans', 3), num_classes=model_args.get('num_classes', 0),
-                          img_size=pair(model_args.get('img_size', 224)))
-    eps = model_args.get('norm_eps', 1e-6)
+        model = NaFlexVit(cfg, in_chans=config.in_chans, num_classes=config.num_classes, img_size=config.img_size)
     for module in model.modules():
         if isinstance(module, nn.LayerNorm):
-            module.eps = eps
+            module.eps = config.norm_eps
     return model
+
 
 @dataclass
 class PreLogitsHead:
@@ -209,7 +193,7 @@ def timm_weights(file: Path) -> Dict[str, torch.Tensor]:
     return clean_state_dict(load_state_dict(str(file)))
 
 
-def timm_model(path: str, model_args: Dict[str, Any]) -> TimmReference:
+def timm_model(path: str, config: SimpleViTConfig) -> TimmReference:
     """timm's network, built from config.json (``local-dir:``) or as the equivalent VisionTransformer.
 
     The weights are assigned, not copied, into a meta-device model, so the reference costs the file
@@ -232,12 +216,12 @@ def timm_model(path: str, model_args: Dict[str, Any]) -> TimmReference:
     else:
         state = timm_weights(folder)
         if 'embeds.proj.weight' in state:  # a NaFlexVit state dict
-            model, name = naflex_vit(model_args), 'timm NaFlexVit + timm load_state_dict'
+            model, name = naflex_vit(config), 'timm NaFlexVit + timm load_state_dict'
         else:
             name = 'timm VisionTransformer + timm load_state_dict'
-            if model_args.get('rep_size'):
+            if config.rep_size:
                 head = PreLogitsHead.pop_from(state)
-            model = timm_equivalent(model_args, num_classes=0 if head is not None else None)
+            model = timm_equivalent(config, num_classes=0 if head is not None else None)
     model.load_state_dict(state, strict=True, assign=True)
     if hasattr(model, 'init_non_persistent_buffers'):  # a computed table, left on the meta device
         model.init_non_persistent_buffers()
