@@ -19,8 +19,8 @@ __all__ = [
     'check_folder_out', 'source_options', 'convert_request', 'limits_of', 'recorded_command', 'report', 'remedy',
 ]
 
-FORMATS = ('bigvision', 'vitjax', 'timm', 'hf', 'dinov2', 'openclip', 'openai')
-RESAMPLE_RULES = ('bigvision', 'timm', 'hf', 'flexi', 'dinov2', 'openclip')
+FORMATS = ('bigvision', 'vitjax', 'timm', 'hf', 'dinov2', 'dinov3', 'ropevit', 'openclip', 'openai')
+RESAMPLE_RULES = ('bigvision', 'timm', 'hf', 'flexi', 'dinov2', 'openclip', 'ropevit')
 ACT_LAYERS = ('gelu', 'gelu_tanh', 'quick_gelu', 'silu', 'relu')
 DTYPES = ('source', 'float32', 'bfloat16', 'float16')
 INTERPOLATIONS = ('bilinear', 'bicubic', 'nearest', 'lanczos')
