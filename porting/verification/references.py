@@ -10,9 +10,11 @@ from timm_vit_variants.memory import release_after_use
 from ..extras import require
 
 from .dinov2_ref import dinov2_outputs
+from .dinov3_ref import dinov3_outputs
 from .hf_ref import hf_outputs
 from .npz_ref import npz_model
 from .open_clip_ref import open_clip_outputs
+from .ropevit_ref import ropevit_outputs
 from .result import NoReference, Outputs, ReferenceFailed, first_line
 from .streamed import trace_blocks
 from .target import at_target
@@ -65,8 +67,9 @@ def reference_outputs(
     try:
         if fmt == 'hf':
             return hf_outputs(path, model_args, x, target, mixed)
-        if fmt == 'dinov2':
-            return dinov2_outputs(path, model_args, x, target)
+        if fmt in ('dinov2', 'dinov3', 'ropevit'):
+            return {'dinov2': dinov2_outputs, 'dinov3': dinov3_outputs, 'ropevit': ropevit_outputs}[fmt](
+                path, model_args, x, target)
         if fmt in ('openclip', 'openai'):
             return open_clip_outputs(path, fmt, model_args, x, target)
         if fmt not in _TIMM_BUILT:

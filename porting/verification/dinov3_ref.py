@@ -1,0 +1,94 @@
+"""The DINOv3 reference: the hub ``.pth`` through timm's own DINOv3 loading (``eva.checkpoint_filter_fn``) into timm's
+``Eva`` built as its ``vit_*_patch16_dinov3*`` entries build it, at the grid checked.
+
+Two things are set from the file by hand, because timm does not read them: the RoPE ``periods`` (timm recomputes
+them in fp32; the published files store bf16 values, which DINOv3's own fp32 model uses as stored), and, for a file
+with untied norms, DINOv3's ``cls_norm`` over [CLS, storage] and ``norm`` over the patches (timm has one final norm).
+The check shares those two readings of the file with the converter: that the stored periods are the ones to use,
+and which tokens each untied norm covers.
+"""
+from functools import partial
+from typing import Any, Dict, Optional, Tuple
+
+import torch
+import torch.nn as nn
+
+from .result import NoReference, Outputs
+from .timm_ref import grid, pair
+
+__all__ = ['dinov3_outputs', 'eva_model', 'load_eva']
+
+
+def eva_model(model_args: Dict[str, Any], rows: int, cols: int, *, rope: Dict[str, Any], **extra: Any) -> nn.Module:
+    """timm's ``Eva`` with DINOv3/RoPE-ViT blocks for ``model_args`` at a rows x cols grid, on the meta device."""
+    from timm.layers import LayerNorm
+    from timm.models.eva import Eva
+
+    dim, mlp = model_args['embed_dim'], model_args['mlp_dim']
+    swiglu = model_args.get('mlp_layer') == 'swiglu'
+    patch = pair(model_args['patch_size'])
+    with torch.device('meta'):
+        return Eva(
+            img_size=(rows * patch[0], cols * patch[1]), patch_size=patch, in_chans=model_args.get('in_chans', 3),
+            num_classes=model_args.get('num_classes', 0), global_pool='token', embed_dim=dim,
+            depth=model_args['depth'], num_heads=model_args['num_heads'], qkv_bias=model_args.get('qkv_bias', True),
+            # EvaBlock sizes the MLP as int(D * ratio): half a unit more lands on the exact width
+            mlp_ratio=(mlp + 0.5) / dim, swiglu_mlp=swiglu,
+            swiglu_align_to=1 if swiglu else 0, init_values=model_args.get('init_values') or 1.0,
+            num_reg_tokens=int(model_args.get('reg_tokens', 0)), use_rot_pos_emb=True, use_fc_norm=False,
+            norm_layer=partial(LayerNorm, eps=model_args.get('norm_eps', 1e-6)),
+            **rope, **extra)
+
+
+def load_eva(model: nn.Module, state: Dict[str, torch.Tensor]) -> nn.Module:
+    """Load a timm-filtered state dict into a meta-built ``Eva``: its rope module's computed buffers are made on the
+    CPU first (the state dict does not hold them), then every stored tensor is assigned."""
+    model.rope.to_empty(device='cpu')
+    model.rope.reset_parameters()
+    model.load_state_dict(state, strict=True, assign=True)
+    for module in model.modules():  # EvaAttention's fixed zero k bias is a computed buffer too
+        if getattr(module, 'k_bias', None) is not None and module.k_bias.is_meta:
+            module.k_bias = torch.zeros(module.k_bias.shape, dtype=module.k_bias.dtype)
+    left = [name for name, b in model.named_buffers() if b.is_meta]
+    if left:
+        raise NoReference(f'timm Eva holds computed buffers this reference does not rebuild: {left[:3]}')
+    return model.eval()
+
+
+def dinov3_outputs(path: str, model_args: Dict[str, Any], x: torch.Tensor,
+                   target: Optional[Tuple[Dict[str, Any], str]] = None) -> Outputs:
+    """The hub file run by timm at the source geometry, or at the target one (RoPE is computed for any grid)."""
+    from timm.models.eva import checkpoint_filter_fn
+
+    args = model_args
+    if target is not None:
+        args = target[0]
+        if pair(args['patch_size']) != pair(model_args['patch_size']):
+            raise NoReference('DINOv3 has no rule for a patch-size change')
+    rows, cols = grid(args)
+    state = torch.load(path, map_location='cpu', weights_only=True, mmap=True)
+    if not isinstance(state, dict) or 'rope_embed.periods' not in state:
+        raise NoReference('the file is not a DINOv3 state dict')
+    state = dict(state)
+    periods = state['rope_embed.periods'].float()
+    untied = {k[len('cls_norm.'):]: state.pop(k) for k in list(state) if k.startswith('cls_norm.')}
+    model = eva_model(model_args, rows, cols, dynamic_img_size=True, use_abs_pos_emb=False, attn_type='eva',
+                      rope=dict(rope_type='dinov3', rope_temperature=model_args.get('rope_theta', 100.),
+                                rope_rotate_half=True))
+    load_eva(model, checkpoint_filter_fn(state, model))
+    model.rope.periods.copy_(periods)  # timm's non-persistent buffer, recomputed in fp32: the stored values instead
+    x = x[..., :rows * pair(args['patch_size'])[0], :cols * pair(args['patch_size'])[1]]
+    with torch.no_grad():
+        if untied:
+            cls_norm = nn.LayerNorm(untied['weight'].shape[0], eps=model_args.get('norm_eps', 1e-6))
+            cls_norm.load_state_dict(untied)
+            final, model.norm = model.norm, nn.Identity()
+            tokens = model.forward_features(x)
+            prefix = model.num_prefix_tokens
+            feats = torch.cat([cls_norm(tokens[:, :prefix]), final(tokens[:, prefix:])], dim=1)
+        else:
+            feats = model.forward_features(x)
+        pooled = model.forward_head(feats)
+    name = ("timm Eva (vit_*_patch16_dinov3* blocks) + timm's eva checkpoint_filter_fn, with the file's stored RoPE "
+            'periods' + (" and DINOv3's untied cls_norm/norm applied by hand" if untied else ''))
+    return Outputs(feats, pooled, name)
