@@ -13,12 +13,12 @@ import torch
 
 from ..config import SimpleViTConfig
 from ..errors import ViTVariantsError
-from .fills import Misfit, stack_rows
+from .fills import Fill, Misfit, stack_rows
 from .hf import TransformersCheckpoint
 from .preprocessing import assumed_preprocessing
 from .source import Rule
 
-__all__ = ['DINOV3_MODEL_TYPES', 'HFDinov3Checkpoint']
+__all__ = ['DINOV3_MODEL_TYPES', 'HFDinov3Checkpoint', 'dinov3_periods', 'q_none_v_bias']
 
 DINOV3_MODEL_TYPES = ('dinov3_vit',)
 _MASK = 'embeddings.mask_token'
@@ -48,9 +48,10 @@ def q_none_v_bias(dst: torch.Tensor, q: torch.Tensor, v: torch.Tensor) -> None:
     dst[2 * rows:].copy_(v)
 
 
-def _periods(theta: float):
+def dinov3_periods(theta: float) -> Fill:
+    """A fill computing DINOv3's periods ``theta ** (2k / (hd / 2))`` in fp32, as transformers and timm compute
+    their frequencies (neither stores them)."""
     def fill(dst: torch.Tensor) -> None:
-        """DINOv3's periods ``theta ** (2k / (hd / 2))`` in fp32, as transformers computes its frequencies."""
         quarter = dst.shape[0]
         k = torch.arange(quarter, dtype=torch.float32, device=dst.device)
         dst.copy_(theta ** (2 * k / (2 * quarter)))
@@ -80,7 +81,7 @@ class HFDinov3Checkpoint(TransformersCheckpoint):
         if pattern in _TABLE:
             return Rule(tuple(map(name, _TABLE[pattern]))), None
         if pattern == 'rope.periods':
-            return Rule((), _periods(float(self.source_config.get('rope_theta', 100.)))), None
+            return Rule((), dinov3_periods(float(self.source_config.get('rope_theta', 100.)))), None
         part, kind = pattern.split('.')[-2:]
         attn = name(_LAYER) + 'attention.'
         if pattern == 'blocks.{i}.attn.qkv.weight':
