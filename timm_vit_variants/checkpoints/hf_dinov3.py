@@ -1,7 +1,7 @@
 """transformers DINOv3 folders: ``DINOv3ViTModel`` (``model_type`` 'dinov3_vit').
 
 Their files name DINOv3's layers their own way: ``embeddings.{cls_token, register_tokens, patch_embeddings}``,
-``model.layer.N.attention.{q,k,v,o}_proj`` (q, k and v fused into our qkv; the k projection has no bias,
+``layer.N.attention.{q,k,v,o}_proj`` (q, k and v fused into our qkv; the k projection has no bias,
 ``key_bias=False``, which is DINOv3's masked k bias), ``layer_scale{1,2}.lambda1``, an MLP of ``up_proj``/``down_proj``
 or, with ``use_gated_mlp``, ``gate_proj``/``up_proj``/``down_proj`` (timm's SwiGLU ``fc1_g``/``fc1_x``/``fc2``),
 and ``norm``. transformers keeps no RoPE tensor: it computes the frequencies from ``rope_theta`` in fp32, so the
@@ -22,7 +22,7 @@ __all__ = ['DINOV3_MODEL_TYPES', 'HFDinov3Checkpoint', 'dinov3_periods', 'q_none
 
 DINOV3_MODEL_TYPES = ('dinov3_vit',)
 _MASK = 'embeddings.mask_token'
-_LAYER = 'model.layer.{i}.'
+_LAYER = 'layer.{i}.'  # as save_pretrained writes it (transformers v5 names it model.layer in memory)
 _TABLE: Dict[str, Tuple[str, ...]] = {
     'patch_embed.proj.weight': ('embeddings.patch_embeddings.weight',),
     'patch_embed.proj.bias': ('embeddings.patch_embeddings.bias',),
@@ -118,7 +118,7 @@ class HFDinov3Checkpoint(TransformersCheckpoint):
         gated = bool(cfg.get('use_gated_mlp', False))
         if gated:
             network['act_layer'] = 'silu'
-        self._check_no_extra_layer(network['depth'], 'model.layer.{i}.norm1.weight')
+        self._check_no_extra_layer(network['depth'], _LAYER + 'norm1.weight')
         self.grid = None  # no table: RoPE is computed for each grid
         self.notes.append(f'detected a transformers dinov3_vit model ({"gated SwiGLU, " if gated else ""}{registers} '
                           f'registers): RoPE (base {theta:g}) with fp32 periods computed as transformers does; '
