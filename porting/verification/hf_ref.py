@@ -32,11 +32,16 @@ def hf_outputs(path: str, model_args: Dict[str, Any], x: torch.Tensor,
                 s % p for s, p in zip(pair(target[0].get('img_size', 224)), pair(target[0].get('patch_size', 16)))):
             raise NoReference('transformers drops the pixels the patch does not divide, where this model pads them')
         own = _DINOV2_RULES.get(cfg.get('model_type'), 'hf')
-        if target[1] != own:
+        if target[1] != own and cfg.get('model_type') != 'dinov3_vit':  # DINOv3: RoPE, no table to resize
             raise NoReference(f"the table was resized with the {target[1]!r} rule, not transformers' own")
     transformers = _transformers()
     if cfg.get('model_type') in _DINOV2_RULES:
         return _dinov2(transformers, folder, cfg, x)
+    if cfg.get('model_type') == 'dinov3_vit':
+        model = transformers.DINOv3ViTModel.from_pretrained(str(folder), attn_implementation='eager').eval().float()
+        with torch.no_grad():
+            out = model(pixel_values=x)
+        return Outputs(out.last_hidden_state, out.pooler_output, 'transformers DINOv3ViTModel.from_pretrained')
     if cfg.get('model_type') in ('siglip', 'siglip_vision_model'):
         return _siglip(transformers, folder, cfg, x, target is not None)
     if cfg.get('model_type') in ('clip', 'clip_vision_model'):
