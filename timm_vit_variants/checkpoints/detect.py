@@ -77,7 +77,7 @@ def _sniff(path: str, store: TensorStore, config: Dict[str, Any], config_path: O
         return 'dinov2'
     if is_dinov3(set(names)):
         return 'dinov3'
-    if is_rope_vit(set(names), path):
+    if is_rope_vit(set(names)):
         return 'ropevit'
     if 'visual.conv1.weight' in names:  # open_clip's layout (an OpenCLIP folder or full-model file)
         return 'openclip'

@@ -25,16 +25,17 @@ __all__ = ['RopeVitCheckpoint', 'is_rope_vit']
 
 _BLOCK_RE = re.compile(r'^blocks\.(\d+)\.')
 _FREQS = 'freqs'
+_TIMM_FREQS = 'rope.freqs'  # timm's Eva port of the mixed models: (2, depth, heads, hd / 2)
 _GRID = ('freqs_t_x', 'freqs_t_y')
 _LAYER_SCALE = {'ls1.gamma': 'gamma_1', 'ls2.gamma': 'gamma_2'}
 
 
-def is_rope_vit(names: Set[str], path: str) -> bool:
-    """Whether a state dict has RoPE-ViT's layout: DeiT-III blocks (``gamma_1``) with learned RoPE ``freqs``, with no
-    position table at all (axial), or with a table in a file named as RoPE-ViT names its releases ('rope')."""
-    if 'blocks.0.gamma_1' not in names or 'patch_embed.proj.weight' not in names:
-        return False
-    return _FREQS in names or 'pos_embed' not in names or 'rope' in path.lower()
+def is_rope_vit(names: Set[str]) -> bool:
+    """Whether a state dict has RoPE-ViT's layout: DeiT-III blocks (LayerScale as ``gamma_1``) and a patch conv.
+
+    A plain DeiT-III file (no RoPE) has the keys of an axial ``_ape`` one; it is read as RoPE-ViT, as the note says.
+    """
+    return 'blocks.0.gamma_1' in names and 'patch_embed.proj.weight' in names
 
 
 def mixed_freqs(dst: torch.Tensor, freqs: torch.Tensor) -> None:
@@ -57,8 +58,8 @@ class RopeVitCheckpoint(SourceCheckpoint):
 
     def _rule(self, pattern: str, block: Optional[int]) -> Tuple[Rule, Optional[int]]:
         key = pattern.replace('{i}', str(block))
-        if key == 'rope.freqs':
-            return Rule((_FREQS,), mixed_freqs), None
+        if key == 'rope.freqs':  # naver's freqs, or a timm state dict's rope.freqs (already timm's layout)
+            return (Rule((_FREQS,), mixed_freqs) if _FREQS in self._store else Rule((_TIMM_FREQS,))), None
         for ours, theirs in _LAYER_SCALE.items():
             if key.endswith(ours):
                 return Rule((key[:-len(ours)] + theirs,)), None
@@ -80,8 +81,8 @@ class RopeVitCheckpoint(SourceCheckpoint):
         num_classes = self._shape('head.weight')[0] if 'head.weight' in names else 0
         self._check_dims('blocks.0.mlp.fc1.weight', mlp=mlp_dim, classes=num_classes)
         heads = self._heads(dim, hints)
-        mixed = _FREQS in names
-        if mixed:
+        mixed = _FREQS in names or _TIMM_FREQS in names
+        if _FREQS in names:
             shape, want = self._shape(_FREQS), (2, depth, dim // 2)
             if shape != want:
                 raise self._error('RoPE-ViT mixed freqs must be (2, depth, width / 2)', key=_FREQS, shapes=(shape, want))
@@ -94,6 +95,9 @@ class RopeVitCheckpoint(SourceCheckpoint):
             img_size = self._unrecorded('img_size', hints, 224, 'a RoPE model without a table records no grid; '
                                         "RoPE-ViT's training size")
         kind = 'mixed' if mixed else 'axial'
+        if ape and not mixed:
+            self.notes.append('a DeiT-III layout with a table and no learned freqs: read as RoPE-ViT rope_axial_ape (a '
+                              'plain DeiT-III file, without RoPE, has the same keys)')
         self.notes.append(
             f'detected a RoPE-ViT {kind}{" + APE" if ape else ""} model (DeiT-III LayerScale gamma_1/gamma_2'
             f'{", a table with no [CLS] slot: resize rule " + repr("ropevit") + " (bicubic, no antialias)" if ape else ""}'
