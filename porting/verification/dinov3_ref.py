@@ -90,5 +90,7 @@ def dinov3_outputs(path: str, model_args: Dict[str, Any], x: torch.Tensor,
             feats = model.forward_features(x)
         pooled = model.forward_head(feats)
     name = ("timm Eva (vit_*_patch16_dinov3* blocks) + timm's eva checkpoint_filter_fn, with the file's stored RoPE "
-            'periods' + (" and DINOv3's untied cls_norm/norm applied by hand" if untied else ''))
+            'periods' + (" and DINOv3's untied cls_norm/norm applied by hand" if untied else '') +
+            ' (shared with the converter: the periods used as stored' +
+            (', the tokens each untied norm covers)' if untied else ')'))
     return Outputs(feats, pooled, name)

@@ -73,5 +73,8 @@ def ropevit_outputs(path: str, model_args: Dict[str, Any], x: torch.Tensor,
         logits = model.forward_head(feats)
     name = ("timm Eva (vit_*_patch16_rope*_224 blocks) + timm's eva checkpoint_filter_fn" +
             (', freqs reshaped to rope.freqs by hand' if mixed else '') +
-            (", the table resized as RoPE-ViT's forward_features (bicubic, no antialias, transcribed)" if ape else ''))
+            (", the table resized as RoPE-ViT's forward_features (bicubic, no antialias, transcribed)" if ape else '') +
+            (' (shared with the converter: ' + ', '.join(
+                (['the freqs layout'] if mixed else []) + (["RoPE-ViT's table resize"] if ape else [])) + ')'
+             if mixed or ape else ''))
     return Outputs(feats, logits, name)
