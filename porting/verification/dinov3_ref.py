@@ -8,6 +8,7 @@ The check shares those two readings of the file with the converter: that the sto
 and which tokens each untied norm covers.
 """
 from functools import partial
+from pathlib import Path
 from typing import Any, Dict, Optional, Tuple
 
 import torch
@@ -16,7 +17,7 @@ import torch.nn as nn
 from .result import NoReference, Outputs
 from .timm_ref import grid, pair
 
-__all__ = ['dinov3_outputs', 'eva_model', 'load_eva']
+__all__ = ['dinov3_outputs', 'eva_model', 'load_eva', 'timm_eva_outputs']
 
 
 def eva_model(model_args: Dict[str, Any], rows: int, cols: int, *, rope: Dict[str, Any], **extra: Any) -> nn.Module:
@@ -94,3 +95,40 @@ def dinov3_outputs(path: str, model_args: Dict[str, Any], x: torch.Tensor,
             ' (shared with the converter: the periods used as stored' +
             (', the tokens each untied norm covers)' if untied else ')'))
     return Outputs(feats, pooled, name)
+
+
+def timm_eva_outputs(path: str, model_args: Dict[str, Any], x: torch.Tensor,
+                     target: Optional[Tuple[Dict[str, Any], str]] = None) -> Outputs:
+    """A timm Eva folder of DINOv3 or RoPE-ViT (``vit_*_patch16_dinov3*``, ``vit_*_patch16_rope*_224``) run by timm
+    itself (``local-dir:``, ``dynamic_img_size=True``), at the source geometry or at the target one, where timm
+    resizes an absolute table with its own rule (bicubic with antialias)."""
+    import timm
+
+    from timm_vit_variants.checkpoints.files import SINGLE_WEIGHT_FILES, read_json
+    from timm_vit_variants.checkpoints.timm_format import EVA_ARCHITECTURES
+
+    from .timm_ref import timm_weights
+
+    folder = Path(path)
+    config = read_json(str(folder / 'config.json')) if (folder / 'config.json').is_file() else {}
+    if not EVA_ARCHITECTURES.match(str(config.get('architecture'))):
+        raise NoReference(f"timm's VisionTransformer has no equivalent of pos_embed={model_args.get('pos_embed')!r}")
+    args = model_args
+    if target is not None:
+        args = target[0]
+        if pair(args['patch_size']) != pair(model_args['patch_size']):
+            raise NoReference('timm has no rule for a patch-size change of a RoPE model')
+        if model_args.get('pos_embed') == 'learn+rope' and target[1] != 'timm':
+            raise NoReference(f"the table was resized with the {target[1]!r} rule, not timm's own")
+    files = [folder / name for name in SINGLE_WEIGHT_FILES if (folder / name).is_file()]
+    if not files:
+        raise NoReference('timm can only load an unsharded Hub folder (config.json + model.safetensors)')
+    with torch.device('meta'):
+        model = timm.create_model(f'local-dir:{folder}', pretrained=False, dynamic_img_size=True)
+    load_eva(model, timm_weights(files[0]))
+    rows, cols = grid(args)
+    x = x[..., :rows * pair(args['patch_size'])[0], :cols * pair(args['patch_size'])[1]]
+    with torch.no_grad():
+        feats = model.forward_features(x)
+        pooled = model.forward_head(feats)
+    return Outputs(feats, pooled, f"timm.create_model('local-dir:...', dynamic_img_size=True) ({config['architecture']})")

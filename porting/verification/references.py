@@ -10,7 +10,7 @@ from timm_vit_variants.memory import release_after_use
 from ..extras import require
 
 from .dinov2_ref import dinov2_outputs
-from .dinov3_ref import dinov3_outputs
+from .dinov3_ref import dinov3_outputs, timm_eva_outputs
 from .hf_ref import hf_outputs
 from .npz_ref import npz_model
 from .open_clip_ref import open_clip_outputs
@@ -72,6 +72,8 @@ def reference_outputs(
                 path, model_args, x, target)
         if fmt in ('openclip', 'openai'):
             return open_clip_outputs(path, fmt, model_args, x, target)
+        if fmt == 'timm' and str(model_args.get('pos_embed')).endswith('rope'):  # timm's Eva ports of DINOv3, RoPE-ViT
+            return timm_eva_outputs(path, model_args, x, target)
         if fmt not in _TIMM_BUILT:
             raise NoReference(f'no reference implementation for format {fmt!r}')
         ref = _TIMM_BUILT[fmt](path, model_args)

@@ -25,7 +25,7 @@ from .preprocessing import assumed_preprocessing, checked_preprocessing
 from .source import Rule, SourceCheckpoint
 from .stores import TensorStore
 
-__all__ = ['TimmCheckpoint', 'TimmNaFlexCheckpoint', 'TimmEvaCheckpoint']
+__all__ = ['TimmCheckpoint', 'TimmNaFlexCheckpoint', 'TimmEvaCheckpoint', 'EVA_ARCHITECTURES']
 
 _BLOCK_RE = re.compile(r'^blocks\.(\d+)\.')
 # create_model kwargs that load weights or configs from elsewhere: never taken from a file's config.
@@ -49,7 +49,7 @@ _NAFLEX_RULES = {
 }
 _NAFLEX_KNOWN = {rule.sources[0][len('{p}'):] for rule in _NAFLEX_RULES.values()}
 # timm's Eva ports of DINOv3 (``vit_*_patch16_dinov3*``) and naver RoPE-ViT (``vit_*_patch16_rope[_mixed][_ape]_224``).
-_EVA_ARCH = re.compile(r'^vit_\w+_patch16_(dinov3(_qkvb)?|rope(_mixed)?(_ape)?_224)$')
+EVA_ARCHITECTURES = re.compile(r'^vit_\w+_patch16_(dinov3(_qkvb)?|rope(_mixed)?(_ape)?_224)$')
 # timm's rotary modules -> our rope_type, with the grid indexing and rotation each must have to be that form.
 _EVA_ROPE = {'RotaryEmbeddingDinoV3': ('dinov3', 'ij', True), 'RotaryEmbeddingCat': ('axial', 'xy', False),
              'RotaryEmbeddingMixed': ('mixed', 'xy', False)}
@@ -122,7 +122,7 @@ class TimmCheckpoint(SourceCheckpoint):
     @classmethod
     def variant(cls, store: TensorStore, config: Dict[str, Any], hints: Dict[str, Any]) -> Type[SourceCheckpoint]:
         """``TimmNaFlexCheckpoint`` for timm NaFlexVit weights (``embeds.proj.weight``), else this reader."""
-        if isinstance(config.get('architecture'), str) and _EVA_ARCH.match(config['architecture']):
+        if isinstance(config.get('architecture'), str) and EVA_ARCHITECTURES.match(config['architecture']):
             return TimmEvaCheckpoint
         return TimmNaFlexCheckpoint if (hints.get('prefix') or '') + 'embeds.proj.weight' in store else cls
 
@@ -466,7 +466,7 @@ class TimmNaFlexCheckpoint(NaFlexReader, TimmCheckpoint):
 
 
 class TimmEvaCheckpoint(TimmCheckpoint):
-    """timm ``Eva`` folders of DINOv3 and RoPE-ViT (``_EVA_ARCH``): rebuilt on the meta device from ``architecture`` and
+    """timm ``Eva`` folders of DINOv3 and RoPE-ViT (``EVA_ARCHITECTURES``): rebuilt on the meta device from ``architecture`` and
     ``model_args``; LayerScale is ``gamma_1``/``gamma_2``, DINOv3's attention keeps q and v biases apart (``q_bias``,
     ``v_bias``; the k bias is fixed at zero) and the periods are recomputed in fp32 from the temperature, as timm does."""
     KIND = 'Eva'
