@@ -283,3 +283,14 @@ def test_convert_verifies_at_both_geometries(name, tmp_path, capsys, max_delta):
     with torch.no_grad():  # a RoPE model without a table, or with RoPE-ViT's table resized to 12x9 once
         feats = model.forward_features(_input('12x9'))
     max_delta(f'converted {name} cls 12x9', feats[:, 0], io['cls_12x9'], BOUND)
+
+
+def test_convert_timm_eva_folder_verifies_at_the_target_geometry(tmp_path, capsys):
+    import timm
+    from timm.models import save_for_hf
+
+    args = dict(embed_dim=32, depth=2, num_heads=2, img_size=96)
+    save_for_hf(_noised(timm.create_model('vit_small_patch16_rope_mixed_ape_224', **args)), str(tmp_path / 'timm'),
+                model_args=args)
+    assert main(['convert', str(tmp_path / 'timm'), str(tmp_path / 'out'), '--img-size', '128', '80']) == 0
+    assert "target geometry (128x80, patch 16) passed vs timm.create_model('local-dir:...'" in capsys.readouterr().out

@@ -466,9 +466,10 @@ class TimmNaFlexCheckpoint(NaFlexReader, TimmCheckpoint):
 
 
 class TimmEvaCheckpoint(TimmCheckpoint):
-    """timm ``Eva`` folders of DINOv3 and RoPE-ViT (``EVA_ARCHITECTURES``): rebuilt on the meta device from ``architecture`` and
-    ``model_args``; LayerScale is ``gamma_1``/``gamma_2``, DINOv3's attention keeps q and v biases apart (``q_bias``,
-    ``v_bias``; the k bias is fixed at zero) and the periods are recomputed in fp32 from the temperature, as timm does."""
+    """timm ``Eva`` folders of DINOv3 and RoPE-ViT (``EVA_ARCHITECTURES``), rebuilt on the meta device from their
+    ``architecture`` and ``model_args``: LayerScale is ``gamma_1``/``gamma_2``, DINOv3's attention keeps q and v
+    biases apart (``q_bias``, ``v_bias``; the k bias is fixed at zero), and the periods are recomputed in fp32 from
+    the temperature, as timm does."""
     KIND = 'Eva'
 
     def _rule(self, pattern: str, block: Optional[int]) -> Tuple[Rule, Optional[int]]:
