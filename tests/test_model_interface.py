@@ -35,7 +35,8 @@ def _one_per_network(names):
 
 # The DINO members share their blocks within a family: one network of each form runs the real-tensor checks.
 NETWORKS = _one_per_network([n for n in MODEL_NAMES if n not in DINO_MODELS]) + [
-    'simple_vit_small_patch14_reg4_dinov2', 'simple_vit_small_patch16_dinov3', 'simple_vit_small_patch16_rope_mixed_ape_224']
+    'simple_vit_small_patch14_reg4_dinov2', 'simple_vit_small_patch16_dinov3',
+    'simple_vit_small_patch16_rope_mixed_ape_224']
 EXPECTED = {
     'simple_vit_tiny', 'simple_vit_small', 'simple_vit_base', 'simple_vit_large', 'simple_vit_huge',
     'simple_vit_tiny_patch16_224', 'simple_vit_small_patch16_224', 'simple_vit_base_patch16_224',

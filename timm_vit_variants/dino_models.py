@@ -77,7 +77,8 @@ _ROPEVIT_URL = 'https://huggingface.co/naver-ai/rope_{k}_deit_{s}_patch16_LS/res
 DINO_MODELS: Dict[str, ModelEntry] = {
     **{f'simple_vit_{size}_patch14{"_reg4" if reg else ""}_dinov2': ModelEntry(
         'base', dict(_DINOV2, **dims, reg_tokens=4 if reg else 0, pos_embed_resample='timm' if reg else 'dinov2'),
-        f'DINOv2 ViT-{s if s == "g" else s.upper()}/14{" with 4 registers" if reg else ""} (LVD-142M, 518 px): [CLS] pooling, LayerScale, the '
+        f'DINOv2 ViT-{s if s == "g" else s.upper()}/14{" with 4 registers" if reg else ""} (LVD-142M, 518 px): '
+        '[CLS] pooling, LayerScale, the '
         f'hub\'s table resize ({"antialiased, no offset" if reg else "scale (n + 0.1) / N"}); no classifier.')
        for size, (s, dims) in _DINOV2_SIZES.items() for reg in (False, True)},
     **{f'simple_vit_{size}_patch16_dinov3': ModelEntry(
@@ -86,7 +87,8 @@ DINO_MODELS: Dict[str, ModelEntry] = {
         '(tags licence-gated).') for size, (arch, dims, _) in _DINOV3_SIZES.items()},
     **{f'simple_vit_{size}_patch16_rope_{kind}_224': ModelEntry(
         'base', dict(_ROPEVIT, **dims, **_ROPEVIT_KINDS[kind]),
-        f'RoPE-ViT rope_{kind}_deit_{size}_patch16_LS (naver-ai): DeiT-III LayerScale, {kind.replace("_", " + ")} RoPE, '
+        f'RoPE-ViT rope_{kind}_deit_{size}_patch16_LS (naver-ai): DeiT-III LayerScale, '
+        f'{kind.replace("_", " + ")} RoPE, '
         'ImageNet-1k head.') for size, dims in _ROPEVIT_SIZES.items() for kind in _ROPEVIT_KINDS},
 }
 

@@ -131,4 +131,5 @@ def timm_eva_outputs(path: str, model_args: Dict[str, Any], x: torch.Tensor,
     with torch.no_grad():
         feats = model.forward_features(x)
         pooled = model.forward_head(feats)
-    return Outputs(feats, pooled, f"timm.create_model('local-dir:...', dynamic_img_size=True) ({config['architecture']})")
+    name = f"timm.create_model('local-dir:...', dynamic_img_size=True) ({config['architecture']})"
+    return Outputs(feats, pooled, name)

@@ -112,7 +112,8 @@ class Dinov3Checkpoint(SourceCheckpoint):
             return 0
         shape = self._shape(_STORAGE)
         if len(shape) != 3 or shape[0] != 1 or shape[2] != dim:
-            raise self._error('storage tokens must be (1, count, width)', key=_STORAGE, shapes=(shape, (1, 'count', dim)))
+            raise self._error('storage tokens must be (1, count, width)', key=_STORAGE,
+                              shapes=(shape, (1, 'count', dim)))
         self._check_dims(_STORAGE, tokens=shape[1])
         return shape[1]
 

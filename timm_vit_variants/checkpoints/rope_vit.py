@@ -27,6 +27,7 @@ _BLOCK_RE = re.compile(r'^blocks\.(\d+)\.')
 _FREQS = 'freqs'
 _TIMM_FREQS = 'rope.freqs'  # timm's Eva port of the mixed models: (2, depth, heads, hd / 2)
 _GRID = ('freqs_t_x', 'freqs_t_y')
+_APE_NOTE = ", a table with no [CLS] slot: resize rule 'ropevit' (bicubic, no antialias)"
 _LAYER_SCALE = {'ls1.gamma': 'gamma_1', 'ls2.gamma': 'gamma_2'}
 
 
@@ -85,7 +86,8 @@ class RopeVitCheckpoint(SourceCheckpoint):
         if _FREQS in names:
             shape, want = self._shape(_FREQS), (2, depth, dim // 2)
             if shape != want:
-                raise self._error('RoPE-ViT mixed freqs must be (2, depth, width / 2)', key=_FREQS, shapes=(shape, want))
+                raise self._error('RoPE-ViT mixed freqs must be (2, depth, width / 2)', key=_FREQS,
+                                  shapes=(shape, want))
         ape = 'pos_embed' in names
         if ape:
             self._check_token_table('pos_embed', dim, (patch_h, patch_w), class_token=True, slot=False,
@@ -100,7 +102,7 @@ class RopeVitCheckpoint(SourceCheckpoint):
                               'plain DeiT-III file, without RoPE, has the same keys)')
         self.notes.append(
             f'detected a RoPE-ViT {kind}{" + APE" if ape else ""} model (DeiT-III LayerScale gamma_1/gamma_2'
-            f'{", a table with no [CLS] slot: resize rule " + repr("ropevit") + " (bicubic, no antialias)" if ape else ""}'
+            f'{_APE_NOTE if ape else ""}'
             f'); RoPE from each image\'s own grid, where the original reuses its cached grid for an input with the '
             f'stored token count and another shape' + (f'; {"/".join(_GRID)} skipped' if mixed else ''))
         return SimpleViTConfig(
