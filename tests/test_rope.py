@@ -153,9 +153,10 @@ def test_rope_model_features_only_and_any_size():
         maps = model.forward_intermediates(x, indices=[0, 1], intermediates_only=True)
     assert [tuple(m.shape) for m in maps] == [(1, 32, 5, 7)] * 2
     features = timm.create_model('simple_vit_small_patch16_rope_mixed_224', features_only=True, embed_dim=32,
-                                 depth=2, num_heads=2, out_indices=(0, 1)).eval()
-    features.load_state_dict({k: v for k, v in model.state_dict().items() if not k.startswith(('head', 'norm.'))},
-                             strict=False)
+                                 depth=2, num_heads=2, mlp_dim=128, out_indices=(0, 1)).eval()
+    wanted = set(features.state_dict())  # the getter wraps the model as `model.`, pruned after its last block
+    features.load_state_dict({f'model.{k}': v for k, v in model.state_dict().items() if f'model.{k}' in wanted})
+    assert wanted <= {f'model.{k}' for k in model.state_dict()}
     with torch.no_grad():
         got = features(x)
     torch.testing.assert_close(got[-1], maps[-1], rtol=0, atol=1e-5)
