@@ -19,6 +19,7 @@ from timm.layers import resample_patch_embed
 from timm.models import get_notrace_functions, get_notrace_modules
 
 import timm_vit_variants  # noqa: F401
+from model_probes import embedded
 from timm_vit_variants.config import grid_for
 from porting.hub_folder import load_folder, read_config, save_pretrained_folder
 from timm_vit_variants import SimpleViTConfig, ViTVariantsError
@@ -91,7 +92,7 @@ def test_forward_backward_at_any_size(option):
         finally:
             model.zero_grad(set_to_none=True)
             model.eval()
-        tokens, grid_h, grid_w = model._embed(x)
+        tokens, grid_h, grid_w = embedded(model, x)
         expected = model.config.grid_size if option.startswith('pool') else (size[0] // 8, size[1] // 8) \
             if option.startswith('crop') else (-(-size[0] // 8), -(-size[1] // 8))
         assert (grid_h, grid_w) == expected
@@ -235,7 +236,7 @@ def test_cpe_is_a_depthwise_conv_after_the_first_block_and_adapts_to_the_grid():
     model = _model('sincos_cpe')
     x = _x(1, 3, 48, 24)
     with torch.no_grad():
-        tokens, grid_h, grid_w = model._embed(x)
+        tokens, grid_h, grid_w = embedded(model, x)
         first = model.blocks[0](tokens)
         grid = first[:, 1:].transpose(1, 2).reshape(1, 32, grid_h, grid_w)
         cpe = model.pos_cpe.proj

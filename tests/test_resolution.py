@@ -7,6 +7,7 @@ import timm
 from timm.layers import resample_patch_embed
 
 import timm_vit_variants  # noqa: F401
+from model_probes import embedded
 from ckpt_fixtures import np_posemb_sincos_2d  # independent numpy transcription of big_vision's formula
 from timm_vit_variants import ViTVariantsError, sincos_2d
 
@@ -31,7 +32,7 @@ def test_sincos_added_before_cls_token():
     model = timm.create_model('simple_vit_tiny', class_token=True, global_pool='token', img_size=32, patch_size=8,
                               **TINY).eval()
     x = torch.randn(1, 3, 32, 40)
-    tokens, gh, gw = model._embed(x)
+    tokens, gh, gw = embedded(model, x)
     patches = model.patch_embed(x).reshape(1, gh * gw, -1)
     torch.testing.assert_close(tokens[:, 0], model.cls_token[:, 0].expand(1, -1))
     torch.testing.assert_close(tokens[:, 1:], patches + sincos_2d(gh, gw, 32))
@@ -44,7 +45,7 @@ def test_any_hw_uses_the_matching_sincos_grid(size):
     x = torch.randn(2, 3, *size)
     gh, gw = size[0] // 8, size[1] // 8
     with torch.no_grad():
-        tokens, h, w = model._embed(x)
+        tokens, h, w = embedded(model, x)
     assert (h, w) == (gh, gw)
     expected = model.patch_embed(x).reshape(2, gh * gw, -1) + sincos_2d(gh, gw, 32)
     torch.testing.assert_close(tokens, expected)

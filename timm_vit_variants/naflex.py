@@ -7,9 +7,9 @@ Two forms besides an NCHW tensor, for ``forward``, ``forward_features``, ``forwa
     'patch_valid': [B, N] bool}``, one image a row;
   * a list of CHW tensors of different sizes, patchified here (padded or cropped as ``grid_mode``
     says).
-Each image's position information is computed for its own grid: a sin-cos table exactly (a row
-depends on (y, x) alone), a learned table resampled to the grid with the model's rule (cached per
-grid), CPVT's encoding on the image's own grid. The sequences are then packed, several images to a
+Both become ``Patches`` (tokens, coordinates, grids) and go through the model's one embedding step, as an
+NCHW batch does (its one-grid case): positions for each image's own grid, its prefix tokens, its rotary
+positions. The sequences are then packed, several images to a
 row with attention kept inside each (``packing``), so almost no compute goes to padding; padding is
 never attended and pooling ignores it. ``forward_features`` returns ``{'patches': [B, prefix + N, D],
 'patch_valid': [B, N]}`` (the dict's own layout, or each listed image padded to the longest).
@@ -19,18 +19,18 @@ meaning (an empty batch, integer pixels, float or repeated coordinates, a channe
 and what could only run out of memory (``capacity``), each naming the input. An image whose tokens are
 not finite is run in a row of its own, so its NaN or Inf reaches no other image's output.
 """
-from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import torch
 
+from .block_context import BlockContext
 from .capacity import check_fits
 from .errors import ViTVariantsError
 from .packing import PackedRows, pack_sequences
 from .patch_embed import check_and_pad
-from .posemb import grid_coords, sincos_2d_at
+from .posemb import grid_coords
 
-__all__ = ['NaFlexInput', 'NaFlexMixin', 'is_naflex']
+__all__ = ['NaFlexInput', 'NaFlexMixin', 'Patches', 'drop_tokens', 'is_naflex']
 
 NaFlexInput = Union[Dict[str, torch.Tensor], Sequence[torch.Tensor]]
 # float32 positions tell integer coordinates apart only below 2**24.
@@ -43,29 +43,30 @@ def is_naflex(x: Any) -> bool:
     return isinstance(x, (dict, list, tuple))
 
 
-@dataclass
-class _Batch:
-    """Every image's patch tokens, image after image, row-major within each, before the prefix is added."""
-    tokens: torch.Tensor  # (T, D)
-    coords: torch.Tensor  # (T, 2) long, (y, x)
-    counts: List[int]  # patch tokens per image
+class Patches(NamedTuple):
+    """Patch tokens before positions are added, with where each one sits: the one embedding step's input.
+
+    An NCHW batch is the one-grid case: ``tokens`` (B, N, D), one image a row, every row of the one grid. NaFlex
+    inputs come as one row, image after image, row-major within each: ``tokens`` (1, T, D).
+    """
+    tokens: torch.Tensor
+    coords: torch.Tensor  # (N or T, 2) long, (y, x) of each column of ``tokens``
+    counts: List[int]  # patch tokens per image of a row: [N] for NCHW
     grids: List[Tuple[int, int]]  # each image's grid (rows, cols)
     valid: Optional[torch.Tensor] = None  # the NaFlex dict's (B, N) patch_valid, to lay results back out
 
 
 class NaFlexMixin:
-    """The NaFlex paths of ``SimpleVisionTransformer`` (which provides the modules used here)."""
+    """The NaFlex input forms of ``SimpleVisionTransformer`` (which provides the modules used here): patch tokens
+    from a dict or a list of images, blocks over packed rows, and results laid back out one image a row."""
 
     def get_patch_size(self) -> Tuple[int, int]:
         """The patch size, as timm's NaFlex loader asks a model for it."""
         return tuple(self.patch_embed.patch_size)
 
-    # -- tokens from each input form --------------------------------------------------------------------------
-    def _naflex_batch(self, x: NaFlexInput) -> _Batch:
-        self._check_naflex_support(x)
-        return self._dict_batch(x) if isinstance(x, dict) else self._list_batch(list(x))
-
-    def _check_naflex_support(self, x: NaFlexInput) -> None:
+    # -- patch tokens from each input form --------------------------------------------------------------------
+    @torch.jit.ignore
+    def _naflex_patches(self, x: NaFlexInput) -> Patches:
         if self.config.grid_mode == 'pool':
             raise ViTVariantsError("grid_mode='pool' pools every image to one grid, so images at their own sizes "
                                    'have nothing to gain; give an NCHW batch')
@@ -73,8 +74,9 @@ class NaFlexMixin:
             raise ViTVariantsError(f'patch_embed={self.config.patch_embed!r} sees across neighbouring patches, so '
                                    'a flattened patch alone does not give its token; give a list of images instead',
                                    key='patches')
+        return self._dict_patches(x) if isinstance(x, dict) else self._list_patches(list(x))
 
-    def _dict_batch(self, x: Dict[str, torch.Tensor]) -> _Batch:
+    def _dict_patches(self, x: Dict[str, torch.Tensor]) -> Patches:
         patches, coords = x.get('patches'), x.get('patch_coord')
         (ph, pw), chans = self.patch_embed.patch_size, self.config.in_chans
         if not isinstance(patches, torch.Tensor) or patches.ndim != 3 or patches.shape[-1] != ph * pw * chans:
@@ -113,9 +115,9 @@ class NaFlexMixin:
         grids = [(h, w) for h, w in ends.tolist()]
         tokens = self.patch_embed.embed_patches(patches[valid].to(self.patch_embed.proj.weight.dtype),
                                                 channels_last=True)
-        return _Batch(tokens, coords, counts, grids, valid)
+        return Patches(tokens[None], coords, counts, grids, valid)
 
-    def _list_batch(self, images: List[torch.Tensor]) -> _Batch:
+    def _list_patches(self, images: List[torch.Tensor]) -> Patches:
         if not images or not all(isinstance(im, torch.Tensor) and im.ndim == 3 for im in images):
             raise ViTVariantsError('a list input holds CHW image tensors, at least one')
         chans = self.config.in_chans
@@ -127,7 +129,7 @@ class NaFlexMixin:
                 raise ViTVariantsError(f'image {i} of the list has shape {tuple(image.shape)}: expected '
                                        f'({chans}, H, W) with H, W >= 1')
         if self.config.embeds_patches_alone:
-            return self._unfolded_batch(images)
+            return self._unfolded_patches(images)
         groups: Dict[Tuple[int, ...], List[int]] = {}
         for i, image in enumerate(images):
             groups.setdefault(tuple(image.shape), []).append(i)
@@ -139,9 +141,9 @@ class NaFlexMixin:
         grids = [(int(t.shape[0]), int(t.shape[1])) for t in per_image]
         coords = torch.cat([grid_coords(h, w, images[0].device) for h, w in grids])
         tokens = torch.cat([t.reshape(-1, t.shape[-1]) for t in per_image])
-        return _Batch(tokens, coords, [h * w for h, w in grids], grids)
+        return Patches(tokens[None], coords, [h * w for h, w in grids], grids)
 
-    def _unfolded_batch(self, images: List[torch.Tensor]) -> _Batch:
+    def _unfolded_patches(self, images: List[torch.Tensor]) -> Patches:
         """Every image cut into patches (padded or cropped as ``grid_mode`` says), all embedded in one matmul."""
         embed = self.patch_embed
         (ph, pw), chans, dtype = embed.patch_size, self.config.in_chans, embed.proj.weight.dtype
@@ -153,74 +155,39 @@ class NaFlexMixin:
             grids.append((gh, gw))
         tokens = embed.embed_patches(torch.cat(flats).to(dtype))
         coords = torch.cat([grid_coords(h, w, images[0].device) for h, w in grids])
-        return _Batch(tokens, coords, [h * w for h, w in grids], grids)
-
-    # -- positions, prefix, dropping --------------------------------------------------------------------------
-    def _naflex_positions(self, batch: _Batch) -> Tuple[torch.Tensor, List[Optional[torch.Tensor]]]:
-        """Patch tokens with their image's position information, and each image's cls-slot row (or None)."""
-        tokens = batch.tokens
-        slots: List[Optional[torch.Tensor]] = [None] * len(batch.counts)
-        if self.pos_sincos is not None:
-            table = sincos_2d_at(batch.coords, self.embed_dim, self.pos_sincos.temperature)
-            return tokens + table.to(tokens.dtype), slots
-        if self.pos_embed is None:
-            return tokens, slots
-        nominal, prefix = self.patch_embed.grid_size, self.config.num_prefix_slots
-        cells = sum(h * w for h, w in set(batch.grids) - {tuple(nominal)})
-        check_fits(2 * cells * self.embed_dim * tokens.element_size(), 'resampling the position table to the '
-                   'NaFlex grids', tokens.device, key='patch_coord' if batch.valid is not None else None)
-        tables: Dict[Tuple[int, int], torch.Tensor] = {}
-        rows = []
-        for i, (coords, (h, w)) in enumerate(zip(batch.coords.split(batch.counts), batch.grids)):
-            if (h, w) not in tables:  # each distinct grid resampled once (and cached by the resampler)
-                tables[(h, w)] = self.pos_resampler(self.pos_embed, h, w, nominal[0], nominal[1])[0]
-            table = tables[(h, w)]
-            rows.append(table[prefix + coords[:, 0] * w + coords[:, 1]])
-            slots[i] = table[:prefix] if prefix else None
-        return tokens + torch.cat(rows).to(tokens.dtype), slots
-
-    def _naflex_sequences(self, batch: _Batch) -> Tuple[torch.Tensor, _Batch]:
-        """Each image's sequence (prefix, then patch tokens), concatenated; patch tokens dropped in training."""
-        tokens, slots = self._naflex_positions(batch)
-        rate = self.config.patch_drop_rate
-        if self.training and rate > 0:
-            batch, tokens = _drop_tokens(batch, tokens, rate)
-        pieces = []
-        for i, patch_tokens in enumerate(tokens.split(batch.counts)):
-            if self.cls_token is not None:
-                cls = self.cls_token[0].to(tokens.dtype)
-                pieces.append(cls + slots[i] if slots[i] is not None else cls)
-            if self.reg_token is not None:  # registers after [CLS], with no position
-                pieces.append(self.reg_token[0].to(tokens.dtype))
-            pieces.append(patch_tokens)
-        return self.norm_pre(self.pos_drop(torch.cat(pieces))), batch
+        return Patches(tokens[None], coords, [h * w for h, w in grids], grids)
 
     # -- blocks over the packed rows --------------------------------------------------------------------------
-    def _naflex_run(self, x: NaFlexInput, take: Sequence[int], stop: int
-                    ) -> Tuple[torch.Tensor, List[torch.Tensor], _Batch]:
-        """(final tokens, the outputs of the blocks in ``take``, the batch), as concatenated sequences."""
-        sequences, batch = self._naflex_sequences(self._naflex_batch(x))
-        lengths = [n + self.num_prefix_tokens for n in batch.counts]
+    @torch.jit.ignore
+    def _run_packed(self, sequences: torch.Tensor, patches: Patches, rope: Optional[torch.Tensor], take: List[int],
+                    stop: int) -> Tuple[torch.Tensor, List[torch.Tensor]]:
+        """``_run_blocks`` over (T', D) sequences packed into rows: (final tokens, the outputs of blocks in ``take``).
+
+        ``rope`` is the sequences' (L, H, T', 2R) rotary positions, laid out into the rows with the rest.
+        """
+        lengths = [n + self.num_prefix_tokens for n in patches.counts]
         final = torch.empty_like(sequences)
         taken = [torch.empty_like(sequences) for _ in take]
         for chunk in pack_sequences(lengths, sequences.device, alone=_not_finite(sequences, lengths),
                                     itemsize=sequences.element_size()):
-            cells, canvas = (self._canvas_cells(chunk, batch, sequences) if self.pos_cpe is not None else (None, None))
-            rows, outs = self._run_blocks(chunk.scatter(sequences), 0, 0, list(take), stop,
-                                          chunk.attn_mask(sequences.dtype), cells, canvas)
+            cells, canvas = (self._canvas_cells(chunk, patches, sequences) if self.pos_cpe is not None
+                             else (None, None))
+            context = BlockContext(attn_mask=chunk.attn_mask(sequences.dtype), cells=cells, canvas=canvas,
+                                   rope=None if rope is None else _rope_rows(chunk, rope))
+            rows, outs = self._run_blocks(chunk.scatter(sequences), context, take, stop)
             chunk.gather(rows, final)
             for out, rows in zip(taken, outs):
                 chunk.gather(rows, out)
-        return final, taken, batch
+        return final, taken
 
-    def _canvas_cells(self, chunk: PackedRows, batch: _Batch, tokens: torch.Tensor) -> Tuple[torch.Tensor, List[int]]:
+    def _canvas_cells(self, chunk: PackedRows, patches: Patches, tokens: torch.Tensor) -> Tuple[torch.Tensor, List[int]]:
         """Each slot's cell in an (images, rows, cols) canvas of the chunk's largest grid, for CPVT's encoding."""
-        grids = [batch.grids[i] for i in chunk.images]
+        grids = [patches.grids[i] for i in chunk.images]
         height, width = max(h for h, _ in grids), max(w for _, w in grids)
         check_fits(2 * len(grids) * height * width * tokens.shape[-1] * tokens.element_size(),
                    f"CPVT's encoding on a canvas of {len(grids)} images of {height}x{width} patches", tokens.device,
-                   key='patch_coord' if batch.valid is not None else None)
-        coords = batch.coords.split(batch.counts)
+                   key='patch_coord' if patches.valid is not None else None)
+        coords = patches.coords.split(patches.counts)
         prefix = coords[0].new_full((self.num_prefix_tokens,), -1)
         sequence_cells = torch.cat([torch.cat([prefix, j * height * width + coords[i][:, 0] * width + coords[i][:, 1]])
                                     for j, i in enumerate(chunk.images)])
@@ -229,49 +196,24 @@ class NaFlexMixin:
         return flat.view(chunk.rows, chunk.capacity), [len(grids), height, width]
 
     # -- laying results out -----------------------------------------------------------------------------------
-    def _naflex_layout(self, sequences: torch.Tensor, batch: _Batch) -> Tuple[torch.Tensor, torch.Tensor]:
+    @torch.jit.ignore
+    def _naflex_layout(self, sequences: torch.Tensor, patches: Patches) -> Tuple[torch.Tensor, torch.Tensor]:
         """([B, prefix + N, D] tokens, [B, N] patch_valid): the dict's own layout, or each image padded."""
         prefix = self.num_prefix_tokens
-        split = sequences.split([n + prefix for n in batch.counts])
-        if batch.valid is None:
-            longest = max(batch.counts)
+        split = sequences.split([n + prefix for n in patches.counts])
+        if patches.valid is None:
+            longest = max(patches.counts)
             out = sequences.new_zeros(len(split), prefix + longest, sequences.shape[-1])
             valid = torch.zeros(len(split), longest, dtype=torch.bool, device=sequences.device)
             for i, seq in enumerate(split):
                 out[i, :len(seq)] = seq
                 valid[i, :len(seq) - prefix] = True
             return out, valid
-        out = sequences.new_zeros(batch.valid.shape[0], prefix + batch.valid.shape[1], sequences.shape[-1])
+        out = sequences.new_zeros(patches.valid.shape[0], prefix + patches.valid.shape[1], sequences.shape[-1])
         if prefix:
             out[:, :prefix] = torch.stack([seq[:prefix] for seq in split])
-        patches = out[:, prefix:]
-        patches[batch.valid] = torch.cat([seq[prefix:] for seq in split])
-        return out, batch.valid
-
-    def _naflex_features(self, x: NaFlexInput) -> Dict[str, torch.Tensor]:
-        sequences, _, batch = self._naflex_run(x, [], len(self.blocks) - 1)
-        tokens, valid = self._naflex_layout(self.norm(sequences), batch)
-        return {'patches': tokens, 'patch_valid': valid}
-
-    def _naflex_intermediates(self, x: NaFlexInput, take: List[int], stop: int, norm: bool,
-                              return_prefix_tokens: bool, intermediates_only: bool, output_dict: bool) -> Any:
-        """``forward_intermediates`` for NaFlex inputs: NLC tokens in the ``forward_features`` layout."""
-        final, taken, batch = self._naflex_run(x, take, stop)
-        prefix = self.num_prefix_tokens
-        laid = [self._naflex_layout(self.norm(t) if norm else t, batch)[0] for t in taken]
-        prefix_tokens = [t[:, :prefix] for t in laid] if prefix else None
-        intermediates = [t[:, prefix:] for t in laid]
-        features, valid = self._naflex_layout(self.norm(final), batch)
-        if output_dict:
-            result: Dict[str, Any] = {'image_intermediates': intermediates, 'patch_valid': valid}
-            if prefix_tokens is not None and return_prefix_tokens:
-                result['image_intermediates_prefix'] = prefix_tokens
-            if not intermediates_only:
-                result['image_features'] = features
-            return result
-        if return_prefix_tokens and prefix_tokens is not None:
-            intermediates = list(zip(intermediates, prefix_tokens))
-        return intermediates if intermediates_only else ({'patches': features, 'patch_valid': valid}, intermediates)
+        out[:, prefix:][patches.valid] = torch.cat([seq[prefix:] for seq in split])
+        return out, patches.valid
 
 
 def _shape(value: Any) -> Any:
@@ -302,20 +244,30 @@ def _not_finite(sequences: torch.Tensor, lengths: List[int]) -> List[int]:
     return image[bad].unique().tolist()
 
 
-def _drop_tokens(batch: _Batch, tokens: torch.Tensor, rate: float) -> Tuple[_Batch, torch.Tensor]:
+def drop_tokens(patches: Patches, rate: float) -> Patches:
     """NaViT's token dropping: each image keeps a random ``1 - rate`` of its patch tokens (at least one)."""
+    tokens = patches.tokens[0]
     keep, counts = [], []
     start = 0
-    for n in batch.counts:
+    for n in patches.counts:
         kept = max(1, int(round(n * (1 - rate))))
         keep.append(start + torch.randperm(n, device=tokens.device)[:kept].sort().values)
         counts.append(kept)
         start += n
     index = torch.cat(keep)
-    dropped = _Batch(tokens[index], batch.coords[index], counts, batch.grids, None)
-    if batch.valid is not None:  # the dict's layout: what was dropped is no longer valid
-        valid = torch.zeros_like(batch.valid)
-        positions = batch.valid.nonzero()
+    valid = None
+    if patches.valid is not None:  # the dict's layout: what was dropped is no longer valid
+        valid = torch.zeros_like(patches.valid)
+        positions = patches.valid.nonzero()
         valid[positions[index, 0], positions[index, 1]] = True
-        dropped.valid = valid
-    return dropped, tokens[index]
+    return Patches(tokens[index][None], patches.coords[index], counts, patches.grids, valid)
+
+
+def _rope_rows(chunk: PackedRows, rope: torch.Tensor) -> torch.Tensor:
+    """(L, H, T', 2R) rotary positions of the concatenated sequences as the chunk's (L, rows, H, capacity, 2R);
+    empty slots get the identity (sin 0, cos 1)."""
+    layers, heads, _, width = rope.shape
+    flat = rope.permute(2, 0, 1, 3).reshape(rope.shape[2], -1)
+    identity = torch.cat([flat.new_zeros(width // 2), flat.new_ones(width // 2)]).repeat(layers * heads)
+    rows = chunk.scatter(flat, fill=identity)
+    return rows.view(chunk.rows, chunk.capacity, layers, heads, width).permute(2, 0, 3, 1, 4)

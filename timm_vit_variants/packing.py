@@ -42,9 +42,11 @@ class PackedRows:
     flat_index: torch.Tensor
     images: List[int]
 
-    def scatter(self, tokens: torch.Tensor) -> torch.Tensor:
-        """The chunk's tokens of the (sum(lengths), D) sequences into (rows, capacity, D) rows (zeros where empty)."""
-        rows = tokens.new_zeros(self.rows * self.capacity, tokens.shape[-1])
+    def scatter(self, tokens: torch.Tensor, fill: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """The chunk's tokens of the (sum(lengths), D) sequences into (rows, capacity, D) rows; empty slots hold
+        zeros, or the (D,) ``fill``."""
+        rows = tokens.new_zeros(self.rows * self.capacity, tokens.shape[-1]) if fill is None else \
+            fill.expand(self.rows * self.capacity, -1).clone()
         rows[self.flat_index] = tokens[self.source_index]
         return rows.view(self.rows, self.capacity, -1)
 

@@ -11,6 +11,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 from timm.layers import ConvNormAct, LayerNorm2d
 
+from .errors import ViTVariantsError
+
 __all__ = ['UnfoldLinear', 'PatchPixelNorm', 'conv_stem', 'overlap_conv', 'patch_projection']
 
 
@@ -98,7 +100,7 @@ def conv_stem(
     not depend on the batch (it trains at batch 1) and every tensor it saves is a float weight.
     """
     if patch < 2 or patch & (patch - 1):
-        raise ValueError(f'a conv stem needs a power-of-2 patch size >= 2, got {patch}')
+        raise ViTVariantsError(f'a conv stem needs a power-of-2 patch size >= 2, got {patch}', key='patch_size')
     steps = int(math.log2(patch))
     layers = []
     chans = in_chans

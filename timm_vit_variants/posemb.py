@@ -7,6 +7,7 @@ import torch.nn as nn
 from timm.layers import register_notrace_module
 
 from .config import resample_rule
+from .errors import ViTVariantsError
 from .geometry import RESAMPLE_OFFSETS, RESAMPLE_RULES, interpolate_grid, is_capturing, resample_table
 
 __all__ = ['sincos_2d', 'sincos_2d_at', 'grid_coords', 'SinCos2dPosEmbed', 'LearnedPosResampler', 'PosEncodingGenerator']
@@ -26,7 +27,7 @@ def sincos_2d(
     uses ``k / q`` and puts y first, so it cannot be reused here.
     """
     if dim % 4 != 0:
-        raise ValueError(f'sin-cos position embedding needs a width divisible by 4, got {dim}')
+        raise ViTVariantsError(f'sin-cos position embedding needs a width divisible by 4, got {dim}', key='embed_dim')
     return sincos_2d_at(grid_coords(grid_h, grid_w, device), dim, temperature)
 
 

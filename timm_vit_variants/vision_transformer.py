@@ -27,9 +27,11 @@ from .checkpoints import load_into_model
 from .config import POOL_TYPES, SimpleViTConfig, TensorSpec
 from .errors import ViTVariantsError
 from .geometry import Geometry, check_fit, fit_tensor
-from .naflex import NaFlexMixin, is_naflex
+from .block_context import BlockContext
+from .capacity import check_fits
+from .naflex import NaFlexMixin, Patches, drop_tokens, is_naflex
 from .patch_embed import AdaptivePatchEmbed
-from .posemb import LearnedPosResampler, PosEncodingGenerator, SinCos2dPosEmbed
+from .posemb import LearnedPosResampler, PosEncodingGenerator, SinCos2dPosEmbed, grid_coords, sincos_2d_at
 
 __all__ = ['SimpleVisionTransformer']
 
@@ -142,6 +144,7 @@ class SimpleVisionTransformer(NaFlexMixin, nn.Module):
         self.pos_cpe = PosEncodingGenerator(embed_dim, self.num_prefix_tokens, **dd) if cfg.pos_cpe else None
         self.pos_drop = nn.Dropout(cfg.pos_drop_rate)
         self.norm_pre = norm_layer(embed_dim, **dd) if cfg.pre_norm else nn.Identity()
+        self.rope = None  # rotary positions: a module called once per forward (see _embed) in models that have them
 
         self.blocks = _blocks(cfg, act_layer, norm_layer, dd)
         reduction = self.patch_embed.patch_size[0]
@@ -296,27 +299,124 @@ class SimpleVisionTransformer(NaFlexMixin, nn.Module):
             self, self.patch_embed.img_size,
             patch_size=self.patch_embed.patch_size if patch_size is not None else None)
 
-    def _embed(self, x: torch.Tensor) -> Tuple[torch.Tensor, int, int]:
-        """Patchify, add position information and prepend the class token; returns tokens and grid."""
+    def _patches(self, x: torch.Tensor) -> Patches:
+        """An NCHW batch's patch tokens: the one-grid case of ``Patches``, one image a row."""
         x = self.patch_embed(x)
         batch, grid_h, grid_w, dim = x.shape
-        x = x.reshape(batch, grid_h * grid_w, dim)
-        pos: Optional[torch.Tensor] = None
+        return Patches(x.reshape(batch, grid_h * grid_w, dim), grid_coords(grid_h, grid_w, x.device),
+                       [grid_h * grid_w], [(grid_h, grid_w)])
+
+    def _embed(self, patches: Patches) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+        """The one embedding step, for every input form: each image's positions for its own grid, then its prefix
+        ([CLS] with its table slot, then the registers, which have no position) before its patch tokens.
+
+        Returns the (rows, sequence, D) tokens and, for rotary positions, their (L, H or 1, sequence, 2R) rotations
+        (the identity on prefix tokens).
+        """
+        rows, slots = self._positions(patches)
+        x = patches.tokens if rows is None else patches.tokens + rows
+        x = self._with_prefix(x, patches.counts, slots)
+        rope: Optional[torch.Tensor] = None
+        if self.rope is not None:
+            rope = self._rope_with_prefix(self.rope(patches.coords, _token_grids(patches)), patches.counts)
+        return self.norm_pre(self.pos_drop(x)), rope
+
+    def _positions(self, patches: Patches) -> Tuple[Optional[torch.Tensor], List[Optional[torch.Tensor]]]:
+        """Each patch token's absolute position (N or T, D) for its image's own grid, and each image's cls-slot row.
+
+        A sin-cos row depends on (y, x) alone; a learned table is resampled once per grid (and cached by the
+        resampler). Images given whole (NCHW, a list) take their table as it is; a NaFlex dict's tokens index it.
+        """
+        slots: List[Optional[torch.Tensor]] = [None for _ in patches.grids]
+        dtype = patches.tokens.dtype
         if self.pos_sincos is not None:
-            x = x + self.pos_sincos(grid_h, grid_w).to(x.dtype)
-        elif self.pos_embed is not None and self.pos_resampler is not None:
-            nominal = self.patch_embed.grid_size
-            pos = self.pos_resampler(self.pos_embed, grid_h, grid_w, nominal[0], nominal[1])
-            if not self.pos_embed_cls_slot:
-                x = x + pos
-        if self.cls_token is not None:
-            x = torch.cat([self.cls_token.expand(batch, -1, -1), x], dim=1)
-        if pos is not None and self.pos_embed_cls_slot:
-            x = x + pos
-        if self.reg_token is not None:  # registers after [CLS], with no position (DINOv2, timm)
-            cls = int(self.has_class_token)
-            x = torch.cat([x[:, :cls], self.reg_token.expand(batch, -1, -1).to(x.dtype), x[:, cls:]], dim=1)
-        return self.norm_pre(self.pos_drop(x)), grid_h, grid_w
+            if len(patches.grids) == 1 and patches.valid is None:
+                return self.pos_sincos(patches.grids[0][0], patches.grids[0][1]).to(dtype), slots
+            return sincos_2d_at(patches.coords, self.embed_dim, self.pos_sincos.temperature).to(dtype), slots
+        if self.pos_embed is None or self.pos_resampler is None:
+            return None, slots
+        if not torch.jit.is_scripting():
+            if len(patches.grids) > 1 or patches.valid is not None:
+                self._check_table_fits(patches)
+        nominal, prefix = self.patch_embed.grid_size, self.pos_resampler.num_prefix_tokens
+        coords = [patches.coords] if len(patches.grids) == 1 else list(patches.coords.split(patches.counts))
+        tables: Dict[int, torch.Tensor] = {}  # by grid_h * 2**25 + grid_w (TorchScript keys cannot be tuples)
+        rows: List[torch.Tensor] = []
+        for i in range(len(patches.grids)):
+            grid_h, grid_w = patches.grids[i]
+            if len(patches.grids) == 1:
+                table = self.pos_resampler(self.pos_embed, grid_h, grid_w, nominal[0], nominal[1])[0]
+            else:  # each distinct grid resampled once
+                key = grid_h * (1 << 25) + grid_w
+                if key not in tables:
+                    tables[key] = self.pos_resampler(self.pos_embed, grid_h, grid_w, nominal[0], nominal[1])[0]
+                table = tables[key]
+            slots[i] = table[:prefix] if prefix else None
+            rows.append(table[prefix:] if patches.valid is None else
+                        table[prefix + coords[i][:, 0] * grid_w + coords[i][:, 1]])
+        return (rows[0] if len(rows) == 1 else torch.cat(rows)).to(dtype), slots
+
+    @torch.jit.ignore
+    def _check_table_fits(self, patches: Patches) -> None:
+        """Refuse NaFlex grids whose resampled tables could only run out of memory."""
+        cells = sum(h * w for h, w in set(patches.grids) - {tuple(self.patch_embed.grid_size)})
+        check_fits(2 * cells * self.embed_dim * patches.tokens.element_size(), 'resampling the position table to '
+                   'the NaFlex grids', patches.tokens.device, key='patch_coord' if patches.valid is not None else None)
+
+    def _with_prefix(self, tokens: torch.Tensor, counts: List[int], slots: List[Optional[torch.Tensor]]
+                     ) -> torch.Tensor:
+        """Each image's prefix tokens before its patch tokens, in every row of ``tokens``."""
+        if self.num_prefix_tokens == 0:
+            return tokens
+        batch = tokens.shape[0]
+        images = [tokens] if len(counts) == 1 else list(tokens.split(counts, dim=1))
+        pieces: List[torch.Tensor] = []
+        for i in range(len(images)):
+            if self.cls_token is not None:
+                slot = slots[i]
+                cls = self.cls_token if slot is None else self.cls_token + slot
+                pieces.append(cls.expand(batch, -1, -1).to(tokens.dtype))
+            if self.reg_token is not None:
+                pieces.append(self.reg_token.expand(batch, -1, -1).to(tokens.dtype))
+            pieces.append(images[i])
+        return torch.cat(pieces, dim=1)
+
+    def _rope_with_prefix(self, rope: torch.Tensor, counts: List[int]) -> torch.Tensor:
+        """(L, H, T, 2R) rotations of the patch tokens with the identity (sin 0, cos 1) before each image's."""
+        if self.num_prefix_tokens == 0:
+            return rope
+        half = rope.shape[-1] // 2
+        identity = torch.cat([rope.new_zeros(half), rope.new_ones(half)]).expand(
+            rope.shape[0], rope.shape[1], self.num_prefix_tokens, -1)
+        images = [rope] if len(counts) == 1 else list(rope.split(counts, dim=2))
+        pieces: List[torch.Tensor] = []
+        for image in images:
+            pieces.append(identity)
+            pieces.append(image)
+        return torch.cat(pieces, dim=2)
+
+    def _forward_tokens(self, x: torch.Tensor, take: List[int], stop: int
+                        ) -> Tuple[torch.Tensor, List[torch.Tensor], Optional[Patches], List[int]]:
+        """Any input form through the embedding step and blocks 0..``stop``: (final tokens, the outputs of the
+        blocks in ``take``, the NaFlex patches or None, the NCHW grid).
+
+        NCHW tokens come as [B, prefix + N, D]; NaFlex ones as (T, D) sequences, image after image, for
+        ``_naflex_layout`` to lay out after the final norm (so padding stays zero).
+        """
+        if not torch.jit.is_scripting():
+            if is_naflex(x):
+                patches = self._naflex_patches(x)
+                if self.training and self.config.patch_drop_rate > 0:
+                    patches = drop_tokens(patches, self.config.patch_drop_rate)
+                sequences, rope = self._embed(patches)
+                final, taken = self._run_packed(sequences[0], patches, rope, take, stop)
+                return final, taken, patches, [0, 0]
+        patches = self._patches(x)
+        x, rope = self._embed(patches)
+        grid = [patches.grids[0][0], patches.grids[0][1]]
+        x, taken = self._run_blocks(x, BlockContext(grid=grid, rope=None if rope is None else rope[:, None]),
+                                    take, stop)
+        return x, taken, None, grid
 
     def forward_intermediates(
             self,
@@ -335,43 +435,48 @@ class SimpleVisionTransformer(NaFlexMixin, nn.Module):
         layout; ``output_dict=True`` also returns their ``patch_valid``.
         """
         if output_fmt not in ('NCHW', 'NLC'):
-            raise ValueError(f"output_fmt must be 'NCHW' or 'NLC', got {output_fmt!r}")
+            raise ViTVariantsError(f"output_fmt must be 'NCHW' or 'NLC', got {output_fmt!r}", key='output_fmt')
         reshape = output_fmt == 'NCHW'
-        take_indices, max_index = feature_take_indices(len(self.blocks), indices)
         if not torch.jit.is_scripting():
-            if is_naflex(x):
-                if reshape:
-                    raise ViTVariantsError("images of different grids have no common NCHW shape: use output_fmt='NLC'")
-                return self._naflex_intermediates(x, take_indices, max_index if stop_early else len(self.blocks) - 1,
-                                                  norm, return_prefix_tokens, intermediates_only, output_dict)
-
-        batch = x.shape[0]
-        x, grid_h, grid_w = self._embed(x)
-        stop = max_index if stop_early else len(self.blocks) - 1
-        x, intermediates = self._run_blocks(x, grid_h, grid_w, take_indices, stop)
+            if is_naflex(x) and reshape:
+                raise ViTVariantsError("images of different grids have no common NCHW shape: use output_fmt='NLC'")
+        take_indices, max_index = feature_take_indices(len(self.blocks), indices)
+        final, intermediates, packed, grid = self._forward_tokens(
+            x, take_indices, max_index if stop_early else len(self.blocks) - 1)
         if norm:
             intermediates = [self.norm(y) for y in intermediates]
+        features = self.norm(final)
+        valid: Optional[torch.Tensor] = None
+        if not torch.jit.is_scripting():
+            if packed is not None:
+                intermediates = [self._naflex_layout(y, packed)[0] for y in intermediates]
+                features, valid = self._naflex_layout(features, packed)
 
         prefix_tokens: Optional[List[torch.Tensor]] = None
         if self.num_prefix_tokens:
             prefix_tokens = [y[:, 0:self.num_prefix_tokens] for y in intermediates]
             intermediates = [y[:, self.num_prefix_tokens:] for y in intermediates]
         if reshape:
-            intermediates = [
-                y.reshape(batch, grid_h, grid_w, -1).permute(0, 3, 1, 2).contiguous() for y in intermediates]
+            intermediates = [y.reshape(y.shape[0], grid[0], grid[1], -1).permute(0, 3, 1, 2).contiguous()
+                             for y in intermediates]
 
         if output_dict:
             result: Dict[str, Any] = {'image_intermediates': intermediates}
+            if valid is not None:
+                result['patch_valid'] = valid
             if prefix_tokens is not None and return_prefix_tokens:
                 result['image_intermediates_prefix'] = prefix_tokens
             if not intermediates_only:
-                result['image_features'] = self.norm(x)
+                result['image_features'] = features
             return result
         if not torch.jit.is_scripting() and return_prefix_tokens and prefix_tokens is not None:
             intermediates = list(zip(intermediates, prefix_tokens))
         if intermediates_only:
             return intermediates
-        return self.norm(x), intermediates
+        if not torch.jit.is_scripting():
+            if valid is not None:
+                return {'patches': features, 'patch_valid': valid}, intermediates
+        return features, intermediates
 
     def prune_intermediate_layers(
             self,
@@ -408,40 +513,37 @@ class SimpleVisionTransformer(NaFlexMixin, nn.Module):
 
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
         """Final-norm tokens [B, T, D]; for a NaFlex dict or a list of images, ``{'patches', 'patch_valid'}``."""
+        final, _, packed, _ = self._forward_tokens(x, [], len(self.blocks) - 1)
+        tokens = self.norm(final)
         if not torch.jit.is_scripting():
-            if is_naflex(x):
-                return self._naflex_features(x)
-        x, grid_h, grid_w = self._embed(x)
-        x, _ = self._run_blocks(x, grid_h, grid_w, [], len(self.blocks) - 1)
-        return self.norm(x)
+            if packed is not None:
+                tokens, valid = self._naflex_layout(tokens, packed)
+                return {'patches': tokens, 'patch_valid': valid}
+        return tokens
 
-    def _run_blocks(
-            self,
-            x: torch.Tensor,
-            grid_h: int,
-            grid_w: int,
-            take: List[int],
-            stop: int,
-            attn_mask: Optional[torch.Tensor] = None,
-            cells: Optional[torch.Tensor] = None,
-            canvas: Optional[List[int]] = None,
-    ) -> Tuple[torch.Tensor, List[torch.Tensor]]:
-        """Blocks 0..``stop`` (CPVT's position encoding after block 0), and the outputs of the blocks in ``take``.
-
-        Packed NaFlex rows come with their ``attn_mask`` and, for the encoding, each slot's canvas cell.
-        """
+    def _run_blocks(self, x: torch.Tensor, context: BlockContext, take: List[int], stop: int
+                    ) -> Tuple[torch.Tensor, List[torch.Tensor]]:
+        """Blocks 0..``stop`` (CPVT's position encoding after block 0), and the outputs of the blocks in ``take``."""
         taken: List[torch.Tensor] = []
         for i, blk in enumerate(self.blocks):
             if i <= stop:  # not ``break``: TorchScript unrolls loops over modules
-                if self.grad_checkpointing and not torch.jit.is_scripting():
-                    x = checkpoint(blk, x, attn_mask=attn_mask, use_reentrant=False)
+                rope = context.rope
+                if self.rope is not None and rope is not None:  # rotary blocks take this layer's rotations
+                    layer = rope[i] if rope.shape[0] > 1 else rope[0]
+                    if self.grad_checkpointing and not torch.jit.is_scripting():
+                        x = checkpoint(blk, x, attn_mask=context.attn_mask, rope=layer, use_reentrant=False)
+                    else:
+                        x = blk(x, attn_mask=context.attn_mask, rope=layer)
+                elif self.grad_checkpointing and not torch.jit.is_scripting():
+                    x = checkpoint(blk, x, attn_mask=context.attn_mask, use_reentrant=False)
                 else:
-                    x = blk(x, attn_mask=attn_mask)
+                    x = blk(x, attn_mask=context.attn_mask)
                 if i == 0 and self.pos_cpe is not None:
+                    cells, canvas, grid = context.cells, context.canvas, context.grid
                     if cells is not None and canvas is not None:
                         x = self.pos_cpe.forward_packed(x, cells, canvas)
-                    else:
-                        x = self.pos_cpe(x, grid_h, grid_w)
+                    elif grid is not None:
+                        x = self.pos_cpe(x, grid[0], grid[1])
                 if i in take:
                     taken.append(x)
         return x, taken
@@ -481,3 +583,12 @@ class SimpleVisionTransformer(NaFlexMixin, nn.Module):
         """Logits (or the embedding, without a head; a CLIP tower's ``encode_image``, unnormalised, with its
         projection as the head) for an NCHW batch, a NaFlex dict or a list of images."""
         return self.forward_head(self.forward_features(x))
+
+
+def _token_grids(patches: Patches) -> torch.Tensor:
+    """(T, 2): the grid (rows, cols) of each patch token's image."""
+    if len(patches.grids) == 1:
+        ones = torch.ones_like(patches.coords[:, :1])
+        return torch.cat([ones * patches.grids[0][0], ones * patches.grids[0][1]], dim=1)
+    sizes = torch.tensor(patches.grids, device=patches.coords.device)
+    return sizes.repeat_interleave(torch.tensor(patches.counts, device=patches.coords.device), dim=0)
