@@ -31,8 +31,8 @@ from .block_context import BlockContext
 from .capacity import check_fits
 from .naflex import NaFlexMixin, Patches, drop_tokens, is_naflex
 from .patch_embed import AdaptivePatchEmbed
-from .rope import RopeBlock, create_rope
 from .posemb import LearnedPosResampler, PosEncodingGenerator, SinCos2dPosEmbed, grid_coords, sincos_2d_at
+from .rope import RopeBlock, create_rope
 
 __all__ = ['SimpleVisionTransformer']
 
@@ -242,8 +242,8 @@ class SimpleVisionTransformer(NaFlexMixin, nn.Module):
     def group_matcher(self, coarse: bool = False) -> Dict[str, Any]:
         return dict(
             stem=r'^cls_token|reg_token|pos_embed|patch_embed|norm_pre|rope\.',
-            blocks=[(r'^blocks\.(\d+)', None), (r'^pos_cpe', (0,)), (r'^norm\.', (99999,)), (r'^cls_norm\.', (99999,)), (r'^fc_norm', (99999,)),
-                    (r'^attn_pool', (99999,))],
+            blocks=[(r'^blocks\.(\d+)', None), (r'^pos_cpe', (0,)), (r'^norm\.', (99999,)), (r'^cls_norm\.', (99999,)),
+                    (r'^fc_norm', (99999,)), (r'^attn_pool', (99999,))],
         )
 
     @torch.jit.ignore
