@@ -67,7 +67,7 @@ class DinoV3Rope(nn.Module):
             self.periods.copy_(self.theta ** (2 * k / (self.head_dim // 2)))
 
     def forward(self, coords: torch.Tensor, grids: torch.Tensor) -> torch.Tensor:
-        dtype = self.periods.dtype if self.periods.dtype.is_floating_point else torch.float32
+        dtype = self.periods.dtype
         c = (coords.to(dtype) + 0.5) / grids.to(dtype)  # (T, 2): DINOv3's arange(0.5, n) / n per side
         c = 2.0 * c - 1.0
         angles = 2 * math.pi * c[:, :, None] / self.periods[None, None, :]  # (T, 2, hd/4), [rows | cols]

@@ -557,7 +557,7 @@ class SimpleVisionTransformer(NaFlexMixin, nn.Module):
             if i <= stop:  # not ``break``: TorchScript unrolls loops over modules
                 rope = context.rope
                 if self.rope is not None and rope is not None:  # rotary blocks take this layer's rotations
-                    layer = rope[i] if rope.shape[0] > 1 else rope[0]
+                    layer = rope[i % rope.shape[0]]  # per layer (L = depth) or shared (L = 1), with no branch to trace
                     if self.grad_checkpointing and not torch.jit.is_scripting():
                         x = checkpoint(blk, x, attn_mask=context.attn_mask, rope=layer, use_reentrant=False)
                     else:
