@@ -295,3 +295,23 @@ def test_convert_timm_eva_folder_verifies_at_the_target_geometry(tmp_path, capsy
                 model_args=args)
     assert main(['convert', str(tmp_path / 'timm'), str(tmp_path / 'out'), '--img-size', '128', '80']) == 0
     assert "target geometry (128x80, patch 16) passed vs timm.create_model('local-dir:...'" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize('name', ['dinov3_tiny_untied_swiglu', 'ropevit_tiny_mixed_ape'])
+def test_compile_and_onnx_follow_the_input_size(name, tmp_path):
+    """One torch.compile graph for every H x W and batch; an ONNX file with dynamic H x W that matches eager."""
+    from torch._dynamo.utils import counters
+
+    from porting.export import export_onnx
+
+    model = _model(DATA / f'{name}.pth', num_heads=2)
+    torch._dynamo.reset()
+    counters.clear()
+    compiled = torch.compile(model, dynamic=True, fullgraph=True, backend='eager')
+    with torch.no_grad():
+        for i, size in enumerate(((96, 80), (64, 64), (128, 48), (33, 57))):
+            x = torch.randn(2 + i % 2, 3, *size, generator=torch.Generator().manual_seed(i))
+            torch.testing.assert_close(compiled(x), model(x))
+    assert counters['stats']['unique_graphs'] == 1
+    result = export_onnx(model, tmp_path / 'm.onnx')
+    assert result.verification.status == 'passed' and 'at 7 sizes' in result.verification.summary()
