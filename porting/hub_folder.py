@@ -20,7 +20,7 @@ import math
 import os
 import struct
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 import torch
 
@@ -33,7 +33,7 @@ from timm_vit_variants.limits import DEFAULT_LIMITS, Limits
 from timm_vit_variants.simple_vit import WEIGHT_DTYPES, pretrained_cfg_for
 
 from .sizes import DEFAULT_MAX_SHARD_SIZE, parse_size as parse_size_text
-from .output import atomic_folder
+from .output import WriteBehind, atomic_folder, pwrite_all
 from .redact import redact
 
 __all__ = [
@@ -69,12 +69,6 @@ def check_dtype_name(name: Any) -> str:
 
 # -- writing weights -------------------------------------------------------------------------------------
 
-def _pwrite_all(fd: int, data: memoryview, offset: int) -> None:
-    while data:
-        written = os.pwrite(fd, data, offset)
-        data, offset = data[written:], offset + written
-
-
 def _bytes_of(tensor: torch.Tensor) -> memoryview:
     """A contiguous CPU tensor's bytes, without a copy (uint8 view: numpy has no bfloat16)."""
     return memoryview(tensor.reshape(-1).view(torch.uint8).numpy())
@@ -83,8 +77,9 @@ def _bytes_of(tensor: torch.Tensor) -> memoryview:
 class _Shard:
     """One safetensors file: the header first, then a pre-allocated data section written at known offsets."""
 
-    def __init__(self, path: Path, specs: List[TensorSpec]) -> None:
+    def __init__(self, path: Path, specs: List[TensorSpec], writes: WriteBehind) -> None:
         self.path = path
+        self._writes = writes
         self.slots: Dict[str, Tuple[int, Tuple[int, ...], torch.dtype]] = {}
         header: Dict[str, Any] = {'__metadata__': {'format': 'pt'}}
         cursor = 0
@@ -98,12 +93,13 @@ class _Shard:
         self.data_start = 8 + len(blob)
         self.total = cursor
         self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
-        _pwrite_all(self._fd, memoryview(struct.pack('<Q', len(blob)) + blob), 0)
+        pwrite_all(self._fd, memoryview(struct.pack('<Q', len(blob)) + blob), 0)
         if cursor:
             os.posix_fallocate(self._fd, 0, self.data_start + cursor)  # a full disk fails here, before any data
 
-    def write(self, name: str, data: memoryview) -> None:
-        _pwrite_all(self._fd, data, self.data_start + self.slots[name][0])
+    def write(self, name: str, data: memoryview, keep: Any = None, then: Optional[Callable[[], None]] = None) -> int:
+        """Queue ``data`` (viewing ``keep``) for its slot, ``then`` called once written; returns the write's ticket."""
+        return self._writes.write(self._fd, data, self.data_start + self.slots[name][0], keep, then)
 
     def close(self) -> None:
         os.fsync(self._fd)
@@ -122,9 +118,10 @@ class SafetensorsWriter:
     ``specs`` lists (name, shape, dtype) in file order. Files are split greedily so that each
     holds at most ``max_shard_size`` bytes of tensor data (a larger single tensor gets its own).
     Hand a finished tensor to ``write`` (its bytes go to the file with one kernel copy, straight from
-    a mapped source when it is one), or fill ``slot(name)`` and call ``done(name)``. The slot is one
-    reused staging buffer, so no fresh pages are faulted in and zeroed per tensor (writing through a
-    mapping of the new file would zero every page first).
+    a mapped source when it is one), or fill ``slot(name)`` and call ``done(name)``. The slots are two
+    reused staging buffers, so no fresh pages are faulted in and zeroed per tensor (writing through a
+    mapping of the new file would zero every page first). The writes run behind, in a thread of their
+    own (``output.WriteBehind``): one slot is written while the other is filled.
     """
 
     def __init__(self, folder: Union[str, Path], specs: Iterable[TensorSpec], max_shard_size: int) -> None:
@@ -141,16 +138,19 @@ class SafetensorsWriter:
         names = [SINGLE_FILE] if len(groups) == 1 else [
             f'model-{i + 1:05d}-of-{len(groups):05d}.safetensors' for i in range(len(groups))]
         self.files: List[_Shard] = []
+        self._writes = WriteBehind(depth=2)
         try:
             for name, group in zip(names, groups):
-                self.files.append(_Shard(self.folder / name, group))
+                self.files.append(_Shard(self.folder / name, group, self._writes))
         except BaseException:
             self.abort()
             raise
         self._where = {spec[0]: shard for shard, group in zip(self.files, groups) for spec in group}
         self.pending = set(self._where)
         self._largest = max((_nbytes(shape, dtype) for group in groups for _, shape, dtype in group), default=0)
-        self._staging: Optional[torch.Tensor] = None
+        self._staging: List[torch.Tensor] = []
+        self._staged = [0, 0]  # the ticket of each staging buffer's last write
+        self._turn = 0  # the staging buffer the next slot() fills
 
     def shape(self, name: str) -> Tuple[int, ...]:
         return self._shard(name).slots[name][1]
@@ -169,19 +169,22 @@ class SafetensorsWriter:
     def slot(self, name: str) -> torch.Tensor:
         """A staging tensor of the right shape and dtype to fill; ``done(name)`` writes it."""
         _, shape, dtype = self._shard(name).slots[name]
-        if self._staging is None:
-            self._staging = torch.empty(self._largest, dtype=torch.uint8)
-        return self._staging[:_nbytes(shape, dtype)].view(dtype).view(shape)
+        if not self._staging:
+            self._staging = [torch.empty(self._largest, dtype=torch.uint8) for _ in range(2)]
+        self._writes.wait(self._staged[self._turn])  # its last write is done: it may be refilled
+        return self._staging[self._turn][:_nbytes(shape, dtype)].view(dtype).view(shape)
 
     def done(self, name: str) -> None:
         """Write the filled staging tensor of ``name``."""
         shard = self._shard(name)
         _, shape, dtype = shard.slots[name]
-        shard.write(name, _bytes_of(self._staging[:_nbytes(shape, dtype)]))
+        self._staged[self._turn] = shard.write(name, _bytes_of(self._staging[self._turn][:_nbytes(shape, dtype)]))
+        self._turn ^= 1
         self.pending.discard(name)
 
-    def write(self, name: str, tensor: torch.Tensor) -> None:
-        """Write a finished tensor; its name and shape must match the layout (its dtype is converted)."""
+    def write(self, name: str, tensor: torch.Tensor, then: Optional[Callable[[], None]] = None) -> None:
+        """Write a finished tensor; its name and shape must match the layout (its dtype is converted). ``then``
+        is called once ``tensor`` has been read (in the writing thread): e.g. to hand back its pages."""
         shard = self._shard(name)
         _, shape, dtype = shard.slots[name]
         if tuple(tensor.shape) != tuple(shape):
@@ -192,14 +195,17 @@ class SafetensorsWriter:
             with torch.no_grad():
                 self.slot(name).copy_(tensor)
             self.done(name)
+            if then is not None:
+                then()
             return
-        shard.write(name, _bytes_of(tensor))
+        shard.write(name, _bytes_of(tensor), keep=tensor, then=then)
         self.pending.discard(name)
 
     def close(self) -> Optional[Path]:
         """Sync every file and write the index when sharded; returns the index path or None."""
         if self.pending:
             raise ViTVariantsError(f'{len(self.pending)} tensor(s) were never written', key=sorted(self.pending)[0])
+        self._writes.flush()
         for shard in self.files:
             shard.close()
         if len(self.files) == 1:
@@ -213,6 +219,7 @@ class SafetensorsWriter:
         return path
 
     def abort(self) -> None:
+        self._writes.abort()  # before the files close: no write is then in progress
         for shard in self.files:
             shard.abort()
 

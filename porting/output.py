@@ -15,6 +15,9 @@ The rules, in the order they are checked:
   * Signals are held only over the renames of our own entries, never while waiting for a lock; a
     lock another process holds is waited for a bounded time, then reported.
   * A full disk or any other write failure ends in one ``ViTVariantsError``, with nothing left behind.
+
+``WriteBehind`` is how large files are written: ``pwrite``s run in a thread of their own, so the copy
+into the page cache overlaps the caller's reads, checks and CRC-32s of the next tensor.
 """
 import errno
 import fcntl
@@ -25,17 +28,19 @@ import shutil
 import signal
 import stat
 import tempfile
+import threading
 import time
 import warnings
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, List, Optional, Sequence, Union
+from collections import deque
+from typing import Any, Callable, Deque, Iterator, List, Optional, Sequence, Tuple, Union
 
 from timm_vit_variants.checkpoints.files import CONFIG_FILE, INDEX_FILES, SINGLE_WEIGHT_FILES, read_json
 from timm_vit_variants.config import is_family_architecture
 from timm_vit_variants.errors import ViTVariantsError
 
-__all__ = ['PARTIAL', 'OLD', 'check_output', 'atomic_folder', 'atomic_file']
+__all__ = ['PARTIAL', 'OLD', 'check_output', 'atomic_folder', 'atomic_file', 'pwrite_all', 'WriteBehind']
 
 PARTIAL = 'vit-port-partial'
 OLD = 'vit-port-old'
@@ -338,3 +343,104 @@ def atomic_folder(out: PathLike, overwrite: bool = False, sources: Sequence[Path
 def atomic_file(out: PathLike, overwrite: bool = False, sources: Sequence[PathLike] = ()):
     """Context manager: a temporary file path beside OUT; on success it replaces OUT, on error it vanishes."""
     return _atomic(out, overwrite, sources, folder=False)
+
+
+def pwrite_all(fd: int, data: memoryview, offset: int) -> None:
+    """All of ``data`` written at ``offset`` (``pwrite`` may write less than asked)."""
+    while data:
+        written = os.pwrite(fd, data, offset)
+        data, offset = data[written:], offset + written
+
+
+class WriteBehind:
+    """``pwrite``s done in order by one thread, while the caller prepares the next data.
+
+    ``write`` queues a write (its ``data`` must stay unchanged until the write is done: ``wait`` for its
+    ticket before reusing a buffer); at most ``depth`` writes are queued, so at most that many buffers
+    are held. The first failure is raised in the caller, by the next ``write``, ``wait`` or ``flush``;
+    later writes are dropped. ``flush`` returns once every queued write is on its way to the disk
+    (in the page cache), and ends the thread.
+    """
+
+    def __init__(self, depth: int = 2) -> None:
+        self._depth = depth
+        self._queue: Deque[Tuple[int, int, memoryview, int, Any, Optional[Callable[[], None]]]] = deque()
+        self._cond = threading.Condition()
+        self._issued = self._done = 0
+        self._error: Optional[BaseException] = None
+        self._closing = False
+        self._thread: Optional[threading.Thread] = None
+
+    def write(self, fd: int, data: memoryview, offset: int, keep: Any = None,
+              then: Optional[Callable[[], None]] = None) -> int:
+        """Queue ``data`` to be written at ``offset`` of ``fd`` (``keep``: an object held until then, e.g. the
+        tensor ``data`` views; ``then``: called in the writing thread once it is written, e.g. to hand back the
+        pages it was read from); returns the write's ticket."""
+        with self._cond:
+            self._raise()
+            while self._issued - self._done >= self._depth and self._error is None:
+                self._cond.wait()
+            self._raise()
+            self._issued += 1
+            self._queue.append((self._issued, fd, data, offset, keep, then))
+            self._cond.notify_all()
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name='vit-port-write', daemon=True)
+                self._thread.start()
+            return self._issued
+
+    def wait(self, ticket: int) -> None:
+        """Until write ``ticket`` (and every one before it) is done."""
+        with self._cond:
+            while self._done < ticket and self._error is None:
+                self._cond.wait()
+            self._raise()
+
+    def flush(self) -> None:
+        """Until every queued write is done (raising the first failure); the thread ends."""
+        self._stop(raise_error=True)
+
+    def abort(self) -> None:
+        """Drop what is queued, wait for the write in progress, and end the thread (nothing is raised)."""
+        with self._cond:
+            self._queue.clear()
+            self._done = self._issued
+        self._stop(raise_error=False)
+
+    def _stop(self, raise_error: bool) -> None:
+        with self._cond:
+            self._closing = True
+            self._cond.notify_all()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        with self._cond:
+            self._closing = False
+            if raise_error:
+                self._raise()
+
+    def _raise(self) -> None:
+        if self._error is not None:
+            raise self._error
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._queue and not self._closing:
+                    self._cond.wait()
+                if not self._queue:
+                    return
+                ticket, fd, data, offset, _keep, then = self._queue[0]
+            try:
+                if self._error is None:
+                    pwrite_all(fd, data, offset)
+                    if then is not None:
+                        then()
+            except BaseException as e:  # handed to the caller, who decides
+                self._error = e
+            with self._cond:
+                if self._queue and self._queue[0][0] == ticket:
+                    self._queue.popleft()
+                self._done = max(self._done, ticket)
+                self._cond.notify_all()
+            del data, _keep, then

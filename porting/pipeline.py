@@ -116,9 +116,8 @@ def write_weights(src: SourceCheckpoint, plan: ConversionPlan, folder: Path, max
                 direct = src.direct(item)
                 if direct is not None:  # the layout already matches: written from the source mapping itself
                     check(item.key, direct)
-                    writer.write(item.key, direct)
+                    writer.write(item.key, direct, then=lambda item=item, keep=keep: src.release(item, keep))
                     del direct
-                    src.release(item, keep)
                 else:
                     check(item.key, src.fill(item, writer.slot(item.key), keep))
                     writer.done(item.key)

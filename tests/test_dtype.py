@@ -19,6 +19,7 @@ from timm_vit_variants.errors import ViTVariantsError
 TOL = 1e-5  # float32 noise: both sides run the same rounded weights upcast to float32
 HALF = {'bfloat16': torch.bfloat16, 'float16': torch.float16}
 _NP_HALF = {'bfloat16': ml_dtypes.bfloat16, 'float16': np.float16}
+DINOV2 = Path(__file__).parent / 'data' / 'reference_dino' / 'dinov2_tiny_swiglu.pth'  # written by DINOv2's code
 
 
 def _state(dtype: torch.dtype):
@@ -40,6 +41,10 @@ def _source(tmp: Path, kind: str, dtype: str) -> Path:
 
         path = tmp / 'timm_folder'
         save_for_hf(F.timm_vit().to(HALF[dtype]), str(path), safe_serialization=True)
+    elif kind == 'dinov2':  # a DINOv2 hub backbone (SwiGLU, LayerScale), as torch.save writes it
+        path = tmp / 'dinov2.pth'
+        stored = torch.load(DINOV2, weights_only=True)
+        torch.save({k: v.to(HALF[dtype]) for k, v in stored.items()}, path)
     elif kind == 'hf':
         from transformers import ViTForImageClassification
 
@@ -53,7 +58,7 @@ def _source(tmp: Path, kind: str, dtype: str) -> Path:
 
 
 def _hints(kind: str):
-    return {'num_heads': F.HEADS} if kind in ('safetensors', 'pth') else {}
+    return {'num_heads': F.HEADS} if kind in ('safetensors', 'pth', 'dinov2') else {}
 
 
 def _dtypes(folder: Path):
@@ -64,7 +69,7 @@ def _dtypes(folder: Path):
 
 
 @pytest.mark.parametrize('dtype', ['bfloat16', 'float16'])
-@pytest.mark.parametrize('kind', ['safetensors', 'pth', 'timm_folder', 'hf', 'bigvision', 'vitjax'])
+@pytest.mark.parametrize('kind', ['safetensors', 'pth', 'timm_folder', 'hf', 'bigvision', 'vitjax', 'dinov2'])
 def test_half_precision_source_converts_and_verifies(tmp_path, kind, dtype):
     pytest.importorskip('transformers') if kind == 'hf' else None
     src = _source(tmp_path, kind, dtype)
@@ -185,9 +190,11 @@ def test_streamed_verification_equals_the_in_memory_one(tmp_path):
         (tmp_path / 'streamed' / 'model.safetensors').read_bytes()
 
 
-def test_streamed_half_precision_timm_source(tmp_path):
-    """Streamed, a bf16 timm file's reference is upcast onto the scratch mapping, with the in-memory figures."""
-    src = _source(tmp_path, 'safetensors', 'bfloat16')
+@pytest.mark.parametrize('kind', ['safetensors', 'dinov2'])
+def test_streamed_half_precision_source(tmp_path, kind):
+    """Streamed, a bf16 timm or DINOv2 file's reference is upcast onto a scratch mapping and compared block by block,
+    with the in-memory figures."""
+    src = _source(tmp_path, kind, 'bfloat16')
     kept = convert(src, tmp_path / 'kept', tol=TOL, num_heads=F.HEADS).verification
     streamed = convert(src, tmp_path / 'streamed', tol=TOL, num_heads=F.HEADS, memory_budget=1).verification
     assert streamed.status == 'passed' and streamed.max_abs_logits == kept.max_abs_logits

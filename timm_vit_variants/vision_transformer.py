@@ -410,9 +410,9 @@ class SimpleVisionTransformer(NaFlexMixin, nn.Module):
         return torch.cat(pieces, dim=2)
 
     def _forward_tokens(self, x: torch.Tensor, take: List[int], stop: int
-                        ) -> Tuple[torch.Tensor, List[torch.Tensor], Optional[Patches], List[int]]:
+                        ) -> Tuple[torch.Tensor, List[torch.Tensor], Optional[Patches], Optional[List[int]]]:
         """Any input form through the embedding step and blocks 0..``stop``: (final tokens, the outputs of the
-        blocks in ``take``, the NaFlex patches or None, the NCHW grid).
+        blocks in ``take``, the NaFlex patches (None for NCHW), the NCHW grid (None for NaFlex)).
 
         NCHW tokens come as [B, prefix + N, D]; NaFlex ones as (T, D) sequences, image after image, for
         ``_naflex_layout`` to lay out after the final norm (so padding stays zero).
@@ -424,7 +424,7 @@ class SimpleVisionTransformer(NaFlexMixin, nn.Module):
                     patches = drop_tokens(patches, self.config.patch_drop_rate)
                 sequences, rope = self._embed(patches)
                 final, taken = self._run_packed(sequences[0], patches, rope, take, stop)
-                return final, taken, patches, [0, 0]
+                return final, taken, patches, None
         patches = self._patches(x)
         x, rope = self._embed(patches)
         grid = [patches.grids[0][0], patches.grids[0][1]]
@@ -470,7 +470,7 @@ class SimpleVisionTransformer(NaFlexMixin, nn.Module):
         if self.num_prefix_tokens:
             prefix_tokens = [y[:, 0:self.num_prefix_tokens] for y in intermediates]
             intermediates = [y[:, self.num_prefix_tokens:] for y in intermediates]
-        if reshape:
+        if reshape and grid is not None:
             intermediates = [y.reshape(y.shape[0], grid[0], grid[1], -1).permute(0, 3, 1, 2).contiguous()
                              for y in intermediates]
 

@@ -14,8 +14,10 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from timm_vit_variants.errors import ViTVariantsError
+from timm_vit_variants.memory import release_after_use
 
 from .result import NoReference, Outputs
+from .streamed import as_float32, trace_blocks
 from .timm_ref import grid, pair
 
 __all__ = ['dinov2_outputs', 'dinov2_table']
@@ -91,7 +93,9 @@ def dinov2_outputs(path: str, model_args: Dict[str, Any], x: torch.Tensor,
     model = _timm_dinov2(model_args, rows, cols)
     state = checkpoint_filter_fn(state, model)  # timm's DINOv2 key map: w12/w3, registers, mask_token dropped
     model.load_state_dict(state, strict=True, assign=True)
-    model.eval()
+    model = as_float32(model.eval())  # half-precision weights run upcast, as ours do
+    release_after_use(model.blocks)  # the mapped file's pages go back block by block
+    trace_blocks(model)  # streamed: each block's output compared as ours runs
     x = x[..., :rows * pair(args['patch_size'])[0], :cols * pair(args['patch_size'])[1]]
     with torch.no_grad():
         feats = model.forward_features(x)

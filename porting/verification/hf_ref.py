@@ -6,8 +6,10 @@ from typing import Any, Dict, Optional, Tuple
 import torch
 
 from timm_vit_variants.checkpoints.files import read_json
+from timm_vit_variants.memory import release_after_use
 
 from .result import NoReference, Outputs
+from .streamed import as_float32
 from .timm_ref import pair
 
 __all__ = ['hf_outputs']
@@ -50,7 +52,7 @@ def hf_outputs(path: str, model_args: Dict[str, Any], x: torch.Tensor,
     cls = transformers.ViTForImageClassification if classify else transformers.ViTModel
     # A bare ViTModel's pooler (Dense + tanh) is our pre-logits layer when the reader found one.
     kwargs = {} if classify else {'add_pooling_layer': bool(model_args.get('rep_size'))}
-    model = cls.from_pretrained(str(folder), attn_implementation='eager', **kwargs).eval().float()
+    model = _run_in_float32(cls.from_pretrained(str(folder), attn_implementation='eager', **kwargs).eval())
     pooled = None
     resize = {'interpolate_pos_encoding': True} if target is not None else {}
     with torch.no_grad():
@@ -68,10 +70,18 @@ def _dinov2(transformers: Any, folder: Path, cfg: Dict[str, Any], x: torch.Tenso
     """A DINOv2 folder: its model resizes the table itself at every input size; the pooler is the normed [CLS]."""
     cls = transformers.Dinov2WithRegistersModel if cfg['model_type'] == 'dinov2_with_registers' else \
         transformers.Dinov2Model
-    model = cls.from_pretrained(str(folder), attn_implementation='eager').eval().float()
+    model = _run_in_float32(cls.from_pretrained(str(folder), attn_implementation='eager').eval())
     with torch.no_grad():
         out = model(pixel_values=x)
     return Outputs(out.last_hidden_state, out.pooler_output, f'transformers {cls.__name__}.from_pretrained')
+
+
+def _run_in_float32(model: Any) -> Any:
+    """A loaded model in float32 (half precision upcast onto a scratch mapping), each layer's weight pages handed
+    back once it has run: transformers views a safetensors file in place, so the reference holds about one layer."""
+    model = as_float32(model)
+    release_after_use(m for m in model.modules() if next(m.children(), None) is None)
+    return model
 
 
 def _transformers() -> Any:
@@ -122,9 +132,9 @@ def _vision_tower(transformers: Any, folder: Path, cfg: Dict[str, Any], family: 
     """A SigLIP (``family='Siglip'``) or SigLIP 2 folder's vision tower, from a two-tower or a vision-only save."""
     if cfg.get('model_type') == family.lower():
         model = getattr(transformers, f'{family}Model').from_pretrained(str(folder), attn_implementation='eager')
-        return model.vision_model.eval().float(), f'transformers {family}Model.from_pretrained(...).vision_model'
+        return _run_in_float32(model.vision_model.eval()), f'transformers {family}Model.from_pretrained(...).vision_model'
     model = getattr(transformers, f'{family}VisionModel').from_pretrained(str(folder), attn_implementation='eager')
-    return model.eval().float(), f'transformers {family}VisionModel.from_pretrained'
+    return _run_in_float32(model.eval()), f'transformers {family}VisionModel.from_pretrained'
 
 
 def _siglip(transformers: Any, folder: Path, cfg: Dict[str, Any], x: torch.Tensor, resize: bool) -> Outputs:
@@ -146,7 +156,7 @@ def _clip(transformers: Any, folder: Path, cfg: Dict[str, Any], x: torch.Tensor,
         cls = transformers.CLIPVisionModelWithProjection
     else:
         cls = transformers.CLIPVisionModel
-    model = cls.from_pretrained(str(folder), attn_implementation='eager').eval().float()
+    model = _run_in_float32(cls.from_pretrained(str(folder), attn_implementation='eager').eval())
     vision = model.vision_model
     with torch.no_grad():
         out = vision(pixel_values=x, interpolate_pos_encoding=resize)

@@ -3,10 +3,10 @@
 A reference that its own loader must materialise (timm's npz loader copies every array into the model)
 gets its weights on a ``memory.scratch`` mapping in both modes: their pages go back to the page cache as
 they are written and after each block runs, so the reference never holds the model on the heap.
-In memory (the default when it fits), the reference runs whole, then ours, and the outputs are compared;
-a half-precision model's float32 upcast is a heap copy. Streamed, when the two float32 models would not
-fit in ``--memory-budget``: the upcasts go onto scratch mappings too, both run block by block from mapped
-weights, and each of our blocks' output is compared with the reference's output of the same block as it
+A half-precision model's float32 upcast goes onto a scratch mapping too (on the heap it would be twice a
+bf16 checkpoint). In memory (the default when it fits), the reference runs whole, then ours, and the outputs
+are compared. Streamed, when the two float32 models would not fit in ``--memory-budget``: both run block by
+block from mapped weights, and each of our blocks' output is compared with the reference's output of the same block as it
 runs. Peak memory is then a few blocks and the activations, independent of depth. The final figures are
 the same in both modes: the same networks compute the same numbers, only where the weights live differs.
 """
@@ -22,7 +22,7 @@ import torch.nn as nn
 
 from timm_vit_variants import SimpleVisionTransformer
 from timm_vit_variants.errors import ViTVariantsError
-from timm_vit_variants.memory import releasing, scratch
+from timm_vit_variants.memory import file_mapped_ranges, release_tensor, releasing, scratch
 
 from ..sizes import parse_size
 
@@ -130,6 +130,7 @@ def _place(model: nn.Module, dtype: Optional[torch.dtype]) -> nn.Module:
     sizes = [-(-t.numel() * torch.empty((), dtype=dtype or t.dtype).element_size() // _ALIGN) * _ALIGN
              for _, _, t, _ in entries]
     buffer = scratch(sum(sizes))
+    mapped = file_mapped_ranges()
     model._vit_port_scratch = buffer  # noqa: SLF001  (kept with the model: ``loading`` releases it)
     offset = 0
     with releasing(buffer), torch.no_grad():
@@ -140,6 +141,9 @@ def _place(model: nn.Module, dtype: Optional[torch.dtype]) -> nn.Module:
             offset += size
             if not tensor.is_meta:
                 view.copy_(tensor)
+                start = tensor.data_ptr()
+                if any(lo <= start and start + tensor.numel() * tensor.element_size() <= hi for lo, hi in mapped):
+                    release_tensor(tensor)  # a mapped file's pages read for the copy go back too
             if is_param:
                 module._parameters[name] = nn.Parameter(view, requires_grad=tensor.requires_grad)
             else:
@@ -154,10 +158,10 @@ def materialize(model: nn.Module) -> nn.Module:
 
 
 def as_float32(model: nn.Module) -> nn.Module:
-    """``model`` with float32 weights (half-precision ones upcast): on the heap in memory, on a scratch streamed."""
+    """``model`` with float32 weights (half-precision ones upcast onto a scratch mapping, in both modes)."""
     if all(p.dtype == torch.float32 for p in model.parameters()):
         return model
-    return model.float() if _STREAM.get() is None else _place(model, torch.float32)
+    return _place(model, torch.float32)
 
 
 @contextlib.contextmanager

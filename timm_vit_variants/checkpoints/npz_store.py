@@ -2,15 +2,18 @@
 
 A stored (uncompressed) member is memory-mapped and viewed at its offset, found from the zip local
 header and the npy header (read with ``pread``, so no member's pages are touched before it is used).
-Every member's CRC-32 is checked as it is read, as the zip format and NumPy's own reader demand.
-Nothing is ever unpickled.
+Every member's CRC-32 is checked as it is read, as the zip format and NumPy's own reader demand; told the
+order the members will be used in (``read_ahead``), a thread checks the next ones while the current one is
+copied and written (zlib releases the GIL), a bounded window ahead. Nothing is ever unpickled.
 """
 import io
 import math
 import struct
+import threading
 import zipfile
 import zlib
-from typing import Any, Dict, Optional, Set, Tuple
+from concurrent.futures import Future
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -25,6 +28,8 @@ _NPY_FLOATS = {'f2': torch.float16, 'f4': torch.float32, 'f8': torch.float64}
 # Upper bounds on a ViT's array count: 16 per block in flax layouts, plus embeddings, norms and heads.
 _ARRAYS_PER_BLOCK = 24
 _ARRAYS_OUTSIDE_BLOCKS = 64
+# How far the CRC-32 thread may run ahead of the member in use: its pages are faulted in (resident) until used.
+_READ_AHEAD_BYTES = 64 << 20
 # Errors a damaged zip member or npy header can raise while being read.
 _READ_ERRORS = (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError, KeyError, TypeError, SyntaxError,
                 MemoryError, OverflowError, IndexError, NotImplementedError, struct.error)
@@ -56,6 +61,10 @@ class NpzStore(TensorStore):
         super().__init__([path])
         self.path = str(path)
         self.limits = limits
+        # name -> the CRC-32 check of a stored member: claimed (a Future) by whichever thread computes it first
+        self._crc: Dict[str, Future] = {}
+        self._crc_lock = threading.Condition()
+        self._ahead: Optional[_ReadAhead] = None
         try:
             self._zip = zipfile.ZipFile(self.path)
         except FileNotFoundError as e:
@@ -70,7 +79,6 @@ class NpzStore(TensorStore):
             self._mapping = Mapping(self.path)
             # name -> (info, shape, dtype, fortran order, byte offset of the data when stored, else None)
             self._members: Dict[str, Tuple[zipfile.ZipInfo, Tuple[int, ...], np.dtype, bool, Optional[int]]] = {}
-            self._crc_checked: Set[str] = set()
             for key, info in members.items():
                 self._members[key] = self._read_header(key, info)
                 self._add(key, 0)
@@ -141,22 +149,57 @@ class NpzStore(TensorStore):
         torch_dtype = _npz_member_dtype(dtype)[1]
         if offset is None or torch_dtype is None:
             return self._inflate(name, info, dtype)
-        self._check_crc(name, info, offset)
+        self._check_crc(name)
         if fortran:  # column-major bytes: view them reversed, then transpose back
             return self._mapping.view(offset, torch_dtype, shape[::-1]).permute(*reversed(range(len(shape))))
         return self._mapping.view(offset, torch_dtype, shape)
 
-    def _check_crc(self, name: str, info: zipfile.ZipInfo, offset: int) -> None:
-        """The CRC-32 of a stored member (its npy header and data), computed over the mapped bytes, once."""
-        if name in self._crc_checked:
-            return
+    def _check_crc(self, name: str) -> None:
+        """The CRC-32 of a stored member (its npy header and data), computed over the mapped bytes, once: here,
+        or by the read-ahead thread, which this then waits for."""
+        with self._crc_lock:
+            if self._ahead is not None:
+                self._ahead.used(name)
+            check = self._crc.get(name)
+            mine = check is None
+            if mine:
+                check = self._crc[name] = Future()
+        if mine:
+            self._compute_crc(name, check)
+        check.result()  # raises the member's ViTVariantsError
+
+    def _compute_crc(self, name: str, check: Future) -> None:
+        """Answer ``check`` (claimed for ``name``): None, or the error its reader raises; never left unanswered."""
+        info, _, _, _, offset = self._members[name]
         start = offset - (info.file_size - self._nbytes(name))
-        with memoryview(self._mapping.map) as whole, whole[start:start + info.file_size] as member:
-            crc = zlib.crc32(member)
+        try:
+            with memoryview(self._mapping.map) as whole, whole[start:start + info.file_size] as member:
+                crc = zlib.crc32(member)
+        except BaseException as e:
+            check.set_exception(e)
+            return
         if crc != info.CRC:
-            raise ViTVariantsError(f'bad CRC-32 (stored {info.CRC:08x}, computed {crc:08x}): the archive is corrupt',
-                                   path=self.path, key=name)
-        self._crc_checked.add(name)
+            check.set_exception(ViTVariantsError(
+                f'bad CRC-32 (stored {info.CRC:08x}, computed {crc:08x}): the archive is corrupt', path=self.path,
+                key=name))
+        else:
+            check.set_result(None)
+
+    def read_ahead(self, names: Sequence[str]) -> None:
+        """The members about to be used, in order: a thread checks their CRC-32s ahead of use, beside the
+        caller's copies and writes (whose pages it faults in, at most ``_READ_AHEAD_BYTES`` ahead)."""
+        self._stop_read_ahead()
+        order = [n for n in dict.fromkeys(names) if n in self._members and self._members[n][4] is not None
+                 and _npz_member_dtype(self._members[n][2])[1] is not None and n not in self._crc]
+        if self._mapping is None or self._mapping.map is None or len(order) < 2:
+            return
+        self._ahead = _ReadAhead(self, order)
+        self._ahead.start()
+
+    def _stop_read_ahead(self) -> None:
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None:
+            ahead.stop()
 
     def _nbytes(self, name: str) -> int:
         _, shape, dtype, _, _ = self._members[name]
@@ -182,6 +225,45 @@ class NpzStore(TensorStore):
             self._mapping.release(offset, offset + self._nbytes(name))
 
     def close(self) -> None:
+        self._stop_read_ahead()
         if self._mapping is not None:
             self._mapping.close()
         self._zip.close()
+
+
+class _ReadAhead(threading.Thread):
+    """Checks the CRC-32s of ``order``'s members one after another, staying within a window of the last one used."""
+
+    def __init__(self, store: NpzStore, order: List[str]) -> None:
+        super().__init__(name='vit-port-npz-crc', daemon=True)
+        self.store, self.order = store, order
+        self.position = {name: i for i, name in enumerate(order)}
+        self.last_used = -1
+        self.stopped = False
+
+    def used(self, name: str) -> None:
+        """Called (under the store's lock) when ``name`` is read: the window moves on."""
+        self.last_used = max(self.last_used, self.position.get(name, -1))
+        self.store._crc_lock.notify_all()
+
+    def stop(self) -> None:
+        with self.store._crc_lock:
+            self.stopped = True
+            self.store._crc_lock.notify_all()
+        self.join()
+
+    def run(self) -> None:
+        store, lock = self.store, self.store._crc_lock
+        for i, name in enumerate(self.order):
+            with lock:
+                # the members between the one in use and this one stay resident until used: bound them
+                while not self.stopped and i > self.last_used + 1 and sum(
+                        store._members[n][0].file_size for n in self.order[self.last_used + 1:i + 1]) > _READ_AHEAD_BYTES:
+                    lock.wait()
+                if self.stopped:
+                    return
+                if name in store._crc:
+                    continue
+                check = store._crc[name] = Future()
+            store._compute_crc(name, check)
+

@@ -216,6 +216,7 @@ class SourceCheckpoint(abc.ABC):
     def walk(self) -> Iterator[Tuple[PlanItem, Tuple[str, ...]]]:
         """(plan item, source names the next item needs) in plan order, for ``fill(item, dst, keep)``."""
         plan = self.plan
+        self._store.read_ahead([name for item in plan for name in item.sources])
         for i, item in enumerate(plan):
             yield item, plan[i + 1].sources if i + 1 < len(plan) else ()
 

@@ -62,6 +62,9 @@ class TensorStore(abc.ABC):
     def release(self, name: str) -> None:
         """Hand the pages behind ``name`` back to the OS (they stay in the page cache)."""
 
+    def read_ahead(self, names: Sequence[str]) -> None:
+        """The tensors about to be read, in order, for a store that can check or fetch them ahead of use."""
+
     def close(self) -> None:
         """Release open files and mappings."""
 
