@@ -14,7 +14,10 @@ from typing import Any, Dict, Optional, Tuple
 import torch
 import torch.nn as nn
 
+from timm_vit_variants.memory import release_after_use
+
 from .result import NoReference, Outputs
+from .streamed import as_float32, trace_blocks
 from .timm_ref import grid, pair
 
 __all__ = ['dinov3_outputs', 'eva_model', 'load_eva', 'timm_eva_outputs']
@@ -53,7 +56,10 @@ def load_eva(model: nn.Module, state: Dict[str, torch.Tensor]) -> nn.Module:
     left = [name for name, b in model.named_buffers() if b.is_meta]
     if left:
         raise NoReference(f'timm Eva holds computed buffers this reference does not rebuild: {left[:3]}')
-    return model.eval()
+    model = as_float32(model.eval())  # half-precision weights run upcast, as ours do
+    release_after_use(model.blocks)  # the mapped file's pages go back block by block
+    trace_blocks(model)  # streamed: each block's output compared as ours runs
+    return model
 
 
 def dinov3_outputs(path: str, model_args: Dict[str, Any], x: torch.Tensor,
@@ -76,7 +82,7 @@ def dinov3_outputs(path: str, model_args: Dict[str, Any], x: torch.Tensor,
     model = eva_model(model_args, rows, cols, dynamic_img_size=True, use_abs_pos_emb=False, attn_type='eva',
                       rope=dict(rope_type='dinov3', rope_temperature=model_args.get('rope_theta', 100.),
                                 rope_rotate_half=True))
-    load_eva(model, checkpoint_filter_fn(state, model))
+    model = load_eva(model, checkpoint_filter_fn(state, model))
     model.rope.periods.copy_(periods)  # timm's non-persistent buffer, recomputed in fp32: the stored values instead
     x = x[..., :rows * pair(args['patch_size'])[0], :cols * pair(args['patch_size'])[1]]
     with torch.no_grad():
@@ -125,7 +131,7 @@ def timm_eva_outputs(path: str, model_args: Dict[str, Any], x: torch.Tensor,
         raise NoReference('timm can only load an unsharded Hub folder (config.json + model.safetensors)')
     with torch.device('meta'):
         model = timm.create_model(f'local-dir:{folder}', pretrained=False, dynamic_img_size=True)
-    load_eva(model, timm_weights(files[0]))
+    model = load_eva(model, timm_weights(files[0]))
     rows, cols = grid(args)
     x = x[..., :rows * pair(args['patch_size'])[0], :cols * pair(args['patch_size'])[1]]
     with torch.no_grad():

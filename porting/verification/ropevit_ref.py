@@ -66,7 +66,7 @@ def ropevit_outputs(path: str, model_args: Dict[str, Any], x: torch.Tensor,
         if freqs is None:
             raise NoReference('a mixed RoPE-ViT file without freqs')
         state['rope.freqs'] = freqs.reshape(model.rope.freqs.shape)
-    load_eva(model, state)
+    model = load_eva(model, state)
     x = x[..., :rows * pair(args['patch_size'])[0], :cols * pair(args['patch_size'])[1]]
     with torch.no_grad():
         feats = model.forward_features(x)
