@@ -122,6 +122,21 @@ def compare(ours: torch.nn.Module, ref: torch.nn.Module, x: torch.Tensor, train:
     return {name: statistics.median(t) for name, t in times.items()}
 
 
+def dino_rows(device: torch.device, dtype: torch.dtype, batch: int, rounds: int, iters: int) -> None:
+    """Inference at 224 of the DINOv2 ViT-S/14 and DINOv3 ViT-S/16 members vs timm's own models of the same weights'
+    layout (timm resizes DINOv2's 37x37 table at run time as ours does; DINOv3 is RoPE on both sides)."""
+    pairs = (('simple_vit_small_patch14_dinov2', dict(model_name='vit_small_patch14_dinov2', dynamic_img_size=True)),
+             ('simple_vit_small_patch16_dinov3', dict(model_name='vit_small_patch16_dinov3_qkvb', global_pool='token')))
+    print(f'{"DINO case (infer 224)":<44}{"ours img/s":>12}{"timm img/s":>12}{"ratio":>8}')
+    x = torch.randn(batch, 3, 224, 224, device=device, dtype=dtype)
+    for ours_name, ref_kwargs in pairs:
+        ours = timm.create_model(ours_name).to(device, dtype)
+        ref = timm.create_model(num_classes=0, **ref_kwargs).to(device, dtype)
+        t = compare(ours, ref, x, False, rounds, iters)
+        case = f'{ours_name} / {ref_kwargs["model_name"]}'
+        print(f'{case:<44}{batch / t["ours"]:>12.1f}{batch / t["timm"]:>12.1f}{t["timm"] / t["ours"]:>8.3f}')
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('--size', default='small', choices=['tiny', 'small', 'base'])
@@ -130,9 +145,12 @@ def main() -> None:
     parser.add_argument('--iters', type=int, default=2)
     parser.add_argument('--device', default='cpu')
     parser.add_argument('--dtype', default='float32', choices=['float32', 'bfloat16'])
+    parser.add_argument('--dino', action='store_true', help='only the DINOv2 S/14 and DINOv3 S/16 rows')
     args = parser.parse_args()
     device, dtype = torch.device(args.device), getattr(torch, args.dtype)
     torch.manual_seed(0)
+    if args.dino:
+        return dino_rows(device, dtype, args.batch, args.rounds, args.iters)
     ours, ref = build_pair(args.size, device, dtype)
     dim, depth, heads = ours.embed_dim, len(ours.blocks), ours.blocks[0].attn.num_heads
     mlp = ours.blocks[0].mlp.fc1.out_features

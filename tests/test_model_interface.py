@@ -17,6 +17,7 @@ from timm.models._manipulate import group_parameters
 
 import timm_vit_variants  # noqa: F401
 from timm_vit_variants.config import MODELS, SIGLIP_TOWERS, grid_for
+from timm_vit_variants.dino_models import DINO_MODELS
 
 MODEL_NAMES = sorted(timm.list_models('simple_vit_*'))
 
@@ -32,7 +33,10 @@ def _one_per_network(names):
     return sorted(seen.values())
 
 
-NETWORKS = _one_per_network(MODEL_NAMES)
+# The DINO members share their blocks within a family: one network of each form runs the real-tensor checks.
+NETWORKS = _one_per_network([n for n in MODEL_NAMES if n not in DINO_MODELS]) + [
+    'simple_vit_small_patch14_reg4_dinov2', 'simple_vit_small_patch16_dinov3',
+    'simple_vit_small_patch16_rope_mixed_ape_224']
 EXPECTED = {
     'simple_vit_tiny', 'simple_vit_small', 'simple_vit_base', 'simple_vit_large', 'simple_vit_huge',
     'simple_vit_tiny_patch16_224', 'simple_vit_small_patch16_224', 'simple_vit_base_patch16_224',
@@ -40,7 +44,7 @@ EXPECTED = {
     'simple_vit_small_patch32_224', 'simple_vit_base_patch32_224', 'simple_vit_tiny_patch4_32',
     'simple_vit_small_flexi_240', 'simple_vit_base_flexi_240', 'simple_vit_large_flexi_240',
     *(f'simple_vit_{size}_patch{patch}_siglip_{img}' for size, patch, sizes in SIGLIP_TOWERS for img in sizes),
-    'simple_vit_base_patch16_siglip_naflex', 'simple_vit_so400m_patch16_siglip_naflex',
+    'simple_vit_base_patch16_siglip_naflex', 'simple_vit_so400m_patch16_siglip_naflex', *DINO_MODELS,
 }
 
 
@@ -53,7 +57,7 @@ def _small_input(name: str, batch: int = 2) -> torch.Tensor:
 def _real_kwargs(name: str) -> dict:
     # Real-tensor checks of the big variants (and of every SigLIP tower, whose blocks are the base ones) run 2
     # blocks, at full width, heads and MLP; their full structure is checked on the meta device.
-    return dict(depth=2) if any(size in name for size in ('large', 'huge', 'siglip')) else {}
+    return dict(depth=2) if any(size in name for size in ('large', 'huge', 'siglip', 'dino', 'rope')) else {}
 
 
 @functools.lru_cache(maxsize=None)
@@ -77,12 +81,13 @@ def test_registry_lists_family():
 @pytest.mark.parametrize('name', MODEL_NAMES)
 def test_default_cfg_and_api_contract(name):
     headless = timm.get_pretrained_cfg_value(name, 'num_classes') == 0  # the SigLIP towers: an image embedding
-    assert headless == ('_siglip_' in name)
+    assert headless == ('_siglip_' in name or '_dinov' in name)
     with torch.device('meta'):  # with a classifier, so that its contract is checked too
         model = timm.create_model(name, device='meta', dtype=torch.float32, num_classes=1000).eval()
     cfg = model.pretrained_cfg
     assert cfg['input_size'][0] == model.in_chans == 3
-    assert cfg['mean'] == cfg['std'] == (0.5, 0.5, 0.5)
+    if name not in DINO_MODELS:  # DINOv2, DINOv3 and RoPE-ViT use ImageNet's statistics
+        assert cfg['mean'] == cfg['std'] == (0.5, 0.5, 0.5)
     for key in ('crop_pct', 'interpolation', 'first_conv', 'classifier'):
         assert cfg.get(key) is not None, key
     state_dict = model.state_dict()

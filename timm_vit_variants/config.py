@@ -20,7 +20,7 @@ __all__ = [
     'PATCH_EMBED_TYPES', 'PATCH_NORM_TYPES', 'GRID_MODES', 'ACT_LAYERS', 'SIGLIP_TOWERS', 'pair', 'grid_for',
     'architecture_for',
     'heads_for_width', 'activation_name', 'is_family_architecture', 'resample_rule', 'TensorSpec', 'HEAD_KEYS',
-    'DATA_CONFIG_KEYS', 'PREPROCESSING_KEYS', 'MLP_LAYERS',
+    'DATA_CONFIG_KEYS', 'PREPROCESSING_KEYS', 'MLP_LAYERS', 'ROPE_TYPES',
 ]
 
 POOL_TYPES = ('avg', 'token', 'map', 'coca', '')
@@ -28,6 +28,8 @@ POOL_TYPES = ('avg', 'token', 'map', 'coca', '')
 POS_EMBEDS: Dict[str, Tuple[str, bool]] = {
     'sincos': ('sincos', False), 'learn': ('learn', False), 'none': ('none', False),
     'cpe': ('none', True), 'sincos+cpe': ('sincos', True), 'learn+cpe': ('learn', True),
+    # 2D rotary positions in every block's attention (``rope_type``), alone or with a learned table.
+    'rope': ('none', False), 'learn+rope': ('learn', False),
 }
 POS_EMBED_TYPES = tuple(POS_EMBEDS)
 PATCH_EMBED_TYPES = ('conv', 'linear', 'conv_stem', 'overlap', 'mlp')
@@ -37,10 +39,13 @@ PATCH_NORM_TYPES = (None, 'pre', 'post', 'dual')
 # remainder away as a VALID convolution does (big_vision's and timm's patch conv).
 GRID_MODES = ('pad', 'strict', 'pool', 'crop')
 # Names of the learned-table resample rules; their definitions live in ``geometry.RESAMPLE_RULES``.
-RESAMPLE_RULE_NAMES = ('bigvision', 'timm', 'hf', 'flexi', 'dinov2', 'openclip')
+RESAMPLE_RULE_NAMES = ('bigvision', 'timm', 'hf', 'flexi', 'dinov2', 'openclip', 'ropevit')
+# The rotary-position forms (``rope.py``): DINOv3's, RoPE-ViT's axial and RoPE-ViT's mixed (learned frequencies).
+ROPE_TYPES = ('dinov3', 'axial', 'mixed')
 ACT_LAYERS = ('gelu_tanh', 'gelu', 'quick_gelu', 'silu', 'relu')
-# The blocks' MLP: timm's Mlp, or its SwiGLUPacked (one fc1 holding both halves, silu(first) * second; DINOv2 ViT-g).
-MLP_LAYERS = ('mlp', 'swiglu_packed')
+# The blocks' MLP: timm's Mlp, its SwiGLUPacked (one fc1 holding both halves, silu(first) * second; DINOv2 ViT-g),
+# or its SwiGLU (separate fc1_g gate and fc1_x value; DINOv3 H+'s w1/w2/w3).
+MLP_LAYERS = ('mlp', 'swiglu_packed', 'swiglu')
 # Constructor arguments that shape training, not the network: never written to config.json.
 _TRAINING_ONLY = ('drop_rate', 'pos_drop_rate', 'proj_drop_rate', 'attn_drop_rate', 'drop_path_rate',
                   'patch_drop_rate', 'weight_init')
@@ -116,8 +121,12 @@ class SimpleViTConfig:
             MAPHead: attention pooling with a learned probe, SigLIP's), 'coca' (CoCa's attentional pooler:
             ``attn_pool_queries`` learned queries, LayerNorms on queries and keys, the final norm over its
             outputs, output 0 pooled) or ''.
-        mlp_dim: MLP hidden width; None means 4 * embed_dim. For 'swiglu_packed' the gated width (fc1 is twice it).
-        mlp_layer: 'mlp' (timm's Mlp) or 'swiglu_packed' (timm's SwiGLUPacked, with act_layer 'silu').
+        mlp_dim: MLP hidden width; None means 4 * embed_dim. For 'swiglu_packed' and 'swiglu' the gated width
+            (fc1 is twice it, or fc1_g and fc1_x are it). It is exact: each project's SwiGLU rounding (DINOv2
+            ViT-g ``(int(4D*2/3) + 7) // 8 * 8``, DINOv3 ``d + (-d % 8)`` with ``d = int(r*D*2/3)``) is applied
+            by whoever writes the config (the readers read it off the tensors, ``dino_models`` computes it).
+        mlp_layer: 'mlp' (timm's Mlp), 'swiglu_packed' (timm's SwiGLUPacked) or 'swiglu' (timm's SwiGLU,
+            separate gate and value), the last two with act_layer 'silu'.
         init_values: LayerScale (timm's ``ls1``/``ls2``) initial value; None means no LayerScale.
         reg_tokens: Register tokens after the [CLS] token (Darcet et al. 2024), with no position information.
         class_token: Prepend a learned [CLS] token (needed for 'token' pooling).
@@ -127,7 +136,15 @@ class SimpleViTConfig:
         patch_norm: LayerNorm around the patch projection: None, 'pre' (each patch's pixels), 'post' (the
             embedding) or 'dual' (both, Kumar et al. 2023, Dual PatchNorm).
         pos_embed: 'sincos' (fixed big_vision table, never saved), 'learn' or 'none'; 'cpe' (CPVT's
-            depthwise-conv position encoding after the first block), alone or as 'sincos+cpe' / 'learn+cpe'.
+            depthwise-conv position encoding after the first block), alone or as 'sincos+cpe' / 'learn+cpe';
+            'rope' (2D rotary positions of ``rope_type`` in every attention, from each image's own grid), alone
+            (DINOv3, RoPE-ViT) or as 'learn+rope' (RoPE-ViT's ``_ape`` models: a learned table too).
+        rope_type: 'dinov3' (base ``rope_theta``, coordinates normalised per side, half-split rotation, a
+            stored ``rope.periods`` buffer), 'axial' (RoPE-ViT: integer coordinates, interleaved pairs) or
+            'mixed' (RoPE-ViT: learned per-layer, per-head ``rope.freqs``); see ``rope.py``.
+        rope_theta: The RoPE base: DINOv3 and RoPE-ViT axial 100, RoPE-ViT mixed 10 (its frequencies' init).
+        untie_cls_and_patch_norms: DINOv3's untied final norms: ``cls_norm`` normalises [CLS, registers] and
+            ``norm`` the patch tokens.
         pos_embed_cls_slot: A learned table carries a cls slot (vit_jax / timm) rather than being
             added before the cls token is prepended (big_vision).
         pos_embed_resample: How a learned table is resized for another grid (``geometry.RESAMPLE_RULES``).
@@ -171,6 +188,9 @@ class SimpleViTConfig:
     pos_embed_cls_slot: bool = False
     pos_embed_resample: str = 'bigvision'
     sincos_temperature: float = 10000.
+    rope_type: str = 'dinov3'
+    rope_theta: float = 100.
+    untie_cls_and_patch_norms: bool = False
     rep_size: Optional[int] = None
     pre_norm: bool = False
     patch_bias: bool = True
@@ -236,12 +256,13 @@ class SimpleViTConfig:
         resample_rule(self.pos_embed_resample)
         choices = (('global_pool', POOL_TYPES), ('pos_embed', POS_EMBED_TYPES), ('act_layer', ACT_LAYERS),
                    ('patch_embed', PATCH_EMBED_TYPES), ('patch_norm', PATCH_NORM_TYPES),
-                   ('weight_init', ('jax', 'skip')), ('mlp_layer', MLP_LAYERS))
+                   ('weight_init', ('jax', 'skip')), ('mlp_layer', MLP_LAYERS), ('rope_type', ROPE_TYPES))
         for name, allowed in choices:
             if getattr(self, name) not in allowed:
                 raise bad(name, f'expected one of {allowed}')
-        if self.mlp_layer == 'swiglu_packed' and self.act_layer != 'silu':
-            raise bad('mlp_layer', "'swiglu_packed' gates with silu: set act_layer='silu'")
+        if self.mlp_layer in ('swiglu_packed', 'swiglu') and self.act_layer != 'silu':
+            raise bad('mlp_layer', f"{self.mlp_layer!r} gates with silu: set act_layer='silu'")
+        self._validate_rope(bad)
         if isinstance(self.reg_tokens, bool) or not isinstance(self.reg_tokens, int) or self.reg_tokens < 0:
             raise bad('reg_tokens', 'expected an integer >= 0')
         if self.init_values is not None and (isinstance(self.init_values, bool) or
@@ -255,7 +276,7 @@ class SimpleViTConfig:
         self._validate_patch_embed(bad)
         if self.global_pool == 'token' and not self.class_token:
             raise bad('global_pool', "'token' pooling needs class_token=True")
-        for name in ('pre_norm', 'patch_bias', 'fc_norm', 'head_bias'):
+        for name in ('pre_norm', 'patch_bias', 'fc_norm', 'head_bias', 'untie_cls_and_patch_norms'):
             if not isinstance(getattr(self, name), bool):
                 raise bad(name, 'expected True or False')
         if self.global_pool == 'coca' and self.attn_pool_dim % self.attn_pool_heads:
@@ -263,7 +284,7 @@ class SimpleViTConfig:
                                          f'{self.attn_pool_heads} heads')
         if self.fc_norm and self.global_pool == 'coca':
             raise bad('fc_norm', "'coca' pooling holds its own norm after the pool")
-        for name in ('norm_eps', 'sincos_temperature'):
+        for name in ('norm_eps', 'sincos_temperature', 'rope_theta'):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
                 raise bad(name, 'expected a positive number')
@@ -273,6 +294,16 @@ class SimpleViTConfig:
                 raise bad(name, 'expected a rate in [0, 1]')
         if self.patch_drop_rate >= 1:
             raise bad('patch_drop_rate', 'expected a rate in [0, 1): every image keeps at least one token')
+
+    def _validate_rope(self, bad: Callable[[str, str], ViTVariantsError]) -> None:
+        """Refuse rotary positions (and untied norms) the network cannot express."""
+        if self.pos_rope and (self.embed_dim // self.num_heads) % 4:
+            raise bad('num_heads', f'2D rotary positions need a head width divisible by 4, got '
+                                   f'{self.embed_dim // self.num_heads}')
+        if self.untie_cls_and_patch_norms and (not self.num_prefix_tokens or self.fc_norm or
+                                               self.global_pool == 'coca'):
+            raise bad('untie_cls_and_patch_norms', 'needs prefix tokens ([CLS] or registers) and the final norm '
+                                                   'on every token (no fc_norm, no coca pooler)')
 
     def _validate_patch_embed(self, bad: Callable[[str, str], ViTVariantsError]) -> None:
         """Refuse patch embedding / patch norm combinations that have no meaning."""
@@ -301,6 +332,11 @@ class SimpleViTConfig:
     def pos_cpe(self) -> bool:
         """Whether CPVT's conditional position encoding runs after the first block."""
         return POS_EMBEDS[self.pos_embed][1]
+
+    @property
+    def pos_rope(self) -> bool:
+        """Whether the blocks' attention has 2D rotary positions (``rope_type``)."""
+        return self.pos_embed.endswith('rope')
 
     @property
     def grid_size(self) -> Tuple[int, int]:
@@ -422,6 +458,8 @@ SIGLIP_TOWERS = (('base', 16, (224, 256, 384, 512)), ('base', 32, (256,)), ('lar
                  ('so400m', 14, (224, 384)), ('so400m', 16, (256, 384, 512)), ('giantopt', 16, (256, 384)))
 _SIGLIP_LABEL = {'base': 'B', 'large': 'L', 'so400m': 'So400m', 'giantopt': 'g-opt'}
 
+from .dino_models import DINO_MODELS  # noqa: E402  (its rows are ModelEntry, defined above)
+
 MODELS: Dict[str, ModelEntry] = {
     'simple_vit_tiny': ModelEntry('tiny', {}, 'ViT-Ti/16 plain recipe (width 192, depth 12, 3 heads).'),
     'simple_vit_small': ModelEntry('small', {}, 'ViT-S/16 plain recipe (width 384, depth 12, 6 heads).'),
@@ -455,6 +493,7 @@ MODELS: Dict[str, ModelEntry] = {
         f'SigLIP 2 NaFlex image tower {_SIGLIP_LABEL[size]}/16 (big_vision naflex_vit): a 16x16 learned table '
         "resized to each image's own grid, MAP head; takes a NaFlex dict or a list of images at their own sizes.")
        for size in ('base', 'so400m')},
+    **DINO_MODELS,
 }
 
 # What must match for ``architecture`` to name a registered model, most telling first.

@@ -37,6 +37,8 @@ __all__ = [
 #              (offset 0, antialias) resize exactly as 'timm'.
 #   openclip:  open_clip resize_pos_embed, bicubic with antialias, [CLS] row kept, the stored grid square (the
 #              same numbers as timm's; open_clip skips the resize when the token count is unchanged, this never does).
+#   ropevit:   RoPE-ViT's ``_ape`` models (``forward_features``): bicubic, no antialias, a table with no [CLS] slot
+#              (the numbers of 'hf'; RoPE-ViT skips the resize when the token count is unchanged, this never does).
 RESAMPLE_RULES: Dict[str, Tuple[str, Optional[bool], bool]] = {
     'bigvision': ('bilinear', True, False),
     'timm': ('bicubic', None, True),
@@ -44,6 +46,7 @@ RESAMPLE_RULES: Dict[str, Tuple[str, Optional[bool], bool]] = {
     'flexi': ('bilinear', False, True),
     'dinov2': ('bicubic', False, False),
     'openclip': ('bicubic', False, True),
+    'ropevit': ('bicubic', False, False),
 }
 # Rules that pass F.interpolate a scale factor (new + offset) / old per axis instead of the output size.
 RESAMPLE_OFFSETS: Dict[str, float] = {'dinov2': 0.1}

@@ -12,6 +12,7 @@ import torch
 from timm.models import build_model_with_cfg, generate_default_cfgs, register_model
 
 from .config import MODELS, SIGLIP_TOWERS, SimpleViTConfig
+from .dino_models import DINO_CFGS
 from .errors import ViTVariantsError
 from .geometry import Geometry, fit_stream, fixed_patch_reason, infer_grid
 from .vision_transformer import SimpleVisionTransformer
@@ -135,6 +136,7 @@ def pretrained_cfg_for(config: SimpleViTConfig, architecture: str) -> Dict[str, 
 
 
 default_cfgs = generate_default_cfgs({
+    **DINO_CFGS,  # first, so that each DINO model's published weights are its default tag
     **{f'{name}.untrained': _untrained(name) for name in MODELS
        if name != 'simple_vit_small_patch16_224' and '_flexi_' not in name and '_siglip_' not in name},
     **{f'{name}.{tag}': _siglip_cfg(name, tag) for name, tag in _SIGLIP_FILES},

@@ -15,7 +15,7 @@ from typing import Any, Dict, List, Optional, Set, Tuple, Union
 
 import torch
 import torch.nn as nn
-from timm.layers import AttentionPoolLatent, LayerNorm, Mlp, SwiGLUPacked, get_act_layer, trunc_normal_
+from timm.layers import AttentionPoolLatent, LayerNorm, Mlp, SwiGLU, SwiGLUPacked, get_act_layer, trunc_normal_
 from timm.models import named_apply
 from timm.models.vision_transformer import Block, init_weights_vit_jax
 from torch.utils.checkpoint import checkpoint
@@ -32,6 +32,7 @@ from .capacity import check_fits
 from .naflex import NaFlexMixin, Patches, drop_tokens, is_naflex
 from .patch_embed import AdaptivePatchEmbed
 from .posemb import LearnedPosResampler, PosEncodingGenerator, SinCos2dPosEmbed, grid_coords, sincos_2d_at
+from .rope import RopeBlock, create_rope
 
 __all__ = ['SimpleVisionTransformer']
 
@@ -47,11 +48,22 @@ def _exact_width_swiglu(in_features: int, hidden_features: Optional[int] = None,
     return SwiGLUPacked(in_features, 2 * width, **kwargs)
 
 
+def _exact_width_split_swiglu(in_features: int, hidden_features: Optional[int] = None, *, width: int,
+                              **kwargs) -> nn.Module:
+    # timm's SwiGLU: separate gate (fc1_g) and value (fc1_x) projections of the gated width (DINOv3's w1, w2).
+    return SwiGLU(in_features, width, **kwargs)
+
+
+_MLPS = {'mlp': _exact_width_mlp, 'swiglu_packed': _exact_width_swiglu, 'swiglu': _exact_width_split_swiglu}
+
+
 def _blocks(cfg: SimpleViTConfig, act_layer: Any, norm_layer: Any, dd: Dict[str, Any]) -> nn.Sequential:
     """timm's pre-norm transformer blocks, with the config's exact MLP width and a linear drop-path schedule."""
     dpr = [x.item() for x in torch.linspace(0, cfg.drop_path_rate, cfg.depth, device='cpu')]
+    # rotary models: the same block, its attention taking each layer's rotations (rope.py)
+    block = partial(RopeBlock, rotate_half=cfg.rope_type == 'dinov3') if cfg.pos_rope else Block
     return nn.Sequential(*[
-        Block(
+        block(
             dim=cfg.embed_dim,
             num_heads=cfg.num_heads,
             mlp_ratio=cfg.mlp_dim / cfg.embed_dim,
@@ -62,8 +74,7 @@ def _blocks(cfg: SimpleViTConfig, act_layer: Any, norm_layer: Any, dd: Dict[str,
             act_layer=act_layer,
             norm_layer=norm_layer,
             init_values=cfg.init_values,
-            mlp_layer=partial(_exact_width_swiglu if cfg.mlp_layer == 'swiglu_packed' else _exact_width_mlp,
-                              width=cfg.mlp_dim),
+            mlp_layer=partial(_MLPS[cfg.mlp_layer], width=cfg.mlp_dim),
             depth=i,
             **dd,
         )
@@ -144,7 +155,8 @@ class SimpleVisionTransformer(NaFlexMixin, nn.Module):
         self.pos_cpe = PosEncodingGenerator(embed_dim, self.num_prefix_tokens, **dd) if cfg.pos_cpe else None
         self.pos_drop = nn.Dropout(cfg.pos_drop_rate)
         self.norm_pre = norm_layer(embed_dim, **dd) if cfg.pre_norm else nn.Identity()
-        self.rope = None  # rotary positions: a module called once per forward (see _embed) in models that have them
+        self.rope = create_rope(cfg.rope_type, embed_dim // cfg.num_heads, cfg.depth, cfg.num_heads, cfg.rope_theta,
+                                **dd) if cfg.pos_rope else None  # rotary positions, called once per forward (_embed)
 
         self.blocks = _blocks(cfg, act_layer, norm_layer, dd)
         reduction = self.patch_embed.patch_size[0]
@@ -153,6 +165,8 @@ class SimpleVisionTransformer(NaFlexMixin, nn.Module):
         # CLIPA (fc_norm) normalises the pooled vector only; CoCa's pooler normalises its own outputs.
         token_norm = not cfg.fc_norm and cfg.global_pool != 'coca'
         self.norm = norm_layer(embed_dim, **dd) if token_norm else nn.Identity()
+        # DINOv3's untied final norms: cls_norm over [CLS, registers], norm over the patch tokens
+        self.cls_norm = norm_layer(embed_dim, **dd) if cfg.untie_cls_and_patch_norms else None
         self.fc_norm = norm_layer(embed_dim, **dd) if cfg.fc_norm else nn.Identity()
         # big_vision's MAPHead is exactly timm's AttentionPoolLatent: a learned probe queries every token, no
         # residual around that attention, then x + MLP(LN(x)). timm sizes its MLP as int(D * ratio), so the
@@ -222,14 +236,14 @@ class SimpleVisionTransformer(NaFlexMixin, nn.Module):
 
     @torch.jit.ignore
     def no_weight_decay(self) -> Set[str]:
-        return {'pos_embed', 'cls_token', 'reg_token'}
+        return {'pos_embed', 'cls_token', 'reg_token', 'rope.freqs'}
 
     @torch.jit.ignore
     def group_matcher(self, coarse: bool = False) -> Dict[str, Any]:
         return dict(
-            stem=r'^cls_token|reg_token|pos_embed|patch_embed|norm_pre',
-            blocks=[(r'^blocks\.(\d+)', None), (r'^pos_cpe', (0,)), (r'^norm\.', (99999,)), (r'^fc_norm', (99999,)),
-                    (r'^attn_pool', (99999,))],
+            stem=r'^cls_token|reg_token|pos_embed|patch_embed|norm_pre|rope\.',
+            blocks=[(r'^blocks\.(\d+)', None), (r'^pos_cpe', (0,)), (r'^norm\.', (99999,)), (r'^cls_norm\.', (99999,)),
+                    (r'^fc_norm', (99999,)), (r'^attn_pool', (99999,))],
         )
 
     @torch.jit.ignore
@@ -444,8 +458,8 @@ class SimpleVisionTransformer(NaFlexMixin, nn.Module):
         final, intermediates, packed, grid = self._forward_tokens(
             x, take_indices, max_index if stop_early else len(self.blocks) - 1)
         if norm:
-            intermediates = [self.norm(y) for y in intermediates]
-        features = self.norm(final)
+            intermediates = [self._final_norm(y, packed) for y in intermediates]
+        features = self._final_norm(final, packed)
         valid: Optional[torch.Tensor] = None
         if not torch.jit.is_scripting():
             if packed is not None:
@@ -491,6 +505,7 @@ class SimpleVisionTransformer(NaFlexMixin, nn.Module):
         self.config = self.config.replace(depth=len(self.blocks))
         if prune_norm:
             self.norm = nn.Identity()
+            self.cls_norm = None
         if prune_head:
             self.pre_logits = nn.Identity()
             self.head_hidden_size = self.embed_dim
@@ -514,12 +529,25 @@ class SimpleVisionTransformer(NaFlexMixin, nn.Module):
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
         """Final-norm tokens [B, T, D]; for a NaFlex dict or a list of images, ``{'patches', 'patch_valid'}``."""
         final, _, packed, _ = self._forward_tokens(x, [], len(self.blocks) - 1)
-        tokens = self.norm(final)
+        tokens = self._final_norm(final, packed)
         if not torch.jit.is_scripting():
             if packed is not None:
                 tokens, valid = self._naflex_layout(tokens, packed)
                 return {'patches': tokens, 'patch_valid': valid}
         return tokens
+
+    def _final_norm(self, x: torch.Tensor, packed: Optional[Patches]) -> torch.Tensor:
+        """The final norm; untied (DINOv3), ``cls_norm`` on each image's prefix tokens and ``norm`` on its patches, in
+        [B, prefix + N, D] rows or in (T', D) sequences, image after image."""
+        cls_norm = self.cls_norm
+        if cls_norm is None:
+            return self.norm(x)
+        prefix = self.num_prefix_tokens
+        if not torch.jit.is_scripting():
+            if packed is not None:
+                pieces = x.split([n + prefix for n in packed.counts])
+                return torch.cat([torch.cat([cls_norm(p[:prefix]), self.norm(p[prefix:])]) for p in pieces])
+        return torch.cat([cls_norm(x[:, :prefix]), self.norm(x[:, prefix:])], dim=1)
 
     def _run_blocks(self, x: torch.Tensor, context: BlockContext, take: List[int], stop: int
                     ) -> Tuple[torch.Tensor, List[torch.Tensor]]:
@@ -529,7 +557,7 @@ class SimpleVisionTransformer(NaFlexMixin, nn.Module):
             if i <= stop:  # not ``break``: TorchScript unrolls loops over modules
                 rope = context.rope
                 if self.rope is not None and rope is not None:  # rotary blocks take this layer's rotations
-                    layer = rope[i] if rope.shape[0] > 1 else rope[0]
+                    layer = rope[i % rope.shape[0]]  # per layer (L = depth) or shared (L = 1), with no branch to trace
                     if self.grad_checkpointing and not torch.jit.is_scripting():
                         x = checkpoint(blk, x, attn_mask=context.attn_mask, rope=layer, use_reentrant=False)
                     else:

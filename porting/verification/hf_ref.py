@@ -31,11 +31,17 @@ def hf_outputs(check: Check, x: torch.Tensor, mixed: Optional[Dict[str, torch.Te
         if target.grid_mode != 'crop' and any(s % p for s, p in zip(target.img_size, target.patch_size)):
             raise NoReference('transformers drops the pixels the patch does not divide, where this model pads them')
         own = _DINOV2_RULES.get(cfg.get('model_type'), 'hf')
-        if check.rule != own:
+        if check.rule != own and cfg.get('model_type') != 'dinov3_vit':  # DINOv3: RoPE, no table to resize
             raise NoReference(f"the table was resized with the {check.rule!r} rule, not transformers' own")
     transformers = _transformers()
     if cfg.get('model_type') in _DINOV2_RULES:
         return _dinov2(transformers, folder, cfg, x)
+    if cfg.get('model_type') == 'dinov3_vit':
+        model = _run_in_float32(
+            transformers.DINOv3ViTModel.from_pretrained(str(folder), attn_implementation='eager').eval())
+        with torch.no_grad():
+            out = model(pixel_values=x)
+        return Outputs(out.last_hidden_state, out.pooler_output, 'transformers DINOv3ViTModel.from_pretrained')
     if cfg.get('model_type') in ('siglip', 'siglip_vision_model'):
         return _siglip(transformers, folder, cfg, x, target is not None)
     if cfg.get('model_type') in ('clip', 'clip_vision_model'):

@@ -7,7 +7,7 @@ target geometry (``check.target``) it resizes with the framework's own rule or r
 saying why it has none. It reads the network's facts from ``check.source`` / ``check.target``
 (``SimpleViTConfig``), never from loose dicts.
 
-A new reference is one module beside the others (``dinov3_ref.py``, say, defining ``dinov3_outputs``)
+A new reference is one module beside the others (as ``dinov3_ref.py`` defines ``dinov3_outputs``)
 plus one line in ``REFERENCES`` below naming the format it serves (``'dinov3': dinov3_outputs``). A
 reference that is a timm network (it can then be rebuilt at a target geometry by ``target.at_target``)
 registers the function that builds it instead: ``'fmt': timm_network(build)``, with
@@ -25,9 +25,11 @@ from timm_vit_variants.memory import release_after_use
 from ..extras import require
 
 from .dinov2_ref import dinov2_outputs
+from .dinov3_ref import dinov3_outputs, timm_eva_outputs
 from .hf_ref import hf_outputs
 from .npz_ref import npz_model
 from .open_clip_ref import open_clip_outputs
+from .ropevit_ref import ropevit_outputs
 from .result import Check, NoReference, Outputs, ReferenceFailed
 from .streamed import trace_blocks
 from .target import at_target
@@ -59,13 +61,25 @@ def timm_network(build: Callable[[str, SimpleViTConfig], TimmReference]) -> Refe
     return outputs
 
 
+_timm_vit = timm_network(timm_model)
+
+
+def _timm_outputs(check: Check, x: torch.Tensor, mixed: Optional[Dict[str, torch.Tensor]]) -> Outputs:
+    """timm's VisionTransformer, or its Eva for the rotary ports (DINOv3, RoPE-ViT), which that cannot express."""
+    if check.source.pos_embed.endswith('rope'):
+        return timm_eva_outputs(check, x, mixed)
+    return _timm_vit(check, x, mixed)
+
+
 # format -> its reference: the one registration line each reference module needs.
 REFERENCES: Dict[str, Reference] = {
-    'timm': timm_network(timm_model),
+    'timm': _timm_outputs,
     'bigvision': timm_network(npz_model),
     'vitjax': timm_network(npz_model),
     'hf': hf_outputs,
     'dinov2': dinov2_outputs,
+    'dinov3': dinov3_outputs,
+    'ropevit': ropevit_outputs,
     'openclip': open_clip_outputs,
     'openai': open_clip_outputs,
 }

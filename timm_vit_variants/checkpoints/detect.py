@@ -9,10 +9,13 @@ from typing import Any, Dict, Optional, Type
 from ..errors import ViTVariantsError
 from ..limits import DEFAULT_LIMITS, Limits
 from .dinov2 import Dinov2Checkpoint, is_dinov2
+from .dinov3 import Dinov3Checkpoint, is_dinov3
+from .rope_vit import RopeVitCheckpoint, is_rope_vit
 from .files import discover
 from .flax import BigVisionCheckpoint, VitJaxCheckpoint
 from .hf import HFCheckpoint
 from .hf_dinov2 import DINOV2_MODEL_TYPES, HFDinov2Checkpoint
+from .hf_dinov3 import DINOV3_MODEL_TYPES, HFDinov3Checkpoint
 from .hf_clip import CLIP_MODEL_TYPES, HFClipCheckpoint
 from .hf_siglip import SIGLIP_MODEL_TYPES, HFSiglipCheckpoint
 from .openclip import OpenAICLIPCheckpoint, OpenCLIPCheckpoint
@@ -29,6 +32,8 @@ READERS: Dict[str, Type[SourceCheckpoint]] = {
     'timm': TimmCheckpoint,
     'hf': HFCheckpoint,
     'dinov2': Dinov2Checkpoint,
+    'dinov3': Dinov3Checkpoint,
+    'ropevit': RopeVitCheckpoint,
     'openclip': OpenCLIPCheckpoint,
     'openai': OpenAICLIPCheckpoint,
 }
@@ -64,12 +69,16 @@ def _sniff(path: str, store: TensorStore, config: Dict[str, Any], config_path: O
     if 'architecture' in config:
         return 'timm'
     if 'model_type' in config:
-        if config['model_type'] in ('vit', *SIGLIP_MODEL_TYPES, *DINOV2_MODEL_TYPES, *CLIP_MODEL_TYPES):
+        if config['model_type'] in ('vit', *SIGLIP_MODEL_TYPES, *DINOV2_MODEL_TYPES, *DINOV3_MODEL_TYPES, *CLIP_MODEL_TYPES):
             return 'hf'
         raise ViTVariantsError(f"model_type {config['model_type']!r} is not a transformers ViT, SigLIP or CLIP model",
                                path=config_path, key='model_type')
     if is_dinov2(set(names)):
         return 'dinov2'
+    if is_dinov3(set(names)):
+        return 'dinov3'
+    if is_rope_vit(set(names)):
+        return 'ropevit'
     if 'visual.conv1.weight' in names:  # open_clip's layout (an OpenCLIP folder or full-model file)
         return 'openclip'
     if any(n.endswith('embeddings.patch_embeddings.projection.weight') for n in names):
@@ -126,6 +135,8 @@ def _reader(fmt: str, store: TensorStore, config: Dict[str, Any], hints: Dict[st
         reader = HFSiglipCheckpoint
     elif fmt == 'hf' and config.get('model_type') in DINOV2_MODEL_TYPES:
         reader = HFDinov2Checkpoint
+    elif fmt == 'hf' and config.get('model_type') in DINOV3_MODEL_TYPES:
+        reader = HFDinov3Checkpoint
     elif fmt == 'hf' and config.get('model_type') in CLIP_MODEL_TYPES:
         reader = HFClipCheckpoint
     return reader.variant(store, config, hints)

@@ -19,12 +19,13 @@ import torch.nn as nn
 from ..config import DATA_CONFIG_KEYS, MODELS, PREPROCESSING_KEYS, SimpleViTConfig, activation_name, heads_for_width
 from ..errors import ViTVariantsError
 from .fills import batched_grid_table, linear_patch_kernel
+from .hf_dinov3 import dinov3_periods, q_none_v_bias
 from .naflex_reader import NaFlexReader
 from .preprocessing import assumed_preprocessing, checked_preprocessing
 from .source import Rule, SourceCheckpoint
 from .stores import TensorStore
 
-__all__ = ['TimmCheckpoint', 'TimmNaFlexCheckpoint']
+__all__ = ['TimmCheckpoint', 'TimmNaFlexCheckpoint', 'TimmEvaCheckpoint', 'EVA_ARCHITECTURES']
 
 _BLOCK_RE = re.compile(r'^blocks\.(\d+)\.')
 # create_model kwargs that load weights or configs from elsewhere: never taken from a file's config.
@@ -47,6 +48,11 @@ _NAFLEX_RULES = {
     'cls_token': Rule(('{p}embeds.cls_token',)),
 }
 _NAFLEX_KNOWN = {rule.sources[0][len('{p}'):] for rule in _NAFLEX_RULES.values()}
+# timm's Eva ports of DINOv3 (``vit_*_patch16_dinov3*``) and naver RoPE-ViT (``vit_*_patch16_rope[_mixed][_ape]_224``).
+EVA_ARCHITECTURES = re.compile(r'^vit_\w+_patch16_(dinov3(_qkvb)?|rope(_mixed)?(_ape)?_224)$')
+# timm's rotary modules -> our rope_type, with the grid indexing and rotation each must have to be that form.
+_EVA_ROPE = {'RotaryEmbeddingDinoV3': ('dinov3', 'ij', True), 'RotaryEmbeddingCat': ('axial', 'xy', False),
+             'RotaryEmbeddingMixed': ('mixed', 'xy', False)}
 # NaFlexVit's per-image table resize -> our rule computing the same (antialiased, half-pixel, as timm calls it).
 _NAFLEX_RESAMPLE = {'bilinear': 'flexi', 'bicubic': 'timm'}
 
@@ -116,6 +122,8 @@ class TimmCheckpoint(SourceCheckpoint):
     @classmethod
     def variant(cls, store: TensorStore, config: Dict[str, Any], hints: Dict[str, Any]) -> Type[SourceCheckpoint]:
         """``TimmNaFlexCheckpoint`` for timm NaFlexVit weights (``embeds.proj.weight``), else this reader."""
+        if isinstance(config.get('architecture'), str) and EVA_ARCHITECTURES.match(config['architecture']):
+            return TimmEvaCheckpoint
         return TimmNaFlexCheckpoint if (hints.get('prefix') or '') + 'embeds.proj.weight' in store else cls
 
     def _recorded_preprocessing(self) -> Dict[str, Any]:
@@ -455,3 +463,69 @@ class TimmNaFlexCheckpoint(NaFlexReader, TimmCheckpoint):
         """The (1, G_h, G_w, D) table; sets ``self.grid``."""
         self._check_grid_table(self._prefix + 'embeds.pos_embed', dim, leading=(1,))
         return 'learn', False
+
+
+class TimmEvaCheckpoint(TimmCheckpoint):
+    """timm ``Eva`` folders of DINOv3 and RoPE-ViT (``EVA_ARCHITECTURES``), rebuilt on the meta device from their
+    ``architecture`` and ``model_args``: LayerScale is ``gamma_1``/``gamma_2``, DINOv3's attention keeps q and v
+    biases apart (``q_bias``, ``v_bias``; the k bias is fixed at zero), and the periods are recomputed in fp32 from
+    the temperature, as timm does."""
+    KIND = 'Eva'
+
+    def _rule(self, pattern: str, block: Optional[int]) -> Tuple[Rule, Optional[int]]:
+        p, key = self._prefix, pattern.replace('{i}', str(block))
+        if key == 'rope.periods':
+            return Rule((), dinov3_periods(self._theta)), None
+        if key.endswith('ls1.gamma') or key.endswith('ls2.gamma'):
+            return Rule((p + key[:-len('ls1.gamma')] + f'gamma_{key[-7]}',)), None
+        if key.endswith('attn.qkv.bias') and p + key not in self._store:
+            base = p + key[:-len('qkv.bias')]
+            return Rule((base + 'q_bias', base + 'v_bias'), q_none_v_bias), None
+        return Rule((p + key,)), None
+
+    def _infer(self, hints: Dict[str, Any]) -> SimpleViTConfig:
+        self._prefix = hints.get('prefix') or ''
+        arch, args = self._architecture()
+        try:
+            with torch.device('meta'):
+                model = timm.create_model(arch, pretrained=False, **dict(
+                    args, **({'num_classes': self._classes} if self._classes is not None else {})))
+        except Exception as e:  # unknown arguments; timm raises several types
+            raise ViTVariantsError(f'cannot rebuild architecture {arch!r} from its config: {e}',
+                                   path=self._config_path, key='architecture') from None
+        where = dict(path=self._config_path, key='architecture')
+        block, rope = model.blocks[0], model.rope
+        kind, indexing, half = _EVA_ROPE.get(type(rope).__name__, (None, None, None))
+        if kind is None or getattr(rope, 'grid_indexing', indexing) != indexing or \
+                bool(getattr(block.attn, 'rotate_half', False)) != half or getattr(rope, 'ref_feat_shape', None) or \
+                getattr(rope, 'grid_offset', 0.) or getattr(rope, 'in_pixels', False) or \
+                getattr(rope, 'min_period', None) is not None or getattr(rope, 'normalize_coords', 'separate') != \
+                'separate' or model.global_pool not in ('token', 'avg') or not isinstance(model.fc_norm, nn.Identity):
+            raise ViTVariantsError(f'{arch} with these model_args uses a RoPE or pooling this family does not express '
+                                   "(DINOv3's or RoPE-ViT's RoPE, token or avg pooling, no fc_norm)", **where)
+        self._theta = float(rope.temperature)
+        swiglu = type(block.mlp).__name__ == 'SwiGLU'
+        mlp_dim = block.mlp.fc2.in_features
+        patch = tuple(model.patch_embed.patch_size)
+        ape = model.pos_embed is not None
+        if ape:
+            self.grid = tuple(model.patch_embed.grid_size)
+        qkv_bias = getattr(block.attn, 'q_bias', None) is not None or getattr(block.attn.qkv, 'bias', None) is not None
+        config = SimpleViTConfig(
+            img_size=tuple(model.patch_embed.img_size), patch_size=patch, in_chans=model.patch_embed.proj.in_channels,
+            num_classes=model.num_classes, global_pool=model.global_pool, embed_dim=model.embed_dim,
+            depth=len(model.blocks), num_heads=block.attn.num_heads, mlp_dim=mlp_dim,
+            mlp_layer='swiglu' if swiglu else 'mlp', init_values=1.0 if block.gamma_1 is not None else None,
+            qkv_bias=qkv_bias, class_token=model.cls_token is not None,
+            reg_tokens=0 if model.reg_token is None else model.reg_token.shape[1],
+            pos_embed='learn+rope' if ape else 'rope', pos_embed_cls_slot=False, pos_embed_resample='timm',
+            rope_type=kind, rope_theta=self._theta,
+            act_layer=hints.get('act_layer') or ('silu' if swiglu else activation_name(block.mlp.act)),
+            norm_eps=hints.get('norm_eps') or model.norm.eps, grid_mode='crop',
+            head_bias=not isinstance(model.head, nn.Linear) or model.head.bias is not None)
+        if ape and not getattr(model, 'no_embed_class', False):
+            raise ViTVariantsError(f'{arch}: a table with a [CLS] slot next to RoPE is not supported', **where)
+        self.notes.append(f'detected a timm Eva {arch} ({kind} RoPE, base {self._theta:g}'
+                          f'{", periods recomputed in fp32 as timm does" if kind == "dinov3" else ""}'
+                          f'{", table resize rule " + repr("timm") if ape else ""})')
+        return config

@@ -1,0 +1,317 @@
+"""DINOv3 and RoPE-ViT: 2D rotary positions, storage tokens, the masked k bias, untied norms and DeiT-III LayerScale,
+against outputs written by DINOv3's and RoPE-ViT's own code (tests/data/reference_dino, see its README), against
+transformers' DINOv3ViTModel and timm's own Eva ports, and the converter end to end."""
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from porting.cli import main
+from timm_vit_variants import SimpleVisionTransformer
+from timm_vit_variants.checkpoints import open_checkpoint
+from timm_vit_variants.errors import ViTVariantsError
+from timm_vit_variants.rope import AxialRope, DinoV3Rope, MixedRope
+
+DATA = Path(__file__).parent / 'data' / 'reference_dino'
+GRIDS = ('6x6', '12x9', '4x5')
+DINOV3 = ('dinov3_tiny_bf16periods', 'dinov3_tiny_fp32periods', 'dinov3_tiny_untied_swiglu')
+ROPEVIT = ('ropevit_tiny_axial', 'ropevit_tiny_mixed', 'ropevit_tiny_axial_ape', 'ropevit_tiny_mixed_ape')
+BOUND = 2e-5
+
+
+def _rows_cols(grid: str):
+    return tuple(map(int, grid.split('x')))
+
+
+def _input(grid: str, patch: int = 16) -> torch.Tensor:
+    """The fixtures' input at a grid: the top-left crop of the stored uint8 images, mapped to [-1, 1]."""
+    rows, cols = _rows_cols(grid)
+    u8 = np.load(DATA / 'inputs.npz')[f'p{patch}_uint8'][:, :, :rows * patch, :cols * patch]
+    return torch.from_numpy(np.float32(-1) + (u8.astype(np.float32) / np.float32(255)) * np.float32(2))
+
+
+def _coords(rows: int, cols: int):
+    y, x = torch.meshgrid(torch.arange(rows), torch.arange(cols), indexing='ij')
+    coords = torch.stack([y.flatten(), x.flatten()], dim=-1)
+    return coords, torch.tensor([rows, cols]).expand_as(coords)
+
+
+def _model(path, **hints) -> SimpleVisionTransformer:
+    with open_checkpoint(path, layout=SimpleVisionTransformer.state_layout, **hints) as src:
+        model = SimpleVisionTransformer(src.config.replace(weight_init='skip')).eval()
+        model.load_state_dict(src.state_dict())
+    return model
+
+
+def _state(name: str):
+    state = torch.load(DATA / f'{name}.pth', weights_only=True)
+    return state['model'] if 'model' in state else state
+
+
+# -- the rotary tables ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize('name', DINOV3[:2])
+def test_dinov3_rope_tables_are_dinov3s(name):
+    """sin/cos from the stored periods equal what DINOv3's rope_embed hands every block, bit for bit."""
+    rope = DinoV3Rope(16)
+    rope.periods.copy_(_state(name)['rope_embed.periods'])
+    io = np.load(DATA / f'{name}_io.npz')
+    for grid in GRIDS:
+        table = rope(*_coords(*_rows_cols(grid)))[0, 0]
+        assert torch.equal(table[:, :16], torch.from_numpy(io[f'rope_sin_{grid}']))
+        assert torch.equal(table[:, 16:], torch.from_numpy(io[f'rope_cos_{grid}']))
+
+
+@pytest.mark.parametrize('name', ROPEVIT[:2])
+def test_ropevit_rope_tables_are_ropevits(name, max_delta):
+    """The interleaved [sin | cos] are the imaginary and real parts of RoPE-ViT's freqs_cis, per grid (4x9 too)."""
+    if 'mixed' in name:
+        rope = MixedRope(16, depth=2, num_heads=2)
+        rope.freqs.data.copy_(_state(name)['freqs'].reshape(2, 2, 2, 8))
+    else:
+        rope = AxialRope(16)
+    io = np.load(DATA / f'{name}_io.npz')
+    for grid in (*GRIDS, '4x9'):
+        table = rope(*_coords(*_rows_cols(grid)))
+        table = table[0, 0] if 'axial' in name else table
+        max_delta(f'{name} rope sin {grid}', table[..., :16:2], io[f'rope_sin_{grid}'], 1e-6)
+        max_delta(f'{name} rope cos {grid}', table[..., 16::2], io[f'rope_cos_{grid}'], 1e-6)
+
+
+# -- the fixtures, through the readers and the model --------------------------------------------------
+
+@pytest.mark.parametrize('name', DINOV3)
+def test_dinov3_file_matches_dinov3(name, max_delta):
+    with open_checkpoint(DATA / f'{name}.pth', num_heads=2) as src:
+        assert src.format == 'dinov3' and src.given == {'num_heads': 2}
+        assert src.notes[0].startswith('detected a DINOv3 backbone') and 'bias_mask' in src.notes[0]
+        assert ('bfloat16' if 'bf16' in name or 'untied' in name else 'float32') in src.notes[0]
+    model = _model(DATA / f'{name}.pth', num_heads=2)
+    cfg = model.config
+    assert (cfg.reg_tokens, model.num_prefix_tokens, cfg.pos_embed, cfg.rope_type) == (4, 5, 'rope', 'dinov3')
+    assert cfg.untie_cls_and_patch_norms == ('untied' in name) and cfg.norm_eps == 1e-5
+    assert cfg.mlp_layer == ('swiglu' if 'swiglu' in name else 'mlp')
+    assert model.state_dict()['blocks.0.attn.qkv.bias'][32:64].abs().max() == 0  # bias_mask applied
+    io = np.load(DATA / f'{name}_io.npz')
+    for grid in GRIDS:
+        rows, cols = _rows_cols(grid)
+        x = _input(grid)
+        with torch.no_grad():
+            feats = model.forward_features(x)
+            maps = model.forward_intermediates(x, indices=2, intermediates_only=True)
+        max_delta(f'{name} cls {grid}', feats[:, 0], io[f'cls_{grid}'], BOUND)
+        max_delta(f'{name} storage {grid}', feats[:, 1:5], io[f'storage_{grid}'], BOUND)
+        max_delta(f'{name} patches {grid}', feats[:, 5:], io[f'patch_{grid}'], BOUND)
+        assert [tuple(m.shape) for m in maps] == [(2, 32, rows, cols)] * 2
+        if f'blocks_{grid}' in io:  # the raw block outputs as NCHW maps
+            want = torch.from_numpy(io[f'blocks_{grid}'][-1])[:, 5:].reshape(2, rows, cols, 32).permute(0, 3, 1, 2)
+            max_delta(f'{name} last block map {grid}', maps[-1], want, BOUND)
+
+
+@pytest.mark.parametrize('name', ROPEVIT)
+def test_ropevit_file_matches_ropevit(name, max_delta):
+    with open_checkpoint(DATA / f'{name}.pth', num_heads=2) as src:
+        assert src.format == 'ropevit'
+        assert any(n.startswith(f'detected a RoPE-ViT {"mixed" if "mixed" in name else "axial"}') for n in src.notes)
+    model = _model(DATA / f'{name}.pth', num_heads=2)
+    cfg = model.config
+    assert cfg.pos_embed == ('learn+rope' if 'ape' in name else 'rope') and cfg.init_values == 1e-4
+    assert cfg.rope_type == ('mixed' if 'mixed' in name else 'axial') and cfg.num_classes == 10
+    io = np.load(DATA / f'{name}_io.npz')
+    for grid, suffix in (*((g, '') for g in GRIDS), ('4x9', '_pergrid')):
+        with torch.no_grad():
+            feats = model.forward_features(_input(grid))
+            logits = model.forward_head(feats)
+        max_delta(f'{name} logits {grid}{suffix}', logits, io[f'logits_{grid}{suffix}'], BOUND)
+        max_delta(f'{name} cls {grid}{suffix}', feats[:, 0], io[f'cls_{grid}{suffix}'], BOUND)
+        max_delta(f'{name} patches {grid}{suffix}', feats[:, 1:], io[f'patch_{grid}{suffix}'], BOUND)
+    # the original reuses its 6x6 grid state at 4x9 (the same token count); this model does not
+    assert np.abs(logits.numpy() - io['logits_4x9_original']).max() > 1e-3
+
+
+def test_dinov3_list_of_images_equals_each_alone():
+    """Packing: a list of differently sized images gives each image's tokens as it gives alone."""
+    model = _model(DATA / 'dinov3_tiny_untied_swiglu.pth', num_heads=2)
+    images = [_input(g)[0] for g in GRIDS]
+    with torch.no_grad():
+        laid = model.forward_features(images)
+        for i, image in enumerate(images):
+            alone = model.forward_features(image[None])[0]
+            count = alone.shape[0] - 5
+            assert laid['patch_valid'][i].sum() == count
+            torch.testing.assert_close(laid['patches'][i, :5 + count], alone, rtol=0, atol=1e-5)
+
+
+def test_rope_model_features_only_and_any_size():
+    import timm
+
+    model = _model(DATA / 'ropevit_tiny_mixed.pth', num_heads=2)
+    x = torch.randn(1, 3, 80, 112)
+    with torch.no_grad():
+        maps = model.forward_intermediates(x, indices=[0, 1], intermediates_only=True)
+    assert [tuple(m.shape) for m in maps] == [(1, 32, 5, 7)] * 2
+    features = timm.create_model('simple_vit_small_patch16_rope_mixed_224', features_only=True, embed_dim=32,
+                                 depth=2, num_heads=2, mlp_dim=128, out_indices=(0, 1)).eval()
+    wanted = set(features.state_dict())  # the getter wraps the model as `model.`, pruned after its last block
+    features.load_state_dict({f'model.{k}': v for k, v in model.state_dict().items() if f'model.{k}' in wanted})
+    assert wanted <= {f'model.{k}' for k in model.state_dict()}
+    with torch.no_grad():
+        got = features(x)
+    torch.testing.assert_close(got[-1], maps[-1], rtol=0, atol=1e-5)
+
+
+# -- transformers and timm folders --------------------------------------------------------------------
+
+def _noised(model: torch.nn.Module) -> torch.nn.Module:
+    torch.manual_seed(1)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.1)
+    return model.eval()
+
+
+def _hf_dinov3(tmp_path, gated: bool, registers: int = 4):
+    from transformers import DINOv3ViTConfig, DINOv3ViTModel
+
+    torch.manual_seed(0)
+    config = DINOv3ViTConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, patch_size=16,
+                             intermediate_size=88 if gated else 128, num_register_tokens=registers, image_size=96,
+                             use_gated_mlp=gated, hidden_act='silu' if gated else 'gelu')
+    model = _noised(DINOv3ViTModel(config))
+    model.save_pretrained(tmp_path / 'hf')
+    return model, tmp_path / 'hf'
+
+
+@pytest.mark.parametrize('gated', [False, True])
+def test_transformers_dinov3_folder_matches_transformers(gated, tmp_path, max_delta):
+    ref, folder = _hf_dinov3(tmp_path, gated)
+    model = _model(folder)
+    for size in ((96, 96), (192, 144), (64, 80)):
+        x = torch.randn(2, 3, *size, generator=torch.Generator().manual_seed(2))
+        with torch.no_grad():
+            max_delta(f'transformers dinov3 gated={gated} {size}', model.forward_features(x),
+                      ref(pixel_values=x).last_hidden_state, BOUND)
+
+
+def test_transformers_dinov3_register_count_disagreeing_with_the_config(tmp_path):
+    _, folder = _hf_dinov3(tmp_path, False)
+    config = json.loads((folder / 'config.json').read_text())
+    config['num_register_tokens'] = 2
+    (folder / 'config.json').write_text(json.dumps(config))
+    with pytest.raises(ViTVariantsError) as e:
+        open_checkpoint(folder, layout=SimpleVisionTransformer.state_layout)
+    assert e.value.key == 'embeddings.register_tokens' and str(folder / 'model.safetensors') in str(e.value)
+    assert len(str(e.value).splitlines()) == 1
+
+
+@pytest.mark.parametrize('arch', ['vit_small_patch16_dinov3_qkvb', 'vit_small_plus_patch16_dinov3',
+                                  'vit_small_patch16_rope_224', 'vit_small_patch16_rope_mixed_ape_224'])
+def test_timm_eva_folder_matches_timm(arch, tmp_path, max_delta):
+    import timm
+    from timm.models import save_for_hf
+
+    args = dict(embed_dim=32, depth=2, num_heads=2, img_size=96)
+    ref = _noised(timm.create_model(arch, **args))
+    save_for_hf(ref, str(tmp_path / 'timm'), model_args=args)
+    with open_checkpoint(tmp_path / 'timm') as src:
+        assert src.notes[-1].startswith(f'detected a timm Eva {arch}')
+    model = _model(tmp_path / 'timm')
+    runs = timm.create_model(arch, **args, dynamic_img_size=True).eval()  # timm itself at any size
+    runs.load_state_dict(ref.state_dict())
+    for size in ((96, 96), (128, 80)):
+        x = torch.randn(2, 3, *size, generator=torch.Generator().manual_seed(3))
+        with torch.no_grad():
+            max_delta(f'timm {arch} {size}', model.forward_features(x), runs.forward_features(x), BOUND)
+
+
+# -- bad input ---------------------------------------------------------------------------------------------
+
+def _bad(tmp_path, name: str, change, wrap: bool = False) -> Path:
+    state = _state(name)
+    change(state)
+    path = tmp_path / f'bad_{name}.pth'
+    torch.save({'model': state} if wrap else state, path)
+    return path
+
+
+def _nan_mask(state):
+    state['blocks.1.attn.qkv.bias_mask'] = torch.full((96,), float('nan'))
+
+
+def _no_mask(state):
+    del state['blocks.0.attn.qkv.bias_mask']
+
+
+def _short_periods(state):
+    state['rope_embed.periods'] = state['rope_embed.periods'][:3]
+
+
+def _bad_freqs(state):
+    state['freqs'] = state['freqs'][:, :, :12]
+
+
+@pytest.mark.parametrize('name,change,key,wrap', [
+    ('dinov3_tiny_bf16periods', _nan_mask, 'blocks.1.attn.qkv.bias_mask', False),
+    ('dinov3_tiny_bf16periods', _no_mask, 'blocks.0.attn.qkv.bias_mask', False),
+    ('dinov3_tiny_fp32periods', _short_periods, 'rope_embed.periods', False),
+    ('ropevit_tiny_mixed', _bad_freqs, 'freqs', True),
+])
+def test_bad_input_is_one_error_naming_file_and_key(name, change, key, wrap, tmp_path, capsys):
+    path = _bad(tmp_path, name, change, wrap)
+    with pytest.raises(ViTVariantsError) as e:
+        open_checkpoint(path, num_heads=2)
+    assert e.value.key == key and str(path) in str(e.value)
+    assert main(['convert', str(path), str(tmp_path / 'out'), '--num-heads', '2']) != 0
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith('error:')]
+    assert len(err) == 1 and key in err[0] and str(path) in err[0]
+
+
+# -- the converter end to end ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize('name', ['dinov3_tiny_untied_swiglu', 'ropevit_tiny_mixed_ape'])
+def test_convert_verifies_at_both_geometries(name, tmp_path, capsys, max_delta):
+    import timm
+
+    out = tmp_path / 'out'
+    assert main(['convert', str(DATA / f'{name}.pth'), str(out), '--num-heads', '2', '--img-size', '192', '144']) == 0
+    captured = capsys.readouterr()
+    assert 'target geometry (192x144, patch 16) passed' in captured.out
+    assert 'source geometry' in captured.out and 'passed' in captured.out
+    model = timm.create_model(f'local-dir:{out}', pretrained=True).eval()
+    io = np.load(DATA / f'{name}_io.npz')
+    with torch.no_grad():  # a RoPE model without a table, or with RoPE-ViT's table resized to 12x9 once
+        feats = model.forward_features(_input('12x9'))
+    max_delta(f'converted {name} cls 12x9', feats[:, 0], io['cls_12x9'], BOUND)
+
+
+def test_convert_timm_eva_folder_verifies_at_the_target_geometry(tmp_path, capsys):
+    import timm
+    from timm.models import save_for_hf
+
+    args = dict(embed_dim=32, depth=2, num_heads=2, img_size=96)
+    save_for_hf(_noised(timm.create_model('vit_small_patch16_rope_mixed_ape_224', **args)), str(tmp_path / 'timm'),
+                model_args=args)
+    assert main(['convert', str(tmp_path / 'timm'), str(tmp_path / 'out'), '--img-size', '128', '80']) == 0
+    assert "target geometry (128x80, patch 16) passed vs timm.create_model('local-dir:...'" in capsys.readouterr().out
+
+
+def test_compile_and_onnx_follow_the_input_size(tmp_path):
+    """One torch.compile graph for every H x W and batch; an ONNX file with dynamic H x W that matches eager (the
+    DINOv3 fixture with every option: registers, untied norms, SwiGLU, RoPE)."""
+    from torch._dynamo.utils import counters
+
+    from porting.export import export_onnx
+
+    model = _model(DATA / 'dinov3_tiny_untied_swiglu.pth', num_heads=2)
+    torch._dynamo.reset()
+    counters.clear()
+    compiled = torch.compile(model, dynamic=True, fullgraph=True, backend='eager')
+    with torch.no_grad():
+        for i, size in enumerate(((96, 80), (64, 64), (128, 48), (33, 57))):
+            x = torch.randn(2 + i % 2, 3, *size, generator=torch.Generator().manual_seed(i))
+            torch.testing.assert_close(compiled(x), model(x))
+    assert counters['stats']['unique_graphs'] == 1
+    result = export_onnx(model, tmp_path / 'm.onnx')
+    assert result.verification.status == 'passed' and 'at 7 sizes' in result.verification.summary()

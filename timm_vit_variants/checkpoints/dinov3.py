@@ -1,0 +1,151 @@
+"""DINOv3 hub checkpoints: ``dinov3_vit{s16,s16plus,b16,l16,l16plus,h16plus}_pretrain_{lvd1689m,sat493m}-*.pth``.
+
+They are bare backbone state dicts that ``dinov3/hub/backbones.py`` loads with ``strict=True`` into a
+``DinoVisionTransformer`` with ``mask_k_bias=True``: ``cls_token``, ``storage_tokens`` (our registers, after
+[CLS], with no position), ``mask_token`` (masked training only), ``patch_embed.proj``, ``rope_embed.periods``
+(RoPE, no absolute table), flat ``blocks.N`` with LayerScale and a ``LinearKMaskedBias`` qkv (its stored
+``bias_mask`` zeroes the k third of the bias; the mask is applied here, at load, which is the same product the
+layer computes at run time), an MLP of ``fc1``/``fc2`` or a SwiGLU ``w1``/``w2``/``w3`` (S+, L+, H+), ``norm``,
+and ``cls_norm`` where the norms are untied. The SAT-493M ViT-L also stores ``local_cls_norm``, used only in
+training. The head count is not recorded; the published width's is assumed (H+ has 20 heads) and checked
+against the length of ``periods`` (head width / 4).
+"""
+import re
+from typing import Any, Dict, Optional, Set, Tuple
+
+import torch
+
+from ..config import SimpleViTConfig
+from .fills import Misfit
+from .source import Rule, SourceCheckpoint
+
+__all__ = ['DINOV3_HEADS', 'Dinov3Checkpoint', 'is_dinov3']
+
+_BLOCK_RE = re.compile(r'^blocks\.(\d+)\.')
+# The hub's vit_small/base/large/huge2/7b head counts by width; the files do not record them.
+DINOV3_HEADS = {384: 6, 768: 12, 1024: 16, 1280: 20, 4096: 32}
+_PERIODS = 'rope_embed.periods'
+_STORAGE = 'storage_tokens'
+_SKIPPED = ('mask_token', 'local_cls_norm.weight', 'local_cls_norm.bias')
+# Our SwiGLU (timm's SwiGLU) -> DINOv3's SwiGLUFFN: silu(w1 x) * w2 x, then w3.
+_SWIGLU = {'mlp.fc1_g.': 'mlp.w1.', 'mlp.fc1_x.': 'mlp.w2.', 'mlp.fc2.': 'mlp.w3.'}
+
+
+def is_dinov3(names: Set[str]) -> bool:
+    """Whether a bare state dict has DINOv3's layout (RoPE periods, storage tokens or a masked k bias)."""
+    return 'patch_embed.proj.weight' in names and _PERIODS in names and 'blocks.0.ls1.gamma' in names
+
+
+def masked_bias(dst: torch.Tensor, bias: torch.Tensor, mask: torch.Tensor) -> None:
+    """``LinearKMaskedBias``: the stored bias times its stored ``bias_mask`` (the k third zeroed)."""
+    if tuple(bias.shape) != tuple(dst.shape) or tuple(mask.shape) != tuple(dst.shape):
+        raise Misfit('shape does not fit', bias.shape if tuple(bias.shape) != tuple(dst.shape) else mask.shape,
+                     dst.shape)
+    dst.copy_(bias * mask.to(bias.dtype))
+
+
+class Dinov3Checkpoint(SourceCheckpoint):
+    format = 'dinov3'
+    _WHY = "not recorded by the checkpoint; DINOv3's ImageNet preprocessing"
+    PREPROCESSING_DEFAULTS = {'mean': ((0.485, 0.456, 0.406), _WHY), 'std': ((0.229, 0.224, 0.225), _WHY),
+                              'interpolation': ('bicubic', _WHY), 'crop_pct': (1.0, _WHY),
+                              'crop_mode': ('center', _WHY)}
+
+    def _candidates(self) -> Set[str]:
+        return {n for n in self._store.names() if n not in _SKIPPED}
+
+    def _rule(self, pattern: str, block: Optional[int]) -> Tuple[Rule, Optional[int]]:
+        key = pattern.replace('{i}', str(block))
+        if key == 'reg_token':
+            return Rule((_STORAGE,)), None
+        if key == 'rope.periods':
+            return Rule((_PERIODS,)), None
+        if key.endswith('attn.qkv.bias'):
+            return Rule((key, key + '_mask'), masked_bias), None
+        if self.config.mlp_layer == 'swiglu':
+            for ours, theirs in _SWIGLU.items():
+                key = key.replace(ours, theirs)
+        return Rule((key,)), None
+
+    def _infer(self, hints: Dict[str, Any]) -> SimpleViTConfig:
+        names = set(self._store.names())
+        kernel = self._shape('patch_embed.proj.weight')
+        if len(kernel) != 4:
+            raise self._error('patch embedding must be a (D, C, P, P) convolution', key='patch_embed.proj.weight',
+                              shapes=(kernel,))
+        dim, in_chans, patch_h, patch_w = kernel
+        self._check_dims('patch_embed.proj.weight', width=dim, img_size=max(patch_h, patch_w))
+        if 'pos_embed' in names:
+            raise self._error('a DINOv3 backbone has no absolute position table', key='pos_embed')
+        depth = self._block_count([int(m.group(1)) for m in map(_BLOCK_RE.match, names) if m],
+                                  lambda i: f'blocks.{i}')
+        if not depth:
+            raise self._error('no transformer blocks found', key='blocks.0.attn.qkv.weight')
+        swiglu = 'blocks.0.mlp.w1.weight' in names
+        mlp_key = 'blocks.0.mlp.w1.weight' if swiglu else 'blocks.0.mlp.fc1.weight'
+        mlp_dim = self._shape(mlp_key)[0]
+        self._check_dims(mlp_key, mlp=mlp_dim)
+        reg_tokens = self._registers(dim)
+        heads = self._heads(dim, hints)
+        self._check_periods(dim // heads)
+        qkv_bias = 'blocks.0.attn.qkv.bias' in names
+        if qkv_bias:
+            self._check_bias_masks(depth)
+        untied = 'cls_norm.weight' in names
+        img_size = self._unrecorded('img_size', hints, 224, "a RoPE backbone records no grid; the hub's img_size")
+        eps = self._unrecorded('norm_eps', hints, 1e-5, "DINOv3's hub models ('layernormbf16': LayerNorm eps 1e-5)")
+        skipped = [n for n in _SKIPPED if n in names]
+        self.notes.append(
+            f'detected a DINOv3 backbone ({"SwiGLU, " if swiglu else ""}{reg_tokens} storage tokens as registers'
+            f'{", untied CLS/patch norms" if untied else ""}): RoPE (base 100, per-side coordinates, half-split) '
+            f'from the stored {self._store.dtype(_PERIODS)} periods; the k third of the qkv bias zeroed by its '
+            f'bias_mask at load; {", ".join(skipped) or "nothing"} stored for training and skipped')
+        return SimpleViTConfig(
+            img_size=img_size, patch_size=(patch_h, patch_w), in_chans=in_chans, num_classes=0, global_pool='token',
+            embed_dim=dim, depth=depth, num_heads=heads, mlp_dim=mlp_dim, mlp_layer='swiglu' if swiglu else 'mlp',
+            init_values=1e-5, qkv_bias=qkv_bias, class_token=True, reg_tokens=reg_tokens, pos_embed='rope',
+            rope_type='dinov3', rope_theta=100., untie_cls_and_patch_norms=untied,
+            act_layer=hints.get('act_layer') or ('silu' if swiglu else 'gelu'), norm_eps=eps, grid_mode='crop')
+
+    def _registers(self, dim: int) -> int:
+        if _STORAGE not in self._store:
+            return 0
+        shape = self._shape(_STORAGE)
+        if len(shape) != 3 or shape[0] != 1 or shape[2] != dim:
+            raise self._error('storage tokens must be (1, count, width)', key=_STORAGE,
+                              shapes=(shape, (1, 'count', dim)))
+        self._check_dims(_STORAGE, tokens=shape[1])
+        return shape[1]
+
+    def _check_periods(self, head_dim: int) -> None:
+        shape = self._shape(_PERIODS)
+        if shape != (head_dim // 4,):
+            raise self._error(f'RoPE periods must be (head width / 4,) = ({head_dim // 4},) for {head_dim}-wide heads; '
+                              f'got {shape} (a wrong head count, or not a DINOv3 RoPE)', key=_PERIODS,
+                              shapes=(shape, (head_dim // 4,)))
+
+    def _check_bias_masks(self, depth: int) -> None:
+        """Every qkv bias has a finite ``bias_mask`` (DINOv3 fills it with NaN until ``init_weights``)."""
+        for i in range(depth):
+            key = f'blocks.{i}.attn.qkv.bias_mask'
+            if key not in self._store:
+                raise self._error("missing key: DINOv3's masked k bias (mask_k_bias) needs the stored bias_mask",
+                                  key=key)
+            if not self._store.is_float(key) or not bool(torch.isfinite(self._store.tensor(key)).all()):
+                raise self._error('bias_mask is not finite (NaN: the mask was never initialised), so the k bias it '
+                                  'masks is undefined', key=key)
+
+    def _heads(self, dim: int, hints: Dict[str, Any]) -> int:
+        """The caller's head count, else the DINOv3 hub model's of this width."""
+        key = 'blocks.0.attn.qkv.weight'
+        if hints.get('num_heads'):
+            heads = self._unrecorded('num_heads', hints, None, '')
+        elif dim in DINOV3_HEADS:
+            heads = self._unrecorded('num_heads', {}, DINOV3_HEADS[dim], f'the DINOv3 hub model of width {dim}')
+        else:
+            raise self._error(f'a DINOv3 checkpoint does not record the number of attention heads, and width {dim} '
+                              f"is none of the hub models' ({sorted(DINOV3_HEADS)}); give the head count",
+                              key=key, needs='num_heads')
+        if dim % int(heads):
+            raise self._error(f'width {dim} is not divisible by {heads} heads', key=key)
+        return int(heads)

@@ -1,0 +1,128 @@
+"""naver RoPE-ViT checkpoints (``rope_{axial,mixed}[_ape]_deit_{small,base,large}_patch16_LS``): ``{'model': ...}``.
+
+DeiT-III blocks (``models_v2.Layer_scale_init_Block``: LayerScale as ``gamma_1``/``gamma_2``, qkv bias, LayerNorm eps
+1e-6, exact GELU), a [CLS] token, a classifier ``head``, and 2D RoPE in every attention on tokens ``1:``:
+axial (theta 100, no tensor stored) or mixed (theta 10, learned ``freqs`` (2, depth, heads * hd / 2), which become
+timm's ``rope.freqs`` (2, depth, heads, hd / 2); the stored ``freqs_t_x``/``freqs_t_y`` are the training grid's
+coordinates, recomputed here for each image's own grid). The ``_ape`` models add a learned table with no [CLS]
+slot, resized bicubic without antialias (our 'ropevit' rule).
+
+The original recomputes its grid only when the token count changes, so an input with the stored count and
+another shape (4x9 for a 6x6 model) reuses the stored grid there; this reader's model always uses each image's
+own grid. The files do not record the head count: the standard ViT width's is assumed (384: 6, 768: 12,
+1024: 16), ``num_heads`` gives any other.
+"""
+import re
+from typing import Any, Dict, Optional, Set, Tuple
+
+import torch
+
+from ..config import SimpleViTConfig, heads_for_width
+from .fills import Misfit
+from .source import Rule, SourceCheckpoint
+
+__all__ = ['RopeVitCheckpoint', 'is_rope_vit']
+
+_BLOCK_RE = re.compile(r'^blocks\.(\d+)\.')
+_FREQS = 'freqs'
+_TIMM_FREQS = 'rope.freqs'  # timm's Eva port of the mixed models: (2, depth, heads, hd / 2)
+_GRID = ('freqs_t_x', 'freqs_t_y')
+_APE_NOTE = ", a table with no [CLS] slot: resize rule 'ropevit' (bicubic, no antialias)"
+_LAYER_SCALE = {'ls1.gamma': 'gamma_1', 'ls2.gamma': 'gamma_2'}
+
+
+def is_rope_vit(names: Set[str]) -> bool:
+    """Whether a state dict has RoPE-ViT's layout: DeiT-III blocks (LayerScale as ``gamma_1``) and a patch conv.
+
+    A plain DeiT-III file (no RoPE) has the keys of an axial ``_ape`` one; it is read as RoPE-ViT, as the note says.
+    """
+    return 'blocks.0.gamma_1' in names and 'patch_embed.proj.weight' in names
+
+
+def mixed_freqs(dst: torch.Tensor, freqs: torch.Tensor) -> None:
+    """RoPE-ViT's (2, depth, heads * hd / 2) learned frequencies as timm's (2, depth, heads, hd / 2)."""
+    want = (dst.shape[0], dst.shape[1], dst.shape[2] * dst.shape[3])
+    if tuple(freqs.shape) != want:
+        raise Misfit('RoPE-ViT mixed freqs must be (2, depth, heads * head_width / 2)', freqs.shape, want)
+    dst.copy_(freqs.reshape(dst.shape))
+
+
+class RopeVitCheckpoint(SourceCheckpoint):
+    format = 'ropevit'
+    _WHY = "not recorded by the checkpoint; RoPE-ViT's DeiT-III ImageNet preprocessing"
+    PREPROCESSING_DEFAULTS = {'mean': ((0.485, 0.456, 0.406), _WHY), 'std': ((0.229, 0.224, 0.225), _WHY),
+                              'interpolation': ('bicubic', _WHY), 'crop_pct': (1.0, _WHY),
+                              'crop_mode': ('center', _WHY)}
+
+    def _candidates(self) -> Set[str]:
+        return {n for n in self._store.names() if n not in _GRID}
+
+    def _rule(self, pattern: str, block: Optional[int]) -> Tuple[Rule, Optional[int]]:
+        key = pattern.replace('{i}', str(block))
+        if key == 'rope.freqs':  # naver's freqs, or a timm state dict's rope.freqs (already timm's layout)
+            return (Rule((_FREQS,), mixed_freqs) if _FREQS in self._store else Rule((_TIMM_FREQS,))), None
+        for ours, theirs in _LAYER_SCALE.items():
+            if key.endswith(ours):
+                return Rule((key[:-len(ours)] + theirs,)), None
+        return Rule((key,)), None
+
+    def _infer(self, hints: Dict[str, Any]) -> SimpleViTConfig:
+        names = set(self._store.names())
+        kernel = self._shape('patch_embed.proj.weight')
+        if len(kernel) != 4:
+            raise self._error('patch embedding must be a (D, C, P, P) convolution', key='patch_embed.proj.weight',
+                              shapes=(kernel,))
+        dim, in_chans, patch_h, patch_w = kernel
+        self._check_dims('patch_embed.proj.weight', width=dim, img_size=max(patch_h, patch_w))
+        depth = self._block_count([int(m.group(1)) for m in map(_BLOCK_RE.match, names) if m],
+                                  lambda i: f'blocks.{i}')
+        if not depth:
+            raise self._error('no transformer blocks found', key='blocks.0.attn.qkv.weight')
+        mlp_dim = self._shape('blocks.0.mlp.fc1.weight')[0]
+        num_classes = self._shape('head.weight')[0] if 'head.weight' in names else 0
+        self._check_dims('blocks.0.mlp.fc1.weight', mlp=mlp_dim, classes=num_classes)
+        heads = self._heads(dim, hints)
+        mixed = _FREQS in names or _TIMM_FREQS in names
+        if _FREQS in names:
+            shape, want = self._shape(_FREQS), (2, depth, dim // 2)
+            if shape != want:
+                raise self._error('RoPE-ViT mixed freqs must be (2, depth, width / 2)', key=_FREQS,
+                                  shapes=(shape, want))
+        ape = 'pos_embed' in names
+        if ape:
+            self._check_token_table('pos_embed', dim, (patch_h, patch_w), class_token=True, slot=False,
+                                    img_size=hints.get('img_size'))
+            img_size: Any = (self.grid[0] * patch_h, self.grid[1] * patch_w)
+        else:
+            img_size = self._unrecorded('img_size', hints, 224, 'a RoPE model without a table records no grid; '
+                                        "RoPE-ViT's training size")
+        kind = 'mixed' if mixed else 'axial'
+        if ape and not mixed:
+            self.notes.append('a DeiT-III layout with a table and no learned freqs: read as RoPE-ViT rope_axial_ape (a '
+                              'plain DeiT-III file, without RoPE, has the same keys)')
+        self.notes.append(
+            f'detected a RoPE-ViT {kind}{" + APE" if ape else ""} model (DeiT-III LayerScale gamma_1/gamma_2'
+            f'{_APE_NOTE if ape else ""}'
+            f'); RoPE from each image\'s own grid, where the original reuses its cached grid for an input with the '
+            f'stored token count and another shape' + (f'; {"/".join(_GRID)} skipped' if mixed else ''))
+        return SimpleViTConfig(
+            img_size=img_size, patch_size=(patch_h, patch_w), in_chans=in_chans, num_classes=num_classes,
+            global_pool='token', embed_dim=dim, depth=depth, num_heads=heads, mlp_dim=mlp_dim, init_values=1e-4,
+            qkv_bias='blocks.0.attn.qkv.bias' in names, class_token=True, pos_embed='learn+rope' if ape else 'rope',
+            pos_embed_resample='ropevit', rope_type=kind, rope_theta=10. if mixed else 100.,
+            act_layer=hints.get('act_layer') or 'gelu', norm_eps=hints.get('norm_eps') or 1e-6, grid_mode='crop',
+            head_bias='head.bias' in names or 'head.weight' not in names)
+
+    def _heads(self, dim: int, hints: Dict[str, Any]) -> int:
+        """The caller's head count, else the standard ViT's of this width (RoPE-ViT's are DeiT S/B/L)."""
+        key = 'blocks.0.attn.qkv.weight'
+        if hints.get('num_heads'):
+            heads = self._unrecorded('num_heads', hints, None, '')
+        elif heads_for_width(dim) is not None:
+            heads = self._unrecorded('num_heads', {}, heads_for_width(dim), f'the standard ViT of width {dim}')
+        else:
+            raise self._error(f'a RoPE-ViT checkpoint does not record the number of attention heads, and width {dim} '
+                              'is not a standard ViT width; give the head count', key=key, needs='num_heads')
+        if dim % int(heads):
+            raise self._error(f'width {dim} is not divisible by {heads} heads', key=key)
+        return int(heads)

@@ -1,0 +1,159 @@
+"""2D rotary position embeddings (RoPE) computed from each token's own image grid, and a block that applies them.
+
+Three published forms, each a module called once per forward as ``rope(coords, grids)``, with ``coords`` the
+(T, 2) (row, col) of every patch token and ``grids`` the (T, 2) (rows, cols) of that token's image. Each returns
+timm's "cat" layout, (L, H, T, 2 * head_dim): ``[sin | cos]`` per token, L = depth for per-layer frequencies
+(else 1) and H = heads for per-head frequencies (else 1). Because the angles depend only on a token's own
+(row, col) and its own image's grid, the same tensors serve an NCHW batch, a list of images and packed NaFlex rows.
+
+* ``DinoV3Rope`` (DINOv3 ``RopePositionEmbedding``, eval): coordinates normalised per side ('separate'),
+  ``(i + 0.5) / n`` mapped to [-1, 1]; angles ``2 pi c / period`` laid out [rows | cols], tiled twice, for a
+  half-split rotation (``rotate_half``). ``periods`` is a persistent buffer, loaded from the file: the published
+  distilled models store bf16 values, and recomputing them in fp32 moves the outputs by ~1e-4. The train-time
+  shift, jitter and rescale of the coordinates are not applied (they sit behind ``self.training`` there).
+* ``AxialRope`` (RoPE-ViT ``compute_axial_cis``): integer coordinates, frequencies ``1 / theta^(4k / hd)``,
+  the first hd/4 pairs rotated by the column, the next hd/4 by the row, on interleaved pairs.
+* ``MixedRope`` (RoPE-ViT ``compute_mixed_cis``): learned per-layer, per-head frequencies ``freqs``
+  (2, depth, heads, hd/2) in timm's layout (``rope.freqs`` of timm's ``RotaryEmbeddingMixed``); the angle is
+  ``col * fx + row * fy``, on interleaved pairs.
+
+Prefix tokens ([CLS], registers) and padding are never rotated: the model gives their slots the identity
+(sin 0, cos 1), which leaves q and k exactly as they are.
+"""
+import math
+from typing import Optional
+
+import torch
+import torch.nn as nn
+from timm.layers import AttentionRope
+from timm.models.vision_transformer import Block
+
+from .config import ROPE_TYPES
+
+__all__ = ['ROPE_TYPES', 'DinoV3Rope', 'AxialRope', 'MixedRope', 'RopeBlock', 'create_rope']
+
+
+
+def _check_head_dim(head_dim: int) -> None:
+    if head_dim % 4:
+        raise ValueError(f'2D rotary positions need a head width divisible by 4, got {head_dim}')
+
+
+def _interleaved(angles: torch.Tensor) -> torch.Tensor:
+    """[sin | cos] of angles (..., hd/2) for interleaved pairs: each angle twice, side by side."""
+    angles = angles.repeat_interleave(2, dim=-1)
+    return torch.cat([angles.sin(), angles.cos()], dim=-1)
+
+
+class DinoV3Rope(nn.Module):
+    """DINOv3's RoPE at eval: base ``theta``, per-side normalised coordinates, half-split rotation."""
+    half = True
+
+    def __init__(self, head_dim: int, theta: float = 100., device=None, dtype=None) -> None:
+        super().__init__()
+        _check_head_dim(head_dim)
+        self.head_dim, self.theta = head_dim, float(theta)
+        # persistent, as DINOv3's: the stored values (bf16 in the published files) are loaded over these
+        self.register_buffer('periods', torch.empty(head_dim // 4, device=device, dtype=dtype), persistent=True)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """DINOv3's ``_init_weights``: ``theta ** (2k / (hd/2))`` in the buffer's dtype."""
+        if self.periods.device.type == 'meta':
+            return
+        quarter = self.head_dim // 4
+        with torch.no_grad():
+            k = torch.arange(quarter, device=self.periods.device, dtype=self.periods.dtype)
+            self.periods.copy_(self.theta ** (2 * k / (self.head_dim // 2)))
+
+    def forward(self, coords: torch.Tensor, grids: torch.Tensor) -> torch.Tensor:
+        dtype = self.periods.dtype
+        c = (coords.to(dtype) + 0.5) / grids.to(dtype)  # (T, 2): DINOv3's arange(0.5, n) / n per side
+        c = 2.0 * c - 1.0
+        angles = 2 * math.pi * c[:, :, None] / self.periods[None, None, :]  # (T, 2, hd/4), [rows | cols]
+        angles = angles.flatten(1, 2).tile(2)  # (T, hd)
+        return torch.cat([angles.sin(), angles.cos()], dim=-1)[None, None]
+
+
+class AxialRope(nn.Module):
+    """RoPE-ViT's axial RoPE: integer coordinates, fixed frequencies, interleaved pairs (no tensors stored)."""
+    half = False
+
+    def __init__(self, head_dim: int, theta: float = 100.) -> None:
+        super().__init__()
+        _check_head_dim(head_dim)
+        self.head_dim, self.theta = head_dim, float(theta)
+
+    def forward(self, coords: torch.Tensor, grids: torch.Tensor) -> torch.Tensor:
+        hd = self.head_dim
+        freqs = 1.0 / (self.theta ** (torch.arange(0, hd, 4, device=coords.device)[:hd // 4].float() / hd))
+        t = coords.float()
+        angles = torch.cat([t[:, 1, None] * freqs, t[:, 0, None] * freqs], dim=-1)  # (T, hd/2): [cols | rows]
+        return _interleaved(angles)[None, None]
+
+
+class MixedRope(nn.Module):
+    """RoPE-ViT's mixed RoPE: learned frequencies per layer and head, ``freqs`` (2, depth, heads, hd/2)."""
+    half = False
+
+    def __init__(self, head_dim: int, depth: int, num_heads: int, theta: float = 10., device=None,
+                 dtype=None) -> None:
+        super().__init__()
+        _check_head_dim(head_dim)
+        self.head_dim, self.depth, self.num_heads, self.theta = head_dim, depth, num_heads, float(theta)
+        self.freqs = nn.Parameter(torch.empty(2, depth, num_heads, head_dim // 2, device=device, dtype=dtype))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """RoPE-ViT's ``init_random_2d_freqs``: magnitudes ``1 / theta^(4k / hd)``, each head at a random angle."""
+        if self.freqs.device.type == 'meta':
+            return
+        hd = self.head_dim
+        mag = 1 / (self.theta ** (torch.arange(0, hd, 4)[:hd // 4].float() / hd))
+        angles = torch.rand(self.depth, self.num_heads, 1) * 2 * torch.pi
+        fx = torch.cat([mag * torch.cos(angles), mag * torch.cos(torch.pi / 2 + angles)], dim=-1)
+        fy = torch.cat([mag * torch.sin(angles), mag * torch.sin(torch.pi / 2 + angles)], dim=-1)
+        with torch.no_grad():
+            self.freqs.copy_(torch.stack([fx, fy]))
+
+    def forward(self, coords: torch.Tensor, grids: torch.Tensor) -> torch.Tensor:
+        t = coords.to(self.freqs.dtype)
+        fx, fy = self.freqs[0][:, :, None, :], self.freqs[1][:, :, None, :]  # (depth, heads, 1, hd/2)
+        angles = t[None, None, :, 1, None] * fx + t[None, None, :, 0, None] * fy  # (depth, heads, T, hd/2)
+        return _interleaved(angles)
+
+
+def create_rope(kind: str, head_dim: int, depth: int, num_heads: int, theta: float, device=None,
+                dtype=None) -> nn.Module:
+    """The rotary-position module of a ``rope_type`` (``ROPE_TYPES``)."""
+    if kind == 'dinov3':
+        return DinoV3Rope(head_dim, theta, device=device, dtype=dtype)
+    if kind == 'axial':
+        return AxialRope(head_dim, theta)
+    if kind == 'mixed':
+        return MixedRope(head_dim, depth, num_heads, theta, device=device, dtype=dtype)
+    raise ValueError(f'unknown rope_type {kind!r}; expected one of {ROPE_TYPES}')
+
+
+class RopeBlock(Block):
+    """timm's pre-norm ``Block`` (same state-dict names) whose attention is timm's ``AttentionRope``.
+
+    ``AttentionRope`` is built with no prefix tokens: the model hands it a rope tensor covering every slot
+    of the sequence, identity on prefix and padding slots, so one code path serves NCHW and packed rows.
+    """
+
+    def __init__(self, dim: int, num_heads: int, *, rotate_half: bool, qkv_bias: bool = True,
+                 attn_drop: float = 0., proj_drop: float = 0., norm_layer=None, device=None, dtype=None,
+                 **kwargs) -> None:
+        super().__init__(dim, num_heads, qkv_bias=qkv_bias, attn_drop=attn_drop, proj_drop=proj_drop,
+                         norm_layer=norm_layer, device=device, dtype=dtype, **kwargs)
+        # Block's own attention has no rope argument; AttentionRope has the same qkv/proj names.
+        self.attn = AttentionRope(dim, num_heads=num_heads, qkv_bias=qkv_bias, num_prefix_tokens=0,
+                                  attn_drop=attn_drop, proj_drop=proj_drop, rotate_half=rotate_half,
+                                  device=device, dtype=dtype)
+
+    def forward(self, x: torch.Tensor, attn_mask: Optional[torch.Tensor] = None,
+                rope: Optional[torch.Tensor] = None) -> torch.Tensor:
+        x = x + self.drop_path1(self.ls1(self.attn(self.norm1(x), rope=rope, attn_mask=attn_mask)))
+        x = x + self.drop_path2(self.ls2(self.mlp(self.norm2(x))))
+        return x
