@@ -315,3 +315,24 @@ def test_compile_and_onnx_follow_the_input_size(tmp_path):
     assert counters['stats']['unique_graphs'] == 1
     result = export_onnx(model, tmp_path / 'm.onnx')
     assert result.verification.status == 'passed' and 'at 7 sizes' in result.verification.summary()
+
+
+def test_every_tag_downloads_a_file_of_its_own():
+    """timm's download cache keys a URL by its file name, and a Hub file by (repo, name): no two of the family's
+    tags may share either, or one tag's weights would load as another's (all RoPE-ViT files are pytorch_model.bin)."""
+    import os
+    import timm
+
+    urls, hub = {}, {}
+    for tag in timm.list_pretrained('simple_vit_*'):
+        cfg = timm.models.get_pretrained_cfg(tag)
+        if cfg.hf_hub_id:
+            assert hub.setdefault((cfg.hf_hub_id, cfg.hf_hub_filename), tag) == tag
+        elif cfg.url:
+            assert urls.setdefault(os.path.basename(cfg.url), tag) == tag, (tag, cfg.url)
+    ropevit = [tag for tag in timm.list_pretrained('simple_vit_*_rope_*')]
+    assert len(ropevit) == 12
+    for tag in ropevit:
+        cfg = timm.models.get_pretrained_cfg(tag)
+        assert cfg.hf_hub_id.startswith('naver-ai/rope_') and cfg.hf_hub_filename == 'pytorch_model.bin'
+        assert cfg.custom_load == 'hf'  # timm hands the downloaded file to our reader (load_pretrained)

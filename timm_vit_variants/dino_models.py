@@ -8,7 +8,7 @@ applied here, so ``mlp_dim`` is the exact width of the published tensors:
 * DINOv3 S+, L+, H+ (``swiglu``, ``align_to=8``): ``d + (-d % 8)`` with ``d = int(6D * 2/3)``.
 
 The weights load through each family's reader (``custom_load``: timm hands the downloaded file to
-``load_pretrained``). DINOv3's downloads are licence-gated: Meta hands out the links after the DINOv3 licence
+``load_pretrained``; RoPE-ViT's from their Hub repos). DINOv3's downloads are licence-gated: Meta hands out the links after the DINOv3 licence
 is accepted, so its tags name the file the hub code builds and cannot be downloaded without that step.
 """
 from typing import Any, Dict, Tuple
@@ -72,7 +72,7 @@ _ROPEVIT_KINDS = {'axial': dict(rope_type='axial', rope_theta=100., pos_embed='r
                   'mixed_ape': dict(rope_type='mixed', rope_theta=10., pos_embed='learn+rope')}
 _ROPEVIT = dict(img_size=224, patch_size=16, num_classes=1000, global_pool='token', class_token=True,
                 init_values=1e-4, pos_embed_resample='ropevit', act_layer='gelu', norm_eps=1e-6, grid_mode='crop')
-_ROPEVIT_URL = 'https://huggingface.co/naver-ai/rope_{k}_deit_{s}_patch16_LS/resolve/main/pytorch_model.bin'
+_ROPEVIT_HUB = 'naver-ai/rope_{k}_deit_{s}_patch16_LS'
 
 DINO_MODELS: Dict[str, ModelEntry] = {
     **{f'simple_vit_{size}_patch14{"_reg4" if reg else ""}_dinov2': ModelEntry(
@@ -115,8 +115,10 @@ DINO_CFGS: Dict[str, Dict[str, Any]] = {
         'https://github.com/facebookresearch/dinov3', _DINOV3_PAPER,
         notes=('licence-gated: the download link is handed out after accepting the DINOv3 licence',))
        for size, (arch, _, hashes) in _DINOV3_SIZES.items() for weights, digest in hashes.items()},
+    # Every repo's file is pytorch_model.bin: as a URL, timm's download cache (keyed by file name) would hand one
+    # release's file to another, so these load from the Hub repo (``custom_load='hf'``: our reader takes the file).
     **{f'simple_vit_{size}_patch16_rope_{kind}_224.naver_in1k': _cfg(
-        _ROPEVIT_URL.format(k=kind, s=size), 224, 1000, 'apache-2.0', 'https://github.com/naver-ai/rope-vit',
-        _ROPEVIT_PAPER, crop_pct=0.875)
+        '', 224, 1000, 'apache-2.0', 'https://github.com/naver-ai/rope-vit', _ROPEVIT_PAPER, crop_pct=0.875,
+        hf_hub_id=_ROPEVIT_HUB.format(k=kind, s=size), hf_hub_filename='pytorch_model.bin', custom_load='hf')
        for size in _ROPEVIT_SIZES for kind in _ROPEVIT_KINDS},
 }
