@@ -24,7 +24,7 @@ from .attention_pool import QueryAttentionPool
 from ._timm_compat import (
     declare_first_conv, feature_take_indices, get_device_dtype, update_model_args, update_model_input_size)
 from .checkpoints import load_into_model
-from .config import POOL_TYPES, SimpleViTConfig, TensorSpec
+from .config import SimpleViTConfig, TensorSpec
 from .errors import ViTVariantsError
 from .geometry import Geometry, check_fit, fit_tensor
 from .block_context import BlockContext
@@ -257,10 +257,7 @@ class SimpleVisionTransformer(NaFlexMixin, nn.Module):
     def reset_classifier(self, num_classes: int, global_pool: Optional[str] = None) -> None:
         """Replace the head with a zero-initialised one (``num_classes=0`` removes it)."""
         if global_pool is not None:
-            if global_pool not in POOL_TYPES:
-                raise ViTVariantsError(f'global_pool must be one of {POOL_TYPES}, got {global_pool!r}')
-            if global_pool == 'token' and not self.has_class_token:
-                raise ViTVariantsError("global_pool='token' needs a class token")
+            self.config.replace(global_pool=global_pool)  # the config's own refusals (an unknown pool, no [CLS])
             if global_pool in ('map', 'coca') and global_pool != self.global_pool:
                 raise ViTVariantsError(f"global_pool={global_pool!r} needs the model's attention pool, which a reset "
                                        f"cannot create (create the model with global_pool={global_pool!r})")
