@@ -2,6 +2,7 @@
 and OpenAI's own code wrote (tests/data/reference_clip/README.md), and against open_clip's own text tower."""
 import json
 import pickle
+import re
 import shutil
 import zipfile
 from pathlib import Path
@@ -14,7 +15,9 @@ from safetensors.torch import load_file, save_file
 import timm_vit_variants  # noqa: F401
 from porting.cli import main
 from timm_vit_variants.checkpoints import open_checkpoint
+from timm_vit_variants.checkpoints.openclip import _TABLE
 from timm_vit_variants.checkpoints.torchscript_store import TorchScriptStore
+from timm_vit_variants.clip_models import CLIP_ARCHS, CLIP_MODELS, CLIP_TAGS
 from timm_vit_variants.errors import ViTVariantsError
 from timm_vit_variants.vision_transformer import SimpleVisionTransformer
 
@@ -368,3 +371,99 @@ def test_the_clip_extra_is_named_when_open_clip_is_missing(monkeypatch):
     for fmt in ('openclip', 'openai'):
         with pytest.raises(ViTVariantsError, match=r"pip install 'timm-vit-variants\[clip\]'.*--no-verify"):
             require_reference(fmt)
+
+
+# -- the registered towers and their published tags -------------------------------------------------------------------
+
+def _open_clip_tower(arch):
+    """open_clip's own image tower for ``arch`` (its model_configs JSON), built on the meta device."""
+    open_clip = pytest.importorskip('open_clip')
+    cfg = open_clip.get_model_config(arch.open_clip)
+    with torch.device('meta'):
+        return open_clip.model._build_vision_tower(cfg['embed_dim'], cfg['vision_cfg'])
+
+
+def _source_shape(key: str, visual, rules) -> tuple:
+    """The shape our ``key`` takes in open_clip's ``visual`` state dict, through the reader's own key table."""
+    block = re.match(r'^blocks\.(\d+)\.', key)
+    pattern = re.sub(r'^blocks\.\d+\.', 'blocks.{i}.', key)
+    source = rules[pattern].sources[0].format(i=block.group(1) if block else None)
+    shape = tuple(visual[source[len('visual.'):]].shape)
+    return {'head.weight': shape[::-1], 'pos_embed': (1, *shape), 'cls_token': (1, 1, *shape)}.get(key, shape)
+
+
+@pytest.mark.parametrize('name', sorted(CLIP_ARCHS))
+def test_each_clip_architecture_has_open_clips_layout(name):
+    """Every tensor of our layout is one of open_clip's tower's, with its shape; none of open_clip's is left over."""
+    arch = CLIP_ARCHS[name]
+    tower = _open_clip_tower(arch)
+    visual = tower.state_dict()
+    config = CLIP_MODELS[name].config()
+    ours = {key: shape for key, shape, _ in SimpleVisionTransformer.state_layout(config)}
+    for key, shape in ours.items():
+        assert shape == _source_shape(key, visual, _TABLE), key
+    used = {_TABLE[re.sub(r'^blocks\.\d+\.', 'blocks.{i}.', k)].sources[0].format(
+        i=k.split('.')[1] if k.startswith('blocks.') else None)[len('visual.'):] for k in ours}
+    assert used == set(visual)
+    assert config.num_heads == tower.transformer.resblocks[0].attn.num_heads
+    assert config.img_size == tuple(tower.image_size) and config.patch_size == tuple(tower.patch_size)
+    assert (config.global_pool, config.fc_norm) == ({'tok': 'token', 'avg': 'avg'}[tower.pool_type],
+                                                    tower.final_ln_after_pool)
+
+
+@pytest.mark.parametrize('name,tag', sorted(CLIP_TAGS))
+def test_each_clip_tag_builds_the_network_and_names_open_clips_weights(name, tag):
+    """A tag builds with open_clip's quick_gelu for those weights, and names open_clip's Hub repo, URL and
+    preprocessing (open_clip's pretrained.py)."""
+    import timm
+    open_clip = pytest.importorskip('open_clip')
+    theirs = open_clip.get_pretrained_cfg(CLIP_ARCHS[name].open_clip, tag)
+    assert theirs, (name, tag)
+    model = timm.create_model(f'{name}.{tag}', pretrained=False, device='meta')
+    act = type(model.blocks[0].mlp.act)
+    assert act is (timm.layers.QuickGELU if theirs.get('quick_gelu', False) else timm.layers.GELU)
+    cfg = model.pretrained_cfg
+    assert (cfg['hf_hub_id'], cfg['hf_hub_filename']) == (theirs['hf_hub'].rstrip('/'), 'open_clip_pytorch_model.bin')
+    assert (cfg.get('url') or '') == theirs['url']
+    assert (cfg['mean'], cfg['std'], cfg['interpolation']) == (theirs['mean'], theirs['std'], theirs['interpolation'])
+    assert cfg['crop_mode'] == {'shortest': 'center', 'squash': 'squash'}[theirs['resize_mode']]
+    assert cfg['crop_pct'] == 1.0 and cfg['num_classes'] == model.num_classes and cfg['custom_load'] == 'hf'
+    assert timm.create_model(f'{name}.{tag}', pretrained=False, device='meta', act_layer='relu').config.act_layer == \
+        'relu'
+
+
+TINY_OPENAI = dict(embed_dim=128, depth=2, num_heads=2, mlp_dim=512, num_classes=32)
+TINY_OPENCLIP = dict(embed_dim=64, depth=2, num_heads=2, mlp_dim=256, num_classes=32)
+
+
+@pytest.mark.parametrize('name,file,kwargs,patch,lone', [
+    # the OpenAI .pt at another grid than its own: resized at load with open_clip's rule
+    ('simple_vit_base_patch16_clip_224.openai', 'openai_vit_b16_tiny.pt', TINY_OPENAI, 16, False),
+    # the folder's weight file, open_clip_config.json beside it
+    ('simple_vit_base_patch16_clip_224.dfn2b', 'openclip_b16_quickgelu_tiny/open_clip_model.safetensors',
+     TINY_OPENCLIP, 16, False),
+    # a lone file, as timm downloads it: QuickGELU and CLIPA's pooling are not recorded, the tag's model decides
+    ('simple_vit_base_patch16_clip_224.metaclip_400m', 'openclip_b16_quickgelu_tiny/open_clip_model.safetensors',
+     TINY_OPENCLIP, 16, True),
+    ('simple_vit_large_patch14_clipa_224.datacomp1b', 'clipa_l14_tiny/open_clip_pytorch_model.bin', TINY_OPENCLIP,
+     14, True),
+])
+def test_a_tag_loads_an_open_clip_file_through_timms_pretrained_path(tmp_path, name, file, kwargs, patch, lone,
+                                                                     max_delta):
+    """timm's own pretrained=True route with a file= override (no network): the tag's cfg hands the file to
+    load_pretrained, whose reader is chosen by the file's content; no false 'trained with' warning."""
+    import warnings
+
+    import timm
+    source = REF / file
+    if lone:
+        source = tmp_path / Path(file).name
+        shutil.copy(REF / file, source)
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')
+        model = timm.create_model(name, pretrained=True, pretrained_cfg_overlay=dict(file=str(source)),
+                                  img_size=(12 * patch, 9 * patch), **kwargs).eval()
+    data = np.load(REF / f"{FIXTURES[file.split('/')[0]][0]}.npz", allow_pickle=False)
+    with torch.no_grad():
+        embed = model(_inputs(data, '12x9', patch))
+    max_delta(f'{name} from {Path(file).name} via pretrained_cfg, 12x9: embedding', embed, data['embed_12x9'], TOL)

@@ -456,6 +456,8 @@ MODELS: Dict[str, ModelEntry] = {
         "resized to each image's own grid, MAP head; takes a NaFlex dict or a list of images at their own sizes.")
        for size in ('base', 'so400m')},
 }
+from .clip_models import CLIP_MODELS  # noqa: E402  (CLIP towers: clip_models.py builds ModelEntry rows)
+MODELS.update(CLIP_MODELS)
 
 # What must match for ``architecture`` to name a registered model, most telling first.
 _DIMS = ('embed_dim', 'num_heads', 'mlp_dim', 'depth', 'patch_size', 'rep_size', 'img_size', 'global_pool',
