@@ -240,6 +240,12 @@ def test_transformers_clip_folders_at_three_grids(tmp_path, kind, act, max_delta
     else:
         model = _perturbed(getattr(transformers, kind)(vision), 7)
     model.save_pretrained(tmp_path / 'src')
+    with open_checkpoint(tmp_path / 'src') as src:
+        skipped = [n for n in src.notes if n.startswith('read the vision tower')]
+    # CLIPModel: the text tower's tensors, text_projection and logit_scale lie outside vision_model.
+    text = len(model.text_model.state_dict()) + 2 if kind == 'CLIPModel' else 0
+    assert skipped == ([f"read the vision tower under 'vision_model.'; skipped {text} other tensors (the text tower, "
+                        'its projection and logit_scale), which the image model does not use'] if text else [])
     ours = _ours(tmp_path / 'src')
     assert ours.config.act_layer == act and ours.config.pos_embed_resample == 'hf'
     generator = torch.Generator().manual_seed(3)
