@@ -314,6 +314,23 @@ def test_timm_clip_folders_at_three_grids(tmp_path, arch, kwargs, act, max_delta
         max_delta(f'timm {arch} {kwargs or ""} {gh}x{gw}: pooled', pooled, expected_pooled, TOL)
 
 
+def test_bare_timm_clip_state_dict(tmp_path, max_delta):
+    """A state dict records neither QuickGELU nor eps: eps is timm's for a norm_pre tower (1e-5), the activation
+    assumed GELU and said so, and given as a hint it gives timm's output."""
+    import timm
+    ref = _perturbed(timm.create_model('vit_base_patch16_clip_quickgelu_224', img_size=48, **TIMM_TINY), 6)
+    torch.save(ref.state_dict(), tmp_path / 'clip.pth')
+    with open_checkpoint(tmp_path / 'clip.pth', num_heads=2) as src:
+        assert src.config.norm_eps == 1e-5 and src.config.act_layer == 'gelu' and 'act_layer' in src.assumed
+    with open_checkpoint(tmp_path / 'clip.pth', layout=SimpleVisionTransformer.state_layout, num_heads=2,
+                         act_layer='quick_gelu') as src:
+        ours = SimpleVisionTransformer(src.config.replace(weight_init='skip'))
+        ours.load_state_dict(src.state_dict())
+    x = torch.randn(2, 3, 48, 48, generator=torch.Generator().manual_seed(8))
+    with torch.no_grad():
+        max_delta('bare timm CLIP state dict, act_layer=quick_gelu: embedding', ours.eval()(x), ref(x), TOL)
+
+
 def test_timm_gelu_architecture_of_quickgelu_weights_is_named(tmp_path):
     import timm
     from timm.models import _hub
