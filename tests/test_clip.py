@@ -490,3 +490,46 @@ def test_a_tag_loads_an_open_clip_file_through_timms_pretrained_path(tmp_path, n
     with torch.no_grad():
         embed = model(_inputs(data, '12x9', patch))
     max_delta(f'{name} from {Path(file).name} via pretrained_cfg, 12x9: embedding', embed, data['embed_12x9'], TOL)
+
+
+
+# Runs in a fresh interpreter (huggingface_hub reads HF_ENDPOINT at import): a CLIP tag with pretrained=True.
+_HUB_LOAD = """
+import sys, numpy as np, torch
+import timm_vit_variants
+import timm
+name, kwargs, x_path, out_path = sys.argv[1], eval(sys.argv[2]), sys.argv[3], sys.argv[4]
+model = timm.create_model(name, pretrained=True, **kwargs).eval()
+with torch.no_grad():
+    np.save(out_path, model(torch.from_numpy(np.load(x_path))).numpy())
+"""
+
+
+def test_a_tags_pretrained_true_downloads_open_clips_file_from_its_hub_repo(tmp_path, max_delta):
+    """pretrained=True on a CLIP tag: timm fetches the cfg's hf_hub_filename from its hf_hub_id (a loopback Hub
+    holding the CLIPA fixture's file under the CLIPA tag's repo id) and hands it to our reader."""
+    import os
+    import subprocess
+    import sys
+
+    import timm
+
+    from hub_server import FakeHub, keep_client_local
+    name = 'simple_vit_large_patch14_clipa_224.datacomp1b'
+    cfg = timm.models.get_pretrained_cfg(name)
+    data = np.load(REF / 'clipa_l14_tiny_io.npz', allow_pickle=False)
+    np.save(tmp_path / 'x.npy', _inputs(data, '12x9', 14).numpy())
+    kwargs = dict(TINY_OPENCLIP, img_size=(12 * 14, 9 * 14))
+    with FakeHub() as hub, pytest.MonkeyPatch.context() as mp:
+        keep_client_local(mp, tmp_path)
+        hub.add_repo(cfg.hf_hub_id, {cfg.hf_hub_filename: (REF / 'clipa_l14_tiny' / cfg.hf_hub_filename).read_bytes()})
+        env = {k: v for k, v in os.environ.items() if not k.startswith(('HF_', 'HUGGING'))}
+        env.update(PYTHONPATH=str(REF.parents[2]), OMP_NUM_THREADS='1', HF_HOME=str(tmp_path / 'home'),
+                   HF_ENDPOINT=hub.url, HF_HUB_DISABLE_TELEMETRY='1')
+        proc = subprocess.run([sys.executable, '-c', _HUB_LOAD, name, repr(kwargs), str(tmp_path / 'x.npy'),
+                               str(tmp_path / 'embed.npy')], capture_output=True, text=True, env=env,
+                              cwd=REF.parents[2], timeout=300)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert any(cfg.hf_hub_filename in route for route in hub.routes_called()), hub.routes_called()
+    embed = np.load(tmp_path / 'embed.npy', allow_pickle=False)
+    max_delta(f'{name} downloaded by timm from the Hub, 12x9: embedding', embed, data['embed_12x9'], TOL)
