@@ -493,6 +493,18 @@ def test_a_tag_loads_an_open_clip_file_through_timms_pretrained_path(tmp_path, n
 
 
 
+
+def test_an_open_clip_state_dict_in_timms_generic_path_is_named():
+    """A visual.* state dict handed to the state-dict filter (timm's generic loader, a non-CLIP model) is one
+    error naming the key and the way to load it, not a list of missing keys."""
+    import timm
+    from timm_vit_variants.simple_vit import checkpoint_filter_fn
+    model = timm.create_model('simple_vit_tiny', device='meta')
+    with pytest.raises(ViTVariantsError) as e:
+        checkpoint_filter_fn({'visual.conv1.weight': torch.zeros(8, 3, 16, 16)}, model)
+    _one_line(e.value, 'visual.conv1.weight', 'custom_load=True')
+
+
 # Runs in a fresh interpreter (huggingface_hub reads HF_ENDPOINT at import): a CLIP tag with pretrained=True.
 _HUB_LOAD = """
 import sys, numpy as np, torch
