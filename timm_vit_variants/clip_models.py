@@ -19,7 +19,8 @@ from typing import Any, Dict, Optional, Tuple
 
 from .config import ModelEntry
 
-__all__ = ['CLIP_ARCHS', 'CLIP_TAGS', 'CLIP_MODELS', 'ClipTag', 'clip_default_cfgs', 'clip_tag_args']
+__all__ = ['CLIP_ARCHS', 'CLIP_TAGS', 'CLIP_MODELS', 'ClipTag', 'clip_default_cfgs', 'clip_tag_args',
+           'clip_tag_facts']
 
 OPENAI_MEAN, OPENAI_STD = (0.48145466, 0.4578275, 0.40821073), (0.26862954, 0.26130258, 0.27577711)
 _INCEPTION = ((0.5, 0.5, 0.5), (0.5, 0.5, 0.5))
@@ -180,7 +181,8 @@ def _act(tag: ClipTag) -> str:
 
 
 def _label(arch: ClipArch) -> str:
-    return f"{arch.open_clip} ({'CLIPA: no ln_pre, mean pooling, the norm after the pool' if arch.clipa else 'ln_pre, [CLS] pooling'})"
+    layout = 'CLIPA: no ln_pre, mean pooling, the norm after the pool' if arch.clipa else 'ln_pre, [CLS] pooling'
+    return f'{arch.open_clip} ({layout})'
 
 
 CLIP_MODELS: Dict[str, ModelEntry] = {
@@ -211,6 +213,15 @@ def clip_tag_args(variant: str, pretrained_cfg: Any) -> Dict[str, Any]:
         tag = get('tag') if get('architecture') in (None, variant) else None
     found = CLIP_TAGS.get((variant, tag)) if tag else None
     return {'act_layer': _act(found)} if found else {}
+
+
+def clip_tag_facts(name: str) -> Dict[str, Any]:
+    """For a ``model.tag`` name of a CLIP tag: what its downloaded weight file does not record (the activation and the
+    head count), as the registry knows them; empty for any other name. open_clip too takes ``quick_gelu`` from
+    the tag, not the file."""
+    arch, _, tag = name.partition('.')
+    weights = CLIP_TAGS.get((arch, tag))
+    return {'act_layer': _act(weights), 'num_heads': CLIP_ARCHS[arch].heads} if weights else {}
 
 
 def _cfg(name: str, tag: str, weights: ClipTag) -> Dict[str, Any]:
