@@ -576,3 +576,24 @@ def test_convert_a_clip_tag_takes_quickgelu_from_the_tag(tmp_path, monkeypatch, 
     with torch.no_grad():
         embed = load_folder(tmp_path / 'out')(_inputs(data, '6x6', 16))
     max_delta('vit-port convert of the dfn2b tag (lone file), 6x6: embedding', embed, data['embed_6x6'], TOL)
+
+
+def test_convert_an_openclip_hub_repo_brings_its_config(tmp_path, monkeypatch):
+    """`vit-port convert hf-hub:ORG/NAME` of an OpenCLIP repo downloads open_clip_config.json with the weights, so
+    QuickGELU is read from it and the conversion is verified against open_clip."""
+    pytest.importorskip('open_clip')
+    import vit_port
+    from huggingface_hub import constants
+
+    from hub_server import FakeHub, keep_client_local
+    keep_client_local(monkeypatch, tmp_path)
+    monkeypatch.setattr(constants, 'HF_HUB_CACHE', str(tmp_path / 'hub-cache'))
+    monkeypatch.setattr(constants, 'HF_HUB_OFFLINE', False)
+    monkeypatch.delenv('HF_HUB_OFFLINE', raising=False)
+    folder = REF / 'openclip_b16_quickgelu_tiny'
+    with FakeHub() as hub:
+        hub.add_repo('org/tiny-openclip', {p.name: p.read_bytes() for p in folder.iterdir()})
+        result = vit_port.convert('hf-hub:org/tiny-openclip', tmp_path / 'out', endpoint=hub.url)
+    assert result.verification.status == 'passed' and 'open_clip' in result.verification.summary()
+    record = json.loads((tmp_path / 'out' / 'config.json').read_text())
+    assert record['model_args']['act_layer'] == 'quick_gelu' and 'act_layer' not in record['conversion']['assumed']
