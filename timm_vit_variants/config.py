@@ -461,7 +461,7 @@ MODELS.update(CLIP_MODELS)
 
 # What must match for ``architecture`` to name a registered model, most telling first.
 _DIMS = ('embed_dim', 'num_heads', 'mlp_dim', 'depth', 'patch_size', 'rep_size', 'img_size', 'global_pool',
-         'class_token')
+         'class_token', 'pre_norm', 'patch_bias')
 
 
 def architecture_for(config: SimpleViTConfig) -> str:

@@ -199,8 +199,8 @@ def create_simple_vit(variant: str, pretrained: bool = False, **kwargs: Any) -> 
     if overlay and overlay.get('file') and os.path.isdir(overlay['file']):
         # a Hub folder (e.g. train.py --pretrained-path DIR): our reader loads it (sharded or not)
         kwargs['pretrained_cfg_overlay'] = overlay = dict(overlay, custom_load=overlay.get('custom_load', True))
-    if overlay and any(str(overlay.get(k) or '').endswith('.npz') or (variant in CLIP_ARCHS and overlay.get(k))
-                       for k in ('file', 'url')):
+    if overlay and any(str(overlay.get(k) or '').endswith('.npz') or (variant in CLIP_ARCHS and _is_clip_file(
+            str(overlay.get(k) or ''))) for k in ('file', 'url')):
         # timm's generic loader cannot read .npz, an OpenAI TorchScript .pt or open_clip's visual.* keys; route
         # it to our reader (model.load_pretrained), which tells the format from the content.
         kwargs['pretrained_cfg_overlay'] = dict(overlay, custom_load=overlay.get('custom_load', True))
@@ -217,6 +217,11 @@ def create_simple_vit(variant: str, pretrained: bool = False, **kwargs: Any) -> 
         feature_cfg=dict(out_indices=out_indices, feature_cls='getter'),
         **dict(MODELS[variant].kwargs, **kwargs),
     )
+
+
+def _is_clip_file(path: str) -> bool:
+    """An OpenAI CLIP ``.pt`` (also MetaCLIP's) or an open_clip Hub file (``open_clip_*``), by its name."""
+    return path.endswith('.pt') or os.path.basename(path).startswith('open_clip_')
 
 
 def _pretrained_source(cfg: Any) -> Optional[str]:
