@@ -17,7 +17,8 @@ from porting.cli import main
 from timm_vit_variants.checkpoints import open_checkpoint
 from timm_vit_variants.checkpoints.openclip import _TABLE
 from timm_vit_variants.checkpoints.torchscript_store import TorchScriptStore
-from timm_vit_variants.clip_models import CLIP_ARCHS, CLIP_MODELS, CLIP_TAGS
+from timm_vit_variants.clip_models import CLIP_ARCHS, CLIP_TAGS
+from timm_vit_variants.config import MODELS
 from timm_vit_variants.errors import ViTVariantsError
 from timm_vit_variants.vision_transformer import SimpleVisionTransformer
 
@@ -420,7 +421,7 @@ def test_each_clip_architecture_has_open_clips_layout(name):
     arch = CLIP_ARCHS[name]
     tower = _open_clip_tower(arch)
     visual = tower.state_dict()
-    config = CLIP_MODELS[name].config()
+    config = MODELS[name].config()
     ours = {key: shape for key, shape, _ in SimpleVisionTransformer.state_layout(config)}
     for key, shape in ours.items():
         assert shape == _source_shape(key, visual, _TABLE), key

@@ -17,9 +17,7 @@ loads either through ``load_pretrained`` (``custom_load``), where the OpenCLIP a
 from dataclasses import dataclass
 from typing import Any, Dict, Optional, Tuple
 
-from .config import ModelEntry
-
-__all__ = ['CLIP_ARCHS', 'CLIP_TAGS', 'CLIP_MODELS', 'ClipTag', 'clip_default_cfgs', 'clip_tag_args',
+__all__ = ['CLIP_ARCHS', 'CLIP_TAGS', 'CLIP_ROWS', 'ClipTag', 'clip_default_cfgs', 'clip_tag_args',
            'clip_tag_facts']
 
 OPENAI_MEAN, OPENAI_STD = (0.48145466, 0.4578275, 0.40821073), (0.26862954, 0.26130258, 0.27577711)
@@ -185,11 +183,12 @@ def _label(arch: ClipArch) -> str:
     return f'{arch.open_clip} ({layout})'
 
 
-CLIP_MODELS: Dict[str, ModelEntry] = {
-    name: ModelEntry('base', arch.args(_act(CLIP_TAGS[(name, _default_tag(name))])),
-                     f'CLIP image tower as open_clip {_label(arch)}: model(x) is the image embedding (encode_image); '
-                     f'each tag builds the activation its weights were trained with (default tag '
-                     f'{_default_tag(name)}).')
+# name -> (variant, arguments, description): config.py's ModelEntry rows (this module imports nothing of the
+# package, so config.py can import it).
+CLIP_ROWS: Dict[str, Tuple[str, Dict[str, Any], str]] = {
+    name: ('base', arch.args(_act(CLIP_TAGS[(name, _default_tag(name))])),
+           f'CLIP image tower as open_clip {_label(arch)}: model(x) is the image embedding (encode_image); '
+           f'each tag builds the activation its weights were trained with (default tag {_default_tag(name)}).')
     for name, arch in CLIP_ARCHS.items()
 }
 

@@ -9,6 +9,7 @@ import dataclasses
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Callable, Dict, Mapping, Optional, Tuple, Union
 
+from .clip_models import CLIP_ROWS
 from .errors import ViTVariantsError
 from .limits import DEFAULT_LIMITS, Limits
 
@@ -456,8 +457,7 @@ MODELS: Dict[str, ModelEntry] = {
         "resized to each image's own grid, MAP head; takes a NaFlex dict or a list of images at their own sizes.")
        for size in ('base', 'so400m')},
 }
-from .clip_models import CLIP_MODELS  # noqa: E402  (CLIP towers: clip_models.py builds ModelEntry rows)
-MODELS.update(CLIP_MODELS)
+MODELS.update({name: ModelEntry(*row) for name, row in CLIP_ROWS.items()})  # CLIP towers (clip_models.py)
 
 # What must match for ``architecture`` to name a registered model, most telling first.
 _DIMS = ('embed_dim', 'num_heads', 'mlp_dim', 'depth', 'patch_size', 'rep_size', 'img_size', 'global_pool',
