@@ -6,9 +6,11 @@ of plain torch.matmul throughput the model reaches on the same GEMM shapes.
 
     python benchmarks/bench_models.py                      # CPU, fp32
     python benchmarks/bench_models.py --device cuda --dtype bfloat16 --batch 256   # GPU, one call
+    python benchmarks/bench_models.py --clip               # a converted ViT-B/16 CLIP tower vs timm's own
 """
 import argparse
 import statistics
+import tempfile
 import time
 from typing import Callable, Dict, List, Tuple
 
@@ -137,6 +139,36 @@ def dino_rows(device: torch.device, dtype: torch.dtype, batch: int, rounds: int,
         print(f'{case:<44}{batch / t["ours"]:>12.1f}{batch / t["timm"]:>12.1f}{t["timm"] / t["ours"]:>8.3f}')
 
 
+def converted_clip_pair(device: torch.device, dtype: torch.dtype) -> Tuple[torch.nn.Module, torch.nn.Module]:
+    """timm's ``vit_base_patch16_clip_224`` (random weights) and ours converted from its saved folder by our reader."""
+    from timm.models import _hub
+
+    from timm_vit_variants.checkpoints import open_checkpoint
+    from timm_vit_variants.vision_transformer import SimpleVisionTransformer
+    ref = timm.create_model('vit_base_patch16_clip_224', num_classes=512).eval()
+    with tempfile.TemporaryDirectory() as folder:
+        _hub.save_for_hf(ref, folder, model_args=dict(num_classes=512), safe_serialization=True)
+        with open_checkpoint(folder, layout=SimpleVisionTransformer.state_layout) as src:
+            ours = SimpleVisionTransformer(src.config.replace(weight_init='skip'))
+            ours.load_state_dict(src.state_dict())
+    return ours.eval().to(device, dtype), ref.to(device, dtype)
+
+
+def clip_row(args: argparse.Namespace, device: torch.device, dtype: torch.dtype) -> None:
+    """Inference at 224 of a converted ViT-B/16 CLIP tower against timm's own, after checking they agree."""
+    ours, ref = converted_clip_pair(device, dtype)
+    x = torch.randn(args.batch, 3, 224, 224, device=device, dtype=dtype)
+    with torch.inference_mode():
+        delta = (ours(x).float() - ref(x).float()).abs().max().item()
+    print(f'converted vit_base_patch16_clip_224 (our reader) vs timm vit_base_patch16_clip_224 | device={device} '
+          f'dtype={args.dtype} batch={args.batch} threads={torch.get_num_threads()} torch={torch.__version__} '
+          f'timm={timm.__version__} | max abs embedding difference {delta:.2e}')
+    t = compare(ours, ref, x, False, args.rounds, args.iters)
+    print(f'{"case":<22}{"ours img/s":>12}{"timm img/s":>12}{"ratio":>8}')
+    print(f'{"infer 224x224 CLIP":<22}{args.batch / t["ours"]:>12.1f}{args.batch / t["timm"]:>12.1f}'
+          f'{t["timm"] / t["ours"]:>8.3f}')
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('--size', default='small', choices=['tiny', 'small', 'base'])
@@ -146,11 +178,15 @@ def main() -> None:
     parser.add_argument('--device', default='cpu')
     parser.add_argument('--dtype', default='float32', choices=['float32', 'bfloat16'])
     parser.add_argument('--dino', action='store_true', help='only the DINOv2 S/14 and DINOv3 S/16 rows')
+    parser.add_argument('--clip', action='store_true', help='only the converted ViT-B/16 CLIP row')
     args = parser.parse_args()
     device, dtype = torch.device(args.device), getattr(torch, args.dtype)
     torch.manual_seed(0)
     if args.dino:
         return dino_rows(device, dtype, args.batch, args.rounds, args.iters)
+    if args.clip:
+        clip_row(args, device, dtype)
+        return
     ours, ref = build_pair(args.size, device, dtype)
     dim, depth, heads = ours.embed_dim, len(ours.blocks), ours.blocks[0].attn.num_heads
     mlp = ours.blocks[0].mlp.fc1.out_features

@@ -8,6 +8,7 @@
 3. write ``config.json``, verify against the source's reference implementation, write the model
    card, and rename the folder into place. The source's sha256 is computed beside all this.
 """
+import dataclasses
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -18,6 +19,7 @@ import torch
 
 from timm_vit_variants import SimpleVisionTransformer, __version__, architecture_for
 from timm_vit_variants.checkpoints import SourceCheckpoint
+from timm_vit_variants.clip_models import clip_tag_facts
 from timm_vit_variants.config import HEAD_KEYS, PREPROCESSING_KEYS
 from timm_vit_variants.errors import ViTVariantsError
 from timm_vit_variants.geometry import fit_stream
@@ -155,6 +157,9 @@ def convert(source: Union[str, Path], out: Union[str, Path], request: Optional[C
     check_output(out, output.overwrite, sources=[source])  # before any download
     resolved = resolve_source(source, request.source.endpoint, request.source.token, request.progress,
                               request.source.download_timeout, request.source.stall_timeout)
+    if resolved.kind == 'tag':  # a CLIP tag's lone weight file records neither QuickGELU nor its heads: the tag does
+        facts = {k: v for k, v in clip_tag_facts(str(source)).items() if getattr(request.source, k) is None}
+        request = dataclasses.replace(request, source=dataclasses.replace(request.source, **facts))
     out_path = check_output(out, output.overwrite, sources=[resolved.path])
     shard_bytes = parse_size(output.max_shard_size)
     with open_source(resolved.path, request.source, limits) as src, ThreadPoolExecutor(max_workers=1) as hasher:

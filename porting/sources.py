@@ -42,7 +42,7 @@ __all__ = ['ResolvedSource', 'resolve_source', 'download_dir', 'url_cache_path',
 HUB_PREFIX = 'hf-hub:'
 _LOCAL_PREFIX = 'local-dir:'
 # Besides the weights, what a reader may look at in a Hub repo.
-_SIDE_FILES = (CONFIG_FILE, 'preprocessor_config.json')
+_SIDE_FILES = (CONFIG_FILE, 'preprocessor_config.json', 'open_clip_config.json')
 _SHARD_PATTERNS = ('model-*-of-*.safetensors', 'pytorch_model-*-of-*.bin')
 # The weight sets a repo may hold, in the readers' order (``checkpoints.files``): one file, an index and its
 # shards, or a single .npz.

@@ -2,6 +2,7 @@
 and OpenAI's own code wrote (tests/data/reference_clip/README.md), and against open_clip's own text tower."""
 import json
 import pickle
+import re
 import shutil
 import zipfile
 from pathlib import Path
@@ -14,7 +15,10 @@ from safetensors.torch import load_file, save_file
 import timm_vit_variants  # noqa: F401
 from porting.cli import main
 from timm_vit_variants.checkpoints import open_checkpoint
+from timm_vit_variants.checkpoints.openclip import _TABLE
 from timm_vit_variants.checkpoints.torchscript_store import TorchScriptStore
+from timm_vit_variants.clip_models import CLIP_ARCHS, CLIP_TAGS
+from timm_vit_variants.config import MODELS
 from timm_vit_variants.errors import ViTVariantsError
 from timm_vit_variants.vision_transformer import SimpleVisionTransformer
 
@@ -237,6 +241,12 @@ def test_transformers_clip_folders_at_three_grids(tmp_path, kind, act, max_delta
     else:
         model = _perturbed(getattr(transformers, kind)(vision), 7)
     model.save_pretrained(tmp_path / 'src')
+    with open_checkpoint(tmp_path / 'src') as src:
+        skipped = [n for n in src.notes if n.startswith('read the vision tower')]
+    # CLIPModel: the text tower's tensors, text_projection and logit_scale lie outside vision_model.
+    text = len(model.text_model.state_dict()) + 2 if kind == 'CLIPModel' else 0
+    assert skipped == ([f"read the vision tower under 'vision_model.'; skipped {text} other tensors (the text tower, "
+                        'its projection and logit_scale), which the image model does not use'] if text else [])
     ours = _ours(tmp_path / 'src')
     assert ours.config.act_layer == act and ours.config.pos_embed_resample == 'hf'
     generator = torch.Generator().manual_seed(3)
@@ -305,6 +315,23 @@ def test_timm_clip_folders_at_three_grids(tmp_path, arch, kwargs, act, max_delta
         max_delta(f'timm {arch} {kwargs or ""} {gh}x{gw}: pooled', pooled, expected_pooled, TOL)
 
 
+def test_bare_timm_clip_state_dict(tmp_path, max_delta):
+    """A state dict records neither QuickGELU nor eps: eps is timm's for a norm_pre tower (1e-5), the activation
+    assumed GELU and said so, and given as a hint it gives timm's output."""
+    import timm
+    ref = _perturbed(timm.create_model('vit_base_patch16_clip_quickgelu_224', img_size=48, **TIMM_TINY), 6)
+    torch.save(ref.state_dict(), tmp_path / 'clip.pth')
+    with open_checkpoint(tmp_path / 'clip.pth', num_heads=2) as src:
+        assert src.config.norm_eps == 1e-5 and src.config.act_layer == 'gelu' and 'act_layer' in src.assumed
+    with open_checkpoint(tmp_path / 'clip.pth', layout=SimpleVisionTransformer.state_layout, num_heads=2,
+                         act_layer='quick_gelu') as src:
+        ours = SimpleVisionTransformer(src.config.replace(weight_init='skip'))
+        ours.load_state_dict(src.state_dict())
+    x = torch.randn(2, 3, 48, 48, generator=torch.Generator().manual_seed(8))
+    with torch.no_grad():
+        max_delta('bare timm CLIP state dict, act_layer=quick_gelu: embedding', ours.eval()(x), ref(x), TOL)
+
+
 def test_timm_gelu_architecture_of_quickgelu_weights_is_named(tmp_path):
     import timm
     from timm.models import _hub
@@ -321,7 +348,6 @@ def test_timm_gelu_architecture_of_quickgelu_weights_is_named(tmp_path):
 @pytest.mark.parametrize('name', ['openai_vit_b16_tiny.pt', 'clipa_l14_tiny', 'coca_l14_tiny'])
 def test_clip_towers_keep_timms_interface(tmp_path, name):
     import timm
-    from porting.hub_folder import load_folder
     io_name, patch, _ = FIXTURES[name]
     model = _ours(REF / name)
     config = model.config
@@ -368,3 +394,207 @@ def test_the_clip_extra_is_named_when_open_clip_is_missing(monkeypatch):
     for fmt in ('openclip', 'openai'):
         with pytest.raises(ViTVariantsError, match=r"pip install 'timm-vit-variants\[clip\]'.*--no-verify"):
             require_reference(fmt)
+
+
+# -- the registered towers and their published tags -------------------------------------------------------------------
+
+def _open_clip_tower(arch):
+    """open_clip's own image tower for ``arch`` (its model_configs JSON), built on the meta device."""
+    open_clip = pytest.importorskip('open_clip')
+    cfg = open_clip.get_model_config(arch.open_clip)
+    with torch.device('meta'):
+        return open_clip.model._build_vision_tower(cfg['embed_dim'], cfg['vision_cfg'])
+
+
+def _source_shape(key: str, visual, rules) -> tuple:
+    """The shape our ``key`` takes in open_clip's ``visual`` state dict, through the reader's own key table."""
+    block = re.match(r'^blocks\.(\d+)\.', key)
+    pattern = re.sub(r'^blocks\.\d+\.', 'blocks.{i}.', key)
+    source = rules[pattern].sources[0].format(i=block.group(1) if block else None)
+    shape = tuple(visual[source[len('visual.'):]].shape)
+    return {'head.weight': shape[::-1], 'pos_embed': (1, *shape), 'cls_token': (1, 1, *shape)}.get(key, shape)
+
+
+@pytest.mark.parametrize('name', sorted(CLIP_ARCHS))
+def test_each_clip_architecture_has_open_clips_layout(name):
+    """Every tensor of our layout is one of open_clip's tower's, with its shape; none of open_clip's is left over."""
+    arch = CLIP_ARCHS[name]
+    tower = _open_clip_tower(arch)
+    visual = tower.state_dict()
+    config = MODELS[name].config()
+    ours = {key: shape for key, shape, _ in SimpleVisionTransformer.state_layout(config)}
+    for key, shape in ours.items():
+        assert shape == _source_shape(key, visual, _TABLE), key
+    used = {_TABLE[re.sub(r'^blocks\.\d+\.', 'blocks.{i}.', k)].sources[0].format(
+        i=k.split('.')[1] if k.startswith('blocks.') else None)[len('visual.'):] for k in ours}
+    assert used == set(visual)
+    assert config.num_heads == tower.transformer.resblocks[0].attn.num_heads
+    assert config.img_size == tuple(tower.image_size) and config.patch_size == tuple(tower.patch_size)
+    assert (config.global_pool, config.fc_norm) == ({'tok': 'token', 'avg': 'avg'}[tower.pool_type],
+                                                    tower.final_ln_after_pool)
+
+
+@pytest.mark.parametrize('name,tag', sorted(CLIP_TAGS))
+def test_each_clip_tag_builds_the_network_and_names_open_clips_weights(name, tag):
+    """A tag builds with open_clip's quick_gelu for those weights, and names open_clip's Hub repo, URL and
+    preprocessing (open_clip's pretrained.py)."""
+    import timm
+    open_clip = pytest.importorskip('open_clip')
+    theirs = open_clip.get_pretrained_cfg(CLIP_ARCHS[name].open_clip, tag)
+    assert theirs, (name, tag)
+    model = timm.create_model(f'{name}.{tag}', pretrained=False, device='meta')
+    act = type(model.blocks[0].mlp.act)
+    assert act is (timm.layers.QuickGELU if theirs.get('quick_gelu', False) else timm.layers.GELU)
+    cfg = model.pretrained_cfg
+    assert (cfg['hf_hub_id'], cfg['hf_hub_filename']) == (theirs['hf_hub'].rstrip('/'), 'open_clip_pytorch_model.bin')
+    assert (cfg.get('url') or '') == theirs['url']
+    assert (cfg['mean'], cfg['std'], cfg['interpolation']) == (theirs['mean'], theirs['std'], theirs['interpolation'])
+    assert cfg['crop_mode'] == {'shortest': 'center', 'squash': 'squash'}[theirs['resize_mode']]
+    assert cfg['crop_pct'] == 1.0 and cfg['num_classes'] == model.num_classes and cfg['custom_load'] == 'hf'
+    if name == 'simple_vit_base_patch16_clip_224':  # an explicit act_layer wins over the tag's (one arch: cheap)
+        assert timm.create_model(f'{name}.{tag}', device='meta', act_layer='relu').config.act_layer == 'relu'
+
+
+TINY_OPENAI = dict(embed_dim=128, depth=2, num_heads=2, mlp_dim=512, num_classes=32)
+TINY_OPENCLIP = dict(embed_dim=64, depth=2, num_heads=2, mlp_dim=256, num_classes=32)
+
+
+@pytest.mark.parametrize('name,file,kwargs,patch,lone', [
+    # the OpenAI .pt at another grid than its own: resized at load with open_clip's rule
+    ('simple_vit_base_patch16_clip_224.openai', 'openai_vit_b16_tiny.pt', TINY_OPENAI, 16, False),
+    # the folder's weight file, open_clip_config.json beside it
+    ('simple_vit_base_patch16_clip_224.dfn2b', 'openclip_b16_quickgelu_tiny/open_clip_model.safetensors',
+     TINY_OPENCLIP, 16, False),
+    # a lone file, as timm downloads it: QuickGELU and CLIPA's pooling are not recorded, the tag's model decides
+    ('simple_vit_base_patch16_clip_224.metaclip_400m', 'openclip_b16_quickgelu_tiny/open_clip_model.safetensors',
+     TINY_OPENCLIP, 16, True),
+    ('simple_vit_large_patch14_clipa_224.datacomp1b', 'clipa_l14_tiny/open_clip_pytorch_model.bin', TINY_OPENCLIP,
+     14, True),
+])
+def test_a_tag_loads_an_open_clip_file_through_timms_pretrained_path(tmp_path, name, file, kwargs, patch, lone,
+                                                                     max_delta):
+    """timm's own pretrained=True route with a file= override (no network): the tag's cfg hands the file to
+    load_pretrained, whose reader is chosen by the file's content; no false 'trained with' warning."""
+    import warnings
+
+    import timm
+    source = REF / file
+    if lone:
+        source = tmp_path / Path(file).name
+        shutil.copy(REF / file, source)
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')
+        model = timm.create_model(name, pretrained=True, pretrained_cfg_overlay=dict(file=str(source)),
+                                  img_size=(12 * patch, 9 * patch), **kwargs).eval()
+    data = np.load(REF / f"{FIXTURES[file.split('/')[0]][0]}.npz", allow_pickle=False)
+    with torch.no_grad():
+        embed = model(_inputs(data, '12x9', patch))
+    max_delta(f'{name} from {Path(file).name} via pretrained_cfg, 12x9: embedding', embed, data['embed_12x9'], TOL)
+
+
+
+
+def test_an_open_clip_state_dict_in_timms_generic_path_is_named():
+    """A visual.* state dict handed to the state-dict filter (timm's generic loader, a non-CLIP model) is one
+    error naming the key and the way to load it, not a list of missing keys."""
+    import timm
+    from timm_vit_variants.simple_vit import checkpoint_filter_fn
+    model = timm.create_model('simple_vit_tiny', device='meta')
+    with pytest.raises(ViTVariantsError) as e:
+        checkpoint_filter_fn({'visual.conv1.weight': torch.zeros(8, 3, 16, 16)}, model)
+    _one_line(e.value, 'visual.conv1.weight', 'custom_load=True')
+
+
+# Runs in a fresh interpreter (huggingface_hub reads HF_ENDPOINT at import): a CLIP tag with pretrained=True.
+_HUB_LOAD = """
+import sys, numpy as np, torch
+import timm_vit_variants
+import timm
+name, kwargs, x_path, out_path = sys.argv[1], eval(sys.argv[2]), sys.argv[3], sys.argv[4]
+model = timm.create_model(name, pretrained=True, **kwargs).eval()
+with torch.no_grad():
+    np.save(out_path, model(torch.from_numpy(np.load(x_path))).numpy())
+"""
+
+
+def test_a_tags_pretrained_true_downloads_open_clips_file_from_its_hub_repo(tmp_path, max_delta):
+    """pretrained=True on a CLIP tag: timm fetches the cfg's hf_hub_filename from its hf_hub_id (a loopback Hub
+    holding the CLIPA fixture's file under the CLIPA tag's repo id) and hands it to our reader."""
+    import os
+    import subprocess
+    import sys
+
+    import timm
+
+    from hub_server import FakeHub, keep_client_local
+    name = 'simple_vit_large_patch14_clipa_224.datacomp1b'
+    cfg = timm.models.get_pretrained_cfg(name)
+    data = np.load(REF / 'clipa_l14_tiny_io.npz', allow_pickle=False)
+    np.save(tmp_path / 'x.npy', _inputs(data, '12x9', 14).numpy())
+    kwargs = dict(TINY_OPENCLIP, img_size=(12 * 14, 9 * 14))
+    with FakeHub() as hub, pytest.MonkeyPatch.context() as mp:
+        keep_client_local(mp, tmp_path)
+        hub.add_repo(cfg.hf_hub_id, {cfg.hf_hub_filename: (REF / 'clipa_l14_tiny' / cfg.hf_hub_filename).read_bytes()})
+        env = {k: v for k, v in os.environ.items() if not k.startswith(('HF_', 'HUGGING'))}
+        env.update(PYTHONPATH=str(REF.parents[2]), OMP_NUM_THREADS='1', HF_HOME=str(tmp_path / 'home'),
+                   HF_ENDPOINT=hub.url, HF_HUB_DISABLE_TELEMETRY='1')
+        proc = subprocess.run([sys.executable, '-c', _HUB_LOAD, name, repr(kwargs), str(tmp_path / 'x.npy'),
+                               str(tmp_path / 'embed.npy')], capture_output=True, text=True, env=env,
+                              cwd=REF.parents[2], timeout=300)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert any(cfg.hf_hub_filename in route for route in hub.routes_called()), hub.routes_called()
+    embed = np.load(tmp_path / 'embed.npy', allow_pickle=False)
+    max_delta(f'{name} downloaded by timm from the Hub, 12x9: embedding', embed, data['embed_12x9'], TOL)
+
+
+def test_convert_a_clip_tag_takes_quickgelu_from_the_tag(tmp_path, monkeypatch, max_delta):
+    """`vit-port convert TAG` reads the tag's lone open_clip_pytorch_model.bin (a loopback Hub holds the QuickGELU
+    fixture's tensors under the DFN tag's repo): the file records no activation, the tag says QuickGELU."""
+    import io
+
+    import vit_port
+    from huggingface_hub import constants
+
+    from hub_server import FakeHub, keep_client_local
+    keep_client_local(monkeypatch, tmp_path)
+    monkeypatch.setattr(constants, 'HF_HUB_CACHE', str(tmp_path / 'hub-cache'))
+    monkeypatch.setattr(constants, 'HF_HUB_OFFLINE', False)
+    monkeypatch.delenv('HF_HUB_OFFLINE', raising=False)
+    weights = io.BytesIO()
+    torch.save(load_file(str(REF / 'openclip_b16_quickgelu_tiny' / 'open_clip_model.safetensors')), weights)
+    with FakeHub() as hub:
+        hub.add_repo('apple/DFN2B-CLIP-ViT-B-16', {'open_clip_pytorch_model.bin': weights.getvalue()})
+        # the tiny tower has 2 heads, not ViT-B/16's 12: given, it wins over the tag's
+        result = vit_port.convert('simple_vit_base_patch16_clip_224.dfn2b', tmp_path / 'out', endpoint=hub.url,
+                                  num_heads=2)
+    # open_clip cannot build its reference from a weight file alone: the check is the fixture's output below
+    assert result.verification.status == 'skipped' and 'open_clip_config.json' in result.verification.summary()
+    record = json.loads((tmp_path / 'out' / 'config.json').read_text())
+    assert record['model_args']['act_layer'] == 'quick_gelu' and record['conversion']['given']['act_layer'] == \
+        'quick_gelu'
+    from porting.hub_folder import load_folder
+    data = np.load(REF / 'openclip_b16_quickgelu_tiny_io.npz', allow_pickle=False)
+    with torch.no_grad():
+        embed = load_folder(tmp_path / 'out')(_inputs(data, '6x6', 16))
+    max_delta('vit-port convert of the dfn2b tag (lone file), 6x6: embedding', embed, data['embed_6x6'], TOL)
+
+
+def test_convert_an_openclip_hub_repo_brings_its_config(tmp_path, monkeypatch):
+    """`vit-port convert hf-hub:ORG/NAME` of an OpenCLIP repo downloads open_clip_config.json with the weights, so
+    QuickGELU is read from it and the conversion is verified against open_clip."""
+    pytest.importorskip('open_clip')
+    import vit_port
+    from huggingface_hub import constants
+
+    from hub_server import FakeHub, keep_client_local
+    keep_client_local(monkeypatch, tmp_path)
+    monkeypatch.setattr(constants, 'HF_HUB_CACHE', str(tmp_path / 'hub-cache'))
+    monkeypatch.setattr(constants, 'HF_HUB_OFFLINE', False)
+    monkeypatch.delenv('HF_HUB_OFFLINE', raising=False)
+    folder = REF / 'openclip_b16_quickgelu_tiny'
+    with FakeHub() as hub:
+        hub.add_repo('org/tiny-openclip', {p.name: p.read_bytes() for p in folder.iterdir()})
+        result = vit_port.convert('hf-hub:org/tiny-openclip', tmp_path / 'out', endpoint=hub.url)
+    assert result.verification.status == 'passed' and 'open_clip' in result.verification.summary()
+    record = json.loads((tmp_path / 'out' / 'config.json').read_text())
+    assert record['model_args']['act_layer'] == 'quick_gelu' and 'act_layer' not in record['conversion']['assumed']

@@ -9,6 +9,7 @@ import dataclasses
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Callable, Dict, Mapping, Optional, Tuple, Union
 
+from .clip_models import CLIP_ROWS
 from .errors import ViTVariantsError
 from .limits import DEFAULT_LIMITS, Limits
 
@@ -495,10 +496,11 @@ MODELS: Dict[str, ModelEntry] = {
        for size in ('base', 'so400m')},
     **DINO_MODELS,
 }
+MODELS.update({name: ModelEntry(*row) for name, row in CLIP_ROWS.items()})  # CLIP towers (clip_models.py)
 
 # What must match for ``architecture`` to name a registered model, most telling first.
 _DIMS = ('embed_dim', 'num_heads', 'mlp_dim', 'depth', 'patch_size', 'rep_size', 'img_size', 'global_pool',
-         'class_token')
+         'class_token', 'pre_norm', 'patch_bias')
 
 
 def architecture_for(config: SimpleViTConfig) -> str:

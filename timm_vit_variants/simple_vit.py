@@ -11,6 +11,7 @@ import timm
 import torch
 from timm.models import build_model_with_cfg, generate_default_cfgs, register_model
 
+from .clip_models import CLIP_ARCHS, clip_default_cfgs, clip_tag_args
 from .config import MODELS, SIGLIP_TOWERS, SimpleViTConfig
 from .dino_models import DINO_CFGS
 from .errors import ViTVariantsError
@@ -138,7 +139,9 @@ def pretrained_cfg_for(config: SimpleViTConfig, architecture: str) -> Dict[str, 
 default_cfgs = generate_default_cfgs({
     **DINO_CFGS,  # first, so that each DINO model's published weights are its default tag
     **{f'{name}.untrained': _untrained(name) for name in MODELS
-       if name != 'simple_vit_small_patch16_224' and '_flexi_' not in name and '_siglip_' not in name},
+       if name != 'simple_vit_small_patch16_224' and '_flexi_' not in name and '_siglip_' not in name
+       and name not in CLIP_ARCHS},
+    **clip_default_cfgs(),
     **{f'{name}.{tag}': _siglip_cfg(name, tag) for name, tag in _SIGLIP_FILES},
     **{f'simple_vit_{size}_flexi_240.bv_i1k_1200ep': _flexi_cfg(size) for size in ('small', 'base', 'large')},
     'simple_vit_small_patch16_224.bv_i1k_300ep': _bv_cfg(300),
@@ -153,6 +156,10 @@ def checkpoint_filter_fn(state_dict: Dict[str, torch.Tensor], model: SimpleVisio
     The source patch size is read off the pixel-facing kernel where that kernel is one patch filter;
     other patch embeddings ('conv_stem', 'overlap') must match the model's layer for layer.
     """
+    if 'visual.conv1.weight' in state_dict:
+        raise ViTVariantsError('an open_clip / OpenAI CLIP state dict (visual.* keys): load its file through our '
+                               'reader, pretrained_cfg_overlay=dict(file=PATH, custom_load=True)',
+                               key='visual.conv1.weight')
     dst = Geometry.of(model.config)
     kernel = state_dict.get(dst.kernel_key)
     table = state_dict.get('pos_embed')
@@ -194,9 +201,12 @@ def create_simple_vit(variant: str, pretrained: bool = False, **kwargs: Any) -> 
     if overlay and overlay.get('file') and os.path.isdir(overlay['file']):
         # a Hub folder (e.g. train.py --pretrained-path DIR): our reader loads it (sharded or not)
         kwargs['pretrained_cfg_overlay'] = overlay = dict(overlay, custom_load=overlay.get('custom_load', True))
-    if overlay and any(str(overlay.get(k) or '').endswith('.npz') for k in ('file', 'url')):
-        # timm's generic loader cannot read .npz; route it to our reader (model.load_pretrained).
+    if overlay and any(str(overlay.get(k) or '').endswith('.npz') or (variant in CLIP_ARCHS and _is_clip_file(
+            str(overlay.get(k) or ''))) for k in ('file', 'url')):
+        # timm's generic loader cannot read .npz, an OpenAI TorchScript .pt or open_clip's visual.* keys; route
+        # it to our reader (model.load_pretrained), which tells the format from the content.
         kwargs['pretrained_cfg_overlay'] = dict(overlay, custom_load=overlay.get('custom_load', True))
+    kwargs = {**clip_tag_args(variant, kwargs.get('pretrained_cfg')), **kwargs}  # a CLIP tag's activation
     out_indices = kwargs.pop('out_indices', 3)
     # The one gate before anything is allocated, for every way timm builds one (local-dir:, hf-hub:, a name).
     fields = {k: v for k, v in kwargs.items() if k in SimpleViTConfig.__dataclass_fields__}
@@ -209,6 +219,11 @@ def create_simple_vit(variant: str, pretrained: bool = False, **kwargs: Any) -> 
         feature_cfg=dict(out_indices=out_indices, feature_cls='getter'),
         **dict(MODELS[variant].kwargs, **kwargs),
     )
+
+
+def _is_clip_file(path: str) -> bool:
+    """An OpenAI CLIP ``.pt`` (also MetaCLIP's) or an open_clip Hub file (``open_clip_*``), by its name."""
+    return path.endswith('.pt') or os.path.basename(path).startswith('open_clip_')
 
 
 def _pretrained_source(cfg: Any) -> Optional[str]:

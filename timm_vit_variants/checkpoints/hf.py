@@ -63,6 +63,19 @@ class TransformersCheckpoint(SourceCheckpoint):
         """The part of ``config.json`` that describes the vision network (all of it for a ViT)."""
         return self.source_config
 
+    def _vision_tower(self, hints: Dict[str, Any], skipped: str, keep: Tuple[str, ...] = ()) -> None:
+        """Set ``_prefix`` to the vision tower's: the caller's ``prefix`` hint, else ``vision_model.`` in a two-tower
+        folder (CLIP, SigLIP), else none; one note names what lies outside it (``skipped`` says what that is), apart
+        from the tensors in ``keep`` that the reader also takes (CLIP's ``visual_projection``)."""
+        names = self._store.names()
+        prefix = hints.get('prefix')
+        self._prefix = ('vision_model.' if any(n.startswith('vision_model.') for n in names) else '') \
+            if prefix is None else prefix
+        others = [n for n in names if not n.startswith(self._prefix) and n not in keep]
+        if others:
+            self.notes.append(f'read the vision tower under {self._prefix!r}; skipped {len(others)} other tensors '
+                              f'({skipped}), which the image model does not use')
+
     def _check_no_extra_layer(self, depth: int, layer_norm: str) -> None:
         """Refuse weights holding a layer past the config's ``num_hidden_layers`` (``layer_norm``: that layer's first
         norm weight, with ``{i}`` for its index)."""

@@ -76,14 +76,7 @@ class HFClipCheckpoint(HFCheckpoint):
         if self.source_config.get('model_type') == 'clip' and not isinstance(self.source_config.get('vision_config'),
                                                                              dict):
             raise ViTVariantsError('a CLIP config.json needs a vision_config', path=cfg_path, key='vision_config')
-        names = self._store.names()
-        prefix = hints.get('prefix')
-        self._prefix = ('vision_model.' if any(n.startswith('vision_model.') for n in names) else '') \
-            if prefix is None else prefix
-        others = [n for n in names if not n.startswith(self._prefix) and n != _PROJECTION]
-        if others:
-            self.notes.append(f'read the vision tower under {self._prefix!r}; skipped {len(others)} other tensors '
-                              '(the text tower, its projection and logit_scale), which the image model does not use')
+        self._vision_tower(hints, 'the text tower, its projection and logit_scale', keep=(_PROJECTION,))
         network = self._network(hints, eps_default=1e-5)
         depth = network['depth']
         self._check_no_extra_layer(depth, 'encoder.layers.{i}.layer_norm1.weight')

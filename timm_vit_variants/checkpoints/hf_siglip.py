@@ -96,14 +96,7 @@ class HFSiglipCheckpoint(TransformersCheckpoint):
         model_type = self.source_config.get('model_type')
         if model_type in _TWO_TOWER and not isinstance(self.source_config.get('vision_config'), dict):
             raise ViTVariantsError('a SigLIP config.json needs a vision_config', path=cfg_path, key='vision_config')
-        names = self._store.names()
-        prefix = hints.get('prefix')
-        self._prefix = ('vision_model.' if any(n.startswith('vision_model.') for n in names) else '') \
-            if prefix is None else prefix
-        others = [n for n in names if not n.startswith(self._prefix)]
-        if others:
-            self.notes.append(f'read the vision tower under {self._prefix!r}; skipped {len(others)} other tensors '
-                              '(the text tower, logit_scale and logit_bias), which the image model does not use')
+        self._vision_tower(hints, 'the text tower, logit_scale and logit_bias')
         network = self._network(hints, eps_default=1e-6)
         depth = network['depth']
         self._check_no_extra_layer(depth, 'encoder.layers.{i}.layer_norm1.weight')

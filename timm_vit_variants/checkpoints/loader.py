@@ -58,11 +58,13 @@ def _check(model: nn.Module, ckpt: SourceCheckpoint, dst: Geometry, skip_head: b
     missing = [k for k in targets if k not in ckpt.tensor_shapes and not (skip_head and k in HEAD_KEYS)]
     if missing:
         raise mismatch(f'the model needs {len(missing)} tensor(s) the checkpoint does not have', missing[0])
-    # Settings without tensors: the caller chose the model, so differences are reported, not fatal.
-    notes = [f'{label} {theirs!r} (model: {ours!r})' for label, theirs, ours in (
-        ('LayerNorm eps', cfg.norm_eps, model.config.norm_eps),
-        ('activation', cfg.act_layer, model.config.act_layer),
-        ('pooling', cfg.global_pool, model.global_pool)) if theirs != ours]
+    # Settings without tensors: the caller chose the model, so differences are reported, not fatal; one the
+    # source does not record (only assumed, e.g. a lone OpenCLIP file's activation) is the model's to decide.
+    notes = [f'{label} {theirs!r} (model: {ours!r})' for label, field, theirs, ours in (
+        ('LayerNorm eps', 'norm_eps', cfg.norm_eps, model.config.norm_eps),
+        ('activation', 'act_layer', cfg.act_layer, model.config.act_layer),
+        ('pooling', 'global_pool', cfg.global_pool, model.global_pool))
+        if theirs != ours and field not in ckpt.assumed]
     if notes:
         warnings.warn(f'{ckpt.path}: the checkpoint was trained with ' + ', '.join(notes)
                       + '; outputs will differ from the source network', stacklevel=3)

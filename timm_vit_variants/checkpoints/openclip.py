@@ -250,6 +250,11 @@ class OpenCLIPCheckpoint(SourceCheckpoint):
         if cfg_path is not None and attentional != coca:
             raise refuse('attentional_pool', f"disagrees with the tensors ({'an' if coca else 'no'} attn_pool.query)")
         final_ln = bool(vision.get('final_ln_after_pool', False))
+        if cfg_path is None and not has_pre and not coca:
+            # no config: a tower without ln_pre is CLIPA's, and every CLIPA config also pools by mean, norm after
+            why = "no open_clip_config.json; a tower without ln_pre is CLIPA's (mean pooling, final_ln_after_pool)"
+            self.assumed.update(global_pool=('avg', why), fc_norm=(True, why))
+            pool_type, final_ln = 'avg', True
         if not coca:
             return dict(pre_norm=has_pre, global_pool='avg' if pool_type == 'avg' else 'token', fc_norm=final_ln)
         if pool_type != 'tok' or final_ln:

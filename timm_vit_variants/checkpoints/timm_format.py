@@ -376,7 +376,9 @@ class TimmCheckpoint(SourceCheckpoint):
         if 'attn_pool.latent' in local:  # the tensors say it: timm's AttentionPoolLatent, SigLIP's MAP head
             recorded['global_pool'] = 'map'
             self._check_attn_pool(self._prefix, dim, mlp_dim)
-        for name, default in self.SETTINGS.items():
+        # timm builds every ViT with a norm_pre (its CLIP towers) with nn.LayerNorm's eps
+        settings = dict(self.SETTINGS, norm_eps=1e-5) if self._prefix + 'norm_pre.weight' in local else self.SETTINGS
+        for name, default in settings.items():
             if name not in recorded:
                 default = default or ('token' if class_token else 'avg')
                 recorded[name] = self._unrecorded(name, hints, default, "not recorded by a state dict; timm's "
