@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Callable, Dict, Mapping, Optional, Tuple, Union
 
 from .clip_models import CLIP_ROWS
+from .dino_models import DINO_ROWS
 from .errors import ViTVariantsError
 from .limits import DEFAULT_LIMITS, Limits
 
@@ -459,8 +460,6 @@ SIGLIP_TOWERS = (('base', 16, (224, 256, 384, 512)), ('base', 32, (256,)), ('lar
                  ('so400m', 14, (224, 384)), ('so400m', 16, (256, 384, 512)), ('giantopt', 16, (256, 384)))
 _SIGLIP_LABEL = {'base': 'B', 'large': 'L', 'so400m': 'So400m', 'giantopt': 'g-opt'}
 
-from .dino_models import DINO_MODELS  # noqa: E402  (its rows are ModelEntry, defined above)
-
 MODELS: Dict[str, ModelEntry] = {
     'simple_vit_tiny': ModelEntry('tiny', {}, 'ViT-Ti/16 plain recipe (width 192, depth 12, 3 heads).'),
     'simple_vit_small': ModelEntry('small', {}, 'ViT-S/16 plain recipe (width 384, depth 12, 6 heads).'),
@@ -494,9 +493,9 @@ MODELS: Dict[str, ModelEntry] = {
         f'SigLIP 2 NaFlex image tower {_SIGLIP_LABEL[size]}/16 (big_vision naflex_vit): a 16x16 learned table '
         "resized to each image's own grid, MAP head; takes a NaFlex dict or a list of images at their own sizes.")
        for size in ('base', 'so400m')},
-    **DINO_MODELS,
 }
-MODELS.update({name: ModelEntry(*row) for name, row in CLIP_ROWS.items()})  # CLIP towers (clip_models.py)
+# DINOv2, DINOv3, RoPE-ViT (dino_models.py) and CLIP towers (clip_models.py)
+MODELS.update({name: ModelEntry(*row) for rows in (DINO_ROWS, CLIP_ROWS) for name, row in rows.items()})
 
 # What must match for ``architecture`` to name a registered model, most telling first.
 _DIMS = ('embed_dim', 'num_heads', 'mlp_dim', 'depth', 'patch_size', 'rep_size', 'img_size', 'global_pool',

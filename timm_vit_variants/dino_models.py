@@ -13,9 +13,7 @@ is accepted, so its tags name the file the hub code builds and cannot be downloa
 """
 from typing import Any, Dict, Tuple
 
-from .config import ModelEntry
-
-__all__ = ['DINO_MODELS', 'DINO_CFGS', 'dinov2_swiglu_width', 'dinov3_swiglu_width']
+__all__ = ['DINO_ROWS', 'DINO_CFGS', 'dinov2_swiglu_width', 'dinov3_swiglu_width']
 
 _IMAGENET = dict(mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225))
 
@@ -74,18 +72,19 @@ _ROPEVIT = dict(img_size=224, patch_size=16, num_classes=1000, global_pool='toke
                 init_values=1e-4, pos_embed_resample='ropevit', act_layer='gelu', norm_eps=1e-6, grid_mode='crop')
 _ROPEVIT_HUB = 'naver-ai/rope_{k}_deit_{s}_patch16_LS'
 
-DINO_MODELS: Dict[str, ModelEntry] = {
-    **{f'simple_vit_{size}_patch14{"_reg4" if reg else ""}_dinov2': ModelEntry(
+# name -> (variant, arguments, description): ``config.MODELS`` rows (this module imports nothing of the package).
+DINO_ROWS: Dict[str, Tuple[str, Dict[str, Any], str]] = {
+    **{f'simple_vit_{size}_patch14{"_reg4" if reg else ""}_dinov2': (
         'base', dict(_DINOV2, **dims, reg_tokens=4 if reg else 0, pos_embed_resample='timm' if reg else 'dinov2'),
         f'DINOv2 ViT-{s if s == "g" else s.upper()}/14{" with 4 registers" if reg else ""} (LVD-142M, 518 px): '
         '[CLS] pooling, LayerScale, the '
         f'hub\'s table resize ({"antialiased, no offset" if reg else "scale (n + 0.1) / N"}); no classifier.')
        for size, (s, dims) in _DINOV2_SIZES.items() for reg in (False, True)},
-    **{f'simple_vit_{size}_patch16_dinov3': ModelEntry(
+    **{f'simple_vit_{size}_patch16_dinov3': (
         'base', dict(_DINOV3, **dims),
         f'DINOv3 {arch}: RoPE (stored periods), 4 registers, masked k bias, LayerScale; no classifier '
         '(tags licence-gated).') for size, (arch, dims, _) in _DINOV3_SIZES.items()},
-    **{f'simple_vit_{size}_patch16_rope_{kind}_224': ModelEntry(
+    **{f'simple_vit_{size}_patch16_rope_{kind}_224': (
         'base', dict(_ROPEVIT, **dims, **_ROPEVIT_KINDS[kind]),
         f'RoPE-ViT rope_{kind}_deit_{size}_patch16_LS (naver-ai): DeiT-III LayerScale, '
         f'{kind.replace("_", " + ")} RoPE, '
