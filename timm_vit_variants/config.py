@@ -498,8 +498,8 @@ MODELS: Dict[str, ModelEntry] = {
 MODELS.update({name: ModelEntry(*row) for rows in (DINO_ROWS, CLIP_ROWS) for name, row in rows.items()})
 
 # What must match for ``architecture`` to name a registered model, most telling first.
-_DIMS = ('embed_dim', 'num_heads', 'mlp_dim', 'depth', 'patch_size', 'rep_size', 'img_size', 'global_pool',
-         'class_token', 'pre_norm', 'patch_bias')
+_DIMS = ('embed_dim', 'num_heads', 'mlp_dim', 'depth', 'patch_size', 'rep_size', 'img_size', 'global_pool', 'pos_embed',
+         'class_token', 'pre_norm', 'patch_bias', 'reg_tokens', 'init_values')
 
 
 def architecture_for(config: SimpleViTConfig) -> str:
