@@ -248,8 +248,7 @@ def config_dict(
     weights' dtype) is a ``model_args`` entry, so timm's ``local-dir:`` and ``hf-hub:`` build the model in it.
     """
     architecture = architecture or architecture_for(config)
-    # Every field, None included: timm fills an absent one from the architecture's registered defaults.
-    model_args = {k: _json_safe(v) for k, v in config.to_dict().items() if k != 'num_classes'}
+    model_args = {k: _json_safe(v) for k, v in config.to_dict().items() if v is not None and k != 'num_classes'}
     if dtype != 'float32':
         model_args['dtype'] = check_dtype_name(dtype)
     pretrained_cfg = {k: _json_safe(v) for k, v in pretrained_cfg_for(config, architecture).items()}

@@ -87,6 +87,19 @@ def test_non_standard_depth_round_trips_through_config_json(tmp_path):
     assert len(loaded.blocks) == 7 and loaded.config == model.config
 
 
+def test_the_architecture_label_never_fills_a_field(tmp_path):
+    """config.json names the nearest registered model, and timm's create_model drops a None argument: a label whose
+    row sets a field this model leaves None (DINOv3's LayerScale) would fill it on loading, so it is never chosen."""
+    from timm_vit_variants import SimpleVisionTransformer
+    # DINOv3's shape without its LayerScale: by every other dimension, the nearest row is a DINOv3 one
+    model = SimpleVisionTransformer(embed_dim=32, depth=2, num_heads=2, mlp_dim=128, class_token=True, reg_tokens=4,
+                                    global_pool='token', pos_embed='rope', rope_type='dinov3', img_size=224,
+                                    patch_size=16, act_layer='gelu', norm_eps=1e-5, grid_mode='crop', num_classes=3)
+    folder = save_pretrained_folder(model, tmp_path / 'plain')
+    loaded = timm.create_model(f'local-dir:{folder}', pretrained=True)
+    assert loaded.config == model.config and not any('.ls1.' in key for key in loaded.state_dict())
+
+
 @pytest.mark.parametrize('argv', [['--help'], ['--version'], ['convert', '--help'], ['resize', '--help'], ['inspect', '--help'],
                                   ['verify', '--help'], ['export', '--help'], ['push', '--help']])
 def test_help_imports_neither_torch_nor_timm(argv):

@@ -512,7 +512,11 @@ def architecture_for(config: SimpleViTConfig) -> str:
         ref = MODELS[name].config()
         return tuple(int(getattr(config, d) != getattr(ref, d)) for d in _DIMS)
 
-    return min(MODELS, key=lambda name: (sum(distance(name)), distance(name)))
+    # timm's create_model drops None keyword arguments, so a row that sets a field this config leaves None
+    # (DINOv3's init_values, a rep_size) would fill it when the folder is loaded: such rows cannot label it.
+    eligible = [name for name, entry in MODELS.items()
+                if not any(value is not None and getattr(config, key) is None for key, value in entry.kwargs.items())]
+    return min(eligible, key=lambda name: (sum(distance(name)), distance(name)))
 
 
 def heads_for_width(width: int) -> Optional[int]:
