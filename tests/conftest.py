@@ -1,5 +1,6 @@
 """``max_delta``: the one comparison of our outputs with a reference's, recorded so that ``pytest --deltas``
 prints every measured max |Δ| (what, measured, bound) at the end of the run."""
+import os
 from typing import Any, List, Tuple
 
 import numpy as np
@@ -7,6 +8,9 @@ import pytest
 import torch
 
 _DELTAS: List[Tuple[str, str, float, float]] = []
+
+if os.environ.get('PYTEST_XDIST_WORKER'):
+    torch.set_num_threads(1)  # pytest -n: the workers share the cores, one thread each
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -25,10 +29,15 @@ def max_delta(request):
         a, b = _array(ours), _array(expected)
         assert a.shape == b.shape, f'{what}: shape {a.shape} != {b.shape}'
         measured = float(np.abs(a - b).max()) if a.size else 0.0
-        _DELTAS.append((request.node.nodeid, what, measured, bound))
+        request.node.user_properties.append(('max_delta', (what, measured, bound)))  # reaches xdist's controller
         assert measured <= bound, f'{what}: max|d|={measured:.2e} > {bound:.0e}'
         return measured
     return check
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.when == 'call':
+        _DELTAS.extend((report.nodeid, *value) for name, value in report.user_properties if name == 'max_delta')
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
