@@ -201,7 +201,7 @@ def test_readme_set_up_lines_are_one_line_each_and_ci_runs_the_second():
     demo, suite = shell[0].strip(), shell[1].strip()
     assert '\n' not in demo and demo.startswith('python3 -m venv .venv && ') and \
         demo.endswith('&& python examples/first_run.py')
-    assert '\n' not in suite and suite.endswith('&& python -m pytest -q tests')
+    assert '\n' not in suite and suite.endswith('&& python -m pytest -q -n 2 tests')
     ci = [line for line in (REPO / '.ci' / 'run').read_text().splitlines() if line and not line.startswith('#')]
     assert suite in ci, 'CI must run the README\'s test line exactly'
 
