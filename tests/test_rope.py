@@ -226,6 +226,101 @@ def test_timm_eva_folder_matches_timm(arch, tmp_path, max_delta):
             max_delta(f'timm {arch} {size}', model.forward_features(x), runs.forward_features(x), BOUND)
 
 
+@pytest.mark.parametrize('arch', ['vit_small_patch16_dinov3', 'vit_small_patch16_dinov3_qkvb',
+                                  'vit_small_plus_patch16_dinov3', 'vit_small_patch16_rope_mixed_224',
+                                  'vit_small_patch16_rope_mixed_ape_224'])
+def test_bare_timm_eva_state_dict_matches_timm(arch, tmp_path, max_delta):
+    """No config.json: the RoPE form from the keys, the sizes from the shapes, the head count given."""
+    import timm
+    from safetensors.torch import save_file
+
+    args = dict(embed_dim=32, depth=2, num_heads=2, img_size=96)
+    ref = _noised(timm.create_model(arch, **args, dynamic_img_size=True))
+    path = tmp_path / 'bare.safetensors'
+    save_file({k: v.contiguous() for k, v in ref.state_dict().items()}, str(path))
+    with open_checkpoint(path, num_heads=2) as src:
+        assert src.format == 'timm' and src.notes[-1].startswith('detected a bare timm Eva state dict')
+    model = _model(path, num_heads=2)
+    ref.global_pool = 'token'  # what the converter assumes for a bare state dict (said in its notes)
+    for size in ((96, 96), (128, 80)):
+        x = torch.randn(2, 3, *size, generator=torch.Generator().manual_seed(3))
+        with torch.no_grad():
+            max_delta(f'bare timm {arch} {size}', model.forward_features(x), ref.forward_features(x), BOUND)
+            max_delta(f'bare timm {arch} {size} pooled', model(x), ref(x), BOUND)
+
+
+def test_convert_bare_timm_dinov3_state_dict_verifies_at_both_geometries(tmp_path, capsys):
+    import timm
+
+    args = dict(embed_dim=32, depth=2, num_heads=2)
+    path = tmp_path / 'dinov3.pth'
+    torch.save(_noised(timm.create_model('vit_small_patch16_dinov3_qkvb', **args)).state_dict(), path)
+    assert main(['convert', str(path), str(tmp_path / 'out'), '--num-heads', '2', '--img-size', '128', '80']) == 0
+    out = capsys.readouterr().out
+    assert 'target geometry (128x80, patch 16) passed vs timm Eva (vit_*_patch16_dinov3* blocks)' in out
+    assert 'shared with the converter: the head count' in out
+
+
+def test_bare_timm_eva_registers_of_the_wrong_width_are_one_error(tmp_path):
+    import timm
+    from safetensors.torch import save_file
+
+    state = timm.create_model('vit_small_patch16_dinov3', embed_dim=32, depth=2, num_heads=2).state_dict()
+    state['reg_token'] = torch.zeros(1, 4, 16)
+    path = tmp_path / 'bad.safetensors'
+    save_file({k: v.contiguous() for k, v in state.items()}, str(path))
+    with pytest.raises(ViTVariantsError) as e:
+        open_checkpoint(path, num_heads=2)
+    assert e.value.key == 'reg_token' and str(path) in str(e.value) and len(str(e.value).splitlines()) == 1
+
+
+def _sparse_safetensors(path: Path, shapes: dict, dtype: str = 'BF16') -> None:
+    """A safetensors file with these tensors' header and a hole for their data (no disk is used for it)."""
+    width = {'BF16': 2, 'F32': 4}
+    header, offset = {}, 0
+    for name, (shape, kind) in shapes.items():
+        size = int(np.prod(shape)) * width[kind or dtype]
+        header[name] = {'dtype': kind or dtype, 'shape': list(shape), 'data_offsets': [offset, offset + size]}
+        offset += size
+    raw = json.dumps(header).encode()
+    raw += b' ' * (-len(raw) % 8)
+    with open(path, 'wb') as f:
+        f.write(len(raw).to_bytes(8, 'little') + raw)
+        f.truncate(8 + len(raw) + offset)
+
+
+def test_dinov3_7b_hub_layout_reads_as_its_row(tmp_path):
+    """The 7B's layout as dinov3/hub/backbones.py builds it (no qkv bias, swiglu64, fp32 periods, local_cls_norm),
+    read from the header alone: the reader's config is the registered row's, and it is labelled so."""
+    from timm_vit_variants.config import MODELS, architecture_for
+
+    dim, depth, hidden = 4096, 40, 8192
+    shapes = {'cls_token': ((1, 1, dim), None), 'storage_tokens': ((1, 4, dim), None), 'mask_token': ((1, dim), None),
+              'patch_embed.proj.weight': ((dim, 3, 16, 16), None), 'patch_embed.proj.bias': ((dim,), None),
+              'rope_embed.periods': ((32,), 'F32'), 'norm.weight': ((dim,), None), 'norm.bias': ((dim,), None),
+              'local_cls_norm.weight': ((dim,), None), 'local_cls_norm.bias': ((dim,), None)}
+    for i in range(depth):
+        b = f'blocks.{i}.'
+        shapes.update({b + 'norm1.weight': ((dim,), None), b + 'norm1.bias': ((dim,), None),
+                       b + 'attn.qkv.weight': ((3 * dim, dim), None), b + 'attn.proj.weight': ((dim, dim), None),
+                       b + 'attn.proj.bias': ((dim,), None), b + 'ls1.gamma': ((dim,), None),
+                       b + 'norm2.weight': ((dim,), None), b + 'norm2.bias': ((dim,), None),
+                       b + 'mlp.w1.weight': ((hidden, dim), None), b + 'mlp.w1.bias': ((hidden,), None),
+                       b + 'mlp.w2.weight': ((hidden, dim), None), b + 'mlp.w2.bias': ((hidden,), None),
+                       b + 'mlp.w3.weight': ((dim, hidden), None), b + 'mlp.w3.bias': ((dim,), None),
+                       b + 'ls2.gamma': ((dim,), None)})
+    path = tmp_path / 'dinov3_vit7b16_pretrain_lvd1689m.safetensors'
+    _sparse_safetensors(path, shapes)
+    with open_checkpoint(path, layout=SimpleVisionTransformer.state_layout) as src:
+        config = src.config
+        assert 'local_cls_norm.weight, local_cls_norm.bias stored for training and skipped' in src.notes[0]
+    row = MODELS['simple_vit_7b_patch16_dinov3'].config()
+    fields = ('embed_dim', 'depth', 'num_heads', 'mlp_dim', 'mlp_layer', 'qkv_bias', 'reg_tokens', 'init_values',
+              'pos_embed', 'rope_type', 'rope_theta', 'act_layer', 'norm_eps', 'patch_size', 'num_classes')
+    assert {f: getattr(config, f) for f in fields} == {f: getattr(row, f) for f in fields}
+    assert architecture_for(config) == 'simple_vit_7b_patch16_dinov3'
+
+
 # -- bad input ---------------------------------------------------------------------------------------------
 
 def _bad(tmp_path, name: str, change, wrap: bool = False) -> Path:

@@ -5,7 +5,8 @@ Sizes are each project's own (``dinov2/hub/backbones.py`` and ``models/vision_tr
 applied here, so ``mlp_dim`` is the exact width of the published tensors:
 
 * DINOv2 ViT-g (``swiglufused``): ``(int(4D * 2/3) + 7) // 8 * 8`` = 4096 at D = 1536;
-* DINOv3 S+, L+, H+ (``swiglu``, ``align_to=8``): ``d + (-d % 8)`` with ``d = int(6D * 2/3)``.
+* DINOv3 S+, L+, H+ (``swiglu``, ``align_to=8``): ``d + (-d % 8)`` with ``d = int(6D * 2/3)``;
+* DINOv3 7B (``swiglu64``): ``d + (-d % 64)`` with ``d = int(3D * 2/3)`` = 8192 at D = 4096.
 
 The weights load through each family's reader (``custom_load``: timm hands the downloaded file to
 ``load_pretrained``; RoPE-ViT's from their Hub repos). DINOv3's downloads are licence-gated: Meta hands out the links after the DINOv3 licence
@@ -23,10 +24,10 @@ def dinov2_swiglu_width(dim: int, ratio: float = 4.) -> int:
     return (int(int(dim * ratio) * 2 / 3) + 7) // 8 * 8
 
 
-def dinov3_swiglu_width(dim: int, ratio: float) -> int:
-    """DINOv3's ``SwiGLUFFN`` hidden width (``align_to=8``)."""
+def dinov3_swiglu_width(dim: int, ratio: float, align_to: int = 8) -> int:
+    """DINOv3's ``SwiGLUFFN`` hidden width (``'swiglu'``: ``align_to=8``; the 7B's ``'swiglu64'``: 64)."""
     d = int(int(dim * ratio) * 2 / 3)
-    return d + (-d % 8)
+    return d + (-d % align_to)
 
 
 # -- DINOv2 (LVD-142M; 518 px, patch 14; hub files dinov2_vit{s,b,l,g}14[_reg4]_pretrain.pth) -----------------------
@@ -54,6 +55,10 @@ _DINOV3_SIZES: Dict[str, Tuple[str, Dict[str, Any], Dict[str, str]]] = {
                                       mlp_layer='swiglu', act_layer='silu'), {'lvd1689m': '46503df0'}),
     'huge_plus': ('vith16plus', dict(embed_dim=1280, depth=32, num_heads=20, mlp_dim=dinov3_swiglu_width(1280, 6),
                                      mlp_layer='swiglu', act_layer='silu'), {'lvd1689m': '7c1da9a5'}),
+    # the 7B: no qkv bias (so no bias_mask), 'swiglu64', fp32 periods; its local_cls_norm is training-only
+    '7b': ('vit7b16', dict(embed_dim=4096, depth=40, num_heads=32, mlp_dim=dinov3_swiglu_width(4096, 3, 64),
+                           mlp_layer='swiglu', act_layer='silu', qkv_bias=False),
+           {'lvd1689m': 'a955f4ea', 'sat493m': 'a6675841'}),
 }
 _DINOV3 = dict(img_size=224, patch_size=16, num_classes=0, global_pool='token', class_token=True, reg_tokens=4,
                init_values=1e-5, pos_embed='rope', rope_type='dinov3', rope_theta=100., act_layer='gelu',
@@ -82,7 +87,8 @@ DINO_ROWS: Dict[str, Tuple[str, Dict[str, Any], str]] = {
        for size, (s, dims) in _DINOV2_SIZES.items() for reg in (False, True)},
     **{f'simple_vit_{size}_patch16_dinov3': (
         'base', dict(_DINOV3, **dims),
-        f'DINOv3 {arch}: RoPE (stored periods), 4 registers, masked k bias, LayerScale; no classifier '
+        f'DINOv3 {arch}: RoPE (stored periods), 4 registers, '
+        f'{"masked k bias" if dims.get("qkv_bias", True) else "no qkv bias"}, LayerScale; no classifier '
         '(tags licence-gated).') for size, (arch, dims, _) in _DINOV3_SIZES.items()},
     **{f'simple_vit_{size}_patch16_rope_{kind}_224': (
         'base', dict(_ROPEVIT, **dims, **_ROPEVIT_KINDS[kind]),

@@ -20,7 +20,7 @@ from timm_vit_variants.memory import release_after_use
 from .result import Check, NoReference, Outputs
 from .streamed import as_float32, trace_blocks
 
-__all__ = ['dinov3_outputs', 'eva_model', 'load_eva', 'timm_eva_outputs']
+__all__ = ['bare_eva', 'dinov3_outputs', 'eva_model', 'load_eva', 'timm_eva_outputs']
 
 
 def eva_model(config: SimpleViTConfig, rows: int, cols: int, *, rope: Dict[str, Any], **extra: Any) -> nn.Module:
@@ -103,8 +103,9 @@ def dinov3_outputs(check: Check, x: torch.Tensor, mixed: Optional[Dict[str, torc
 
 def timm_eva_outputs(check: Check, x: torch.Tensor, mixed: Optional[Dict[str, torch.Tensor]] = None) -> Outputs:
     """A timm Eva folder of DINOv3 or RoPE-ViT (``vit_*_patch16_dinov3*``, ``vit_*_patch16_rope*_224``) run by timm
-    itself (``local-dir:``, ``dynamic_img_size=True``), at the source geometry or at the target one, where timm
-    resizes an absolute table with its own rule (bicubic with antialias)."""
+    itself (``local-dir:``, ``dynamic_img_size=True``), or a bare state dict of one in timm's ``Eva`` built as those
+    entries build it; at the source geometry or at the target one, where timm resizes an absolute table with its own
+    rule (bicubic with antialias)."""
     import timm
 
     from timm_vit_variants.checkpoints.files import SINGLE_WEIGHT_FILES, read_json
@@ -114,24 +115,47 @@ def timm_eva_outputs(check: Check, x: torch.Tensor, mixed: Optional[Dict[str, to
 
     folder = Path(check.path)
     source, runs_at = check.source, check.runs_at
-    config = read_json(str(folder / 'config.json')) if (folder / 'config.json').is_file() else {}
-    if not EVA_ARCHITECTURES.match(str(config.get('architecture'))):
-        raise NoReference(f"timm's VisionTransformer has no equivalent of pos_embed={source.pos_embed!r}")
     if check.target is not None:
         if runs_at.patch_size != source.patch_size:
             raise NoReference('timm has no rule for a patch-size change of a RoPE model')
         if source.pos_embed == 'learn+rope' and check.rule != 'timm':
             raise NoReference(f"the table was resized with the {check.rule!r} rule, not timm's own")
-    files = [folder / name for name in SINGLE_WEIGHT_FILES if (folder / name).is_file()]
-    if not files:
-        raise NoReference('timm can only load an unsharded Hub folder (config.json + model.safetensors)')
-    with torch.device('meta'):
-        model = timm.create_model(f'local-dir:{folder}', pretrained=False, dynamic_img_size=True)
-    model = load_eva(model, timm_weights(files[0]))
+    if folder.is_dir():
+        config = read_json(str(folder / 'config.json')) if (folder / 'config.json').is_file() else {}
+        if not EVA_ARCHITECTURES.match(str(config.get('architecture'))):
+            raise NoReference(f"timm's VisionTransformer has no equivalent of pos_embed={source.pos_embed!r}")
+        files = [folder / name for name in SINGLE_WEIGHT_FILES if (folder / name).is_file()]
+        if not files:
+            raise NoReference('timm can only load an unsharded Hub folder (config.json + model.safetensors)')
+        with torch.device('meta'):
+            model = timm.create_model(f'local-dir:{folder}', pretrained=False, dynamic_img_size=True)
+        model = load_eva(model, timm_weights(files[0]))
+        name = f"timm.create_model('local-dir:...', dynamic_img_size=True) ({config['architecture']})"
+    else:
+        model = load_eva(bare_eva(source), timm_weights(folder))
+        name = (f"timm Eva ({_EVA_PORTS[source.rope_type]} blocks) + the state dict loaded strictly (shared with "
+                'the converter: the head count, LayerNorm eps and pooling a bare state dict does not record)')
     rows, cols = runs_at.grid_size
     x = x[..., :rows * runs_at.patch_size[0], :cols * runs_at.patch_size[1]]
     with torch.no_grad():
         feats = model.forward_features(x)
         pooled = model.forward_head(feats)
-    name = f"timm.create_model('local-dir:...', dynamic_img_size=True) ({config['architecture']})"
     return Outputs(feats, pooled, name)
+
+
+# our rope_type -> the timm Eva entries of that port
+_EVA_PORTS = {'dinov3': 'vit_*_patch16_dinov3*', 'axial': 'vit_*_patch16_rope*_224',
+              'mixed': 'vit_*_patch16_rope_mixed*_224'}
+
+
+def bare_eva(config: SimpleViTConfig) -> nn.Module:
+    """timm's ``Eva`` as its DINOv3 or RoPE-ViT entries build it, for a bare state dict's ``config``, at the source
+    grid with ``dynamic_img_size`` (timm then resizes an absolute table with its own rule)."""
+    rows, cols = config.grid_size
+    if config.rope_type == 'dinov3':
+        return eva_model(config, rows, cols, dynamic_img_size=True, use_abs_pos_emb=False, attn_type='eva',
+                         rope=dict(rope_type='dinov3', rope_temperature=config.rope_theta, rope_rotate_half=True))
+    return eva_model(config, rows, cols, dynamic_img_size=True, attn_type='rope', class_token=config.class_token,
+                     no_embed_class=True, use_abs_pos_emb=config.pos_embed == 'learn+rope',
+                     rope=dict(rope_type='mixed' if config.rope_type == 'mixed' else 'cat', rope_grid_indexing='xy',
+                               rope_temperature=config.rope_theta))

@@ -22,7 +22,7 @@ from .openclip import OpenAICLIPCheckpoint, OpenCLIPCheckpoint
 from .source import LayoutFn, SourceCheckpoint
 from .stores import NpzStore, TensorStore, open_store
 from .torchscript_store import TorchScriptStore
-from .timm_format import TimmCheckpoint
+from .timm_format import TimmCheckpoint, is_timm_eva
 
 __all__ = ['FORMATS', 'HINTS', 'READERS', 'open_checkpoint', 'detect_format']
 
@@ -77,6 +77,8 @@ def _sniff(path: str, store: TensorStore, config: Dict[str, Any], config_path: O
         return 'dinov2'
     if is_dinov3(set(names)):
         return 'dinov3'
+    if is_timm_eva(set(names)):
+        return 'timm'
     if is_rope_vit(set(names)):
         return 'ropevit'
     if 'visual.conv1.weight' in names:  # open_clip's layout (an OpenCLIP folder or full-model file)

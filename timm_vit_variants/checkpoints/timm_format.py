@@ -19,13 +19,14 @@ import torch.nn as nn
 from ..config import DATA_CONFIG_KEYS, MODELS, PREPROCESSING_KEYS, SimpleViTConfig, activation_name, heads_for_width
 from ..errors import ViTVariantsError
 from .fills import batched_grid_table, linear_patch_kernel
+from .dinov3 import DINOV3_HEADS
 from .hf_dinov3 import dinov3_periods, q_none_v_bias
 from .naflex_reader import NaFlexReader
 from .preprocessing import assumed_preprocessing, checked_preprocessing
 from .source import Rule, SourceCheckpoint
 from .stores import TensorStore
 
-__all__ = ['TimmCheckpoint', 'TimmNaFlexCheckpoint', 'TimmEvaCheckpoint', 'EVA_ARCHITECTURES']
+__all__ = ['TimmCheckpoint', 'TimmNaFlexCheckpoint', 'TimmEvaCheckpoint', 'EVA_ARCHITECTURES', 'is_timm_eva']
 
 _BLOCK_RE = re.compile(r'^blocks\.(\d+)\.')
 # create_model kwargs that load weights or configs from elsewhere: never taken from a file's config.
@@ -53,8 +54,17 @@ EVA_ARCHITECTURES = re.compile(r'^vit_\w+_patch16_(dinov3(_qkvb)?|rope(_mixed)?(
 # timm's rotary modules -> our rope_type, with the grid indexing and rotation each must have to be that form.
 _EVA_ROPE = {'RotaryEmbeddingDinoV3': ('dinov3', 'ij', True), 'RotaryEmbeddingCat': ('axial', 'xy', False),
              'RotaryEmbeddingMixed': ('mixed', 'xy', False)}
+_EVA_WHY = "not recorded by the checkpoint; timm's {port} port's pretrained_cfg"
 # NaFlexVit's per-image table resize -> our rule computing the same (antialiased, half-pixel, as timm calls it).
 _NAFLEX_RESAMPLE = {'bilinear': 'flexi', 'bicubic': 'timm'}
+
+
+def is_timm_eva(names: set) -> bool:
+    """Whether a bare state dict is timm's Eva port of DINOv3 (``reg_token`` or ``q_bias`` beside Eva's LayerScale
+    ``gamma_1``) or of a mixed RoPE-ViT (timm's ``rope.freqs``). A bare axial RoPE-ViT has the naver file's keys, so
+    it is read as that."""
+    return 'blocks.0.gamma_1' in names and 'patch_embed.proj.weight' in names and \
+        bool({'reg_token', 'blocks.0.attn.q_bias', 'rope.freqs'} & names)
 
 
 def _block_facts(block: nn.Module) -> Dict[str, Any]:
@@ -121,8 +131,12 @@ class TimmCheckpoint(SourceCheckpoint):
 
     @classmethod
     def variant(cls, store: TensorStore, config: Dict[str, Any], hints: Dict[str, Any]) -> Type[SourceCheckpoint]:
-        """``TimmNaFlexCheckpoint`` for timm NaFlexVit weights (``embeds.proj.weight``), else this reader."""
-        if isinstance(config.get('architecture'), str) and EVA_ARCHITECTURES.match(config['architecture']):
+        """``TimmEvaCheckpoint`` for timm's Eva ports of DINOv3 and RoPE-ViT (by ``architecture``, or for a bare state
+        dict by its keys), ``TimmNaFlexCheckpoint`` for timm NaFlexVit weights (``embeds.proj.weight``), else this
+        reader."""
+        arch = config.get('architecture')
+        if isinstance(arch, str) and EVA_ARCHITECTURES.match(arch) or \
+                arch is None and is_timm_eva({n[len(hints.get('prefix') or ''):] for n in store.names()}):
             return TimmEvaCheckpoint
         return TimmNaFlexCheckpoint if (hints.get('prefix') or '') + 'embeds.proj.weight' in store else cls
 
@@ -473,6 +487,9 @@ class TimmEvaCheckpoint(TimmCheckpoint):
     biases apart (``q_bias``, ``v_bias``; the k bias is fixed at zero), and the periods are recomputed in fp32 from
     the temperature, as timm does."""
     KIND = 'Eva'
+    PREPROCESSING_DEFAULTS = dict(assumed_preprocessing('bicubic', 1.0, 'center', _EVA_WHY.format(port='DINOv3')),
+                                  mean=((0.485, 0.456, 0.406), _EVA_WHY.format(port='DINOv3')),
+                                  std=((0.229, 0.224, 0.225), _EVA_WHY.format(port='DINOv3')))
 
     def _rule(self, pattern: str, block: Optional[int]) -> Tuple[Rule, Optional[int]]:
         p, key = self._prefix, pattern.replace('{i}', str(block))
@@ -488,6 +505,8 @@ class TimmEvaCheckpoint(TimmCheckpoint):
     def _infer(self, hints: Dict[str, Any]) -> SimpleViTConfig:
         self._prefix = hints.get('prefix') or ''
         arch, args = self._architecture()
+        if arch is None:
+            return self._from_eva_tensors(hints)
         try:
             with torch.device('meta'):
                 model = timm.create_model(arch, pretrained=False, **dict(
@@ -531,3 +550,64 @@ class TimmEvaCheckpoint(TimmCheckpoint):
                           f'{", periods recomputed in fp32 as timm does" if kind == "dinov3" else ""}'
                           f'{", table resize rule " + repr("timm") if ape else ""})')
         return config
+
+    def _from_eva_tensors(self, hints: Dict[str, Any]) -> SimpleViTConfig:
+        """A bare timm Eva state dict: the RoPE form told by its keys (``is_timm_eva``), the sizes by its shapes, and
+        what timm's architecture would record (heads, eps, pooling, the image size of a RoPE-only model) assumed."""
+        p = self._prefix
+        local = {n[len(p):] for n in self._candidates()}
+        dim, in_chans, patch_h, patch_w = self._patch_kernel({}, hints)
+        self._check_dims(p + self.KERNEL, width=dim, img_size=max(patch_h, patch_w))
+        depth = self._block_count([int(m.group(1)) for m in map(_BLOCK_RE.match, local) if m],
+                                  lambda i: f'{p}blocks.{i}')
+        if not depth:
+            raise self._error('no transformer blocks found', key=p + 'blocks.0.attn.qkv.weight')
+        swiglu = 'blocks.0.mlp.fc1_g.weight' in local
+        mlp_dim = self._shape(p + 'blocks.0.mlp.fc2.weight')[-1]
+        num_classes = self._shape(p + 'head.weight')[0] if 'head.weight' in local else 0
+        self._check_dims(p + 'blocks.0.mlp.fc2.weight', mlp=mlp_dim, classes=num_classes)
+        if 'reg_token' in local or 'blocks.0.attn.q_bias' in local:
+            kind, theta, eps, port = 'dinov3', 100., 1e-5, 'DINOv3'
+            heads = self._dinov3_heads(dim, hints)
+        else:
+            kind, theta, eps, port = 'mixed', 10., 1e-6, 'mixed RoPE-ViT'
+            heads = self._heads(dim, {}, hints)
+            self.PREPROCESSING_DEFAULTS = {k: (v if k != 'crop_pct' else 0.9, _EVA_WHY.format(port=port))
+                                           for k, (v, _) in self.PREPROCESSING_DEFAULTS.items()}
+        self._theta = theta
+        ape = 'pos_embed' in local
+        if ape:
+            self._check_token_table(p + 'pos_embed', dim, (patch_h, patch_w), class_token='cls_token' in local,
+                                    slot=False, img_size=hints.get('img_size'))
+            img_size: Any = (self.grid[0] * patch_h, self.grid[1] * patch_w)
+        else:
+            img_size = self._unrecorded('img_size', hints, 224, "a RoPE backbone records no grid; timm's port's")
+        reg_tokens = 0
+        if 'reg_token' in local:
+            shape = self._shape(p + 'reg_token')
+            if len(shape) != 3 or shape[0] != 1 or shape[2] != dim:
+                raise self._error('register tokens must be (1, count, width)', key=p + 'reg_token',
+                                  shapes=(shape, (1, 'count', dim)))
+            self._check_dims(p + 'reg_token', tokens=shape[1])
+            reg_tokens = shape[1]
+        pool = self._unrecorded('global_pool', {}, 'token', f"not recorded by a state dict; the {port}'s own [CLS] "
+                                'pooling' + (" (timm's Eva defaults to 'avg')" if kind == 'dinov3' else ''))
+        self.notes.append(f"detected a bare timm Eva state dict of the {port} port ({kind} RoPE, base {theta:g}"
+                          f"{', periods recomputed in fp32 as timm does' if kind == 'dinov3' else ''}"
+                          f"{', table resize rule ' + repr('timm') if ape else ''})")
+        return SimpleViTConfig(
+            img_size=img_size, patch_size=(patch_h, patch_w), in_chans=in_chans, num_classes=num_classes,
+            global_pool=pool, embed_dim=dim, depth=depth, num_heads=heads, mlp_dim=mlp_dim,
+            mlp_layer='swiglu' if swiglu else 'mlp', init_values=1.0,
+            qkv_bias='blocks.0.attn.q_bias' in local or 'blocks.0.attn.qkv.bias' in local,
+            class_token='cls_token' in local, reg_tokens=reg_tokens, pos_embed='learn+rope' if ape else 'rope',
+            pos_embed_cls_slot=False, pos_embed_resample='timm', rope_type=kind, rope_theta=theta,
+            act_layer=self._unrecorded('act_layer', hints, 'silu' if swiglu else 'gelu', f"timm's {port} port's"),
+            norm_eps=self._unrecorded('norm_eps', hints, eps, f"timm's {port} port's LayerNorm eps"), grid_mode='crop',
+            head_bias='head.bias' in local or 'head.weight' not in local)
+
+    def _dinov3_heads(self, dim: int, hints: Dict[str, Any]) -> int:
+        """The caller's head count, else that of timm's DINOv3 port of this width (H+ has 20, not ViT-H's 16)."""
+        if hints.get('num_heads') or dim not in DINOV3_HEADS:
+            return self._heads(dim, {}, hints)
+        return self._unrecorded('num_heads', {}, DINOV3_HEADS[dim], f"timm's DINOv3 port of width {dim}")
