@@ -190,15 +190,19 @@ class TimmCheckpoint(SourceCheckpoint):
                                  and 0 <= classes <= self.limits.classes else None)
         return arch, args
 
-    def _foreign_facts(self, arch: str, args: Dict[str, Any]) -> Dict[str, Any]:
-        """Settings no tensor records, read off a meta-device build of a timm ``vit_*`` architecture."""
+    def _meta_build(self, arch: str, args: Dict[str, Any]) -> nn.Module:
+        """The recorded architecture built on the meta device, with the class count timm's loader would use."""
         try:
             with torch.device('meta'):
-                model = timm.create_model(arch, pretrained=False, **dict(
+                return timm.create_model(arch, pretrained=False, **dict(
                     args, **({'num_classes': self._classes} if self._classes is not None else {})))
         except Exception as e:  # unknown arguments; timm raises several types
             raise ViTVariantsError(f'cannot rebuild architecture {arch!r} from its config: {e}',
                                    path=self._config_path, key='architecture') from None
+
+    def _foreign_facts(self, arch: str, args: Dict[str, Any]) -> Dict[str, Any]:
+        """Settings no tensor records, read off a meta-device build of a timm ``vit_*`` architecture."""
+        model = self._meta_build(arch, args)
         blocks, embeds = getattr(model, 'blocks', None), getattr(model, 'embeds', None)
         if not isinstance(blocks, nn.Sequential) or not len(blocks) or \
                 not (hasattr(model, 'patch_embed') or embeds is not None):
@@ -507,13 +511,7 @@ class TimmEvaCheckpoint(TimmCheckpoint):
         arch, args = self._architecture()
         if arch is None:
             return self._from_eva_tensors(hints)
-        try:
-            with torch.device('meta'):
-                model = timm.create_model(arch, pretrained=False, **dict(
-                    args, **({'num_classes': self._classes} if self._classes is not None else {})))
-        except Exception as e:  # unknown arguments; timm raises several types
-            raise ViTVariantsError(f'cannot rebuild architecture {arch!r} from its config: {e}',
-                                   path=self._config_path, key='architecture') from None
+        model = self._meta_build(arch, args)
         where = dict(path=self._config_path, key='architecture')
         block, rope = model.blocks[0], model.rope
         kind, indexing, half = _EVA_ROPE.get(type(rope).__name__, (None, None, None))
