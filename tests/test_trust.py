@@ -60,9 +60,10 @@ def test_an_assumed_head_count_is_stated_everywhere(tmp_path, capsys):
     true = _bare_timm(tmp_path / 'ti6.pth')
     code, out, err = _run(capsys, ['convert', str(tmp_path / 'ti6.pth'), str(tmp_path / 'out')])
     assert code == 0  # width 192 is the standard Ti, whose 3 heads are assumed: allowed, but said
-    assert 'passed, but the head count 3' in out and 'assumed' in out and 'a wrong value would pass too' in out
+    assert "passed, but the architecture 'VisionTransformer', head count 3" in out and 'assumed' in out
+    assert 'a wrong value would pass too' in out
     card = (tmp_path / 'out' / 'README.md').read_text()
-    assert '**passed**, but the head count 3' in card and '`num_heads` = `3`: the standard ViT of width 192' in card
+    assert "**passed**, but the architecture 'VisionTransformer', head count 3" in card and '`num_heads` = `3`: the standard ViT of width 192' in card
     conversion = json.loads((tmp_path / 'out' / 'config.json').read_text())['conversion']
     assert conversion['assumed']['num_heads'] == {'value': 3, 'why': 'the standard ViT of width 192'}
     assert conversion['verification']['caveats']
@@ -81,7 +82,7 @@ def test_a_non_standard_width_is_refused_unless_asked(tmp_path, capsys):
     assert code == 1 and 'no count can be assumed safely' in err and '--num-heads N' in err
     assert not (tmp_path / 'out').exists()
     code, out, _ = _run(capsys, ['convert', str(tmp_path / 'w128.pth'), str(tmp_path / 'out'), '--assume-heads'])
-    assert code == 0 and 'passed, but the head count 2, ' in out and 'were assumed' in out
+    assert code == 0 and "passed, but the architecture 'VisionTransformer', head count 2, " in out and 'were assumed' in out
     assert json.loads((tmp_path / 'out' / 'config.json').read_text())['model_args']['num_heads'] == 2
 
 

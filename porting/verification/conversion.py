@@ -29,7 +29,7 @@ __all__ = ['verify_source', 'check_at_target', 'verify_folder', 'shared_caveats'
 
 
 # Facts of the network a reference built from our own inference shares: a wrong value passes a check.
-_SHARED = {'num_heads': 'head count', 'act_layer': 'activation', 'norm_eps': 'LayerNorm epsilon',
+_SHARED = {'architecture': 'architecture', 'num_heads': 'head count', 'act_layer': 'activation', 'norm_eps': 'LayerNorm epsilon',
            'global_pool': 'pooling', 'in_chans': 'channel count', 'pos_embed_resample': 'table resize rule'}
 
 

@@ -277,6 +277,9 @@ class TimmCheckpoint(SourceCheckpoint):
             self.label_names = [str(n) for n in names]
         if arch is not None and arch in MODELS:
             return self._ours(arch, args, hints)
+        if arch is None:
+            self._unrecorded('architecture', {}, self.KIND, "a state dict does not record its architecture; timm "
+                             "models whose RoPE stores no tensor (EVA02, Perception Encoder) have the same keys")
         return self._from_tensors(local, self._foreign_facts(arch, args) if arch else {}, hints)
 
     def _ours(self, arch: str, args: Dict[str, Any], hints: Dict[str, Any]) -> SimpleViTConfig:
@@ -573,6 +576,8 @@ class TimmEvaCheckpoint(TimmCheckpoint):
             self.PREPROCESSING_DEFAULTS = {k: (v if k != 'crop_pct' else 0.9, _EVA_WHY.format(port=port))
                                            for k, (v, _) in self.PREPROCESSING_DEFAULTS.items()}
         self._theta = theta
+        self._unrecorded('architecture', {}, f'Eva ({port} port)', 'a state dict does not record its architecture; '
+                         'told by its keys')
         ape = 'pos_embed' in local
         if ape:
             self._check_token_table(p + 'pos_embed', dim, (patch_h, patch_w), class_token='cls_token' in local,
