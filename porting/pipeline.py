@@ -179,7 +179,8 @@ def convert(source: Union[str, Path], out: Union[str, Path], request: Optional[C
                          label_names=labels, architecture=architecture, dtype=plan.dtype)
             if request.verify:
                 with streaming(budget.streams) as stream:
-                    verification = verify_source(src, plan, tmp, request.tol, request.progress)
+                    verification = verify_source(src, plan, tmp, request.tol, request.progress,
+                                                 str(source) if resolved.kind == 'tag' else None)
                 verification.notes.append(budget.in_memory_note() if stream is None else
                                           stream.note(budget.budget, budget.need))
                 verification.caveats.extend(shared_caveats(src))

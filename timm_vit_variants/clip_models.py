@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Dict, Optional, Tuple
 
 __all__ = ['CLIP_ARCHS', 'CLIP_TAGS', 'CLIP_ROWS', 'ClipTag', 'clip_default_cfgs', 'clip_tag_args',
-           'clip_tag_facts']
+           'clip_tag_facts', 'clip_tag_open_clip']
 
 OPENAI_MEAN, OPENAI_STD = (0.48145466, 0.4578275, 0.40821073), (0.26862954, 0.26130258, 0.27577711)
 _INCEPTION = ((0.5, 0.5, 0.5), (0.5, 0.5, 0.5))
@@ -223,6 +223,14 @@ def clip_tag_facts(name: str) -> Dict[str, Any]:
     arch, _, tag = name.partition('.')
     weights = CLIP_TAGS.get((arch, tag))
     return {'act_layer': _act(weights), 'num_heads': CLIP_ARCHS[arch].heads} if weights else {}
+
+
+def clip_tag_open_clip(name: Optional[str]) -> Optional[Tuple[str, bool]]:
+    """For a ``model.tag`` name of a CLIP tag: (open_clip's model name of its architecture, whether the tag's weights
+    use QuickGELU), from which open_clip builds the network from its own packaged config; None for any other name."""
+    arch, _, tag = (name or '').partition('.')
+    weights = CLIP_TAGS.get((arch, tag))
+    return (CLIP_ARCHS[arch].open_clip, weights.quick_gelu) if weights else None
 
 
 def _cfg(name: str, tag: str, weights: ClipTag) -> Dict[str, Any]:

@@ -46,7 +46,7 @@ def shared_caveats(src: SourceCheckpoint) -> List[str]:
 
 
 def verify_source(src: SourceCheckpoint, plan: ConversionPlan, folder: Optional[Path], tol: float,
-                  progress: bool = False) -> Verification:
+                  progress: bool = False, tag: Optional[str] = None) -> Verification:
     """Compare with the source's reference implementation at the SOURCE geometry and, after a resize, at
     the TARGET geometry too.
 
@@ -61,7 +61,7 @@ def verify_source(src: SourceCheckpoint, plan: ConversionPlan, folder: Optional[
         src.fill_into(model.state_dict())
         return model
 
-    check = Check(src.path, src.format, plan.source)
+    check = Check(src.path, src.format, plan.source, tag=tag)
     written = plan.is_identity and folder is not None
     if written:
         # run in float32, as the reference is; the limits the source was opened under (--limit included)
@@ -82,7 +82,7 @@ def verify_source(src: SourceCheckpoint, plan: ConversionPlan, folder: Optional[
     result.notes.append(f'verified at the source geometry before conversion; then applied: {plan.describe()}')
     if not plan.changes_geometry or folder is None:
         return result
-    target = check_at_target(src, plan, folder, cast_bound(plan, tol), progress)
+    target = check_at_target(src, plan, folder, cast_bound(plan, tol), progress, tag)
     if target.status == 'skipped':
         result.notes.append(target.reason)
         return result
@@ -135,9 +135,10 @@ def _target_line(plan: ConversionPlan, target: Verification) -> str:
 
 
 def check_at_target(src: SourceCheckpoint, plan: ConversionPlan, folder: Path, tol: float,
-                    progress: bool = False) -> Verification:
+                    progress: bool = False, tag: Optional[str] = None) -> Verification:
     """The written folder at the target geometry against the reference rebuilt there by the framework's rule."""
-    check = Check(src.path, src.format, plan.source, plan.target, plan.rule, compare_logits=not plan.changes_head)
+    check = Check(src.path, src.format, plan.source, plan.target, plan.rule, compare_logits=not plan.changes_head,
+                  tag=tag)
     target = compare(check, lambda: as_float32(load_folder(folder, src.limits)), tol, progress)
     if target.status == 'skipped':
         target.reason = f'the output at the target geometry ({_where(plan)}) was NOT checked: {target.reason}'
@@ -158,6 +159,7 @@ def verify_folder(source: Union[str, Path], folder: Union[str, Path], options: S
     converted, raw = read_config(folder, limits)
     resolved = resolve_source(source, options.endpoint, options.token, progress, options.download_timeout,
                               options.stall_timeout)
+    tag = str(source) if resolved.kind == 'tag' else None
     with open_source(resolved.path, options, limits) as src:
         require_reference(src.format)
         rule = converted.pos_embed_resample if src.config.pos_table == 'learn' else None
@@ -170,10 +172,10 @@ def verify_folder(source: Union[str, Path], folder: Union[str, Path], options: S
                 f'{folder} is not this source converted: {different}'))
         bound = cast_bound(plan, tol)
         if plan.is_identity:
-            result = compare(Check(src.path, src.format, plan.source), lambda: as_float32(load_folder(folder, limits)),
-                             bound, progress)
+            result = compare(Check(src.path, src.format, plan.source, tag=tag),
+                             lambda: as_float32(load_folder(folder, limits)), bound, progress)
         else:
-            result = check_at_target(src, plan, Path(folder), bound, progress)
+            result = check_at_target(src, plan, Path(folder), bound, progress, tag)
         if result.status != 'skipped':
             result.notes.append(dtype_note(plan, bound, checked=True))
             if result.status != 'skipped':
