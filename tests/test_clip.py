@@ -1,5 +1,6 @@
 """CLIP image towers (OpenAI .pt, OpenCLIP folders: QuickGELU, GELU L/14, CLIPA, CoCa) against the outputs open_clip's
 and OpenAI's own code wrote (tests/data/reference_clip/README.md), and against open_clip's own text tower."""
+import contextlib
 import json
 import pickle
 import re
@@ -547,12 +548,15 @@ def test_a_tags_pretrained_true_downloads_open_clips_file_from_its_hub_repo(tmp_
     max_delta(f'{name} downloaded by timm from the Hub, 12x9: embedding', embed, data['embed_12x9'], TOL)
 
 
-def _convert_tag(tmp_path, monkeypatch, out: str, **options):
-    """`vit-port convert TAG` of the DFN B/16 tag (QuickGELU) from a loopback Hub whose repo holds the QuickGELU
-    fixture's full model as a lone open_clip_pytorch_model.bin (no open_clip_config.json beside it)."""
+_TAG = 'simple_vit_base_patch16_clip_224.dfn2b'
+
+
+@contextlib.contextmanager
+def _tag_hub(tmp_path, monkeypatch):
+    """A loopback Hub whose repo of the DFN B/16 tag (QuickGELU) holds the QuickGELU fixture's full model as a lone
+    open_clip_pytorch_model.bin (no open_clip_config.json beside it)."""
     import io
 
-    import vit_port
     from huggingface_hub import constants
 
     from hub_server import FakeHub, keep_client_local
@@ -564,9 +568,15 @@ def _convert_tag(tmp_path, monkeypatch, out: str, **options):
     torch.save(load_file(str(REF / 'openclip_b16_quickgelu_tiny' / 'open_clip_model.safetensors')), weights)
     with FakeHub() as hub:
         hub.add_repo('apple/DFN2B-CLIP-ViT-B-16', {'open_clip_pytorch_model.bin': weights.getvalue()})
-        # the tiny tower has 2 heads, not ViT-B/16's 12: given, it wins over the tag's
-        return vit_port.convert('simple_vit_base_patch16_clip_224.dfn2b', tmp_path / out, endpoint=hub.url,
-                                num_heads=2, tol=TOL, **options)
+        yield hub
+
+
+def _convert_tag(tmp_path, monkeypatch, out: str, **options):
+    """`vit-port convert TAG` of the DFN B/16 tag from ``_tag_hub``; the tiny tower has 2 heads, not ViT-B/16's 12:
+    given, they win over the tag's."""
+    import vit_port
+    with _tag_hub(tmp_path, monkeypatch) as hub:
+        return vit_port.convert(_TAG, tmp_path / out, endpoint=hub.url, num_heads=2, tol=TOL, **options)
 
 
 def _tiny_as_packaged(tmp_path, monkeypatch, name: str = 'ViT-B-16', **vision) -> None:
@@ -612,6 +622,18 @@ def test_convert_a_clip_tag_verifies_its_lone_file_against_open_clip(grid, tmp_p
     with torch.no_grad():
         embed = load_folder(tmp_path / 'out')(_inputs(data, grid, 16))
     max_delta(f'vit-port convert of the dfn2b tag (lone file), {grid}: embedding', embed, data[f'embed_{grid}'], TOL)
+
+
+def test_verify_a_clip_tags_folder_against_open_clip(tmp_path, monkeypatch):
+    """`vit-port verify TAG FOLDER` checks a tag's conversion the same way: open_clip's packaged config of the tag's
+    model, the folder at its own (resized) grid."""
+    import vit_port
+    _tiny_as_packaged(tmp_path, monkeypatch)
+    with _tag_hub(tmp_path, monkeypatch) as hub:
+        vit_port.convert(_TAG, tmp_path / 'out', endpoint=hub.url, num_heads=2, img_size=(144, 192), no_verify=True)
+        result = vit_port.verify(_TAG, tmp_path / 'out', endpoint=hub.url, num_heads=2, tol=TOL)
+    assert result.status == 'passed' and 'taken from the tag' in result.summary() and \
+        'with force_image_size' in result.summary(), result.summary()
 
 
 @pytest.mark.parametrize('packaged', ['real', 'deeper'])

@@ -5,6 +5,7 @@
 geometry, with the resize rule the folder records. A fact the check shares with the reference it is
 compared against (a head count the source does not record) is stated as a caveat, never hidden.
 """
+import dataclasses
 from pathlib import Path
 from typing import List, Optional, Union
 
@@ -12,6 +13,7 @@ import torch
 
 from timm_vit_variants import SimpleVisionTransformer, SimpleViTConfig
 from timm_vit_variants.checkpoints import SourceCheckpoint
+from timm_vit_variants.clip_models import clip_tag_facts
 from timm_vit_variants.limits import DEFAULT_LIMITS, Limits
 
 from ..hashing import source_sha256
@@ -25,12 +27,20 @@ from .references import require_reference
 from .result import Check, Verification
 from .streamed import as_float32
 
-__all__ = ['verify_source', 'check_at_target', 'verify_folder', 'shared_caveats', 'cast_bound', 'dtype_note']
+__all__ = ['verify_source', 'check_at_target', 'verify_folder', 'shared_caveats', 'cast_bound', 'dtype_note',
+           'with_tag_facts']
 
 
 # Facts of the network a reference built from our own inference shares: a wrong value passes a check.
 _SHARED = {'num_heads': 'head count', 'act_layer': 'activation', 'norm_eps': 'LayerNorm epsilon',
            'global_pool': 'pooling', 'in_chans': 'channel count', 'pos_embed_resample': 'table resize rule'}
+
+
+def with_tag_facts(options: SourceOptions, tag: Optional[str]) -> SourceOptions:
+    """``options`` with what a CLIP tag says and its lone weight file does not record (QuickGELU, the head count),
+    each where the caller gave none; ``options`` as they are for no tag or another one."""
+    facts = {k: v for k, v in clip_tag_facts(tag).items() if getattr(options, k) is None} if tag else {}
+    return dataclasses.replace(options, **facts) if facts else options
 
 
 def shared_caveats(src: SourceCheckpoint) -> List[str]:
@@ -160,6 +170,7 @@ def verify_folder(source: Union[str, Path], folder: Union[str, Path], options: S
     resolved = resolve_source(source, options.endpoint, options.token, progress, options.download_timeout,
                               options.stall_timeout)
     tag = str(source) if resolved.kind == 'tag' else None
+    options = with_tag_facts(options, tag)
     with open_source(resolved.path, options, limits) as src:
         require_reference(src.format)
         rule = converted.pos_embed_resample if src.config.pos_table == 'learn' else None

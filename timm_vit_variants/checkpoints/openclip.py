@@ -109,8 +109,11 @@ class OpenCLIPCheckpoint(SourceCheckpoint):
                                        key='model_cfg.quick_gelu')
             self._detected_act = f"model_cfg.quick_gelu is {str(quick).lower()} in {OPEN_CLIP_CONFIG}"
             return 'quick_gelu' if quick else 'gelu'
-        self._detected_act = 'not recorded (no open_clip_config.json): GELU assumed, as open_clip builds a model ' \
-                             'without quick_gelu; give act_layer to override'
+        if hints.get('act_layer'):  # given: by the caller, or by the CLIP tag the file was fetched as
+            self._detected_act = f"not recorded (no open_clip_config.json): {hints['act_layer']} given"
+        else:
+            self._detected_act = 'not recorded (no open_clip_config.json): GELU assumed, as open_clip builds a ' \
+                                 'model without quick_gelu; give act_layer to override'
         return self._unrecorded('act_layer', hints, 'gelu', 'no open_clip_config.json records quick_gelu; '
                                 "open_clip's default (GELU)")
 
