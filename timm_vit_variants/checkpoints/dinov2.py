@@ -31,11 +31,9 @@ def is_dinov2(names: Set[str]) -> bool:
 
 class Dinov2Checkpoint(SourceCheckpoint):
     format = 'dinov2'
+    SKIPPED = (_MASK,)
     PREPROCESSING_DEFAULTS = imagenet_preprocessing(
         0.875, "not recorded by the checkpoint; DINOv2's ImageNet preprocessing")
-
-    def _candidates(self) -> Set[str]:
-        return {n for n in self._store.names() if n != _MASK}
 
     def _rule(self, pattern: str, block: Optional[int]) -> Tuple[Rule, Optional[int]]:
         key = pattern.replace('{i}', str(block))

@@ -45,11 +45,9 @@ def masked_bias(dst: torch.Tensor, bias: torch.Tensor, mask: torch.Tensor) -> No
 
 class Dinov3Checkpoint(SourceCheckpoint):
     format = 'dinov3'
+    SKIPPED = _SKIPPED
     PREPROCESSING_DEFAULTS = imagenet_preprocessing(
         1.0, "not recorded by the checkpoint; DINOv3's ImageNet preprocessing")
-
-    def _candidates(self) -> Set[str]:
-        return {n for n in self._store.names() if n not in _SKIPPED}
 
     def _rule(self, pattern: str, block: Optional[int]) -> Tuple[Rule, Optional[int]]:
         key = pattern.replace('{i}', str(block))

@@ -48,11 +48,9 @@ def mixed_freqs(dst: torch.Tensor, freqs: torch.Tensor) -> None:
 
 class RopeVitCheckpoint(SourceCheckpoint):
     format = 'ropevit'
+    SKIPPED = _GRID
     PREPROCESSING_DEFAULTS = imagenet_preprocessing(
         1.0, "not recorded by the checkpoint; RoPE-ViT's DeiT-III ImageNet preprocessing")
-
-    def _candidates(self) -> Set[str]:
-        return {n for n in self._store.names() if n not in _GRID}
 
     def _rule(self, pattern: str, block: Optional[int]) -> Tuple[Rule, Optional[int]]:
         key = pattern.replace('{i}', str(block))

@@ -82,6 +82,7 @@ class SourceCheckpoint(abc.ABC):
     # come from ``_fields``. A key the table does not name is the same name under the prefix, copied.
     RULES: Mapping[str, Rule] = {}
     PATCH_EMBED = 'conv'  # the patch embedding the reader's config uses
+    SKIPPED: Tuple[str, ...] = ()  # source names read for nothing (training-only state), left out of the plan
     # Preprocessing this ecosystem uses when the source records none: {field: (value, why)}.
     PREPROCESSING_DEFAULTS: Dict[str, Tuple[Any, str]] = {}
 
@@ -137,9 +138,9 @@ class SourceCheckpoint(abc.ABC):
         return None
 
     def _candidates(self) -> Set[str]:
-        """Source names the plan must account for: those under the reader's prefix (the rest of a store, e.g.
-        another tower, is ignored)."""
-        return {n for n in self._store.names() if n.startswith(self._prefix)}
+        """Source names the plan must account for: those under the reader's prefix but ``SKIPPED`` (the rest of a
+        store, e.g. another tower, is ignored)."""
+        return {n for n in self._store.names() if n.startswith(self._prefix) and n not in self.SKIPPED}
 
     def data_config(self) -> Dict[str, Any]:
         """The preprocessing the source records for these weights, as timm ``pretrained_cfg`` fields."""
