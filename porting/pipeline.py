@@ -19,7 +19,6 @@ import torch
 
 from timm_vit_variants import SimpleVisionTransformer, __version__, architecture_for
 from timm_vit_variants.checkpoints import SourceCheckpoint
-from timm_vit_variants.clip_models import clip_tag_facts
 from timm_vit_variants.config import HEAD_KEYS, PREPROCESSING_KEYS
 from timm_vit_variants.errors import ViTVariantsError
 from timm_vit_variants.geometry import fit_stream
@@ -31,7 +30,7 @@ from .plan import ConversionPlan, make_plan, open_source
 from .request import ConvertRequest, SourceOptions, request_of
 from .sources import resolve_source
 from .verification import Verification
-from .verification.conversion import shared_caveats, verify_source
+from .verification.conversion import shared_caveats, verify_source, with_tag_facts
 from .verification.references import require_reference
 from .verification.streamed import memory_budget, streaming
 
@@ -157,9 +156,8 @@ def convert(source: Union[str, Path], out: Union[str, Path], request: Optional[C
     check_output(out, output.overwrite, sources=[source])  # before any download
     resolved = resolve_source(source, request.source.endpoint, request.source.token, request.progress,
                               request.source.download_timeout, request.source.stall_timeout)
-    if resolved.kind == 'tag':  # a CLIP tag's lone weight file records neither QuickGELU nor its heads: the tag does
-        facts = {k: v for k, v in clip_tag_facts(str(source)).items() if getattr(request.source, k) is None}
-        request = dataclasses.replace(request, source=dataclasses.replace(request.source, **facts))
+    tag = str(source) if resolved.kind == 'tag' else None
+    request = dataclasses.replace(request, source=with_tag_facts(request.source, tag))
     out_path = check_output(out, output.overwrite, sources=[resolved.path])
     shard_bytes = parse_size(output.max_shard_size)
     with open_source(resolved.path, request.source, limits) as src, ThreadPoolExecutor(max_workers=1) as hasher:
@@ -179,7 +177,7 @@ def convert(source: Union[str, Path], out: Union[str, Path], request: Optional[C
                          label_names=labels, architecture=architecture, dtype=plan.dtype)
             if request.verify:
                 with streaming(budget.streams) as stream:
-                    verification = verify_source(src, plan, tmp, request.tol, request.progress)
+                    verification = verify_source(src, plan, tmp, request.tol, request.progress, tag)
                 verification.notes.append(budget.in_memory_note() if stream is None else
                                           stream.note(budget.budget, budget.need))
                 verification.caveats.extend(shared_caveats(src))

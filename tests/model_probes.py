@@ -1,5 +1,6 @@
-"""Probes of a model's public modules for tests: what the embedding step hands to the blocks."""
-from typing import Tuple
+"""Probes of a model's public modules for tests: what the embedding step hands to the blocks, and whether a list of
+images gives each image's tokens as it gives alone."""
+from typing import Sequence, Tuple
 
 import torch
 
@@ -14,3 +15,15 @@ def embedded(model: torch.nn.Module, x: torch.Tensor) -> Tuple[torch.Tensor, int
         handle.remove()
     grid_h, grid_w = model.patch_embed(x).shape[1:3]
     return seen[0], grid_h, grid_w
+
+
+def assert_list_equals_each_alone(model: torch.nn.Module, images: Sequence[torch.Tensor], prefix: int) -> None:
+    """Packing: ``forward_features`` of a list of (C, H, W) images of different sizes gives each image's tokens
+    (``prefix`` of them before the patches: [CLS] and registers) as it gives alone, to 1e-5."""
+    with torch.no_grad():
+        laid = model.forward_features(list(images))
+        for i, image in enumerate(images):
+            alone = model.forward_features(image[None])[0]
+            count = alone.shape[0] - prefix
+            assert laid['patch_valid'][i].sum() == count
+            torch.testing.assert_close(laid['patches'][i, :prefix + count], alone, rtol=0, atol=1e-5)

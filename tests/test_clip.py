@@ -1,5 +1,6 @@
 """CLIP image towers (OpenAI .pt, OpenCLIP folders: QuickGELU, GELU L/14, CLIPA, CoCa) against the outputs open_clip's
 and OpenAI's own code wrote (tests/data/reference_clip/README.md), and against open_clip's own text tower."""
+import contextlib
 import json
 import pickle
 import re
@@ -547,12 +548,15 @@ def test_a_tags_pretrained_true_downloads_open_clips_file_from_its_hub_repo(tmp_
     max_delta(f'{name} downloaded by timm from the Hub, 12x9: embedding', embed, data['embed_12x9'], TOL)
 
 
-def test_convert_a_clip_tag_takes_quickgelu_from_the_tag(tmp_path, monkeypatch, max_delta):
-    """`vit-port convert TAG` reads the tag's lone open_clip_pytorch_model.bin (a loopback Hub holds the QuickGELU
-    fixture's tensors under the DFN tag's repo): the file records no activation, the tag says QuickGELU."""
+_TAG = 'simple_vit_base_patch16_clip_224.dfn2b'
+
+
+@contextlib.contextmanager
+def _tag_hub(tmp_path, monkeypatch):
+    """A loopback Hub whose repo of the DFN B/16 tag (QuickGELU) holds the QuickGELU fixture's full model as a lone
+    open_clip_pytorch_model.bin (no open_clip_config.json beside it)."""
     import io
 
-    import vit_port
     from huggingface_hub import constants
 
     from hub_server import FakeHub, keep_client_local
@@ -564,20 +568,104 @@ def test_convert_a_clip_tag_takes_quickgelu_from_the_tag(tmp_path, monkeypatch, 
     torch.save(load_file(str(REF / 'openclip_b16_quickgelu_tiny' / 'open_clip_model.safetensors')), weights)
     with FakeHub() as hub:
         hub.add_repo('apple/DFN2B-CLIP-ViT-B-16', {'open_clip_pytorch_model.bin': weights.getvalue()})
-        # the tiny tower has 2 heads, not ViT-B/16's 12: given, it wins over the tag's
-        result = vit_port.convert('simple_vit_base_patch16_clip_224.dfn2b', tmp_path / 'out', endpoint=hub.url,
-                                  num_heads=2)
-    # open_clip cannot build its reference from a weight file alone: the check is the fixture's output below
-    assert result.verification.status == 'skipped' and 'open_clip_config.json' in result.verification.summary()
+        yield hub
+
+
+def _convert_tag(tmp_path, monkeypatch, out: str, **options):
+    """`vit-port convert TAG` of the DFN B/16 tag from ``_tag_hub``; the tiny tower has 2 heads, not ViT-B/16's 12:
+    given, they win over the tag's."""
+    import vit_port
+    with _tag_hub(tmp_path, monkeypatch) as hub:
+        return vit_port.convert(_TAG, tmp_path / out, endpoint=hub.url, num_heads=2, tol=TOL, **options)
+
+
+def _tiny_as_packaged(tmp_path, monkeypatch, name: str = 'ViT-B-16', **vision) -> None:
+    """The QuickGELU fixture's model_cfg registered in open_clip as its packaged config ``name`` (through its own
+    add_model_config, undone after the test), ``vision`` overriding vision_cfg entries."""
+    import open_clip
+    from open_clip import factory
+    cfg = json.loads((REF / 'openclip_b16_quickgelu_tiny' / 'open_clip_config.json').read_text())['model_cfg']
+    cfg['vision_cfg'].update(vision)
+    cfg.pop('quick_gelu')  # as open_clip's ViT-B-16.json: the tag's quick_gelu decides (force_quick_gelu)
+    path = tmp_path / 'model_configs' / f'{name}.json'
+    path.parent.mkdir()
+    path.write_text(json.dumps(cfg))
+    monkeypatch.setattr(factory, '_MODEL_CONFIG_PATHS', list(factory._MODEL_CONFIG_PATHS))
+    monkeypatch.setattr(factory, '_MODEL_CONFIGS', dict(factory._MODEL_CONFIGS))
+    open_clip.add_model_config(path)
+
+
+@pytest.mark.parametrize('grid', ['6x6', '12x9'])
+def test_convert_a_clip_tag_verifies_its_lone_file_against_open_clip(grid, tmp_path, monkeypatch, max_delta):
+    """A tag's lone open_clip_pytorch_model.bin records neither QuickGELU nor its architecture: the tag names both
+    (open_clip's ViT-B-16, QuickGELU), and open_clip builds its reference from its own config of that model (here the
+    tiny fixture's, registered under that name), loading every tensor strictly, at the stored grid and at 12x9."""
+    from porting.hub_folder import load_folder
+    _tiny_as_packaged(tmp_path, monkeypatch)
+    rows, cols = map(int, grid.split('x'))
+    result = _convert_tag(tmp_path, monkeypatch, 'out', **({} if grid == '6x6' else {'img_size': (rows * 16,
+                                                                                                    cols * 16)}))
+    verification = result.verification
+    summary = verification.summary()
+    assert verification.status == 'passed', summary
+    assert "create_model('ViT-B-16', force_quick_gelu)" in summary and 'taken from the tag' in summary and \
+        'a shared assumption' in summary and 'loaded strictly by open_clip' in summary, summary
+    if grid == '6x6':
+        assert verification.max_abs_logits <= TOL and verification.max_abs_features <= TOL, summary
+    else:  # checked at the source grid, then at 12x9 through open_clip's own resize (force_image_size)
+        assert re.search(r'target geometry \(192x144, patch 16\) passed vs open_clip create_model', summary), summary
+        assert all(value <= TOL for value in verification.deltas.values()), verification.deltas
     record = json.loads((tmp_path / 'out' / 'config.json').read_text())
     assert record['model_args']['act_layer'] == 'quick_gelu' and record['conversion']['given']['act_layer'] == \
         'quick_gelu'
-    from porting.hub_folder import load_folder
     data = np.load(REF / 'openclip_b16_quickgelu_tiny_io.npz', allow_pickle=False)
     with torch.no_grad():
-        embed = load_folder(tmp_path / 'out')(_inputs(data, '6x6', 16))
-    max_delta('vit-port convert of the dfn2b tag (lone file), 6x6: embedding', embed, data['embed_6x6'], TOL)
+        embed = load_folder(tmp_path / 'out')(_inputs(data, grid, 16))
+    max_delta(f'vit-port convert of the dfn2b tag (lone file), {grid}: embedding', embed, data[f'embed_{grid}'], TOL)
 
+
+def test_verify_a_clip_tags_folder_against_open_clip(tmp_path, monkeypatch):
+    """`vit-port verify TAG FOLDER` checks a tag's conversion the same way: open_clip's packaged config of the tag's
+    model, the folder at its own (resized) grid."""
+    import vit_port
+    _tiny_as_packaged(tmp_path, monkeypatch)
+    with _tag_hub(tmp_path, monkeypatch) as hub:
+        vit_port.convert(_TAG, tmp_path / 'out', endpoint=hub.url, num_heads=2, img_size=(144, 192), no_verify=True)
+        result = vit_port.verify(_TAG, tmp_path / 'out', endpoint=hub.url, num_heads=2, tol=TOL)
+    assert result.status == 'passed' and 'taken from the tag' in result.summary() and \
+        'with force_image_size' in result.summary(), result.summary()
+
+
+@pytest.mark.parametrize('packaged', ['real', 'deeper'])
+def test_convert_a_clip_tag_whose_architecture_does_not_fit_its_file(packaged, tmp_path, monkeypatch):
+    """open_clip's own ViT-B-16 (768 wide), or a config one layer deeper than the file: open_clip's strict load
+    refuses the tag's file, in one error line naming the file and the first key torch names."""
+    if packaged == 'deeper':
+        _tiny_as_packaged(tmp_path, monkeypatch, layers=3)
+    with pytest.raises(ViTVariantsError) as e:
+        _convert_tag(tmp_path, monkeypatch, 'out')
+    message = str(e.value)
+    assert len(message.splitlines()) == 1 and 'open_clip_pytorch_model.bin' in message, message
+    assert "open_clip's packaged ViT-B-16 config" in message and 'simple_vit_base_patch16_clip_224.dfn2b' in message
+    if packaged == 'deeper':
+        assert e.value.key == 'visual.transformer.resblocks.2.ln_1.weight' and 'missing from the file' in message, \
+            message
+    else:
+        assert e.value.key == 'visual.class_embedding' and 'the file holds (64,), the model needs (768,)' in message, \
+            message
+    assert not (tmp_path / 'out').exists()
+
+
+def test_a_lone_clip_file_without_a_tag_skips_with_the_reason(tmp_path):
+    """The same lone file given by path: nothing but our own inference would name its architecture, so the check
+    skips, saying why."""
+    import vit_port
+    lone = tmp_path / 'open_clip_pytorch_model.bin'
+    torch.save(load_file(str(REF / 'openclip_b16_quickgelu_tiny' / 'open_clip_model.safetensors')), lone)
+    result = vit_port.convert(lone, tmp_path / 'out', num_heads=2)
+    summary = result.verification.summary()
+    assert result.verification.status == 'skipped' and 'open_clip_config.json' in summary and \
+        'not fetched as one' in summary, summary
 
 def test_convert_an_openclip_hub_repo_brings_its_config(tmp_path, monkeypatch):
     """`vit-port convert hf-hub:ORG/NAME` of an OpenCLIP repo downloads open_clip_config.json with the weights, so

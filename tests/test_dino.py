@@ -8,6 +8,8 @@ import numpy as np
 import pytest
 import torch
 
+from model_probes import assert_list_equals_each_alone
+from reader_checks import assert_register_count_refused
 from porting.cli import main
 from timm_vit_variants import SimpleVisionTransformer
 from timm_vit_variants.checkpoints import open_checkpoint
@@ -71,14 +73,7 @@ def test_dinov2_hub_file_matches_dinov2(name, max_delta):
 def test_registers_in_the_naflex_path():
     """A list of images of different grids gives each image's [CLS, registers, patches] as it gives alone."""
     model = _model(DATA / 'dinov2_tiny_reg4.pth', num_heads=2)
-    images = [_input(g)[0] for g in GRIDS]
-    with torch.no_grad():
-        laid = model.forward_features(images)
-        for i, image in enumerate(images):
-            alone = model.forward_features(image[None])[0]
-            count = alone.shape[0] - 5
-            assert laid['patch_valid'][i].sum() == count
-            torch.testing.assert_close(laid['patches'][i, :5 + count], alone, rtol=0, atol=1e-5)
+    assert_list_equals_each_alone(model, [_input(g)[0] for g in GRIDS], prefix=5)  # [CLS] and 4 registers
 
 
 def test_model_options_round_trip_and_layout():
@@ -233,13 +228,7 @@ def test_transformers_dinov2_folder_matches_transformers(registers, swiglu, tmp_
 
 def test_transformers_register_count_disagreeing_with_the_config(tmp_path):
     _, folder = _hf_dinov2(tmp_path, registers=4)
-    config = json.loads((folder / 'config.json').read_text())
-    config['num_register_tokens'] = 2
-    (folder / 'config.json').write_text(json.dumps(config))
-    with pytest.raises(ViTVariantsError) as e:
-        open_checkpoint(folder, layout=SimpleVisionTransformer.state_layout)
-    assert e.value.key == 'embeddings.register_tokens' and str(folder / 'model.safetensors') in str(e.value)
-    assert len(str(e.value).splitlines()) == 1
+    assert_register_count_refused(folder)
 
 
 @pytest.mark.parametrize('registers', [0, 4])

@@ -1,13 +1,14 @@
 """DINOv3 and RoPE-ViT: 2D rotary positions, storage tokens, the masked k bias, untied norms and DeiT-III LayerScale,
 against outputs written by DINOv3's and RoPE-ViT's own code (tests/data/reference_dino, see its README), against
 transformers' DINOv3ViTModel and timm's own Eva ports, and the converter end to end."""
-import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
+from model_probes import assert_list_equals_each_alone
+from reader_checks import assert_register_count_refused
 from porting.cli import main
 from timm_vit_variants import SimpleVisionTransformer
 from timm_vit_variants.checkpoints import open_checkpoint
@@ -134,14 +135,7 @@ def test_ropevit_file_matches_ropevit(name, max_delta):
 def test_dinov3_list_of_images_equals_each_alone():
     """Packing: a list of differently sized images gives each image's tokens as it gives alone."""
     model = _model(DATA / 'dinov3_tiny_untied_swiglu.pth', num_heads=2)
-    images = [_input(g)[0] for g in GRIDS]
-    with torch.no_grad():
-        laid = model.forward_features(images)
-        for i, image in enumerate(images):
-            alone = model.forward_features(image[None])[0]
-            count = alone.shape[0] - 5
-            assert laid['patch_valid'][i].sum() == count
-            torch.testing.assert_close(laid['patches'][i, :5 + count], alone, rtol=0, atol=1e-5)
+    assert_list_equals_each_alone(model, [_input(g)[0] for g in GRIDS], prefix=5)  # [CLS] and 4 registers
 
 
 def test_rope_model_features_only_and_any_size():
@@ -197,13 +191,7 @@ def test_transformers_dinov3_folder_matches_transformers(gated, tmp_path, max_de
 
 def test_transformers_dinov3_register_count_disagreeing_with_the_config(tmp_path):
     _, folder = _hf_dinov3(tmp_path, False)
-    config = json.loads((folder / 'config.json').read_text())
-    config['num_register_tokens'] = 2
-    (folder / 'config.json').write_text(json.dumps(config))
-    with pytest.raises(ViTVariantsError) as e:
-        open_checkpoint(folder, layout=SimpleVisionTransformer.state_layout)
-    assert e.value.key == 'embeddings.register_tokens' and str(folder / 'model.safetensors') in str(e.value)
-    assert len(str(e.value).splitlines()) == 1
+    assert_register_count_refused(folder)
 
 
 @pytest.mark.parametrize('arch', ['vit_small_patch16_dinov3_qkvb', 'vit_small_plus_patch16_dinov3',

@@ -14,11 +14,11 @@ Tags are open_clip's ``pretrained=`` names. The weights are open_clip's own file
 of the Hub repo open_clip names (``hf_hub_id``), and for OpenAI's and MetaCLIP's the original ``url`` too; timm
 loads either through ``load_pretrained`` (``custom_load``), where the OpenCLIP and OpenAI readers take them.
 """
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Dict, Optional, Tuple
 
 __all__ = ['CLIP_ARCHS', 'CLIP_TAGS', 'CLIP_ROWS', 'ClipTag', 'clip_default_cfgs', 'clip_tag_args',
-           'clip_tag_facts']
+           'clip_tag_facts', 'clip_tag_open_clip']
 
 OPENAI_MEAN, OPENAI_STD = (0.48145466, 0.4578275, 0.40821073), (0.26862954, 0.26130258, 0.27577711)
 _INCEPTION = ((0.5, 0.5, 0.5), (0.5, 0.5, 0.5))
@@ -88,13 +88,18 @@ _META_URL = 'https://dl.fbaipublicfiles.com/MMPT/metaclip/'
 _NC = 'cc-by-nc-4.0'  # MetaCLIP's weights
 
 
-def _openai(arch: str, digest: str, file: str) -> ClipTag:
-    return ClipTag(f'timm/{arch}.openai', True, f'{_OPENAI_URL}{digest}/{file}', source='OpenAI')
+def _on_timm(timm_tag: str, url: str, source: str, quick_gelu: bool = True, license: str = 'mit') -> ClipTag:
+    """A weight set timm hosts as ``timm/<architecture>.<timm_tag>`` (OpenAI's, MetaCLIP's), and its original ``url``;
+    ``<architecture>`` is the row's, filled in by ``_placed``."""
+    return ClipTag(f'timm/{{timm}}.{timm_tag}', quick_gelu, url, license=license, source=source)
 
 
-def _metaclip(arch: str, timm_tag: str, file: str = '', quick_gelu: bool = True) -> ClipTag:
-    return ClipTag(f'timm/{arch}.{timm_tag}', quick_gelu, _META_URL + file if file else '', license=_NC,
-                   source='MetaCLIP')
+def _openai(digest: str, file: str) -> ClipTag:
+    return _on_timm('openai', f'{_OPENAI_URL}{digest}/{file}', 'OpenAI')
+
+
+def _metaclip(timm_tag: str, file: str = '', quick_gelu: bool = True) -> ClipTag:
+    return _on_timm(timm_tag, _META_URL + file if file else '', 'MetaCLIP', quick_gelu, _NC)
 
 
 def _dfn(repo: str, quick_gelu: bool = True, squash: bool = False) -> ClipTag:
@@ -112,54 +117,42 @@ def _datacomp(repo: str) -> ClipTag:
 
 # (architecture, open_clip tag) -> weights; each architecture's first tag is its default. From open_clip
 # 3.3.0's pretrained.py (hf_hub, url, quick_gelu, mean/std, interpolation, resize_mode).
-CLIP_TAGS: Dict[Tuple[str, str], ClipTag] = {
+_TAG_ROWS: Dict[Tuple[str, str], ClipTag] = {
     ('simple_vit_base_patch32_clip_224', 'laion2b_s34b_b79k'): ClipTag('laion/CLIP-ViT-B-32-laion2B-s34B-b79K'),
     ('simple_vit_base_patch32_clip_224', 'datacomp_xl_s13b_b90k'): _datacomp('CLIP-ViT-B-32-DataComp.XL-s13B-b90K'),
     ('simple_vit_base_patch32_clip_224', 'openai'): _openai(
-        'vit_base_patch32_clip_224', '40d365715913c9da98579312b702a82c18be219cc2a73407c4526f58eba950af',
-        'ViT-B-32.pt'),
-    ('simple_vit_base_patch32_clip_224', 'metaclip_400m'): _metaclip(
-        'vit_base_patch32_clip_224', 'metaclip_400m', 'b32_400m.pt'),
-    ('simple_vit_base_patch32_clip_224', 'metaclip_fullcc'): _metaclip(
-        'vit_base_patch32_clip_224', 'metaclip_2pt5b', 'b32_fullcc2.5b.pt'),
+        '40d365715913c9da98579312b702a82c18be219cc2a73407c4526f58eba950af', 'ViT-B-32.pt'),
+    ('simple_vit_base_patch32_clip_224', 'metaclip_400m'): _metaclip('metaclip_400m', 'b32_400m.pt'),
+    ('simple_vit_base_patch32_clip_224', 'metaclip_fullcc'): _metaclip('metaclip_2pt5b', 'b32_fullcc2.5b.pt'),
     ('simple_vit_base_patch32_clip_256', 'datacomp_s34b_b86k'): _datacomp('CLIP-ViT-B-32-256x256-DataComp-s34B-b86K'),
     ('simple_vit_base_patch16_clip_224', 'laion2b_s34b_b88k'): ClipTag('laion/CLIP-ViT-B-16-laion2B-s34B-b88K'),
     ('simple_vit_base_patch16_clip_224', 'datacomp_xl_s13b_b90k'): _datacomp('CLIP-ViT-B-16-DataComp.XL-s13B-b90K'),
     ('simple_vit_base_patch16_clip_224', 'openai'): _openai(
-        'vit_base_patch16_clip_224', '5806e77cd80f8b59890b7e101eabd078d9fb84e6937f9e85e4ecb61988df416f',
-        'ViT-B-16.pt'),
+        '5806e77cd80f8b59890b7e101eabd078d9fb84e6937f9e85e4ecb61988df416f', 'ViT-B-16.pt'),
     ('simple_vit_base_patch16_clip_224', 'dfn2b'): _dfn('DFN2B-CLIP-ViT-B-16'),
-    ('simple_vit_base_patch16_clip_224', 'metaclip_400m'): _metaclip(
-        'vit_base_patch16_clip_224', 'metaclip_400m', 'b16_400m.pt'),
-    ('simple_vit_base_patch16_clip_224', 'metaclip_fullcc'): _metaclip(
-        'vit_base_patch16_clip_224', 'metaclip_2pt5b', 'b16_fullcc2.5b.pt'),
+    ('simple_vit_base_patch16_clip_224', 'metaclip_400m'): _metaclip('metaclip_400m', 'b16_400m.pt'),
+    ('simple_vit_base_patch16_clip_224', 'metaclip_fullcc'): _metaclip('metaclip_2pt5b', 'b16_fullcc2.5b.pt'),
     ('simple_vit_large_patch14_clip_224', 'laion2b_s32b_b82k'): ClipTag(
         'laion/CLIP-ViT-L-14-laion2B-s32B-b82K', mean_std=_INCEPTION),
     ('simple_vit_large_patch14_clip_224', 'datacomp_xl_s13b_b90k'): _datacomp('CLIP-ViT-L-14-DataComp.XL-s13B-b90K'),
     ('simple_vit_large_patch14_clip_224', 'openai'): _openai(
-        'vit_large_patch14_clip_224', 'b8cca3fd41ae0c99ba7e8951adf17d267cdb84cd88be6f7c2e0eca1737a03836',
-        'ViT-L-14.pt'),
+        'b8cca3fd41ae0c99ba7e8951adf17d267cdb84cd88be6f7c2e0eca1737a03836', 'ViT-L-14.pt'),
     ('simple_vit_large_patch14_clip_224', 'dfn2b'): _dfn('DFN2B-CLIP-ViT-L-14'),
     ('simple_vit_large_patch14_clip_224', 'dfn2b_s39b'): _dfn('DFN2B-CLIP-ViT-L-14-39B', quick_gelu=False),
-    ('simple_vit_large_patch14_clip_224', 'metaclip_400m'): _metaclip(
-        'vit_large_patch14_clip_224', 'metaclip_400m', 'l14_400m.pt'),
-    ('simple_vit_large_patch14_clip_224', 'metaclip_fullcc'): _metaclip(
-        'vit_large_patch14_clip_224', 'metaclip_2pt5b', 'l14_fullcc2.5b.pt'),
+    ('simple_vit_large_patch14_clip_224', 'metaclip_400m'): _metaclip('metaclip_400m', 'l14_400m.pt'),
+    ('simple_vit_large_patch14_clip_224', 'metaclip_fullcc'): _metaclip('metaclip_2pt5b', 'l14_fullcc2.5b.pt'),
     ('simple_vit_large_patch14_clip_336', 'openai'): _openai(
-        'vit_large_patch14_clip_336', '3035c92b350959924f9f00213499208652fc7ea050643e8b385c2dac08641f02',
-        'ViT-L-14-336px.pt'),
+        '3035c92b350959924f9f00213499208652fc7ea050643e8b385c2dac08641f02', 'ViT-L-14-336px.pt'),
     ('simple_vit_huge_patch14_clip_224', 'laion2b_s32b_b79k'): ClipTag('laion/CLIP-ViT-H-14-laion2B-s32B-b79K'),
     ('simple_vit_huge_patch14_clip_224', 'dfn5b'): _dfn('DFN5B-CLIP-ViT-H-14', squash=True),
-    ('simple_vit_huge_patch14_clip_224', 'metaclip_fullcc'): _metaclip(
-        'vit_huge_patch14_clip_224', 'metaclip_2pt5b', 'h14_fullcc2.5b.pt'),
+    ('simple_vit_huge_patch14_clip_224', 'metaclip_fullcc'): _metaclip('metaclip_2pt5b', 'h14_fullcc2.5b.pt'),
     ('simple_vit_huge_patch14_clip_224', 'metaclip_altogether'): _metaclip(
-        'vit_huge_patch14_clip_224', 'metaclip_altogether', 'h14_v1.2_altogether.pt', quick_gelu=False),
+        'metaclip_altogether', 'h14_v1.2_altogether.pt', quick_gelu=False),
     ('simple_vit_huge_patch14_clip_378', 'dfn5b'): _dfn('DFN5B-CLIP-ViT-H-14-378', squash=True),
     ('simple_vit_giant_patch14_clip_224', 'laion2b_s34b_b88k'): ClipTag('laion/CLIP-ViT-g-14-laion2B-s34B-b88K'),
     ('simple_vit_giant_patch14_clip_224', 'laion2b_s12b_b42k'): ClipTag('laion/CLIP-ViT-g-14-laion2B-s12B-b42K'),
     ('simple_vit_gigantic_patch14_clip_224', 'laion2b_s39b_b160k'): ClipTag('laion/CLIP-ViT-bigG-14-laion2B-39B-b160k'),
-    ('simple_vit_gigantic_patch14_clip_224', 'metaclip_fullcc'): _metaclip(
-        'vit_gigantic_patch14_clip_224', 'metaclip_2pt5b', 'G14_fullcc2.5b.pt'),
+    ('simple_vit_gigantic_patch14_clip_224', 'metaclip_fullcc'): _metaclip('metaclip_2pt5b', 'G14_fullcc2.5b.pt'),
     ('simple_vit_large_patch14_clipa_224', 'datacomp1b'): _clipa('ViT-L-14-CLIPA-datacomp1B'),
     ('simple_vit_large_patch14_clipa_336', 'datacomp1b'): _clipa('ViT-L-14-CLIPA-336-datacomp1B'),
     ('simple_vit_huge_patch14_clipa_224', 'datacomp1b'): _clipa('ViT-H-14-CLIPA-datacomp1B'),
@@ -168,6 +161,15 @@ CLIP_TAGS: Dict[Tuple[str, str], ClipTag] = {
     ('simple_vit_gigantic_patch14_clipa_224', 'datacomp1b'): _clipa('ViT-bigG-14-CLIPA-datacomp1B'),
     ('simple_vit_gigantic_patch14_clipa_336', 'datacomp1b'): _clipa('ViT-bigG-14-CLIPA-336-datacomp1B'),
 }
+
+
+def _placed(name: str, weights: ClipTag) -> ClipTag:
+    """``weights`` of architecture ``name``, a timm-hosted hub id named after timm's architecture (ours without
+    ``simple_``)."""
+    return replace(weights, hub=weights.hub.format(timm=name[len('simple_'):]))
+
+
+CLIP_TAGS: Dict[Tuple[str, str], ClipTag] = {key: _placed(key[0], weights) for key, weights in _TAG_ROWS.items()}
 
 
 def _default_tag(name: str) -> str:
@@ -221,6 +223,14 @@ def clip_tag_facts(name: str) -> Dict[str, Any]:
     arch, _, tag = name.partition('.')
     weights = CLIP_TAGS.get((arch, tag))
     return {'act_layer': _act(weights), 'num_heads': CLIP_ARCHS[arch].heads} if weights else {}
+
+
+def clip_tag_open_clip(name: Optional[str]) -> Optional[Tuple[str, bool]]:
+    """For a ``model.tag`` name of a CLIP tag: (open_clip's model name of its architecture, whether the tag's weights
+    use QuickGELU), from which open_clip builds the network from its own packaged config; None for any other name."""
+    arch, _, tag = (name or '').partition('.')
+    weights = CLIP_TAGS.get((arch, tag))
+    return (CLIP_ARCHS[arch].open_clip, weights.quick_gelu) if weights else None
 
 
 def _cfg(name: str, tag: str, weights: ClipTag) -> Dict[str, Any]:

@@ -5,6 +5,7 @@
 geometry, with the resize rule the folder records. A fact the check shares with the reference it is
 compared against (a head count the source does not record) is stated as a caveat, never hidden.
 """
+import dataclasses
 from pathlib import Path
 from typing import List, Optional, Union
 
@@ -12,6 +13,7 @@ import torch
 
 from timm_vit_variants import SimpleVisionTransformer, SimpleViTConfig
 from timm_vit_variants.checkpoints import SourceCheckpoint
+from timm_vit_variants.clip_models import clip_tag_facts
 from timm_vit_variants.limits import DEFAULT_LIMITS, Limits
 
 from ..hashing import source_sha256
@@ -25,12 +27,20 @@ from .references import require_reference
 from .result import Check, Verification
 from .streamed import as_float32
 
-__all__ = ['verify_source', 'check_at_target', 'verify_folder', 'shared_caveats', 'cast_bound', 'dtype_note']
+__all__ = ['verify_source', 'check_at_target', 'verify_folder', 'shared_caveats', 'cast_bound', 'dtype_note',
+           'with_tag_facts']
 
 
 # Facts of the network a reference built from our own inference shares: a wrong value passes a check.
 _SHARED = {'architecture': 'architecture', 'num_heads': 'head count', 'act_layer': 'activation', 'norm_eps': 'LayerNorm epsilon',
            'global_pool': 'pooling', 'in_chans': 'channel count', 'pos_embed_resample': 'table resize rule'}
+
+
+def with_tag_facts(options: SourceOptions, tag: Optional[str]) -> SourceOptions:
+    """``options`` with what a CLIP tag says and its lone weight file does not record (QuickGELU, the head count),
+    each where the caller gave none; ``options`` as they are for no tag or another one."""
+    facts = {k: v for k, v in clip_tag_facts(tag).items() if getattr(options, k) is None} if tag else {}
+    return dataclasses.replace(options, **facts) if facts else options
 
 
 def shared_caveats(src: SourceCheckpoint) -> List[str]:
@@ -46,7 +56,7 @@ def shared_caveats(src: SourceCheckpoint) -> List[str]:
 
 
 def verify_source(src: SourceCheckpoint, plan: ConversionPlan, folder: Optional[Path], tol: float,
-                  progress: bool = False) -> Verification:
+                  progress: bool = False, tag: Optional[str] = None) -> Verification:
     """Compare with the source's reference implementation at the SOURCE geometry and, after a resize, at
     the TARGET geometry too.
 
@@ -61,7 +71,7 @@ def verify_source(src: SourceCheckpoint, plan: ConversionPlan, folder: Optional[
         src.fill_into(model.state_dict())
         return model
 
-    check = Check(src.path, src.format, plan.source)
+    check = Check(src.path, src.format, plan.source, tag=tag)
     written = plan.is_identity and folder is not None
     if written:
         # run in float32, as the reference is; the limits the source was opened under (--limit included)
@@ -82,7 +92,7 @@ def verify_source(src: SourceCheckpoint, plan: ConversionPlan, folder: Optional[
     result.notes.append(f'verified at the source geometry before conversion; then applied: {plan.describe()}')
     if not plan.changes_geometry or folder is None:
         return result
-    target = check_at_target(src, plan, folder, cast_bound(plan, tol), progress)
+    target = check_at_target(src, plan, folder, cast_bound(plan, tol), progress, tag)
     if target.status == 'skipped':
         result.notes.append(target.reason)
         return result
@@ -135,9 +145,10 @@ def _target_line(plan: ConversionPlan, target: Verification) -> str:
 
 
 def check_at_target(src: SourceCheckpoint, plan: ConversionPlan, folder: Path, tol: float,
-                    progress: bool = False) -> Verification:
+                    progress: bool = False, tag: Optional[str] = None) -> Verification:
     """The written folder at the target geometry against the reference rebuilt there by the framework's rule."""
-    check = Check(src.path, src.format, plan.source, plan.target, plan.rule, compare_logits=not plan.changes_head)
+    check = Check(src.path, src.format, plan.source, plan.target, plan.rule, compare_logits=not plan.changes_head,
+                  tag=tag)
     target = compare(check, lambda: as_float32(load_folder(folder, src.limits)), tol, progress)
     if target.status == 'skipped':
         target.reason = f'the output at the target geometry ({_where(plan)}) was NOT checked: {target.reason}'
@@ -158,6 +169,8 @@ def verify_folder(source: Union[str, Path], folder: Union[str, Path], options: S
     converted, raw = read_config(folder, limits)
     resolved = resolve_source(source, options.endpoint, options.token, progress, options.download_timeout,
                               options.stall_timeout)
+    tag = str(source) if resolved.kind == 'tag' else None
+    options = with_tag_facts(options, tag)
     with open_source(resolved.path, options, limits) as src:
         require_reference(src.format)
         rule = converted.pos_embed_resample if src.config.pos_table == 'learn' else None
@@ -170,10 +183,10 @@ def verify_folder(source: Union[str, Path], folder: Union[str, Path], options: S
                 f'{folder} is not this source converted: {different}'))
         bound = cast_bound(plan, tol)
         if plan.is_identity:
-            result = compare(Check(src.path, src.format, plan.source), lambda: as_float32(load_folder(folder, limits)),
-                             bound, progress)
+            result = compare(Check(src.path, src.format, plan.source, tag=tag),
+                             lambda: as_float32(load_folder(folder, limits)), bound, progress)
         else:
-            result = check_at_target(src, plan, Path(folder), bound, progress)
+            result = check_at_target(src, plan, Path(folder), bound, progress, tag)
         if result.status != 'skipped':
             result.notes.append(dtype_note(plan, bound, checked=True))
             if result.status != 'skipped':

@@ -1,13 +1,18 @@
 """The open_clip reference: an OpenCLIP folder through ``open_clip.create_model('local-dir:...')``, an OpenAI ``.pt``
-through ``open_clip.model.build_model_from_openai_state_dict`` on its tensors (read as data, never run)."""
+through ``open_clip.model.build_model_from_openai_state_dict`` on its tensors (read as data, never run), and a lone
+OpenCLIP weight file fetched as a CLIP tag through open_clip's own packaged config of the model the tag names
+(``clip_models.clip_tag_open_clip``), its tensors loaded by open_clip with ``strict=True``. A lone file with no tag
+has no reference: nothing but our own inference would say its architecture."""
 import os
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Tuple
 
 import torch
 
 from timm_vit_variants.checkpoints.openclip import OPEN_CLIP_CONFIG
+from timm_vit_variants.clip_models import clip_tag_open_clip
 from timm_vit_variants.checkpoints.torchscript_store import TorchScriptStore
 from timm_vit_variants.config import grid_for
+from timm_vit_variants.errors import ViTVariantsError
 
 from .result import Check, NoReference, Outputs
 
@@ -32,27 +37,66 @@ def _openai_model(open_clip: Any, path: str) -> Any:
     return open_clip.model.build_model_from_openai_state_dict(state, quick_gelu=True).float().eval()
 
 
-def _folder_model(open_clip: Any, check: Check) -> Any:
-    """An OpenCLIP folder through open_clip's own loader; at a target geometry through its ``force_image_size``."""
-    path = check.path
-    folder = path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
-    if not os.path.isfile(os.path.join(folder, OPEN_CLIP_CONFIG)):
-        raise NoReference(f'open_clip builds a model only from its {OPEN_CLIP_CONFIG}, which the source lacks')
-    kwargs: Dict[str, Any] = {}
+def _resize_args(check: Check) -> Dict[str, Any]:
+    """open_clip's ``force_image_size`` for a check at a target geometry ({} at the source's), where open_clip's own
+    resize gives an output for it."""
     target = check.target
-    if target is not None:
-        patch, size = target.patch_size, target.img_size
-        if patch != check.source.patch_size:
-            raise NoReference('open_clip has no rule for a patch-size change')
-        if check.rule != 'openclip':
-            raise NoReference(f"the table was resized with the {check.rule!r} rule, not open_clip's own")
-        grid = grid_for(size, patch, pad=False)  # open_clip's VALID patch conv
-        source_grid = grid_for(check.source.img_size, patch, pad=False)
-        if grid != source_grid and grid[0] * grid[1] == source_grid[0] * source_grid[1]:
-            raise NoReference("open_clip skips its table resize when the token count is unchanged (a quirk this "
-                              'tool does not reproduce), so it has no output for this grid')
-        kwargs['force_image_size'] = size
-    return open_clip.create_model('local-dir:' + folder, device='cpu', **kwargs).float().eval()
+    if target is None:
+        return {}
+    patch, size = target.patch_size, target.img_size
+    if patch != check.source.patch_size:
+        raise NoReference('open_clip has no rule for a patch-size change')
+    if check.rule != 'openclip':
+        raise NoReference(f"the table was resized with the {check.rule!r} rule, not open_clip's own")
+    grid = grid_for(size, patch, pad=False)  # open_clip's VALID patch conv
+    source_grid = grid_for(check.source.img_size, patch, pad=False)
+    if grid != source_grid and grid[0] * grid[1] == source_grid[0] * source_grid[1]:
+        raise NoReference("open_clip skips its table resize when the token count is unchanged (a quirk this "
+                          'tool does not reproduce), so it has no output for this grid')
+    return {'force_image_size': size}
+
+
+def _folder_model(open_clip: Any, check: Check, folder: str) -> Any:
+    """An OpenCLIP folder through open_clip's own loader; at a target geometry through its ``force_image_size``."""
+    return open_clip.create_model('local-dir:' + folder, device='cpu', **_resize_args(check)).float().eval()
+
+
+def _misfit(model: Any, state: Dict[str, Any], resized: bool) -> Optional[Tuple[str, str]]:
+    """(key, why) of the first tensor in which a file's ``state`` does not fit open_clip's ``model``, the image tower's
+    first: a key missing from the file, one the model lacks, or another shape (the image table's token count aside
+    when open_clip resizes it); None when every tensor fits."""
+    want = model.state_dict()
+    keys = list(want) + [k for k in state if k not in want]  # the model's order, then what only the file holds
+    for key in sorted(keys, key=lambda k: not k.startswith('visual.')):
+        if key not in state:
+            return key, 'missing from the file'
+        if key not in want:
+            return key, 'not in the model'
+        mine, theirs = tuple(want[key].shape), tuple(state[key].shape)
+        if key == 'visual.positional_embedding' and resized and mine[1:] == theirs[1:]:
+            continue
+        if mine != theirs:
+            return key, f'the file holds {theirs}, the model needs {mine}'
+    return None
+
+
+def _tag_model(open_clip: Any, check: Check, model_name: str, quick_gelu: bool) -> Any:
+    """open_clip's ``model_name`` built from its own packaged config (the tag's architecture), every tensor of the
+    lone file then loaded by open_clip's ``load_checkpoint`` with ``strict=True`` (its table resize included); a file
+    that open_clip refuses is named with the first tensor that does not fit."""
+    if open_clip.get_model_config(model_name) is None:
+        raise NoReference(f'open_clip {open_clip.__version__} packages no model config {model_name!r}')
+    resize = _resize_args(check)
+    model = open_clip.create_model(model_name, device='cpu', force_quick_gelu=quick_gelu, **resize)
+    try:
+        open_clip.load_checkpoint(model, check.path, strict=True)
+    except Exception:  # noqa: BLE001  (open_clip asserts, torch raises RuntimeError: say which tensor)
+        misfit = _misfit(model, open_clip.factory.load_state_dict(check.path), bool(resize))
+        if misfit is None:
+            raise
+        raise ViTVariantsError(f"open_clip's packaged {model_name} config, the architecture the tag {check.tag} "
+                               f'names, does not fit the file: {misfit[1]}', path=check.path, key=misfit[0]) from None
+    return model.float().eval()
 
 
 def open_clip_outputs(check: Check, x: torch.Tensor, mixed: Optional[Dict[str, torch.Tensor]] = None) -> Outputs:
@@ -65,8 +109,21 @@ def open_clip_outputs(check: Check, x: torch.Tensor, mixed: Optional[Dict[str, t
                               'it with torch.jit.load, which runs the archive')
         model, name = _openai_model(open_clip, check.path), 'open_clip build_model_from_openai_state_dict'
     else:
-        model = _folder_model(open_clip, check)
-        name = 'open_clip create_model(local-dir:)' + (' with force_image_size' if check.target is not None else '')
+        path = check.path
+        folder = path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
+        named = clip_tag_open_clip(check.tag)
+        resized = ' with force_image_size' if check.target is not None else ''
+        if os.path.isfile(os.path.join(folder, OPEN_CLIP_CONFIG)):
+            model, name = _folder_model(open_clip, check, folder), 'open_clip create_model(local-dir:)' + resized
+        elif named is not None and not os.path.isdir(path):
+            model = _tag_model(open_clip, check, *named)
+            name = (f"open_clip create_model({named[0]!r}{', force_quick_gelu' if named[1] else ''}){resized}: the "
+                    f'architecture from open_clip\'s packaged config, taken from the tag {check.tag} (a shared '
+                    "assumption); every tensor loaded strictly by open_clip's load_checkpoint")
+        else:
+            raise NoReference(f'open_clip builds a model only from its {OPEN_CLIP_CONFIG}, which the source lacks, '
+                              'or from its packaged config of the model a CLIP tag names (the source was not '
+                              'fetched as one)')
     visual = model.visual
     with torch.no_grad():
         tokens = visual.transformer(visual._embeds(x))

@@ -17,13 +17,15 @@ __all__ = ['DEFAULT_TOL', 'Check', 'Verification', 'Outputs', 'NoReference', 'Re
 class Check:
     """One comparison's question: the source (its file, format and config) against ours, at the source geometry or,
     with ``target``, at the target one, its learned table resized by ``rule``; ``compare_logits=False`` leaves the
-    logits out (a new, zero head). Every reference takes this one value (``references.REFERENCES``)."""
+    logits out (a new, zero head); ``tag`` is the registered tag the source was fetched as, if it was. Every reference
+    takes this one value (``references.REFERENCES``)."""
     path: str
     format: str
     source: SimpleViTConfig
     target: Optional[SimpleViTConfig] = None
     rule: Optional[str] = None
     compare_logits: bool = True
+    tag: Optional[str] = None  # the registered tag the source was fetched as (a CLIP tag names its open_clip model)
 
     @property
     def runs_at(self) -> SimpleViTConfig:

@@ -7,15 +7,14 @@ that is either ``fc1``/``fc2`` or ViT-g's packed SwiGLU (``w12`` then ``w3``), a
 The hub builds the models without registers with ``interpolate_offset=0.1`` and no antialias (our
 'dinov2' rule), and the register models with offset 0 and antialias (exactly the 'timm' rule).
 """
-import re
 from typing import Any, Dict, Optional, Set, Tuple
 
 from ..config import SimpleViTConfig
-from .source import Rule, SourceCheckpoint
+from .preprocessing import imagenet_preprocessing
+from .source import Rule, SourceCheckpoint, renamed
 
 __all__ = ['DINOV2_HEADS', 'Dinov2Checkpoint', 'is_dinov2']
 
-_BLOCK_RE = re.compile(r'^blocks\.(\d+)\.')
 # The hub's vit_small/base/large/giant2 head counts by width; the files do not record them.
 DINOV2_HEADS = {384: 6, 768: 12, 1024: 16, 1536: 24}
 _MASK = 'mask_token'
@@ -32,37 +31,24 @@ def is_dinov2(names: Set[str]) -> bool:
 
 class Dinov2Checkpoint(SourceCheckpoint):
     format = 'dinov2'
-    _WHY = "not recorded by the checkpoint; DINOv2's ImageNet preprocessing"
-    PREPROCESSING_DEFAULTS = {'mean': ((0.485, 0.456, 0.406), _WHY), 'std': ((0.229, 0.224, 0.225), _WHY),
-                              'interpolation': ('bicubic', _WHY), 'crop_pct': (0.875, _WHY),
-                              'crop_mode': ('center', _WHY)}
-
-    def _candidates(self) -> Set[str]:
-        return {n for n in self._store.names() if n != _MASK}
+    SKIPPED = (_MASK,)
+    PREPROCESSING_DEFAULTS = imagenet_preprocessing(
+        0.875, "not recorded by the checkpoint; DINOv2's ImageNet preprocessing")
 
     def _rule(self, pattern: str, block: Optional[int]) -> Tuple[Rule, Optional[int]]:
         key = pattern.replace('{i}', str(block))
         if key == 'reg_token':
             return Rule((_REGISTERS,)), None
         if self.config.mlp_layer == 'swiglu_packed':
-            for ours, theirs in _SWIGLU.items():
-                key = key.replace(ours, theirs)
+            key = renamed(key, _SWIGLU)
         return Rule((key,)), None
 
     def _infer(self, hints: Dict[str, Any]) -> SimpleViTConfig:
         names = set(self._store.names())
-        kernel = self._shape('patch_embed.proj.weight')
-        if len(kernel) != 4:
-            raise self._error('patch embedding must be a (D, C, P, P) convolution', key='patch_embed.proj.weight',
-                              shapes=(kernel,))
-        dim, in_chans, patch_h, patch_w = kernel
-        self._check_dims('patch_embed.proj.weight', width=dim, img_size=max(patch_h, patch_w))
+        dim, in_chans, patch_h, patch_w = self._conv_patch_kernel()
         self._check_token_table('pos_embed', dim, (patch_h, patch_w), class_token=True, slot=True,
                          img_size=hints.get('img_size'))
-        depth = self._block_count([int(m.group(1)) for m in map(_BLOCK_RE.match, names) if m],
-                                  lambda i: f'blocks.{i}')
-        if not depth:
-            raise self._error('no transformer blocks found', key='blocks.0.attn.qkv.weight')
+        depth = self._depth(names)
         swiglu = 'blocks.0.mlp.w12.weight' in names
         mlp_key = 'blocks.0.mlp.w3.weight' if swiglu else 'blocks.0.mlp.fc1.weight'
         mlp_shape = self._shape(mlp_key)
@@ -107,17 +93,9 @@ class Dinov2Checkpoint(SourceCheckpoint):
 
     def _heads(self, dim: int, hints: Dict[str, Any]) -> int:
         """The caller's head count, else the DINOv2 hub model's of this width, else 64-wide heads when asked for."""
-        key = 'blocks.0.attn.qkv.weight'
-        if hints.get('num_heads'):
-            heads = self._unrecorded('num_heads', hints, None, '')
-        elif dim in DINOV2_HEADS:
-            heads = self._unrecorded('num_heads', {}, DINOV2_HEADS[dim], f'the DINOv2 hub model of width {dim}')
-        elif hints.get('assume_heads') and dim % 64 == 0:
-            heads = self._unrecorded('num_heads', {}, dim // 64, "64-wide heads, as every DINOv2 hub model's (asked for)")
-        else:
-            raise self._error(f'a DINOv2 checkpoint does not record the number of attention heads, and width {dim} '
-                              f'is none of the hub models\' ({sorted(DINOV2_HEADS)}); give the head count',
-                              key=key, needs='num_heads')
-        if dim % int(heads):
-            raise self._error(f'width {dim} is not divisible by {heads} heads', key=key)
-        return int(heads)
+        return self._head_count(dim, hints, [
+            (DINOV2_HEADS.get(dim), f'the DINOv2 hub model of width {dim}'),
+            (dim // 64 if hints.get('assume_heads') and dim % 64 == 0 else None,
+             "64-wide heads, as every DINOv2 hub model's (asked for)")],
+            f'a DINOv2 checkpoint does not record the number of attention heads, and width {dim} '
+            f'is none of the hub models\' ({sorted(DINOV2_HEADS)}); give the head count')

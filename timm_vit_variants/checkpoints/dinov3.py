@@ -10,18 +10,17 @@ and ``cls_norm`` where the norms are untied. The SAT-493M ViT-L also stores ``lo
 training. The head count is not recorded; the published width's is assumed (H+ has 20 heads) and checked
 against the length of ``periods`` (head width / 4).
 """
-import re
 from typing import Any, Dict, Optional, Set, Tuple
 
 import torch
 
 from ..config import SimpleViTConfig
 from .fills import Misfit
-from .source import Rule, SourceCheckpoint
+from .preprocessing import imagenet_preprocessing
+from .source import Rule, SourceCheckpoint, renamed
 
 __all__ = ['DINOV3_HEADS', 'Dinov3Checkpoint', 'is_dinov3']
 
-_BLOCK_RE = re.compile(r'^blocks\.(\d+)\.')
 # The hub's vit_small/base/large/huge2/7b head counts by width; the files do not record them.
 DINOV3_HEADS = {384: 6, 768: 12, 1024: 16, 1280: 20, 4096: 32}
 _PERIODS = 'rope_embed.periods'
@@ -46,13 +45,9 @@ def masked_bias(dst: torch.Tensor, bias: torch.Tensor, mask: torch.Tensor) -> No
 
 class Dinov3Checkpoint(SourceCheckpoint):
     format = 'dinov3'
-    _WHY = "not recorded by the checkpoint; DINOv3's ImageNet preprocessing"
-    PREPROCESSING_DEFAULTS = {'mean': ((0.485, 0.456, 0.406), _WHY), 'std': ((0.229, 0.224, 0.225), _WHY),
-                              'interpolation': ('bicubic', _WHY), 'crop_pct': (1.0, _WHY),
-                              'crop_mode': ('center', _WHY)}
-
-    def _candidates(self) -> Set[str]:
-        return {n for n in self._store.names() if n not in _SKIPPED}
+    SKIPPED = _SKIPPED
+    PREPROCESSING_DEFAULTS = imagenet_preprocessing(
+        1.0, "not recorded by the checkpoint; DINOv3's ImageNet preprocessing")
 
     def _rule(self, pattern: str, block: Optional[int]) -> Tuple[Rule, Optional[int]]:
         key = pattern.replace('{i}', str(block))
@@ -63,24 +58,15 @@ class Dinov3Checkpoint(SourceCheckpoint):
         if key.endswith('attn.qkv.bias'):
             return Rule((key, key + '_mask'), masked_bias), None
         if self.config.mlp_layer == 'swiglu':
-            for ours, theirs in _SWIGLU.items():
-                key = key.replace(ours, theirs)
+            key = renamed(key, _SWIGLU)
         return Rule((key,)), None
 
     def _infer(self, hints: Dict[str, Any]) -> SimpleViTConfig:
         names = set(self._store.names())
-        kernel = self._shape('patch_embed.proj.weight')
-        if len(kernel) != 4:
-            raise self._error('patch embedding must be a (D, C, P, P) convolution', key='patch_embed.proj.weight',
-                              shapes=(kernel,))
-        dim, in_chans, patch_h, patch_w = kernel
-        self._check_dims('patch_embed.proj.weight', width=dim, img_size=max(patch_h, patch_w))
+        dim, in_chans, patch_h, patch_w = self._conv_patch_kernel()
         if 'pos_embed' in names:
             raise self._error('a DINOv3 backbone has no absolute position table', key='pos_embed')
-        depth = self._block_count([int(m.group(1)) for m in map(_BLOCK_RE.match, names) if m],
-                                  lambda i: f'blocks.{i}')
-        if not depth:
-            raise self._error('no transformer blocks found', key='blocks.0.attn.qkv.weight')
+        depth = self._depth(names)
         swiglu = 'blocks.0.mlp.w1.weight' in names
         mlp_key = 'blocks.0.mlp.w1.weight' if swiglu else 'blocks.0.mlp.fc1.weight'
         mlp_dim = self._shape(mlp_key)[0]
@@ -137,15 +123,6 @@ class Dinov3Checkpoint(SourceCheckpoint):
 
     def _heads(self, dim: int, hints: Dict[str, Any]) -> int:
         """The caller's head count, else the DINOv3 hub model's of this width."""
-        key = 'blocks.0.attn.qkv.weight'
-        if hints.get('num_heads'):
-            heads = self._unrecorded('num_heads', hints, None, '')
-        elif dim in DINOV3_HEADS:
-            heads = self._unrecorded('num_heads', {}, DINOV3_HEADS[dim], f'the DINOv3 hub model of width {dim}')
-        else:
-            raise self._error(f'a DINOv3 checkpoint does not record the number of attention heads, and width {dim} '
-                              f"is none of the hub models' ({sorted(DINOV3_HEADS)}); give the head count",
-                              key=key, needs='num_heads')
-        if dim % int(heads):
-            raise self._error(f'width {dim} is not divisible by {heads} heads', key=key)
-        return int(heads)
+        return self._head_count(dim, hints, [(DINOV3_HEADS.get(dim), f'the DINOv3 hub model of width {dim}')],
+                                f'a DINOv3 checkpoint does not record the number of attention heads, and width {dim} '
+                                f"is none of the hub models' ({sorted(DINOV3_HEADS)}); give the head count")

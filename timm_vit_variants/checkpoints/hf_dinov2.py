@@ -6,42 +6,80 @@ Their files (as ``save_pretrained`` writes them and the Hub holds them) name DIN
 ``fc1``/``fc2`` or, with ``use_swiglu_ffn``, ``weights_in`` (gate then value, timm's SwiGLUPacked fc1)/``weights_out``. ``Dinov2Model`` resizes the table bicubic without antialias (our 'hf'
 rule), ``Dinov2WithRegistersModel`` with antialias (our 'timm' rule).
 The config's sizes (``mlp_ratio``, ``num_register_tokens``) are checked against the tensors by the plan.
+``HFDinoReader`` is what this reader and ``hf_dinov3.py``'s share (the skipped mask token, the table's names, the
+register count).
 """
-from typing import Any, Dict, Optional, Set, Tuple
+from typing import Any, Callable, Dict, Optional, Set, Tuple
 
 from ..config import SimpleViTConfig
 from ..errors import ViTVariantsError
-from .hf import HFCheckpoint
+from .hf import HFCheckpoint, TransformersCheckpoint
 from .fills import stack_rows
 from .source import Rule
 
-__all__ = ['DINOV2_MODEL_TYPES', 'HFDinov2Checkpoint']
+__all__ = ['DINOV2_MODEL_TYPES', 'HFDinov2Checkpoint', 'HFDinoReader', 'dino_table']
 
 DINOV2_MODEL_TYPES = ('dinov2', 'dinov2_with_registers')
 _MASK = 'embeddings.mask_token'
 _LAYER = 'encoder.layer.{i}.'
 _QKV = tuple(f'{_LAYER}attention.attention.{n}' for n in ('query', 'key', 'value'))
-_TABLE: Dict[str, Tuple[str, ...]] = {
-    'patch_embed.proj.weight': ('embeddings.patch_embeddings.projection.weight',),
-    'patch_embed.proj.bias': ('embeddings.patch_embeddings.projection.bias',),
-    'cls_token': ('embeddings.cls_token',),
-    'reg_token': ('embeddings.register_tokens',),
-    'pos_embed': ('embeddings.position_embeddings',),
-    'blocks.{i}.attn.proj.weight': (f'{_LAYER}attention.output.dense.weight',),
-    'blocks.{i}.attn.proj.bias': (f'{_LAYER}attention.output.dense.bias',),
-    'blocks.{i}.ls1.gamma': (f'{_LAYER}layer_scale1.lambda1',),
-    'blocks.{i}.ls2.gamma': (f'{_LAYER}layer_scale2.lambda1',),
-    'norm.weight': ('layernorm.weight',),
-    'norm.bias': ('layernorm.bias',),
-}
+
+
+def dino_table(layer: str, patch: str, attn_out: str, norm: str) -> Dict[str, Tuple[str, ...]]:
+    """Our key -> transformers names of what both DINO generations name alike: [CLS], registers, the attention
+    output ``{layer}attention.{attn_out}``, LayerScale; ``patch`` and ``norm`` are the patch conv's and final
+    norm's names."""
+    return {
+        'patch_embed.proj.weight': (f'{patch}.weight',),
+        'patch_embed.proj.bias': (f'{patch}.bias',),
+        'cls_token': ('embeddings.cls_token',),
+        'reg_token': ('embeddings.register_tokens',),
+        'blocks.{i}.attn.proj.weight': (f'{layer}attention.{attn_out}.weight',),
+        'blocks.{i}.attn.proj.bias': (f'{layer}attention.{attn_out}.bias',),
+        'blocks.{i}.ls1.gamma': (f'{layer}layer_scale1.lambda1',),
+        'blocks.{i}.ls2.gamma': (f'{layer}layer_scale2.lambda1',),
+        'norm.weight': (f'{norm}.weight',),
+        'norm.bias': (f'{norm}.bias',),
+    }
+
+
+_TABLE = {**dino_table(_LAYER, 'embeddings.patch_embeddings.projection', 'output.dense', 'layernorm'),
+          'pos_embed': ('embeddings.position_embeddings',)}
 _SWIGLU = {'fc1': 'weights_in', 'fc2': 'weights_out'}
 
 
-class HFDinov2Checkpoint(HFCheckpoint):
-    format = 'hf'
+class HFDinoReader(TransformersCheckpoint):
+    """What the transformers DINOv2 and DINOv3 readers share: the mask token skipped (masked training only), the
+    names of their ``_TABLE``, and ``num_register_tokens`` read and checked."""
+
+    _TABLE: Dict[str, Tuple[str, ...]] = {}
 
     def _candidates(self) -> Set[str]:
         return {n for n in self._store.names() if n != _MASK}
+
+    def _rule(self, pattern: str, block: Optional[int]) -> Tuple[Rule, Optional[int]]:
+        """``_TABLE``'s names for ``pattern`` at ``block``, else ``_layer_rule``'s."""
+        name = lambda t: t.format(i=block)  # noqa: E731
+        if pattern in self._TABLE:
+            return Rule(tuple(map(name, self._TABLE[pattern]))), None
+        return self._layer_rule(pattern, name), None
+
+    def _layer_rule(self, pattern: str, name: Callable[[str], str]) -> Rule:
+        """The rule for a ``pattern`` that ``_TABLE`` does not name; ``name`` fills a template's block in."""
+        raise NotImplementedError
+
+    def _config_registers(self, registers: Any) -> int:
+        """config.json's ``num_register_tokens`` (``registers``), an integer >= 0 within the limits."""
+        if isinstance(registers, bool) or not isinstance(registers, int) or registers < 0:
+            raise ViTVariantsError(f'expected an integer >= 0, got {registers!r}', path=self._config_path,
+                                   key='num_register_tokens')
+        self.limits.check('tokens', registers, path=self._config_path, key='num_register_tokens')
+        return registers
+
+
+class HFDinov2Checkpoint(HFDinoReader, HFCheckpoint):
+    format = 'hf'
+    _TABLE = _TABLE
 
     @property
     def _settings(self) -> Dict[str, Any]:
@@ -55,18 +93,15 @@ class HFDinov2Checkpoint(HFCheckpoint):
             cfg['intermediate_size'] = (int(hidden * 2 / 3) + 7) // 8 * 8 if cfg.get('use_swiglu_ffn') else hidden
         return cfg
 
-    def _rule(self, pattern: str, block: Optional[int]) -> Tuple[Rule, Optional[int]]:
-        name = lambda t: t.format(i=block)  # noqa: E731
-        if pattern in _TABLE:
-            return Rule(tuple(map(name, _TABLE[pattern]))), None
+    def _layer_rule(self, pattern: str, name: Callable[[str], str]) -> Rule:
         part, kind = pattern.split('.')[-2:]
         if pattern.startswith('blocks.{i}.attn.qkv.'):
-            return Rule(tuple(name(q) + f'.{kind}' for q in _QKV), stack_rows), None
+            return Rule(tuple(name(q) + f'.{kind}' for q in _QKV), stack_rows)
         if pattern.startswith('blocks.{i}.norm'):
-            return Rule((name(_LAYER) + f'{part}.{kind}',)), None
+            return Rule((name(_LAYER) + f'{part}.{kind}',))
         if self.config.mlp_layer == 'swiglu_packed':
-            return Rule((name(_LAYER) + f'mlp.{_SWIGLU[part]}.{kind}',)), None
-        return Rule((name(_LAYER) + f'mlp.{part}.{kind}',)), None
+            return Rule((name(_LAYER) + f'mlp.{_SWIGLU[part]}.{kind}',))
+        return Rule((name(_LAYER) + f'mlp.{part}.{kind}',))
 
     def _infer(self, hints: Dict[str, Any]) -> SimpleViTConfig:
         cfg_path = self._config_path
@@ -75,11 +110,8 @@ class HFDinov2Checkpoint(HFCheckpoint):
             raise ViTVariantsError(f'model_type {model_type!r} is not a transformers DINOv2 model', path=cfg_path,
                                    key='model_type')
         network = self._network(hints, eps_default=1e-6)
-        registers = self.source_config.get('num_register_tokens', 0) if model_type == 'dinov2_with_registers' else 0
-        if isinstance(registers, bool) or not isinstance(registers, int) or registers < 0:
-            raise ViTVariantsError(f'expected an integer >= 0, got {registers!r}', path=cfg_path,
-                                   key='num_register_tokens')
-        self.limits.check('tokens', registers, path=cfg_path, key='num_register_tokens')
+        registers = self._config_registers(
+            self.source_config.get('num_register_tokens', 0) if model_type == 'dinov2_with_registers' else 0)
         swiglu = bool(self.source_config.get('use_swiglu_ffn', False))
         if swiglu:  # transformers' SwiGLU gates with silu whatever hidden_act says
             network['act_layer'] = 'silu'

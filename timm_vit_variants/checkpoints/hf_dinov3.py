@@ -7,34 +7,22 @@ or, with ``use_gated_mlp``, ``gate_proj``/``up_proj``/``down_proj`` (timm's SwiG
 and ``norm``. transformers keeps no RoPE tensor: it computes the frequencies from ``rope_theta`` in fp32, so the
 periods are computed here the same way (DINOv3's own formula, ``theta ** (4k / head_width)``).
 """
-from typing import Any, Dict, Optional, Set, Tuple
+from typing import Any, Callable, Dict
 
 import torch
 
 from ..config import SimpleViTConfig
 from ..errors import ViTVariantsError
 from .fills import Fill, Misfit, stack_rows
-from .hf import TransformersCheckpoint
+from .hf_dinov2 import HFDinoReader, dino_table
 from .preprocessing import assumed_preprocessing
 from .source import Rule
 
 __all__ = ['DINOV3_MODEL_TYPES', 'HFDinov3Checkpoint', 'dinov3_periods', 'q_none_v_bias']
 
 DINOV3_MODEL_TYPES = ('dinov3_vit',)
-_MASK = 'embeddings.mask_token'
 _LAYER = 'layer.{i}.'  # as save_pretrained writes it (transformers v5 names it model.layer in memory)
-_TABLE: Dict[str, Tuple[str, ...]] = {
-    'patch_embed.proj.weight': ('embeddings.patch_embeddings.weight',),
-    'patch_embed.proj.bias': ('embeddings.patch_embeddings.bias',),
-    'cls_token': ('embeddings.cls_token',),
-    'reg_token': ('embeddings.register_tokens',),
-    'blocks.{i}.attn.proj.weight': (f'{_LAYER}attention.o_proj.weight',),
-    'blocks.{i}.attn.proj.bias': (f'{_LAYER}attention.o_proj.bias',),
-    'blocks.{i}.ls1.gamma': (f'{_LAYER}layer_scale1.lambda1',),
-    'blocks.{i}.ls2.gamma': (f'{_LAYER}layer_scale2.lambda1',),
-    'norm.weight': ('norm.weight',),
-    'norm.bias': ('norm.bias',),
-}
+_TABLE = dino_table(_LAYER, 'embeddings.patch_embeddings', 'o_proj', 'norm')
 _MLP = {'fc1': 'up_proj', 'fc2': 'down_proj', 'fc1_g': 'gate_proj', 'fc1_x': 'up_proj'}
 
 
@@ -60,13 +48,11 @@ def dinov3_periods(theta: float) -> Fill:
     return fill
 
 
-class HFDinov3Checkpoint(TransformersCheckpoint):
+class HFDinov3Checkpoint(HFDinoReader):
     format = 'hf'
+    _TABLE = _TABLE
     PREPROCESSING_DEFAULTS = assumed_preprocessing(
         'bilinear', 1.0, 'squash', "not recorded by the folder; transformers' DINOv3 image processor defaults")
-
-    def _candidates(self) -> Set[str]:
-        return {n for n in self._store.names() if n != _MASK}
 
     @property
     def _settings(self) -> Dict[str, Any]:
@@ -76,23 +62,20 @@ class HFDinov3Checkpoint(TransformersCheckpoint):
             cfg['hidden_act'] = 'gelu'
         return cfg
 
-    def _rule(self, pattern: str, block: Optional[int]) -> Tuple[Rule, Optional[int]]:
-        name = lambda t: t.format(i=block)  # noqa: E731
-        if pattern in _TABLE:
-            return Rule(tuple(map(name, _TABLE[pattern]))), None
+    def _layer_rule(self, pattern: str, name: Callable[[str], str]) -> Rule:
         if pattern == 'rope.periods':
-            return Rule((), dinov3_periods(float(self.source_config.get('rope_theta', 100.)))), None
+            return Rule((), dinov3_periods(float(self.source_config.get('rope_theta', 100.))))
         part, kind = pattern.split('.')[-2:]
         attn = name(_LAYER) + 'attention.'
         if pattern == 'blocks.{i}.attn.qkv.weight':
-            return Rule(tuple(f'{attn}{p}_proj.weight' for p in 'qkv'), stack_rows), None
+            return Rule(tuple(f'{attn}{p}_proj.weight' for p in 'qkv'), stack_rows)
         if pattern == 'blocks.{i}.attn.qkv.bias':
             if f'{attn}k_proj.bias' in self._store:
-                return Rule(tuple(f'{attn}{p}_proj.bias' for p in 'qkv'), stack_rows), None
-            return Rule((f'{attn}q_proj.bias', f'{attn}v_proj.bias'), q_none_v_bias), None
+                return Rule(tuple(f'{attn}{p}_proj.bias' for p in 'qkv'), stack_rows)
+            return Rule((f'{attn}q_proj.bias', f'{attn}v_proj.bias'), q_none_v_bias)
         if pattern.startswith('blocks.{i}.norm'):
-            return Rule((name(_LAYER) + f'{part}.{kind}',)), None
-        return Rule((name(_LAYER) + f'mlp.{_MLP[part]}.{kind}',)), None
+            return Rule((name(_LAYER) + f'{part}.{kind}',))
+        return Rule((name(_LAYER) + f'mlp.{_MLP[part]}.{kind}',))
 
     def _infer(self, hints: Dict[str, Any]) -> SimpleViTConfig:
         cfg_path, cfg = self._config_path, self.source_config
@@ -100,11 +83,7 @@ class HFDinov3Checkpoint(TransformersCheckpoint):
             raise ViTVariantsError(f"model_type {cfg.get('model_type')!r} is not a transformers DINOv3 model",
                                    path=cfg_path, key='model_type')
         network = self._network(hints, eps_default=1e-5)
-        registers = cfg.get('num_register_tokens', 0)
-        if isinstance(registers, bool) or not isinstance(registers, int) or registers < 0:
-            raise ViTVariantsError(f'expected an integer >= 0, got {registers!r}', path=cfg_path,
-                                   key='num_register_tokens')
-        self.limits.check('tokens', registers, path=cfg_path, key='num_register_tokens')
+        registers = self._config_registers(cfg.get('num_register_tokens', 0))
         if registers and 'embeddings.register_tokens' in self._store and \
                 self._shape('embeddings.register_tokens')[1] != registers:
             raise self._error(f'config.json says num_register_tokens={registers}, the weights hold '
@@ -122,7 +101,7 @@ class HFDinov3Checkpoint(TransformersCheckpoint):
         self.grid = None  # no table: RoPE is computed for each grid
         self.notes.append(f'detected a transformers dinov3_vit model ({"gated SwiGLU, " if gated else ""}{registers} '
                           f'registers): RoPE (base {theta:g}) with fp32 periods computed as transformers does; '
-                          f'{_MASK} is stored for masked training and skipped')
+                          f'embeddings.mask_token is stored for masked training and skipped')
         return SimpleViTConfig(
             num_classes=0, global_pool='token', qkv_bias=bool(cfg.get('query_bias', True)), class_token=True,
             reg_tokens=registers, init_values=float(cfg.get('layerscale_value', 1.0)),

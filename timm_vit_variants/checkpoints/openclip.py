@@ -109,8 +109,11 @@ class OpenCLIPCheckpoint(SourceCheckpoint):
                                        key='model_cfg.quick_gelu')
             self._detected_act = f"model_cfg.quick_gelu is {str(quick).lower()} in {OPEN_CLIP_CONFIG}"
             return 'quick_gelu' if quick else 'gelu'
-        self._detected_act = 'not recorded (no open_clip_config.json): GELU assumed, as open_clip builds a model ' \
-                             'without quick_gelu; give act_layer to override'
+        if hints.get('act_layer'):  # given: by the caller, or by the CLIP tag the file was fetched as
+            self._detected_act = f"not recorded (no open_clip_config.json): {hints['act_layer']} given"
+        else:
+            self._detected_act = 'not recorded (no open_clip_config.json): GELU assumed, as open_clip builds a ' \
+                                 'model without quick_gelu; give act_layer to override'
         return self._unrecorded('act_layer', hints, 'gelu', 'no open_clip_config.json records quick_gelu; '
                                 "open_clip's default (GELU)")
 
@@ -161,10 +164,8 @@ class OpenCLIPCheckpoint(SourceCheckpoint):
             raise self._error('the patch embedding must be a (width, C, P, P) convolution', key=conv, shapes=(kernel,))
         width, in_chans, patch_h, patch_w = kernel
         self._check_dims(conv, width=width, img_size=max(patch_h, patch_w))
-        depth = self._block_count([int(m.group(1)) for m in map(_RESBLOCK.match, local) if m],
-                                  lambda i: f'{_B.format(i=i)}attn.in_proj_weight')
-        if not depth:
-            raise self._error('no transformer blocks found', key=_B.format(i=0) + 'attn.in_proj_weight')
+        depth = self._depth(local, _RESBLOCK, lambda i: f'{_B.format(i=i)}attn.in_proj_weight',
+                            _B.format(i=0) + 'attn.in_proj_weight')
         mlp_dim = self._shape(_B.format(i=0) + 'mlp.c_fc.weight')[0]
         self._check_dims(_B.format(i=0) + 'mlp.c_fc.weight', mlp=mlp_dim)
         coca = _V + 'attn_pool.query' in local

@@ -10,12 +10,15 @@ from typing import Any, Dict, Mapping, Optional, Tuple
 
 from ..errors import ViTVariantsError
 
-__all__ = ['INTERPOLATIONS', 'CROP_MODES', 'checked_preprocessing', 'channel_values', 'assumed_preprocessing']
+__all__ = ['INTERPOLATIONS', 'CROP_MODES', 'IMAGENET_MEAN', 'IMAGENET_STD', 'checked_preprocessing', 'channel_values',
+           'assumed_preprocessing', 'imagenet_preprocessing']
 
 # The resize filters timm's transforms accept by name (timm.data.transforms.str_to_interp_mode).
 INTERPOLATIONS = ('nearest', 'bilinear', 'bicubic', 'box', 'hamming', 'lanczos')
 # timm's eval crop modes (timm.data.transforms_factory.transforms_imagenet_eval).
 CROP_MODES = ('center', 'squash', 'border')
+# torchvision's ImageNet statistics, which DINOv2, DINOv3 and DeiT-III (RoPE-ViT) normalise with.
+IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
 
 def _number(value: Any) -> bool:
@@ -67,6 +70,17 @@ def assumed_preprocessing(interpolation: str, crop_pct: float, crop_mode: str, w
     Every ecosystem read here feeds pixels in [-1, 1] (mean = std = 0.5); ``range_why`` says why for
     those two, when it is another reason than ``why``.
     """
-    half = ((0.5, 0.5, 0.5), range_why or why)
-    return {'mean': half, 'std': half, 'interpolation': (interpolation, why), 'crop_pct': (crop_pct, why),
-            'crop_mode': (crop_mode, why)}
+    half = (0.5, 0.5, 0.5)
+    return _assumed(half, half, interpolation, crop_pct, crop_mode, why, range_why or why)
+
+
+def imagenet_preprocessing(crop_pct: float, why: str) -> Dict[str, Tuple[Any, str]]:
+    """The ImageNet eval preprocessing (ImageNet mean and std, bicubic, centre crop at ``crop_pct``), assumed for a
+    source that records none: {field: (value, why)}."""
+    return _assumed(IMAGENET_MEAN, IMAGENET_STD, 'bicubic', crop_pct, 'center', why, why)
+
+
+def _assumed(mean: Tuple[float, ...], std: Tuple[float, ...], interpolation: str, crop_pct: float, crop_mode: str,
+             why: str, range_why: str) -> Dict[str, Tuple[Any, str]]:
+    return {'mean': (mean, range_why), 'std': (std, range_why), 'interpolation': (interpolation, why),
+            'crop_pct': (crop_pct, why), 'crop_mode': (crop_mode, why)}

@@ -12,18 +12,17 @@ another shape (4x9 for a 6x6 model) reuses the stored grid there; this reader's 
 own grid. The files do not record the head count: the standard ViT width's is assumed (384: 6, 768: 12,
 1024: 16), ``num_heads`` gives any other.
 """
-import re
 from typing import Any, Dict, Optional, Set, Tuple
 
 import torch
 
 from ..config import SimpleViTConfig, heads_for_width
 from .fills import Misfit
+from .preprocessing import imagenet_preprocessing
 from .source import Rule, SourceCheckpoint
 
 __all__ = ['RopeVitCheckpoint', 'is_rope_vit']
 
-_BLOCK_RE = re.compile(r'^blocks\.(\d+)\.')
 _FREQS = 'freqs'
 _TIMM_FREQS = 'rope.freqs'  # timm's Eva port of the mixed models: (2, depth, heads, hd / 2)
 _GRID = ('freqs_t_x', 'freqs_t_y')
@@ -49,13 +48,9 @@ def mixed_freqs(dst: torch.Tensor, freqs: torch.Tensor) -> None:
 
 class RopeVitCheckpoint(SourceCheckpoint):
     format = 'ropevit'
-    _WHY = "not recorded by the checkpoint; RoPE-ViT's DeiT-III ImageNet preprocessing"
-    PREPROCESSING_DEFAULTS = {'mean': ((0.485, 0.456, 0.406), _WHY), 'std': ((0.229, 0.224, 0.225), _WHY),
-                              'interpolation': ('bicubic', _WHY), 'crop_pct': (1.0, _WHY),
-                              'crop_mode': ('center', _WHY)}
-
-    def _candidates(self) -> Set[str]:
-        return {n for n in self._store.names() if n not in _GRID}
+    SKIPPED = _GRID
+    PREPROCESSING_DEFAULTS = imagenet_preprocessing(
+        1.0, "not recorded by the checkpoint; RoPE-ViT's DeiT-III ImageNet preprocessing")
 
     def _rule(self, pattern: str, block: Optional[int]) -> Tuple[Rule, Optional[int]]:
         key = pattern.replace('{i}', str(block))
@@ -68,16 +63,8 @@ class RopeVitCheckpoint(SourceCheckpoint):
 
     def _infer(self, hints: Dict[str, Any]) -> SimpleViTConfig:
         names = set(self._store.names())
-        kernel = self._shape('patch_embed.proj.weight')
-        if len(kernel) != 4:
-            raise self._error('patch embedding must be a (D, C, P, P) convolution', key='patch_embed.proj.weight',
-                              shapes=(kernel,))
-        dim, in_chans, patch_h, patch_w = kernel
-        self._check_dims('patch_embed.proj.weight', width=dim, img_size=max(patch_h, patch_w))
-        depth = self._block_count([int(m.group(1)) for m in map(_BLOCK_RE.match, names) if m],
-                                  lambda i: f'blocks.{i}')
-        if not depth:
-            raise self._error('no transformer blocks found', key='blocks.0.attn.qkv.weight')
+        dim, in_chans, patch_h, patch_w = self._conv_patch_kernel()
+        depth = self._depth(names)
         mlp_dim = self._shape('blocks.0.mlp.fc1.weight')[0]
         num_classes = self._shape('head.weight')[0] if 'head.weight' in names else 0
         self._check_dims('blocks.0.mlp.fc1.weight', mlp=mlp_dim, classes=num_classes)
@@ -115,14 +102,6 @@ class RopeVitCheckpoint(SourceCheckpoint):
 
     def _heads(self, dim: int, hints: Dict[str, Any]) -> int:
         """The caller's head count, else the standard ViT's of this width (RoPE-ViT's are DeiT S/B/L)."""
-        key = 'blocks.0.attn.qkv.weight'
-        if hints.get('num_heads'):
-            heads = self._unrecorded('num_heads', hints, None, '')
-        elif heads_for_width(dim) is not None:
-            heads = self._unrecorded('num_heads', {}, heads_for_width(dim), f'the standard ViT of width {dim}')
-        else:
-            raise self._error(f'a RoPE-ViT checkpoint does not record the number of attention heads, and width {dim} '
-                              'is not a standard ViT width; give the head count', key=key, needs='num_heads')
-        if dim % int(heads):
-            raise self._error(f'width {dim} is not divisible by {heads} heads', key=key)
-        return int(heads)
+        return self._head_count(dim, hints, [(heads_for_width(dim), f'the standard ViT of width {dim}')],
+                                f'a RoPE-ViT checkpoint does not record the number of attention heads, and width {dim} '
+                                'is not a standard ViT width; give the head count')

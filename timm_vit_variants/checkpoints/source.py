@@ -14,7 +14,8 @@ with one copy per byte.
 import abc
 import re
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Set, Tuple, Type
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Pattern, Sequence, Set, Tuple, \
+    Type
 
 import torch
 
@@ -25,12 +26,19 @@ from ..limits import DEFAULT_LIMITS, Limits
 from .fills import Fill, Misfit, copy
 from .stores import TensorStore
 
-__all__ = ['SourceCheckpoint', 'PlanItem', 'Rule', 'Inventory', 'LayoutFn']
+__all__ = ['SourceCheckpoint', 'PlanItem', 'Rule', 'Inventory', 'LayoutFn', 'renamed']
 
 Inventory = List[Tuple[str, Tuple[int, ...], str]]
 # The model's state-dict layout for a config: ``SimpleVisionTransformer.state_layout``.
 LayoutFn = Callable[[SimpleViTConfig], Sequence[TensorSpec]]
 _BLOCK = re.compile(r'^blocks\.(\d+)\.')
+
+
+def renamed(key: str, names: Mapping[str, str]) -> str:
+    """``key`` with each part ``names`` maps (ours -> theirs) replaced, in the mapping's order."""
+    for ours, theirs in names.items():
+        key = key.replace(ours, theirs)
+    return key
 
 
 # -- the plan -----------------------------------------------------------------------------------------
@@ -74,6 +82,7 @@ class SourceCheckpoint(abc.ABC):
     # come from ``_fields``. A key the table does not name is the same name under the prefix, copied.
     RULES: Mapping[str, Rule] = {}
     PATCH_EMBED = 'conv'  # the patch embedding the reader's config uses
+    SKIPPED: Tuple[str, ...] = ()  # source names read for nothing (training-only state), left out of the plan
     # Preprocessing this ecosystem uses when the source records none: {field: (value, why)}.
     PREPROCESSING_DEFAULTS: Dict[str, Tuple[Any, str]] = {}
 
@@ -129,9 +138,9 @@ class SourceCheckpoint(abc.ABC):
         return None
 
     def _candidates(self) -> Set[str]:
-        """Source names the plan must account for: those under the reader's prefix (the rest of a store, e.g.
-        another tower, is ignored)."""
-        return {n for n in self._store.names() if n.startswith(self._prefix)}
+        """Source names the plan must account for: those under the reader's prefix but ``SKIPPED`` (the rest of a
+        store, e.g. another tower, is ignored)."""
+        return {n for n in self._store.names() if n.startswith(self._prefix) and n not in self.SKIPPED}
 
     def data_config(self) -> Dict[str, Any]:
         """The preprocessing the source records for these weights, as timm ``pretrained_cfg`` fields."""
@@ -319,6 +328,40 @@ class SourceCheckpoint(abc.ABC):
         self.grid, prefix = infer_grid(shape[1], patch, img_size=img_size, class_token=class_token, slot=slot,
                                        path=self.path, key=key)
         return prefix
+
+    def _conv_patch_kernel(self, key: str = 'patch_embed.proj.weight') -> Tuple[int, int, int, int]:
+        """The patch conv kernel ``key`` as (width, in_chans, patch_h, patch_w), a 4-D shape within the limits."""
+        kernel = self._shape(key)
+        if len(kernel) != 4:
+            raise self._error('patch embedding must be a (D, C, P, P) convolution', key=key, shapes=(kernel,))
+        dim, in_chans, patch_h, patch_w = kernel
+        self._check_dims(key, width=dim, img_size=max(patch_h, patch_w))
+        return dim, in_chans, patch_h, patch_w
+
+    def _depth(self, names: Iterable[str], pattern: Pattern = _BLOCK,
+               key_of: Callable[[int], str] = lambda i: f'blocks.{i}',
+               first: str = 'blocks.0.attn.qkv.weight') -> int:
+        """The depth of the blocks ``pattern`` numbers (its group 1) among ``names``, by ``_block_count``; refuses
+        none at all, naming ``first``."""
+        depth = self._block_count([int(m.group(1)) for m in map(pattern.match, names) if m], key_of)
+        if not depth:
+            raise self._error('no transformer blocks found', key=first)
+        return depth
+
+    def _head_count(self, dim: int, hints: Dict[str, Any], assumed: Sequence[Tuple[Optional[int], str]],
+                    refusal: str, key: str = 'blocks.0.attn.qkv.weight') -> int:
+        """A head count the source does not record: the caller's ``num_heads``, else the first known count of
+        ``assumed`` ((count or None, why), in order), else refused with ``refusal``; it must divide ``dim``."""
+        if hints.get('num_heads'):
+            heads = self._unrecorded('num_heads', hints, None, '')
+        else:
+            known = [(count, why) for count, why in assumed if count is not None]
+            if not known:
+                raise self._error(refusal, key=key, needs='num_heads')
+            heads = self._unrecorded('num_heads', {}, *known[0])
+        if dim % int(heads):
+            raise self._error(f'width {dim} is not divisible by {heads} heads', key=key)
+        return int(heads)
 
     def _block_count(self, indices: Sequence[int], key_of: Callable[[int], str]) -> int:
         """The depth of numbered blocks ``indices`` (``key_of(i)`` names block i), within the limits and without gaps."""
