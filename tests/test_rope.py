@@ -1,6 +1,7 @@
 """DINOv3 and RoPE-ViT: 2D rotary positions, storage tokens, the masked k bias, untied norms and DeiT-III LayerScale,
 against outputs written by DINOv3's and RoPE-ViT's own code (tests/data/reference_dino, see its README), against
 transformers' DINOv3ViTModel and timm's own Eva ports, and the converter end to end."""
+import json
 from pathlib import Path
 
 import numpy as np

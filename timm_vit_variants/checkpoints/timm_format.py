@@ -22,7 +22,7 @@ from .fills import batched_grid_table, linear_patch_kernel
 from .dinov3 import DINOV3_HEADS
 from .hf_dinov3 import dinov3_periods, q_none_v_bias
 from .naflex_reader import NaFlexReader
-from .preprocessing import assumed_preprocessing, checked_preprocessing
+from .preprocessing import assumed_preprocessing, checked_preprocessing, imagenet_preprocessing
 from .source import Rule, SourceCheckpoint
 from .stores import TensorStore
 
@@ -494,9 +494,7 @@ class TimmEvaCheckpoint(TimmCheckpoint):
     biases apart (``q_bias``, ``v_bias``; the k bias is fixed at zero), and the periods are recomputed in fp32 from
     the temperature, as timm does."""
     KIND = 'Eva'
-    PREPROCESSING_DEFAULTS = dict(assumed_preprocessing('bicubic', 1.0, 'center', _EVA_WHY.format(port='DINOv3')),
-                                  mean=((0.485, 0.456, 0.406), _EVA_WHY.format(port='DINOv3')),
-                                  std=((0.229, 0.224, 0.225), _EVA_WHY.format(port='DINOv3')))
+    PREPROCESSING_DEFAULTS = imagenet_preprocessing(1.0, _EVA_WHY.format(port='DINOv3'))
 
     def _rule(self, pattern: str, block: Optional[int]) -> Tuple[Rule, Optional[int]]:
         p, key = self._prefix, pattern.replace('{i}', str(block))
@@ -557,12 +555,8 @@ class TimmEvaCheckpoint(TimmCheckpoint):
         what timm's architecture would record (heads, eps, pooling, the image size of a RoPE-only model) assumed."""
         p = self._prefix
         local = {n[len(p):] for n in self._candidates()}
-        dim, in_chans, patch_h, patch_w = self._patch_kernel({}, hints)
-        self._check_dims(p + self.KERNEL, width=dim, img_size=max(patch_h, patch_w))
-        depth = self._block_count([int(m.group(1)) for m in map(_BLOCK_RE.match, local) if m],
-                                  lambda i: f'{p}blocks.{i}')
-        if not depth:
-            raise self._error('no transformer blocks found', key=p + 'blocks.0.attn.qkv.weight')
+        dim, in_chans, patch_h, patch_w = self._conv_patch_kernel(p + self.KERNEL)
+        depth = self._depth(local, key_of=lambda i: f'{p}blocks.{i}', first=p + 'blocks.0.attn.qkv.weight')
         swiglu = 'blocks.0.mlp.fc1_g.weight' in local
         mlp_dim = self._shape(p + 'blocks.0.mlp.fc2.weight')[-1]
         num_classes = self._shape(p + 'head.weight')[0] if 'head.weight' in local else 0
@@ -573,8 +567,7 @@ class TimmEvaCheckpoint(TimmCheckpoint):
         else:
             kind, theta, eps, port = 'mixed', 10., 1e-6, 'mixed RoPE-ViT'
             heads = self._heads(dim, {}, hints)
-            self.PREPROCESSING_DEFAULTS = {k: (v if k != 'crop_pct' else 0.9, _EVA_WHY.format(port=port))
-                                           for k, (v, _) in self.PREPROCESSING_DEFAULTS.items()}
+            self.PREPROCESSING_DEFAULTS = imagenet_preprocessing(0.9, _EVA_WHY.format(port=port))
         self._theta = theta
         self._unrecorded('architecture', {}, f'Eva ({port} port)', 'a state dict does not record its architecture; '
                          'told by its keys')
