@@ -144,7 +144,30 @@ def ratio_columns(t: Dict[str, float]) -> str:
     return f'{t["ratio"]:>8.3f}{interval:>18}{t["best_ratio"]:>8.3f}'
 
 
-def dino_rows(device: torch.device, dtype: torch.dtype, batch: int, rounds: int, iters: int) -> None:
+def op_profile(ours: torch.nn.Module, ref: torch.nn.Module, x: torch.Tensor, top: int = 12) -> None:
+    """One inference of each under torch.profiler: per aten op, the call count and self CPU time of both, so a
+    speed difference can be told apart from noise (the same kernels at the same counts cost the same)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    stats = []
+    for model in (ours, ref):
+        with torch.inference_mode():
+            model(x)
+            with profile(activities=[ProfilerActivity.CPU]) as prof:
+                model(x)
+        stats.append({e.key: (e.count, e.self_cpu_time_total / 1e3) for e in prof.key_averages()})
+    keys = sorted(set(stats[0]) | set(stats[1]), key=lambda k: -max(s.get(k, (0, 0.))[1] for s in stats))
+    print(f'{"aten op":<52}{"ours calls":>11}{"ours ms":>9}{"timm calls":>11}{"timm ms":>9}')
+    for key in keys[:top]:
+        (oc, om), (tc, tm) = (s.get(key, (0, 0.)) for s in stats)
+        print(f'{key[:51]:<52}{oc:>11}{om:>9.1f}{tc:>11}{tm:>9.1f}')
+    extra = [f'{k} ({stats[0].get(k, (0,))[0]} vs {stats[1].get(k, (0,))[0]})' for k in keys
+             if stats[0].get(k, (0,))[0] != stats[1].get(k, (0,))[0]]
+    print('ops whose call counts differ: ' + (', '.join(extra) or 'none'))
+
+
+def dino_rows(device: torch.device, dtype: torch.dtype, batch: int, rounds: int, iters: int,
+              profile: bool = False) -> None:
     """Inference at 224 of the DINOv2 ViT-S/14 and DINOv3 ViT-S/16 members vs timm's own models of the same weights'
     layout (timm resizes DINOv2's 37x37 table at run time as ours does; DINOv3 is RoPE on both sides)."""
     pairs = (('simple_vit_small_patch14_dinov2', dict(model_name='vit_small_patch14_dinov2', dynamic_img_size=True)),
@@ -157,6 +180,8 @@ def dino_rows(device: torch.device, dtype: torch.dtype, batch: int, rounds: int,
         t = compare(ours, ref, x, False, rounds, iters)
         case = f'{ours_name} / {ref_kwargs["model_name"]}'
         print(f'{case:<44}{batch / t["ours"]:>12.1f}{batch / t["timm"]:>12.1f}{ratio_columns(t)}')
+        if profile:
+            op_profile(ours.eval(), ref.eval(), x)
 
 
 def converted_clip_pair(device: torch.device, dtype: torch.dtype) -> Tuple[torch.nn.Module, torch.nn.Module]:
@@ -187,6 +212,8 @@ def clip_row(args: argparse.Namespace, device: torch.device, dtype: torch.dtype)
     print(f'{"case":<22}{"ours img/s":>12}{"timm img/s":>12}{RATIO_HEADER}')
     print(f'{"infer 224x224 CLIP":<22}{args.batch / t["ours"]:>12.1f}{args.batch / t["timm"]:>12.1f}'
           f'{ratio_columns(t)}')
+    if args.profile:
+        op_profile(ours, ref, x)
 
 
 def main() -> None:
@@ -199,11 +226,13 @@ def main() -> None:
     parser.add_argument('--dtype', default='float32', choices=['float32', 'bfloat16'])
     parser.add_argument('--dino', action='store_true', help='only the DINOv2 S/14 and DINOv3 S/16 rows')
     parser.add_argument('--clip', action='store_true', help='only the converted ViT-B/16 CLIP row')
+    parser.add_argument('--profile', action='store_true',
+                        help='with --dino or --clip: also each aten op\'s calls and self time, ours and timm\'s')
     args = parser.parse_args()
     device, dtype = torch.device(args.device), getattr(torch, args.dtype)
     torch.manual_seed(0)
     if args.dino:
-        return dino_rows(device, dtype, args.batch, args.rounds, args.iters)
+        return dino_rows(device, dtype, args.batch, args.rounds, args.iters, args.profile)
     if args.clip:
         clip_row(args, device, dtype)
         return
