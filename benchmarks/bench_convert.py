@@ -480,6 +480,9 @@ def main() -> None:
                     line.append(f'{kind} {r["seconds"]:.2f}s' + (f' peak {r["peak_rss"] / 1e9:.2f} GB'
                                                                  if 'peak_rss' in r else ''))
                 print(f'{name} round {round_ + 1}: ' + ', '.join(line), flush=True)
+                if args.json:  # after every round: a long run stopped early keeps what it measured
+                    Path(args.json).write_text(json.dumps(dict(size=args.size, dtype=args.dtype, figures=figures),
+                                                          indent=2))
             _rm(src)
         print(f'\nViT size {args.size}, sources in {args.dtype}, {args.rounds} round(s), median (range); ratios are to '
               'an fsync\'d shutil.copyfile of the same file in the same round; peak RSS is the whole process\'s\n')
