@@ -223,11 +223,12 @@ def _deep_bf16_safetensors(tmp: Path, depth: int = 8) -> Path:
     return path
 
 
-@pytest.mark.parametrize('kind', ['safetensors', 'dinov2', 'dinov3', 'deep'])
+@pytest.mark.parametrize('kind', ['safetensors', 'timm_folder', 'hf', 'bigvision', 'dinov2', 'dinov3', 'deep'])
 def test_streamed_half_precision_source(tmp_path, monkeypatch, kind):
     """Streamed, a bf16 file's float32 upcast is made block by block as each block runs, on both sides, into a
-    scratch of one block that every block reuses: the in-memory figures, every block compared, and no scratch
-    mapping above one block's float32 weights (or the embeddings', final norm's and head's, when larger)."""
+    scratch of one block that every block reuses: the in-memory figures, every block compared (where the reference
+    records its blocks), and no scratch mapping above one block's float32 weights (or the embeddings', final norm's
+    and head's, when larger), but for the whole model big_vision's reference loads into."""
     from safetensors import safe_open
 
     src = _deep_bf16_safetensors(tmp_path) if kind == 'deep' else _source(tmp_path, kind, 'bfloat16')
@@ -241,7 +242,10 @@ def test_streamed_half_precision_source(tmp_path, monkeypatch, kind):
     with safe_open(str(tmp_path / 'streamed' / 'model.safetensors'), 'pt') as f:
         shapes = {k: f.get_slice(k).get_shape() for k in f.keys()}
     depth = len({k.split('.')[1] for k in shapes if k.startswith('blocks.')})
-    assert f'{depth} blocks compared as ours ran' in streamed.summary()
+    if kind == 'hf':  # transformers' layers record no block outputs: the final outputs only
+        assert 'no block outputs to compare' in streamed.summary()
+    else:
+        assert f'{depth} blocks compared as ours ran' in streamed.summary()
 
     def fp32_bytes(keys):
         return sum(4 * math.prod(shapes[k]) + 64 for k in keys)  # each tensor aligned to 64 bytes on a scratch
@@ -249,6 +253,9 @@ def test_streamed_half_precision_source(tmp_path, monkeypatch, kind):
     block = fp32_bytes([k for k in shapes if k.startswith('blocks.0.')])
     rest = fp32_bytes([k for k in shapes if not k.startswith('blocks.')])
     model = fp32_bytes(shapes)
+    if kind == 'bigvision':  # timm's npz loader copies into a whole model: the reference materialises it in full
+        assert sizes[0] >= model * 0.9, sizes
+        sizes = sizes[1:]
     assert sizes and max(sizes) <= max(block, rest) * 1.25, (sizes, block, rest)  # the reference's layout may differ
     assert max(in_memory) >= model * 0.9  # in memory: one whole upcast per side, as before
     if kind == 'deep':
