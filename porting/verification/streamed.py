@@ -4,11 +4,13 @@ A reference that its own loader must materialise (timm's npz loader copies every
 gets its weights on a ``memory.scratch`` mapping in both modes: their pages go back to the page cache as
 they are written and after each block runs, so the reference never holds the model on the heap.
 A half-precision model's float32 upcast goes onto a scratch mapping too (on the heap it would be twice a
-bf16 checkpoint). In memory (the default when it fits), the reference runs whole, then ours, and the outputs
-are compared. Streamed, when the two float32 models would not fit in ``--memory-budget``: both run block by
-block from mapped weights, and each of our blocks' output is compared with the reference's output of the same block as it
-runs. Peak memory is then a few blocks and the activations, independent of depth. The final figures are
-the same in both modes: the same networks compute the same numbers, only where the weights live differs.
+bf16 checkpoint): in memory, one mapping of the whole model; streamed, each block's upcast is made as the block
+runs, into one mapping of one block that every block reuses, so the upcast costs one block of disk and memory.
+In memory (the default when it fits), the reference runs whole, then ours, and the outputs are compared.
+Streamed, when the two float32 models would not fit in ``--memory-budget``: both run block by block from mapped
+weights, and each of our blocks' output is compared with the reference's output of the same block as it runs.
+Peak memory is then a few blocks and the activations, independent of depth. The final figures are the same in
+both modes: the same networks compute the same numbers, only where the weights live differs.
 """
 import contextlib
 import contextvars
