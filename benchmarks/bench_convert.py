@@ -2,8 +2,8 @@
 
 Builds random-weight ViT checkpoints of one size, each as its framework writes it and in the dtype asked
 (big_vision and vit_jax/AugReg ``.npz``, timm ``.safetensors``, ``.pth`` and ``save_for_hf`` folder, a
-transformers ``save_pretrained`` folder, a DINOv2-style hub ``.pth``; streamed to disk one tensor at a
-time, so the 13 GB 7B shape needs no 13 GB of memory to write), then, for each, in fresh child processes
+transformers ``save_pretrained`` folder, DINOv2- and DINOv3-style hub ``.pth`` files; streamed to disk one tensor
+at a time, so the 13 GB 7B shape needs no 13 GB of memory to write), then, for each, in fresh child processes
 so every run starts alike:
 
   copy        ``shutil.copyfile`` of the same file, then fsync (the floor for any conversion)
@@ -20,7 +20,7 @@ each figure is a ratio to the copy measured in the same round, and rounds are re
 range are reported).
 
 Run: ``OMP_NUM_THREADS=1 python benchmarks/bench_convert.py --size large --rounds 3``; the large towers one
-source at a time, e.g. ``--size 7b --dtype bfloat16 --sources 'dinov2 .pth' --rounds 1``.
+source at a time, e.g. ``--size 7b --dtype bfloat16 --sources 'dinov3 .pth' --kinds convert verified``.
 """
 import argparse
 import json
@@ -48,10 +48,10 @@ SIZES = {
     # the large towers of issue 27 (minutes each; never in CI or the repository)
     'g14': (1408, 40, 6144, 16, 14, 224, False),  # ViT-g/14 (big_vision's and timm's vit_giant_patch14), 1.0B
     'so400m': (1152, 27, 4304, 16, 14, 224, False),  # SigLIP So400m/14's shape, 0.4B
-    '7b': (4096, 40, 8192, 32, 16, 224, True),  # DINOv3 7B's block shape (as a DINOv2-style SwiGLU file), 6.7B
+    '7b': (4096, 40, 8192, 32, 16, 224, True),  # DINOv3 7B's shape (dinov3/hub/backbones.py::dinov3_vit7b16), 6.7B
 }
 SOURCES = ('big_vision .npz', 'vit_jax .npz', 'timm .safetensors', 'timm .pth', 'timm folder',
-           'transformers folder', 'dinov2 .pth')
+           'transformers folder', 'dinov2 .pth', 'dinov3 .pth')
 KINDS = ('convert', 'verified', 'streamed', 'cli')
 DTYPES = ('float32', 'bfloat16', 'float16')
 # Runs in a child: imports, baseline RSS, the timed work, then one JSON line.
@@ -225,6 +225,50 @@ def dinov2_shapes(size: str) -> Dict[str, tuple]:
     return shapes
 
 
+def dinov3_shapes(size: str) -> Dict[str, tuple]:
+    """A DINOv3 hub backbone's state dict, keys in the order ``DinoVisionTransformer.state_dict()`` gives them:
+    [CLS], 4 storage tokens, the mask token, the patch conv, the RoPE periods (head width / 4), flat blocks with
+    LayerScale and an MLP of fc1/fc2 or SwiGLU w1/w2/w3, the final norm and the training-only ``local_cls_norm``.
+    The 7B has no qkv bias (``qkv_bias=False``); the smaller hub models have one, with its ``bias_mask``."""
+    width, depth, mlp, heads, patch, img, swiglu = SIZES[size]
+    qkv_bias = size != '7b'
+    shapes: Dict[str, tuple] = {'cls_token': (1, 1, width), 'storage_tokens': (1, 4, width), 'mask_token': (1, width),
+                                'patch_embed.proj.weight': (width, 3, patch, patch), 'patch_embed.proj.bias': (width,),
+                                'rope_embed.periods': (width // heads // 4,)}
+    for i in range(depth):
+        b = f'blocks.{i}.'
+        shapes.update({b + 'norm1.weight': (width,), b + 'norm1.bias': (width,),
+                       b + 'attn.qkv.weight': (3 * width, width)})
+        if qkv_bias:
+            shapes.update({b + 'attn.qkv.bias': (3 * width,), b + 'attn.qkv.bias_mask': (3 * width,)})
+        shapes.update({b + 'attn.proj.weight': (width, width), b + 'attn.proj.bias': (width,),
+                       b + 'ls1.gamma': (width,), b + 'norm2.weight': (width,), b + 'norm2.bias': (width,)})
+        if swiglu:
+            shapes.update({b + 'mlp.w1.weight': (mlp, width), b + 'mlp.w1.bias': (mlp,),
+                           b + 'mlp.w2.weight': (mlp, width), b + 'mlp.w2.bias': (mlp,),
+                           b + 'mlp.w3.weight': (width, mlp), b + 'mlp.w3.bias': (width,)})
+        else:
+            shapes.update({b + 'mlp.fc1.weight': (mlp, width), b + 'mlp.fc1.bias': (mlp,),
+                           b + 'mlp.fc2.weight': (width, mlp), b + 'mlp.fc2.bias': (width,)})
+        shapes[b + 'ls2.gamma'] = (width,)
+    shapes.update({'norm.weight': (width,), 'norm.bias': (width,),
+                   'local_cls_norm.weight': (width,), 'local_cls_norm.bias': (width,)})
+    return shapes
+
+
+def _dinov3_fixed(name: str, shape: Tuple[int, ...]) -> object:
+    """The values DINOv3 computes rather than learns: its RoPE periods (base 100, in float32 as the 7B file stores
+    them) and the qkv ``bias_mask`` (the k third zeroed); None for a learned tensor."""
+    if name == 'rope_embed.periods':
+        quarter = shape[0]
+        return (100.0 ** (2 * np.arange(quarter, dtype=np.float32) / (2 * quarter))).astype(np.float32)
+    if name.endswith('bias_mask'):
+        mask = np.ones(shape, np.float32)
+        mask[shape[0] // 3:2 * shape[0] // 3] = 0
+        return mask
+    return None
+
+
 def _torch_arrays(shapes: Dict[str, tuple], dtype: str, seed: int = 0) -> Iterator[Tuple[str, np.ndarray]]:
     """(name, array in ``dtype``) for a PyTorch-layout state dict, one at a time (fan-in: all but the first axis)."""
     rng = np.random.default_rng(seed)
@@ -264,11 +308,46 @@ def write_pth(path: Path, shapes: Dict[str, tuple], dtype: str, work: Path) -> N
     for name, array in _torch_arrays(shapes, dtype):
         nbytes = array.size * item
         view = flat[offset:offset + nbytes].view(getattr(torch, dtype)).view(array.shape)
-        view.copy_(torch.from_numpy(np.ascontiguousarray(array).view(np.uint16)).view(torch.bfloat16)
-                   if dtype == 'bfloat16' else torch.from_numpy(array))
+        view.copy_(_as_torch(array, dtype))
         state[name], offset = view, offset + nbytes
     torch.save(state, path)
     del state, flat
+    backing.unlink()
+
+
+def _as_torch(array: np.ndarray, dtype: str):
+    import torch
+    if dtype == 'bfloat16':
+        return torch.from_numpy(np.ascontiguousarray(array).view(np.uint16)).view(torch.bfloat16)
+    return torch.from_numpy(np.ascontiguousarray(array))
+
+
+def write_dinov3_pth(path: Path, size: str, dtype: str, work: Path, seed: int = 0) -> None:
+    """A DINOv3 hub ``.pth`` as its repository's bf16 files are: ``torch.save`` of the backbone's state dict, one
+    storage per tensor, every learned tensor in ``dtype`` and the RoPE periods in float32. Each tensor is written to
+    a temporary file mapping as it is made (one tensor in memory at a time), then ``torch.save`` streams them."""
+    import torch
+    shapes = dinov3_shapes(size)
+    item = {'float32': 4, 'bfloat16': 2, 'float16': 2}[dtype]
+    kept = {'rope_embed.periods'}  # float32 in the published files whatever the weights' dtype
+    sizes = {n: int(np.prod(s)) * (4 if n in kept else item) for n, s in shapes.items()}
+    offsets = dict(zip(sizes, np.cumsum([0] + list(sizes.values()))[:-1].tolist()))
+    backing = work / 'pth-backing.bin'
+    with open(backing, 'wb') as fh:
+        fh.truncate(max(sum(sizes.values()), 1))
+    rng = np.random.default_rng(seed)
+    state = {}
+    for name, shape in shapes.items():
+        fixed = _dinov3_fixed(name, shape)
+        array = fixed if fixed is not None else _init(rng, name, shape, int(np.prod(shape[1:])) if len(shape) > 1
+                                                      else 0)
+        stored = 'float32' if name in kept else dtype
+        raw = np.memmap(backing, dtype=np.uint8, mode='r+', offset=offsets[name], shape=(sizes[name],))
+        raw[:] = np.ascontiguousarray(_cast(array, stored)).reshape(-1).view(np.uint8)
+        tensor = torch.from_numpy(raw)  # its own storage, as every tensor of a saved state dict has
+        state[name] = tensor.view(getattr(torch, stored)).view(shape)
+    torch.save(state, path)
+    del state
     backing.unlink()
 
 
@@ -304,6 +383,9 @@ def write_source(kind: str, work: Path, size: str, dtype: str) -> Path:
     elif kind == 'dinov2 .pth':
         path = work / 'dinov2.pth'
         write_pth(path, dinov2_shapes(size), dtype, work)
+    elif kind == 'dinov3 .pth':
+        path = work / 'dinov3.pth'
+        write_dinov3_pth(path, size, dtype, work)
     else:
         raise ValueError(f'unknown source {kind!r}')
     return path
@@ -311,7 +393,8 @@ def write_source(kind: str, work: Path, size: str, dtype: str) -> Path:
 
 def _hints(kind: str, size: str) -> Dict[str, object]:
     """What a bare state dict cannot say: the head count."""
-    return {'num_heads': SIZES[size][3]} if kind in ('timm .safetensors', 'timm .pth', 'dinov2 .pth') else {}
+    return {'num_heads': SIZES[size][3]} if kind in ('timm .safetensors', 'timm .pth', 'dinov2 .pth',
+                                                     'dinov3 .pth') else {}
 
 
 def _nbytes(path: Path) -> int:
@@ -397,6 +480,9 @@ def main() -> None:
                     line.append(f'{kind} {r["seconds"]:.2f}s' + (f' peak {r["peak_rss"] / 1e9:.2f} GB'
                                                                  if 'peak_rss' in r else ''))
                 print(f'{name} round {round_ + 1}: ' + ', '.join(line), flush=True)
+                if args.json:  # after every round: a long run stopped early keeps what it measured
+                    Path(args.json).write_text(json.dumps(dict(size=args.size, dtype=args.dtype, figures=figures),
+                                                          indent=2))
             _rm(src)
         print(f'\nViT size {args.size}, sources in {args.dtype}, {args.rounds} round(s), median (range); ratios are to '
               'an fsync\'d shutil.copyfile of the same file in the same round; peak RSS is the whole process\'s\n')

@@ -1,5 +1,6 @@
 """Half-precision sources, ``--dtype``, and the dtype a written folder keeps (issue 27)."""
 import json
+import math
 from pathlib import Path
 
 import ml_dtypes
@@ -20,6 +21,7 @@ TOL = 1e-5  # float32 noise: both sides run the same rounded weights upcast to f
 HALF = {'bfloat16': torch.bfloat16, 'float16': torch.float16}
 _NP_HALF = {'bfloat16': ml_dtypes.bfloat16, 'float16': np.float16}
 DINOV2 = Path(__file__).parent / 'data' / 'reference_dino' / 'dinov2_tiny_swiglu.pth'  # written by DINOv2's code
+DINOV3 = DINOV2.parent / 'dinov3_tiny_untied_swiglu.pth'  # written by DINOv3's code
 
 
 def _state(dtype: torch.dtype):
@@ -45,6 +47,11 @@ def _source(tmp: Path, kind: str, dtype: str) -> Path:
         path = tmp / 'dinov2.pth'
         stored = torch.load(DINOV2, weights_only=True)
         torch.save({k: v.to(HALF[dtype]) for k, v in stored.items()}, path)
+    elif kind == 'dinov3':  # a DINOv3 hub backbone (SwiGLU, storage tokens, untied norms), its RoPE periods in fp32
+        path = tmp / 'dinov3.pth'
+        stored = torch.load(DINOV3, weights_only=True)
+        torch.save({k: v.float() if k == 'rope_embed.periods' else v.to(HALF[dtype]) for k, v in stored.items()},
+                   path)
     elif kind == 'hf':
         from transformers import ViTForImageClassification
 
@@ -58,7 +65,7 @@ def _source(tmp: Path, kind: str, dtype: str) -> Path:
 
 
 def _hints(kind: str):
-    return {'num_heads': F.HEADS} if kind in ('safetensors', 'pth', 'dinov2') else {}
+    return {'num_heads': F.HEADS} if kind in ('safetensors', 'pth', 'dinov2', 'dinov3') else {}
 
 
 def _dtypes(folder: Path):
@@ -190,15 +197,69 @@ def test_streamed_verification_equals_the_in_memory_one(tmp_path):
         (tmp_path / 'streamed' / 'model.safetensors').read_bytes()
 
 
-@pytest.mark.parametrize('kind', ['safetensors', 'dinov2'])
-def test_streamed_half_precision_source(tmp_path, kind):
-    """Streamed, a bf16 timm or DINOv2 file's reference is upcast onto a scratch mapping and compared block by block,
-    with the in-memory figures."""
-    src = _source(tmp_path, kind, 'bfloat16')
+def _scratch_sizes(monkeypatch):
+    """The size of every scratch mapping the verification allocates, in order."""
+    from porting.verification import streamed as module
+
+    sizes, allocate = [], module.scratch
+
+    def recorded(nbytes):
+        sizes.append(nbytes)
+        return allocate(nbytes)
+
+    monkeypatch.setattr(module, 'scratch', recorded)
+    return sizes
+
+
+def _deep_bf16_safetensors(tmp: Path, depth: int = 8) -> Path:
+    import timm
+    from safetensors.torch import save_file
+
+    model = timm.create_model('vit_tiny_patch16_224', pretrained=False, img_size=F.IMG, patch_size=F.PATCH,
+                              embed_dim=F.WIDTH, depth=depth, num_heads=F.HEADS, mlp_ratio=F.MLP / F.WIDTH,
+                              num_classes=F.CLASSES, fc_norm=False)
+    path = tmp / 'deep.safetensors'
+    save_file({k: v.bfloat16() for k, v in model.state_dict().items()}, str(path))
+    return path
+
+
+@pytest.mark.parametrize('kind', ['safetensors', 'timm_folder', 'hf', 'bigvision', 'dinov2', 'dinov3', 'deep'])
+def test_streamed_half_precision_source(tmp_path, monkeypatch, kind):
+    """Streamed, a bf16 file's float32 upcast is made block by block as each block runs, on both sides, into a
+    scratch of one block that every block reuses: the in-memory figures, every block compared (where the reference
+    records its blocks), and no scratch mapping above one block's float32 weights (or the embeddings', final norm's
+    and head's, when larger), but for the whole model big_vision's reference loads into."""
+    from safetensors import safe_open
+
+    src = _deep_bf16_safetensors(tmp_path) if kind == 'deep' else _source(tmp_path, kind, 'bfloat16')
+    sizes = _scratch_sizes(monkeypatch)
     kept = convert(src, tmp_path / 'kept', tol=TOL, num_heads=F.HEADS).verification
+    in_memory, sizes[:] = list(sizes), []
     streamed = convert(src, tmp_path / 'streamed', tol=TOL, num_heads=F.HEADS, memory_budget=1).verification
-    assert streamed.status == 'passed' and streamed.max_abs_logits == kept.max_abs_logits
-    assert f'{F.DEPTH} blocks compared as ours ran' in streamed.summary()
+    assert kept.status == streamed.status == 'passed', streamed.summary()
+    assert (streamed.max_abs_logits, streamed.max_abs_features) == (kept.max_abs_logits, kept.max_abs_features)
+    assert streamed.deltas == kept.deltas
+    with safe_open(str(tmp_path / 'streamed' / 'model.safetensors'), 'pt') as f:
+        shapes = {k: f.get_slice(k).get_shape() for k in f.keys()}
+    depth = len({k.split('.')[1] for k in shapes if k.startswith('blocks.')})
+    if kind == 'hf':  # transformers' layers record no block outputs: the final outputs only
+        assert 'no block outputs to compare' in streamed.summary()
+    else:
+        assert f'{depth} blocks compared as ours ran' in streamed.summary()
+
+    def fp32_bytes(keys):
+        return sum(4 * math.prod(shapes[k]) + 64 for k in keys)  # each tensor aligned to 64 bytes on a scratch
+
+    block = fp32_bytes([k for k in shapes if k.startswith('blocks.0.')])
+    rest = fp32_bytes([k for k in shapes if not k.startswith('blocks.')])
+    model = fp32_bytes(shapes)
+    if kind == 'bigvision':  # timm's npz loader copies into a whole model: the reference materialises it in full
+        assert sizes[0] >= model * 0.9, sizes
+        sizes = sizes[1:]
+    assert sizes and max(sizes) <= max(block, rest) * 1.25, (sizes, block, rest)  # the reference's layout may differ
+    assert max(in_memory) >= model * 0.9  # in memory: one whole upcast per side, as before
+    if kind == 'deep':
+        assert sum(sizes) <= 4 * block < model / 2, (sizes, block, model)
 
 
 @pytest.mark.parametrize('budget', [0, -5, '0', 'lots'])

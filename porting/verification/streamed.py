@@ -4,18 +4,20 @@ A reference that its own loader must materialise (timm's npz loader copies every
 gets its weights on a ``memory.scratch`` mapping in both modes: their pages go back to the page cache as
 they are written and after each block runs, so the reference never holds the model on the heap.
 A half-precision model's float32 upcast goes onto a scratch mapping too (on the heap it would be twice a
-bf16 checkpoint). In memory (the default when it fits), the reference runs whole, then ours, and the outputs
-are compared. Streamed, when the two float32 models would not fit in ``--memory-budget``: both run block by
-block from mapped weights, and each of our blocks' output is compared with the reference's output of the same block as it
-runs. Peak memory is then a few blocks and the activations, independent of depth. The final figures are
-the same in both modes: the same networks compute the same numbers, only where the weights live differs.
+bf16 checkpoint): in memory, one mapping of the whole model; streamed, each block's upcast is made as the block
+runs, into one mapping of one block that every block reuses, so the upcast costs one block of disk and memory.
+In memory (the default when it fits), the reference runs whole, then ours, and the outputs are compared.
+Streamed, when the two float32 models would not fit in ``--memory-budget``: both run block by block from mapped
+weights, and each of our blocks' output is compared with the reference's output of the same block as it runs.
+Peak memory is then a few blocks and the activations, independent of depth. The final figures are the same in
+both modes: the same networks compute the same numbers, only where the weights live differs.
 """
 import contextlib
 import contextvars
 import math
 import os
 from dataclasses import dataclass, field
-from typing import Any, Iterator, List, Optional, Union
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple, Union
 
 import torch
 import torch.nn as nn
@@ -120,35 +122,125 @@ def streaming(active: bool = True) -> Iterator[Optional[Stream]]:
         stream.recorded.clear()
 
 
-def _place(model: nn.Module, dtype: Optional[torch.dtype]) -> nn.Module:
-    """Every parameter and buffer of ``model`` moved onto one scratch mapping (cast to ``dtype``, copying the
-    values unless the model is on the meta device)."""
-    entries = [(module, name, tensor, True) for module in model.modules() for name, tensor in module._parameters.items()
+def _entries(modules: Iterable[nn.Module]) -> List[Tuple[nn.Module, str, torch.Tensor, bool]]:
+    """(module, name, tensor, is_parameter) of every parameter, then every buffer, the ``modules`` hold directly."""
+    modules = list(modules)
+    entries = [(module, name, tensor, True) for module in modules for name, tensor in module._parameters.items()
                if tensor is not None]
-    entries += [(module, name, tensor, False) for module in model.modules() for name, tensor in module._buffers.items()
+    entries += [(module, name, tensor, False) for module in modules for name, tensor in module._buffers.items()
                 if tensor is not None]
-    sizes = [-(-t.numel() * torch.empty((), dtype=dtype or t.dtype).element_size() // _ALIGN) * _ALIGN
-             for _, _, t, _ in entries]
+    return entries
+
+
+def _aligned(numel: int, dtype: torch.dtype) -> int:
+    return -(-numel * torch.empty((), dtype=dtype).element_size() // _ALIGN) * _ALIGN
+
+
+def _kind(tensor: torch.Tensor, dtype: Optional[torch.dtype]) -> torch.dtype:
+    return dtype if dtype is not None and tensor.is_floating_point() else tensor.dtype
+
+
+def _set(module: nn.Module, name: str, tensor: torch.Tensor, is_param: bool, like: torch.Tensor) -> None:
+    if is_param:
+        module._parameters[name] = nn.Parameter(tensor, requires_grad=like.requires_grad)
+    else:
+        module._buffers[name] = tensor
+
+
+def _place(model: nn.Module, dtype: Optional[torch.dtype], modules: Optional[Iterable[nn.Module]] = None
+           ) -> nn.Module:
+    """Every parameter and buffer of ``modules`` (default: all of ``model``'s) moved onto one scratch mapping (cast
+    to ``dtype``, copying the values unless the model is on the meta device)."""
+    entries = _entries(model.modules() if modules is None else modules)
+    sizes = [_aligned(t.numel(), _kind(t, dtype)) for _, _, t, _ in entries]
     buffer = scratch(sum(sizes))
     mapped = file_mapped_ranges()
     model._vit_port_scratch = buffer  # noqa: SLF001  (kept with the model: ``loading`` releases it)
     offset = 0
     with releasing(buffer), torch.no_grad():
         for (module, name, tensor, is_param), size in zip(entries, sizes):
-            kind = dtype if dtype is not None and tensor.is_floating_point() else tensor.dtype
+            kind = _kind(tensor, dtype)
             view = buffer[offset:offset + tensor.numel() * torch.empty((), dtype=kind).element_size()]
             view = view.view(kind).view(tensor.shape)
             offset += size
             if not tensor.is_meta:
                 view.copy_(tensor)
-                start = tensor.data_ptr()
-                if any(lo <= start and start + tensor.numel() * tensor.element_size() <= hi for lo, hi in mapped):
-                    release_tensor(tensor)  # a mapped file's pages read for the copy go back too
-            if is_param:
-                module._parameters[name] = nn.Parameter(view, requires_grad=tensor.requires_grad)
-            else:
-                module._buffers[name] = view
+                _release_if_mapped(tensor, mapped)  # a mapped file's pages read for the copy go back too
+            _set(module, name, view, is_param, tensor)
     return model
+
+
+def _release_if_mapped(tensor: torch.Tensor, mapped: Tuple[Tuple[int, int], ...]) -> None:
+    start = tensor.data_ptr()
+    if any(lo <= start and start + tensor.numel() * tensor.element_size() <= hi for lo, hi in mapped):
+        release_tensor(tensor)
+
+
+def _block_list(model: nn.Module) -> Optional[nn.Module]:
+    """The network's repeated blocks: the ``nn.Sequential``/``nn.ModuleList`` of one block class holding the most
+    parameters (timm's ``blocks``, transformers' ``encoder.layer(s)``), or None."""
+    best, most = None, 0
+    for module in model.modules():
+        if isinstance(module, (nn.Sequential, nn.ModuleList)) and len(module) > 1 \
+                and len({type(child) for child in module}) == 1:
+            held = sum(p.numel() for p in module.parameters())
+            if held > most:
+                best, most = module, held
+    return best
+
+
+def _upcast_as_run(model: nn.Module, blocks: nn.Module) -> nn.Module:
+    """Streamed: ``model`` run in float32 with the upcast of its blocks' half-precision weights made as each block
+    runs, into one scratch mapping the size of one block that every block reuses; the rest (embeddings, final norm,
+    head: a fraction of one block) is upcast once onto a scratch of its own. The disk and memory of the upcast are
+    then about one block, not the model. The values each block runs on are the same as a whole upcast's.
+
+    Between two blocks' runs the shared scratch holds whichever block ran last: outside a forward pass each block's
+    weights are read through ``state_dict`` (a hook gives the upcast of the stored values there)."""
+    inside = {id(m) for block in blocks for m in block.modules()}
+    _place(model, torch.float32, [m for m in model.modules() if id(m) not in inside])
+    plans, largest = [], 0
+    for block in blocks:
+        entries = [e for e in _entries(block.modules()) if e[2].is_floating_point() and e[2].dtype != torch.float32]
+        sizes = [_aligned(t.numel(), torch.float32) for _, _, t, _ in entries]
+        plans.append((block, entries, sizes))
+        largest = max(largest, sum(sizes))
+    if not largest:
+        return model
+    shared = scratch(largest)
+    model._vit_port_block_scratch = shared  # noqa: SLF001  (kept with the model)
+    mapped = file_mapped_ranges()
+    for block, entries, sizes in plans:
+        pairs, names, offset = [], {}, 0
+        qualified = {id(m): prefix for prefix, m in block.named_modules()}
+        for (module, name, tensor, is_param), size in zip(entries, sizes):
+            view = shared[offset:offset + tensor.numel() * 4].view(torch.float32).view(tensor.shape)
+            offset += size
+            pairs.append((view, tensor))
+            prefix = qualified[id(module)]
+            names[f'{prefix}.{name}' if prefix else name] = tensor
+            _set(module, name, view, is_param, tensor)
+        block.register_forward_pre_hook(_upcaster(pairs, mapped))
+        block.register_forward_hook(lambda *_: release_tensor(shared))  # its pages go back (they stay in the file)
+        block._register_state_dict_hook(_stored_values(names))
+    return model
+
+
+def _upcaster(pairs: List[Tuple[torch.Tensor, torch.Tensor]], mapped: Tuple[Tuple[int, int], ...]) -> Any:
+    def upcast(*_: Any) -> None:
+        with torch.no_grad():
+            for view, stored in pairs:
+                view.copy_(stored)
+                _release_if_mapped(stored, mapped)
+    return upcast
+
+
+def _stored_values(names: Dict[str, torch.Tensor]) -> Any:
+    def hook(_module: nn.Module, state: Dict[str, Any], prefix: str, _metadata: Any) -> None:
+        for name, stored in names.items():
+            if prefix + name in state:
+                state[prefix + name] = stored.float()
+    return hook
 
 
 def materialize(model: nn.Module) -> nn.Module:
@@ -158,10 +250,12 @@ def materialize(model: nn.Module) -> nn.Module:
 
 
 def as_float32(model: nn.Module) -> nn.Module:
-    """``model`` with float32 weights (half-precision ones upcast onto a scratch mapping, in both modes)."""
+    """``model`` with float32 weights: in memory, half-precision ones upcast onto one scratch mapping; streamed, each
+    block's as it runs, into a scratch of one block (``_upcast_as_run``)."""
     if all(p.dtype == torch.float32 for p in model.parameters()):
         return model
-    return _place(model, torch.float32)
+    blocks = _block_list(model) if _STREAM.get() is not None else None
+    return _place(model, torch.float32) if blocks is None else _upcast_as_run(model, blocks)
 
 
 @contextlib.contextmanager
@@ -180,7 +274,7 @@ def trace_blocks(model: nn.Module) -> None:
     """Streamed: record each reference block's output on its first pass, and compare each of ours as it runs."""
     stream = _STREAM.get()
     blocks = getattr(model, 'blocks', None)
-    if stream is None or not isinstance(blocks, nn.Sequential) or not len(blocks):
+    if stream is None or not isinstance(blocks, (nn.Sequential, nn.ModuleList)) or not len(blocks):
         return
     if not isinstance(model, SimpleVisionTransformer):
         stream.recorded, stream.depth, stream.compared = [], len(blocks), 0

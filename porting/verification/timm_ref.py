@@ -39,7 +39,7 @@ def fit_input(x: torch.Tensor, config: SimpleViTConfig) -> torch.Tensor:
     return F.pad(x, (0, gw * pw - x.shape[-1], 0, gh * ph - x.shape[-2]))
 
 
-def timm_equivalent(config: SimpleViTConfig, num_classes: Optional[int] = None) -> nn.Module:
+def timm_equivalent(config: SimpleViTConfig, num_classes: Optional[int] = None, storage: bool = True) -> nn.Module:
     """A timm ``VisionTransformer`` computing the same function as ``SimpleVisionTransformer(config)``.
 
     big_vision 'gap' (norm all tokens, then average) is timm's ``fc_norm=False`` + ``global_pool='avg'``;
@@ -89,7 +89,8 @@ def timm_equivalent(config: SimpleViTConfig, num_classes: Optional[int] = None) 
         raise ViTVariantsError(f'timm cannot express an MLP width of {mlp_dim} for width {embed_dim}')
     if not config.head_bias and isinstance(model.head, nn.Linear):  # a CLIP projection
         model.head = nn.Linear(model.head.in_features, model.head.out_features, bias=False, device='meta')
-    return materialize(model).eval()  # the heap, or streamed a scratch mapping
+    # storage on a scratch mapping for a loader that copies into it; left on the meta device for one that assigns
+    return (materialize(model) if storage else model).eval()
 
 
 def naflex_vit(config: SimpleViTConfig) -> nn.Module:
@@ -221,7 +222,7 @@ def timm_model(path: str, config: SimpleViTConfig) -> TimmReference:
             name = 'timm VisionTransformer + timm load_state_dict'
             if config.rep_size:
                 head = PreLogitsHead.pop_from(state)
-            model = timm_equivalent(config, num_classes=0 if head is not None else None)
+            model = timm_equivalent(config, num_classes=0 if head is not None else None, storage=False)  # assigned
     model.load_state_dict(state, strict=True, assign=True)
     if hasattr(model, 'init_non_persistent_buffers'):  # a computed table, left on the meta device
         model.init_non_persistent_buffers()
