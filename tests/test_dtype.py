@@ -262,6 +262,27 @@ def test_streamed_half_precision_source(tmp_path, monkeypatch, kind):
         assert sum(sizes) <= 4 * block < model / 2, (sizes, block, model)
 
 
+@pytest.mark.parametrize('options', [dict(dtype='bfloat16'), dict(img_size=48)])
+def test_streamed_check_of_our_source_model_is_mapped_not_on_the_heap(tmp_path, monkeypatch, options):
+    """A cast (checked again on the uncast source) or a resize builds our model at the source geometry from the
+    source: streamed, that model's weights go onto a scratch mapping (``materialize``), not the heap; same figures."""
+    from porting.verification import conversion
+
+    src = F.write_timm_folder(tmp_path)
+    kept = convert(src, tmp_path / 'kept', tol=TOL, **options).verification
+    built, materialize = [], conversion.materialize
+
+    def spied(model):
+        built.append(type(model).__name__)
+        return materialize(model)
+
+    monkeypatch.setattr(conversion, 'materialize', spied)
+    streamed = convert(src, tmp_path / 'streamed', tol=TOL, memory_budget=1, **options).verification
+    assert kept.status == streamed.status == 'passed', streamed.summary()
+    assert streamed.deltas == kept.deltas and 'streamed verification (' in streamed.summary()
+    assert built == ['SimpleVisionTransformer']
+
+
 @pytest.mark.parametrize('budget', [0, -5, '0', 'lots'])
 def test_bad_memory_budget_keyword_is_refused(tmp_path, budget):
     with pytest.raises(ViTVariantsError, match='memory_budget'):

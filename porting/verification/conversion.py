@@ -25,7 +25,7 @@ from ..sources import resolve_source
 from .compare import compare
 from .references import require_reference
 from .result import Check, Verification
-from .streamed import as_float32
+from .streamed import as_float32, loading, materialize, streaming_now
 
 __all__ = ['verify_source', 'check_at_target', 'verify_folder', 'shared_caveats', 'cast_bound', 'dtype_note',
            'with_tag_facts']
@@ -67,8 +67,16 @@ def verify_source(src: SourceCheckpoint, plan: ConversionPlan, folder: Optional[
     independently (``porting.verification.rules``); where no such rule exists, the result says so.
     """
     def build_source() -> torch.nn.Module:
-        model = SimpleVisionTransformer(plan.source.replace(weight_init='skip'))
-        src.fill_into(model.state_dict())
+        config = plan.source.replace(weight_init='skip')
+        if not streaming_now():
+            model = SimpleVisionTransformer(config)
+            src.fill_into(model.state_dict())
+            return model
+        # streamed: float32 weights on a scratch mapping whose pages go back as they are filled, never on the heap
+        model = materialize(SimpleVisionTransformer(config, device='meta'))
+        with loading(model):
+            src.fill_into(model.state_dict())
+        model.init_non_persistent_buffers()
         return model
 
     check = Check(src.path, src.format, plan.source, tag=tag)

@@ -28,7 +28,7 @@ from timm_vit_variants.memory import file_mapped_ranges, release_tensor, releasi
 
 from ..sizes import parse_size
 
-__all__ = ['MemoryBudget', 'memory_budget', 'Stream', 'streaming', 'materialize', 'as_float32', 'loading',
+__all__ = ['MemoryBudget', 'memory_budget', 'Stream', 'streaming', 'materialize', 'streaming_now', 'as_float32', 'loading',
            'trace_blocks']
 
 _ALIGN = 64
@@ -241,6 +241,11 @@ def _stored_values(names: Dict[str, torch.Tensor]) -> Any:
             if prefix + name in state:
                 state[prefix + name] = stored.float()
     return hook
+
+
+def streaming_now() -> bool:
+    """Whether the verification running now is in the streamed mode (``streaming``)."""
+    return _STREAM.get() is not None
 
 
 def materialize(model: nn.Module) -> nn.Module:
