@@ -221,11 +221,20 @@ def _signals_deferred() -> Iterator[None]:
 
     Never held while waiting for anything another process controls (a lock, a file).
     """
+    held: List[int] = []
+    # A blocked signal still reaches any other thread (torch's, our writer's), and CPython then runs the handler in
+    # the main thread: so the main thread's handlers record it too, and it is raised again once the block is done.
+    main = threading.current_thread() is threading.main_thread()
+    previous = {s: signal.signal(s, lambda signum, frame: held.append(signum)) for s in _STOP_SIGNALS} if main else {}
     old = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
     try:
         yield
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
+        if held:
+            signal.raise_signal(held[0])
 
 
 @contextmanager
