@@ -76,11 +76,7 @@ def dinov2_outputs(check: Check, x: torch.Tensor, mixed: Optional[Dict[str, torc
     from timm.models.vision_transformer import checkpoint_filter_fn
 
     source, runs_at = check.source, check.runs_at
-    if check.target is not None:
-        if runs_at.patch_size != source.patch_size:
-            raise NoReference('DINOv2 has no rule for a patch-size change')
-        if check.rule != source.pos_embed_resample:
-            raise NoReference(f"the table was resized with the {check.rule!r} rule, not DINOv2's own")
+    check.require_own_resize('DINOv2', source.pos_embed_resample)
     registers = bool(source.reg_tokens)
     rows, cols = runs_at.grid_size
     state = torch.load(check.path, map_location='cpu', weights_only=True, mmap=True)

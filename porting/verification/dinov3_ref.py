@@ -68,8 +68,7 @@ def dinov3_outputs(check: Check, x: torch.Tensor, mixed: Optional[Dict[str, torc
     from timm.models.eva import checkpoint_filter_fn
 
     source, runs_at = check.source, check.runs_at
-    if runs_at.patch_size != source.patch_size:
-        raise NoReference('DINOv3 has no rule for a patch-size change')
+    check.require_own_resize('DINOv3', None)  # RoPE only: no table to resize
     rows, cols = runs_at.grid_size
     state = torch.load(check.path, map_location='cpu', weights_only=True, mmap=True)
     if not isinstance(state, dict) or 'rope_embed.periods' not in state:
@@ -115,11 +114,7 @@ def timm_eva_outputs(check: Check, x: torch.Tensor, mixed: Optional[Dict[str, to
 
     folder = Path(check.path)
     source, runs_at = check.source, check.runs_at
-    if check.target is not None:
-        if runs_at.patch_size != source.patch_size:
-            raise NoReference('timm has no rule for a patch-size change of a RoPE model')
-        if source.pos_embed == 'learn+rope' and check.rule != 'timm':
-            raise NoReference(f"the table was resized with the {check.rule!r} rule, not timm's own")
+    check.require_own_resize('timm', 'timm' if source.pos_embed == 'learn+rope' else None)
     if folder.is_dir():
         config = read_json(str(folder / 'config.json')) if (folder / 'config.json').is_file() else {}
         if not EVA_ARCHITECTURES.match(str(config.get('architecture'))):

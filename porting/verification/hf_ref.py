@@ -25,14 +25,12 @@ def hf_outputs(check: Check, x: torch.Tensor, mixed: Optional[Dict[str, torch.Te
     if str(cfg.get('model_type')).startswith('siglip2'):
         return _siglip2(_transformers(), folder, cfg, check, x, mixed)
     target = check.target
-    if target is not None:
-        if target.patch_size != check.source.patch_size:
-            raise NoReference('transformers has no rule for a patch-size change')
-        if target.grid_mode != 'crop' and any(s % p for s, p in zip(target.img_size, target.patch_size)):
-            raise NoReference('transformers drops the pixels the patch does not divide, where this model pads them')
-        own = _DINOV2_RULES.get(cfg.get('model_type'), 'hf')
-        if check.rule != own and cfg.get('model_type') != 'dinov3_vit':  # DINOv3: RoPE, no table to resize
-            raise NoReference(f"the table was resized with the {check.rule!r} rule, not transformers' own")
+    dinov3 = cfg.get('model_type') == 'dinov3_vit'  # RoPE: no table to resize
+    check.require_own_resize('transformers', None if dinov3 else _DINOV2_RULES.get(cfg.get('model_type'), 'hf'),
+                             "transformers'")
+    if target is not None and target.grid_mode != 'crop' and \
+            any(s % p for s, p in zip(target.img_size, target.patch_size)):
+        raise NoReference('transformers drops the pixels the patch does not divide, where this model pads them')
     transformers = _transformers()
     if cfg.get('model_type') in _DINOV2_RULES:
         return _dinov2(transformers, folder, cfg, x)
@@ -106,11 +104,7 @@ def _siglip2(transformers: Any, folder: Path, cfg: Dict[str, Any], check: Check,
              mixed: Optional[Dict[str, torch.Tensor]]) -> Outputs:
     """A SigLIP 2 folder's vision tower on ``x`` patchified (any grid: its table is resized per image) and on
     the mixed-size NaFlex batch."""
-    if check.target is not None:
-        if check.target.patch_size != check.source.patch_size:
-            raise NoReference('transformers has no rule for a patch-size change')
-        if check.rule != 'flexi':
-            raise NoReference(f"the table was resized with the {check.rule!r} rule, not SigLIP 2's own")
+    check.require_own_resize('transformers', 'flexi', "SigLIP 2's")
     model, name = _vision_tower(transformers, folder, cfg, 'Siglip2')
     with torch.no_grad():
         out = model(**_patchify(x, check.source.patch_size))

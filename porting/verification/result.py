@@ -32,6 +32,18 @@ class Check:
         """The geometry both networks run at: the target's, else the source's."""
         return self.source if self.target is None else self.target
 
+    def require_own_resize(self, framework: str, own_rule: Optional[str], owner: Optional[str] = None) -> None:
+        """At a target geometry, refuse what ``framework``'s own code cannot stand for (``NoReference``): a patch-size
+        change, or a table resized by another rule than ``own_rule`` (None: no table, so nothing was resized);
+        ``owner`` is the possessive the refusal names (default ``"<framework>'s"``)."""
+        if self.target is None:
+            return
+        if self.target.patch_size != self.source.patch_size:
+            raise NoReference(f'{framework} has no rule for a patch-size change')
+        if own_rule is not None and self.rule != own_rule:
+            owner = owner or f"{framework}'s"
+            raise NoReference(f'the table was resized with the {self.rule!r} rule, not {owner} own')
+
 
 @dataclass
 class Verification:

@@ -38,11 +38,7 @@ def ropevit_outputs(check: Check, x: torch.Tensor, mixed: Optional[Dict[str, tor
     from timm.models.eva import checkpoint_filter_fn
 
     source, runs_at = check.source, check.runs_at
-    if check.target is not None:
-        if runs_at.patch_size != source.patch_size:
-            raise NoReference('RoPE-ViT has no rule for a patch-size change')
-        if source.pos_embed == 'learn+rope' and check.rule != 'ropevit':
-            raise NoReference(f"the table was resized with the {check.rule!r} rule, not RoPE-ViT's own")
+    check.require_own_resize('RoPE-ViT', 'ropevit' if source.pos_embed == 'learn+rope' else None)
     rows, cols = runs_at.grid_size
     state = torch.load(check.path, map_location='cpu', weights_only=True, mmap=True)
     state = state.get('model', state) if isinstance(state, dict) else state
