@@ -54,14 +54,7 @@ class Dinov2Checkpoint(SourceCheckpoint):
         mlp_shape = self._shape(mlp_key)
         mlp_dim = mlp_shape[1] if swiglu else mlp_shape[0]
         self._check_dims(mlp_key, mlp=mlp_dim)
-        reg_tokens = 0
-        if _REGISTERS in names:
-            shape = self._shape(_REGISTERS)
-            if len(shape) != 3 or shape[0] != 1 or shape[2] != dim:
-                raise self._error('register tokens must be (1, count, width)', key=_REGISTERS,
-                                  shapes=(shape, (1, 'count', dim)))
-            reg_tokens = shape[1]
-            self._check_dims(_REGISTERS, tokens=reg_tokens)
+        reg_tokens = self._token_count(_REGISTERS, dim)
         heads = self._heads(dim, hints)
         rule = 'timm' if reg_tokens else 'dinov2'
         self.notes.append(

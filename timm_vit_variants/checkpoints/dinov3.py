@@ -71,7 +71,7 @@ class Dinov3Checkpoint(SourceCheckpoint):
         mlp_key = 'blocks.0.mlp.w1.weight' if swiglu else 'blocks.0.mlp.fc1.weight'
         mlp_dim = self._shape(mlp_key)[0]
         self._check_dims(mlp_key, mlp=mlp_dim)
-        reg_tokens = self._registers(dim)
+        reg_tokens = self._token_count(_STORAGE, dim, 'storage tokens')
         heads = self._heads(dim, hints)
         self._check_periods(dim // heads)
         qkv_bias = 'blocks.0.attn.qkv.bias' in names
@@ -92,16 +92,6 @@ class Dinov3Checkpoint(SourceCheckpoint):
             init_values=1e-5, qkv_bias=qkv_bias, class_token=True, reg_tokens=reg_tokens, pos_embed='rope',
             rope_type='dinov3', rope_theta=100., untie_cls_and_patch_norms=untied,
             act_layer=hints.get('act_layer') or ('silu' if swiglu else 'gelu'), norm_eps=eps, grid_mode='crop')
-
-    def _registers(self, dim: int) -> int:
-        if _STORAGE not in self._store:
-            return 0
-        shape = self._shape(_STORAGE)
-        if len(shape) != 3 or shape[0] != 1 or shape[2] != dim:
-            raise self._error('storage tokens must be (1, count, width)', key=_STORAGE,
-                              shapes=(shape, (1, 'count', dim)))
-        self._check_dims(_STORAGE, tokens=shape[1])
-        return shape[1]
 
     def _check_periods(self, head_dim: int) -> None:
         shape = self._shape(_PERIODS)

@@ -338,6 +338,16 @@ class SourceCheckpoint(abc.ABC):
         self._check_dims(key, width=dim, img_size=max(patch_h, patch_w))
         return dim, in_chans, patch_h, patch_w
 
+    def _token_count(self, key: str, width: int, what: str = 'register tokens') -> int:
+        """The count of stored prefix tokens ``key`` (1, count, width), within the limits; 0 when not stored."""
+        if key not in self._store:
+            return 0
+        shape = self._shape(key)
+        if len(shape) != 3 or shape[0] != 1 or shape[2] != width:
+            raise self._error(f'{what} must be (1, count, width)', key=key, shapes=(shape, (1, 'count', width)))
+        self._check_dims(key, tokens=shape[1])
+        return shape[1]
+
     def _depth(self, names: Iterable[str], pattern: Pattern = _BLOCK,
                key_of: Callable[[int], str] = lambda i: f'blocks.{i}',
                first: str = 'blocks.0.attn.qkv.weight') -> int:

@@ -578,14 +578,7 @@ class TimmEvaCheckpoint(TimmCheckpoint):
             img_size: Any = (self.grid[0] * patch_h, self.grid[1] * patch_w)
         else:
             img_size = self._unrecorded('img_size', hints, 224, "a RoPE backbone records no grid; timm's port's")
-        reg_tokens = 0
-        if 'reg_token' in local:
-            shape = self._shape(p + 'reg_token')
-            if len(shape) != 3 or shape[0] != 1 or shape[2] != dim:
-                raise self._error('register tokens must be (1, count, width)', key=p + 'reg_token',
-                                  shapes=(shape, (1, 'count', dim)))
-            self._check_dims(p + 'reg_token', tokens=shape[1])
-            reg_tokens = shape[1]
+        reg_tokens = self._token_count(p + 'reg_token', dim)
         pool = self._unrecorded('global_pool', {}, 'token', f"not recorded by a state dict; the {port}'s own [CLS] "
                                 'pooling' + (" (timm's Eva defaults to 'avg')" if kind == 'dinov3' else ''))
         self.notes.append(f"detected a bare timm Eva state dict of the {port} port ({kind} RoPE, base {theta:g}"
