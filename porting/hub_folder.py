@@ -15,6 +15,7 @@ every other constructor argument in ``model_args``, which both timm (``local-dir
 and transformers' ``TimmWrapper`` read. Folders are read back through the plugin's own
 safetensors store (sharded ones too), so reading needs no copy either.
 """
+import functools
 import json
 import math
 import os
@@ -22,7 +23,9 @@ import struct
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
+import timm
 import torch
+from timm.models import load_pretrained
 
 from timm_vit_variants import SimpleVisionTransformer, SimpleViTConfig, architecture_for
 from timm_vit_variants.checkpoints.files import CONFIG_FILE, INDEX_FILES, SINGLE_WEIGHT_FILES, read_json, weight_files
@@ -30,7 +33,7 @@ from timm_vit_variants.checkpoints.stores import SAFETENSORS_DTYPES, Safetensors
 from timm_vit_variants.config import DATA_CONFIG_KEYS, MODELS, TensorSpec, is_family_architecture
 from timm_vit_variants.errors import ViTVariantsError
 from timm_vit_variants.limits import DEFAULT_LIMITS, Limits
-from timm_vit_variants.simple_vit import WEIGHT_DTYPES, pretrained_cfg_for
+from timm_vit_variants.simple_vit import WEIGHT_DTYPES, checkpoint_filter_fn, pretrained_cfg_for
 
 from .sizes import DEFAULT_MAX_SHARD_SIZE, parse_size as parse_size_text
 from .output import WriteBehind, atomic_folder, pwrite_all
@@ -38,7 +41,7 @@ from .redact import redact
 
 __all__ = [
     'SINGLE_FILE', 'INDEX_FILE', 'CARD_FILE', 'DEFAULT_MAX_SHARD_SIZE', 'parse_size', 'SafetensorsWriter', 'config_dict', 'write_config', 'check_config_fields', 'read_config', 'write_card', 'save_pretrained_folder',
-    'load_folder', 'folder_dtype', 'check_dtype_name', 'DTYPES_BY_NAME',
+    'build_as_timm', 'load_folder', 'folder_dtype', 'check_dtype_name', 'DTYPES_BY_NAME',
 ]
 
 # What we write: the first weight and index names the readers look for (``checkpoints.files``).
@@ -398,19 +401,34 @@ def folder_dtype(raw: Dict[str, Any], path: Union[str, Path] = '') -> str:
         raise ViTVariantsError(e.reason, path=str(Path(path) / CONFIG_FILE), key='model_args.dtype') from None
 
 
+def build_as_timm(folder: Union[str, Path], limits: Limits = DEFAULT_LIMITS
+                  ) -> Tuple[SimpleVisionTransformer, Dict[str, Any]]:
+    """(the network ``timm.create_model('local-dir:FOLDER')`` builds, on the meta device; the parsed config.json):
+    timm's own factory from ``config.json`` alone, after ``read_config``'s checks and limits."""
+    _, raw = read_config(folder, limits)
+    return timm.create_model(f'local-dir:{os.fspath(folder)}', pretrained=False, device='meta', limits=limits), raw
+
+
 def load_folder(folder: Union[str, Path], limits: Limits = DEFAULT_LIMITS,
                 dtype: Union[None, str, torch.dtype] = None) -> SimpleVisionTransformer:
-    """The model saved in a simple_vit Hub folder (single-file or sharded), in eval mode.
+    """The model ``timm.create_model('local-dir:FOLDER', pretrained=True)`` gives (sharded folders too), in eval mode.
 
-    The model is built on the meta device and its parameters become views of the memory-mapped
-    weight files (private, copy-on-write), so loading copies nothing and pages arrive on first use.
-    It holds the dtype ``config.json`` records unless ``dtype`` asks for another ('float32' to compute
-    in float32; a cast tensor is a copy). ``config.json`` is checked against ``limits`` before anything is built.
+    timm's own factory builds it from ``config.json`` alone, as ``local-dir:`` does with no kwargs (on the meta
+    device), and timm's own ``load_pretrained``, the step ``pretrained=True`` runs, loads the weights; the only
+    difference is where the bytes come from: the parameters become views of the memory-mapped weight files
+    (private, copy-on-write), so loading copies nothing and pages arrive on first use. A folder timm would load
+    as another model (a head it drops, a tensor it leaves out) is refused. The model holds the dtype
+    ``config.json`` records unless ``dtype`` asks for another ('float32' to compute in float32; a cast tensor is
+    a copy). ``config.json`` is checked against ``limits`` before anything is built.
     """
-    config, raw = read_config(folder, limits)
+    model, raw = build_as_timm(folder, limits)
     want = DTYPES_BY_NAME[check_dtype_name(dtype) if isinstance(dtype, str) else folder_dtype(raw, folder)] \
         if not isinstance(dtype, torch.dtype) else dtype
-    model = SimpleVisionTransformer(config.replace(weight_init='skip'), device='meta')
+    cfg = dict(model.pretrained_cfg)
+    if model.num_classes != cfg.get('num_classes'):
+        raise ViTVariantsError(f'timm builds this folder with {model.num_classes} classes but its config.json says '
+                               f'{cfg.get("num_classes")}: the stored classifier would be dropped', path=str(folder),
+                               key='num_classes')
     store = SafetensorsStore(weight_files(str(folder), limits), limits)
     try:
         expected = model.state_dict()
@@ -426,7 +444,14 @@ def load_folder(folder: Union[str, Path], limits: Limits = DEFAULT_LIMITS,
                 raise ViTVariantsError('tensor does not fit the model', path=store.file_of(name), key=name,
                                        shapes=(tensor.shape, target.shape))
             state[name] = tensor if tensor.dtype == want else tensor.to(want)
-        model.load_state_dict(state, assign=True)
+        # timm's loader reads no file when handed the state dict (source and file cleared)
+        cfg.update(source=None, file=None, url=None, hf_hub_id=None, state_dict=state)
+        model.load_state_dict = functools.partial(torch.nn.Module.load_state_dict, model, assign=True)
+        try:
+            load_pretrained(model, pretrained_cfg=cfg, num_classes=model.num_classes, in_chans=model.config.in_chans,
+                            filter_fn=checkpoint_filter_fn, strict=True)
+        finally:
+            del model.load_state_dict
     finally:
         store.close()  # the mappings live on, held by the parameters that view them
     model.init_non_persistent_buffers()

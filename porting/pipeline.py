@@ -9,6 +9,7 @@
    card, and rename the folder into place. The source's sha256 is computed beside all this.
 """
 import dataclasses
+import math
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -30,7 +31,8 @@ from .plan import ConversionPlan, make_plan, open_source
 from .request import ConvertRequest, SourceOptions, request_of
 from .sources import resolve_source
 from .verification import Verification
-from .verification.conversion import shared_caveats, verify_source, with_tag_facts
+from .verification.conversion import loads_as_written, shared_caveats, verify_source, with_tag_facts
+from .verification.open_clip_ref import check_tag_file
 from .verification.references import require_reference
 from .verification.streamed import memory_budget, streaming
 
@@ -70,20 +72,50 @@ def preprocessing(src: SourceCheckpoint, options: SourceOptions) -> Tuple[Dict[s
     return data, assumed
 
 
-def all_finite(tensor: torch.Tensor) -> bool:
-    """No NaN or Inf, in one pass without a tensor-sized temporary (min/max propagate NaN)."""
+def all_finite(tensor: torch.Tensor, written: Optional[torch.dtype] = None) -> bool:
+    """No NaN or Inf, in one pass without a tensor-sized temporary (min/max propagate NaN), nor any once cast to
+    ``written`` (a float32 value past float16's range becomes Inf)."""
     if not tensor.is_floating_point() or tensor.numel() == 0:
         return True
-    low, high = tensor.aminmax()
-    return bool(low.isfinite() and high.isfinite())
+    extremes = torch.stack(tensor.aminmax())
+    return bool(extremes.isfinite().all() and (written is None or extremes.to(written).isfinite().all()))
+
+
+def check_half_range(src: SourceCheckpoint, plan: ConversionPlan) -> None:
+    """Refuse, before any work, a float16 output of weights past float16's range, naming the first tensor.
+
+    A pre-pass over the stored values, one tensor at a time (``stored_extremes``: no temporary, pages handed back):
+    it reads the source once more, which a conversion that would fail at its verification after writing everything
+    is worth. bfloat16 has float32's range, so only float16 is checked; a value within half a unit of its largest
+    finite value rounds to it, not to Inf, as the cast does. A NaN or Inf already stored is left to the write's check.
+    """
+    if plan.dtype != 'float16' or plan.source_dtype == 'float16':
+        return
+    largest = torch.finfo(torch.float16).max
+    seen = set()
+    for item in src.plan:
+        if item.key in HEAD_KEYS and plan.changes_head:
+            continue  # replaced or dropped, never read
+        for name in item.sources:
+            if name in seen:
+                continue
+            seen.add(name)
+            low, high = src.stored_extremes(name)
+            worst = max(-low, high)
+            if math.isfinite(worst) and not torch.tensor(worst).to(torch.float16).isfinite():
+                raise ViTVariantsError(
+                    f'--dtype float16 cannot hold this tensor: its values reach {low if -low > high else high:g}, '
+                    f'past the largest finite float16 value {largest:g}, so the cast would write Inf; refusing '
+                    'before any work (keep float32, or --dtype bfloat16, which has float32\'s range)',
+                    path=plan.source_path, key=name)
 
 
 def write_weights(src: SourceCheckpoint, plan: ConversionPlan, folder: Path, max_shard_size: int,
                   progress: bool = False, allow_nonfinite: bool = False) -> int:
     """Fill the target's safetensors files in ``folder`` from the source; returns the file count.
 
-    Every tensor is checked for NaN/Inf as it lands: the first offending key is refused, or with
-    ``allow_nonfinite`` reported once as a warning.
+    Every tensor is checked for NaN/Inf as it lands, and for values the cast to the written dtype turns into Inf:
+    the first offending key is refused, or with ``allow_nonfinite`` reported once as a warning.
     """
     from tqdm import tqdm
 
@@ -93,7 +125,7 @@ def write_weights(src: SourceCheckpoint, plan: ConversionPlan, folder: Path, max
     nonfinite: List[str] = []
 
     def check(key: str, tensor: torch.Tensor) -> None:
-        if not all_finite(tensor):
+        if not all_finite(tensor, plan.torch_dtype):  # a value the cast makes Inf is as bad as one stored
             if not allow_nonfinite:
                 raise ViTVariantsError('the weights hold NaN or Inf values; refusing to write them (pass '
                                        '--allow-nonfinite to convert anyway)', path=plan.source_path, key=key)
@@ -163,7 +195,9 @@ def convert(source: Union[str, Path], out: Union[str, Path], request: Optional[C
     with open_source(resolved.path, request.source, limits) as src, ThreadPoolExecutor(max_workers=1) as hasher:
         if request.verify:
             require_reference(src.format)
+            check_tag_file(src.path, tag, src.format, {name: shape for name, shape, _ in src.inventory()})
         plan = make_plan(src, request.target, limits)
+        check_half_range(src, plan)
         budget = memory_budget(request.memory_budget, SimpleVisionTransformer.state_layout(plan.source))
         sha_future = hasher.submit(source_sha256, src.path)  # hashlib releases the GIL on large buffers
         labels = None if plan.changes_head else src.label_names
@@ -196,6 +230,9 @@ def convert(source: Union[str, Path], out: Union[str, Path], request: Optional[C
                           'verification': verification.as_card_dict()}
             write_config(tmp / CONFIG_FILE, plan.target, data_config=dict(data_cfg, license=license),
                          label_names=labels, architecture=architecture, conversion=conversion, dtype=plan.dtype)
+            other = loads_as_written(tmp, plan.target, labels, limits) if request.verify else ''
+            if other:  # the final config.json, the one the user loads, still builds the verified network
+                raise ViTVariantsError(other, path=src.path)
             write_card(
                 tmp, architecture=architecture, model_args=dict(plan.target.to_dict(), dtype=plan.dtype),
                 num_classes=plan.target.num_classes,

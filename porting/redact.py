@@ -2,13 +2,16 @@
 
 Redaction is by value: every token this process holds (a ``--token`` flag, ``HF_TOKEN``, the
 login cache) is masked wherever it appears, however it got there. Token-shaped strings
-(``hf_...``) and bearer headers are masked too, as a second line of defence.
+(``hf_...``) and bearer headers are masked too, as a second line of defence. A URL's credentials
+(``https://USER:PASSWORD@HOST/...``) are masked by their place, as pip masks them: the password, or a lone user
+name (often a token); ``without_credentials`` drops them from a URL a card or ``config.json`` records.
 """
 import os
 import re
 from typing import Iterable, List, Optional, Set
 
-__all__ = ['REDACTED', 'register_token', 'known_tokens', 'redact', 'tokens_in_argv', 'holds_token']
+__all__ = ['REDACTED', 'register_token', 'known_tokens', 'redact', 'tokens_in_argv', 'holds_token',
+           'without_credentials']
 
 # User access tokens issued by the Hub start with ``hf_``; old ``api_`` org tokens are matched too.
 _TOKEN_PATTERN = r'\b(?:hf|api)_[A-Za-z0-9]{8,}\b'
@@ -19,6 +22,8 @@ _TOKEN_PREFIXES = (b'hf_', b'api_')
 _TOKEN_FLAG_RE = re.compile(r'(--token)(=|\s+)(\'[^\']*\'|"[^"]*"|\S+)')
 # ``Authorization: Bearer VALUE`` as it can appear in a repr of request headers.
 _BEARER_RE = re.compile(r'(Bearer\s+)[^\s\'",}]+', re.IGNORECASE)
+# A URL's user info: everything of the authority before its last ``@`` (as ``urllib.parse.urlsplit`` splits it).
+_URL_AUTH_RE = re.compile(r'\b([A-Za-z][A-Za-z0-9+.-]*://)([^/?#\s@]*(?:@[^/?#\s@]*)*)@')
 _ENV_VARS = ('HF_TOKEN', 'HUGGING_FACE_HUB_TOKEN')
 # Shorter values are not masked by value: replacing every 'abc' in a text would mangle it, not protect it.
 _MIN_LEN = 6
@@ -64,7 +69,19 @@ def redact(text: str, tokens: Iterable[Optional[str]] = ()) -> str:
         text = text.replace(token, REDACTED)
     text = _TOKEN_FLAG_RE.sub(lambda m: f'{m.group(1)}{m.group(2)}{REDACTED}', text)
     text = _BEARER_RE.sub(lambda m: m.group(1) + REDACTED, text)
+    text = _URL_AUTH_RE.sub(_masked_auth, text)
     return _TOKEN_RE.sub(REDACTED, text)
+
+
+def _masked_auth(match: 're.Match[str]') -> str:
+    """``USER:REDACTED@`` for a user and password, ``REDACTED@`` for a lone user name (it may be a token)."""
+    user, colon, _ = match.group(2).partition(':')
+    return f'{match.group(1)}{user}:{REDACTED}@' if colon else f'{match.group(1)}{REDACTED}@'
+
+
+def without_credentials(url: str) -> str:
+    """``url`` with any ``USER[:PASSWORD]@`` dropped from its authority (text that is no URL as it is)."""
+    return _URL_AUTH_RE.sub(lambda m: m.group(1), url, count=1) if '://' in url else url
 
 
 def holds_token(data: bytes, tokens: Iterable[str] = ()) -> bool:

@@ -11,7 +11,9 @@ Resolved in this order:
    A progress bar shows on a terminal, and elsewhere one line every few seconds (none for a quick download).
    The download has an overall deadline and a stall timeout (``download_timeout``, ``stall_timeout``); a web
    page (by its content type, or by first bytes that are no checkpoint format) is refused before anything is
-   cached, and a failed or cut transfer leaves nothing in the cache;
+   cached, and a failed or cut transfer leaves nothing in the cache. Credentials in the URL
+   (``https://USER:PASSWORD@HOST/...``) are sent as HTTP basic auth, from the first request and only to that
+   host (as pip and curl use them); they are never printed, recorded or part of the cache key;
 4. a registered timm name or tag (``simple_vit_small_patch16_224.bv_i1k_300ep``): the ``hf_hub_id`` or ``url``
    of its ``pretrained_cfg`` (a file timm itself downloaded for that URL, ``checkpoints/NAME``, is reused).
 
@@ -34,7 +36,7 @@ from timm_vit_variants.checkpoints.files import CONFIG_FILE, INDEX_FILES, SINGLE
 from timm_vit_variants.errors import ViTVariantsError, first_line, reraised_as
 
 from .hub_access import is_offline
-from .redact import redact
+from .redact import redact, register_token, without_credentials
 
 __all__ = ['ResolvedSource', 'resolve_source', 'download_dir', 'url_cache_path', 'HUB_PREFIX',
            'DEFAULT_DOWNLOAD_TIMEOUT', 'DEFAULT_STALL_TIMEOUT']
@@ -292,11 +294,11 @@ def download_dir() -> Path:
 
 
 def url_cache_path(url: str) -> Path:
-    """The download cache entry of ``url``: its file name, tagged with a hash of the whole URL (so two URLs
-    ending in the same name never share an entry), in timm's download cache."""
+    """The download cache entry of ``url``: its file name, tagged with a hash of the whole URL but its credentials
+    (so two URLs ending in the same name never share an entry), in timm's download cache."""
     from urllib.parse import unquote, urldefrag, urlsplit
 
-    url = urldefrag(url).url  # a fragment is never sent to the server
+    url = without_credentials(urldefrag(url).url)  # a fragment is never sent to the server
     name = os.path.basename(unquote(urlsplit(url).path))
     if not name or name in ('.', '..'):
         raise ViTVariantsError('the URL names no file (expected .../NAME.npz or similar)', path=url)
@@ -306,31 +308,67 @@ def url_cache_path(url: str) -> Path:
 
 def _from_url(url: str, progress: bool, bounds: _Bounds, reuse: Optional[Path] = None) -> ResolvedSource:
     """One file, downloaded once (atomically: a partial download never looks cached). ``reuse``: a file already
-    downloaded for this URL elsewhere (timm's own entry for a tag's URL), taken when present."""
-    path = url_cache_path(url)
+    downloaded for this URL elsewhere (timm's own entry for a tag's URL), taken when present. Errors name the URL
+    with its password masked; the label and provenance hold it without credentials."""
+    address, credentials = _credentials(url)
+    shown = redact(url)
+    path = url_cache_path(address)
     if reuse is not None and reuse.is_file() and not path.is_file():
         path = reuse
     if not path.is_file():
         if is_offline():
             raise ViTVariantsError(f'not in the download cache ({path}) and HF_HUB_OFFLINE is set (unset it to '
-                                   'download)', path=url)
-        _download(url, path, progress, bounds)
-    return ResolvedSource(str(path), url, 'url', {'url': url})
+                                   'download)', path=shown)
+        _download(address, credentials, shown, path, progress, bounds)
+    return ResolvedSource(str(path), address, 'url', {'url': address})
 
 
-def _download(url: str, path: Path, progress: bool, bounds: _Bounds) -> None:
-    """Fetch ``url`` into ``path`` through a temp file beside it, renamed only once complete and checked."""
+def _credentials(url: str) -> Tuple[str, Optional[Tuple[str, str]]]:
+    """``url`` without its user info, and the (user, password) it held, percent-decoded (a lone user name has an
+    empty password, as curl sends it). The password is registered so that no later message shows it."""
+    from urllib.parse import unquote, urlsplit
+
+    address = without_credentials(url)
+    try:
+        parts = urlsplit(url)
+        user, password = parts.username, parts.password
+    except ValueError as e:  # a malformed port or bracketed host
+        raise ViTVariantsError(f'not a valid URL: {e}', path=redact(url)) from None
+    if user is None:
+        return address, None
+    register_token(password)
+    register_token(unquote(password or ''))
+    return address, (unquote(user), unquote(password or ''))
+
+
+def _opener(address: str, credentials: Optional[Tuple[str, str]]):
+    """urllib's opener, sending ``credentials`` as basic auth from the first request, only to ``address``'s host
+    (a redirect elsewhere gets none: the header is unredirected, and the password manager matches the host)."""
     import urllib.request
+    from urllib.parse import urlsplit
 
+    if credentials is None:
+        return urllib.request.build_opener()
+    parts = urlsplit(address)
+    manager = urllib.request.HTTPPasswordMgrWithPriorAuth()
+    manager.add_password(None, f'{parts.scheme}://{parts.netloc}/', *credentials, is_authenticated=True)
+    return urllib.request.build_opener(urllib.request.HTTPBasicAuthHandler(manager))
+
+
+def _download(url: str, credentials: Optional[Tuple[str, str]], shown: str, path: Path, progress: bool,
+              bounds: _Bounds) -> None:
+    """Fetch ``url`` into ``path`` through a temp file beside it, renamed only once complete and checked; errors
+    name ``shown``, the URL as typed with its password masked."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, partial = tempfile.mkstemp(dir=path.parent, prefix=f'.{path.name}.', suffix='.partial')
     try:
-        with reraised_as(lambda e: _download_failure(e, url, min(bounds.stall, bounds.deadline))):
+        with reraised_as(lambda e: _download_failure(e, shown, min(bounds.stall, bounds.deadline))):
             with os.fdopen(fd, 'wb') as out:
                 start = time.monotonic()
-                with urllib.request.urlopen(url, timeout=min(bounds.stall, bounds.deadline)) as response:
-                    _check_content_type(response.headers.get('Content-Type'), url)
-                    _Transfer(url, response, out, start, bounds, progress).run()
+                opener = _opener(url, credentials)
+                with opener.open(url, timeout=min(bounds.stall, bounds.deadline)) as response:
+                    _check_content_type(response.headers.get('Content-Type'), shown)
+                    _Transfer(shown, response, out, start, bounds, progress).run()
                 out.flush()
                 os.fsync(out.fileno())
             os.replace(partial, path)

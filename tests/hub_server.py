@@ -13,6 +13,7 @@ Use it through the ``FakeHub`` context manager (``with FakeHub(token=...) as hub
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import itertools
 import json
@@ -21,7 +22,7 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Optional
+from typing import Iterator, Optional
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import yaml
@@ -30,6 +31,19 @@ EMPTY_AGENT_REGISTRY = {'standardEnvVars': [], 'harnesses': {}}
 GITATTRIBUTES = b'*.safetensors filter=lfs diff=lfs merge=lfs -text\n*.bin filter=lfs diff=lfs merge=lfs -text\n'
 FAILURE_KINDS = (500, 401, 403, 'drop')
 _API_REPO_RE = re.compile(r'^/api/models/([^/]+)/([^/]+)(?:/(.*))?$')
+
+
+@contextlib.contextmanager
+def serving(handler) -> Iterator[ThreadingHTTPServer]:
+    """A threading HTTP server on 127.0.0.1 (a free port) with ``handler``, shut down and closed on exit."""
+    server = ThreadingHTTPServer(('127.0.0.1', 0), handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def keep_client_local(monkeypatch, folder) -> None:

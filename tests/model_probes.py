@@ -1,8 +1,17 @@
-"""Probes of a model's public modules for tests: what the embedding step hands to the blocks, and whether a list of
-images gives each image's tokens as it gives alone."""
-from typing import Sequence, Tuple
+"""Probes of a model's public modules for tests: what the embedding step hands to the blocks, whether a list of
+images gives each image's tokens as it gives alone, and a converted folder loaded the way the README tells users."""
+import os
+from typing import Sequence, Tuple, Union
 
+import timm
 import torch
+
+import timm_vit_variants  # noqa: F401  registers simple_vit_* with timm
+
+
+def load_like_user(folder: Union[str, os.PathLike]) -> torch.nn.Module:
+    """A converted folder as a user gets it: ``timm.create_model('local-dir:FOLDER', pretrained=True)``, no kwargs."""
+    return timm.create_model(f'local-dir:{os.fspath(folder)}', pretrained=True).eval()
 
 
 def embedded(model: torch.nn.Module, x: torch.Tensor) -> Tuple[torch.Tensor, int, int]:

@@ -14,6 +14,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 import timm_vit_variants  # noqa: F401
+from model_probes import load_like_user
 from porting.cli import main
 from timm_vit_variants.checkpoints import open_checkpoint
 from timm_vit_variants.checkpoints.openclip import _TABLE
@@ -206,8 +207,7 @@ def test_convert_end_to_end_verified_against_open_clip(tmp_path, capsys, max_del
     assert 'detected: an OpenAI CLIP TorchScript archive' in notes and 'QuickGELU: ' in notes, notes
     record = json.loads((out / 'config.json').read_text())
     assert record['model_args']['act_layer'] == 'quick_gelu' and record['model_args']['head_bias'] is False
-    from porting.hub_folder import load_folder
-    model = load_folder(out)
+    model = load_like_user(out)
     data = np.load(REF / 'openai_vit_b16_tiny_io.npz', allow_pickle=False)
     with torch.no_grad():
         embed = model(_inputs(data, '12x9', 16))
@@ -600,7 +600,6 @@ def test_convert_a_clip_tag_verifies_its_lone_file_against_open_clip(grid, tmp_p
     """A tag's lone open_clip_pytorch_model.bin records neither QuickGELU nor its architecture: the tag names both
     (open_clip's ViT-B-16, QuickGELU), and open_clip builds its reference from its own config of that model (here the
     tiny fixture's, registered under that name), loading every tensor strictly, at the stored grid and at 12x9."""
-    from porting.hub_folder import load_folder
     _tiny_as_packaged(tmp_path, monkeypatch)
     rows, cols = map(int, grid.split('x'))
     result = _convert_tag(tmp_path, monkeypatch, 'out', **({} if grid == '6x6' else {'img_size': (rows * 16,
@@ -620,7 +619,7 @@ def test_convert_a_clip_tag_verifies_its_lone_file_against_open_clip(grid, tmp_p
         'quick_gelu'
     data = np.load(REF / 'openclip_b16_quickgelu_tiny_io.npz', allow_pickle=False)
     with torch.no_grad():
-        embed = load_folder(tmp_path / 'out')(_inputs(data, grid, 16))
+        embed = load_like_user(tmp_path / 'out')(_inputs(data, grid, 16))
     max_delta(f'vit-port convert of the dfn2b tag (lone file), {grid}: embedding', embed, data[f'embed_{grid}'], TOL)
 
 

@@ -16,8 +16,8 @@ from timm.optim import create_optimizer_v2
 from timm.task import ClassificationTask
 
 import timm_vit_variants  # noqa: F401
+from model_probes import load_like_user
 from porting.cli import main
-from porting.hub_folder import load_folder
 from timm_vit_variants import SimpleVisionTransformer
 from timm_vit_variants.checkpoints import open_checkpoint
 from timm_vit_variants.errors import ViTVariantsError
@@ -190,7 +190,7 @@ def test_big_visions_naflex_tower_converts_and_matches_its_own_outputs(tmp_path,
     assert 'verification passed, but the channel count 3 was assumed' in captured.out  # (P*P*C, D) records no C
     assert 'vs timm NaFlexVit' in captured.out and 'grids 3x7, 6x4, 5x5' in captured.out
     assert 'NaFlex tower' in captured.err and 'in_chans=3' in captured.err  # the assumed channel count is said
-    model = load_folder(tmp_path / 'out')
+    model = load_like_user(tmp_path / 'out')
     cfg = json.loads((tmp_path / 'out' / 'config.json').read_text())['model_args']
     assert (cfg['patch_embed'], cfg['pos_embed_resample'], cfg['global_pool'], cfg['img_size']) == \
         ('linear', 'flexi', 'map', 64)
@@ -268,7 +268,7 @@ def test_transformers_siglip2_naflex_tower(tmp_path, capsys, max_delta):
         captured = capsys.readouterr()
         assert code == 0 and 'verification passed vs transformers Siglip2VisionModel' in captured.out, captured
     assert 'target geometry (96x160, patch 16) passed' in captured.out
-    model = load_folder(tmp_path / 'out')
+    model = load_like_user(tmp_path / 'out')
     images = [im for im in _images([(48, 112), (144, 48), (80, 80), (48, 160)], seed=2)]
     batch = naflex_batch(images, 16)
     grids = torch.tensor([[h // 16, w // 16] for _, h, w in (im.shape for im in images)])
@@ -312,14 +312,14 @@ def test_timms_naflexvit_checkpoints(tmp_path, capsys, max_delta, interp, rule):
         ('linear', rule, 64, 'gelu_tanh')
     with torch.no_grad():
         max_delta(f'timm NaFlexVit folder ({interp} table resize), 4 aspect ratios: embedding',
-                  load_folder(tmp_path / 'out')(images), expected, TOL)
+                  load_like_user(tmp_path / 'out')(images), expected, TOL)
 
     code = main(['convert', str(tmp_path / 'naflex.pth'), str(tmp_path / 'bare'), '--num-heads', '4',
                  '--act-layer', 'gelu_tanh'])
     captured = capsys.readouterr()
     assert code == 0 and "table resize rule 'timm' were assumed" in captured.out, captured.out
     with torch.no_grad():
-        bare = load_folder(tmp_path / 'bare')(images)
+        bare = load_like_user(tmp_path / 'bare')(images)
     if rule == 'timm':  # NaFlexVitCfg's default, assumed: right here
         max_delta('timm NaFlexVit state dict (bicubic, assumed), 4 aspect ratios: embedding', bare, expected, TOL)
     else:  # the assumption is wrong for a bilinear tower, which is why it is stated

@@ -19,9 +19,9 @@ from timm.layers import resample_patch_embed
 from timm.models import get_notrace_functions, get_notrace_modules
 
 import timm_vit_variants  # noqa: F401
-from model_probes import embedded
+from model_probes import embedded, load_like_user
 from timm_vit_variants.config import grid_for
-from porting.hub_folder import load_folder, read_config, save_pretrained_folder
+from porting.hub_folder import read_config, save_pretrained_folder
 from timm_vit_variants import SimpleViTConfig, ViTVariantsError
 
 NAME = 'simple_vit_tiny'
@@ -132,7 +132,7 @@ def test_state_dict_round_trip_through_folders(option, tmp_path):
     assert config == model.config and 'dynamic_img_pad' not in raw['model_args']
     assert raw['pretrained_cfg']['first_conv'] + '.weight' in model.state_dict()
     with torch.no_grad():
-        torch.testing.assert_close(load_folder(folder)(x), expected, rtol=0, atol=0)
+        torch.testing.assert_close(load_like_user(folder)(x), expected, rtol=0, atol=0)
         via_timm = timm.create_model(f'local-dir:{folder}', pretrained=True).eval()
         assert via_timm.config == model.config
         torch.testing.assert_close(via_timm(x), expected, rtol=0, atol=0)

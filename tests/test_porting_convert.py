@@ -15,6 +15,7 @@ import torch
 
 import timm
 import timm_vit_variants  # noqa: F401  (registers simple_vit_*)
+from model_probes import load_like_user
 from porting.cli import main
 from porting.hub_folder import load_folder
 
@@ -58,7 +59,7 @@ def test_convert_round_trip(sources, tmp_path, capsys, name):
     assert f'**Source:** `{sources[name].name}`' in card and str(sources[name].parent) not in card
     assert cfg['conversion']['source'] == sources[name].name
 
-    ours = load_folder(out)
+    ours = load_like_user(out)
     reloaded = _local_dir(out)
     x = _x(*reloaded.patch_embed.img_size)
     with torch.no_grad():

@@ -9,8 +9,8 @@ import timm
 import torch
 
 import timm_vit_variants  # noqa: F401
+from model_probes import load_like_user
 from porting.cli import main
-from porting.hub_folder import load_folder
 from porting.verification.rules import flexi_pi_resize, jax_linear, resize_grid_table, zoom_linear
 
 REF = Path(__file__).resolve().parent / 'data' / 'reference'
@@ -86,7 +86,7 @@ def test_convert_flexivit_with_either_big_vision_resize(tmp_path, capsys, rule, 
     assert main(['convert', str(REF / 'flexivit_tiny.npz'), str(out), '--img-size', '240', '--patch-size', '16',
                  '--resample-like', rule]) == 0
     io = _io('flexivit_tiny')
-    np.testing.assert_allclose(_logits(load_folder(out), io['inputs_240']), io[key], atol=TOL)
+    np.testing.assert_allclose(_logits(load_like_user(out), io['inputs_240']), io[key], atol=TOL)
 
 
 # -- plain big_vision and vit_jax ----------------------------------------------------------------------
@@ -105,5 +105,5 @@ def test_converted_model_matches_google_at_every_geometry(tmp_path, capsys, name
         out = tmp_path / size
         extra = [] if size == '32x32' else ['--img-size', str(h), str(w)]
         assert main(['convert', str(REF / f'{name}.npz'), str(out), *extra]) == 0, capsys.readouterr().err
-        np.testing.assert_allclose(_logits(load_folder(out), io[f'inputs_{size}']), io[f'logits_{size}'],
+        np.testing.assert_allclose(_logits(load_like_user(out), io[f'inputs_{size}']), io[f'logits_{size}'],
                                    atol=TOL, err_msg=size)

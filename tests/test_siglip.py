@@ -10,8 +10,9 @@ import torch
 from timm.models import get_notrace_functions, get_notrace_modules
 
 import timm_vit_variants  # noqa: F401
+from model_probes import load_like_user
 from porting.cli import main
-from porting.hub_folder import load_folder, save_pretrained_folder
+from porting.hub_folder import save_pretrained_folder
 
 REF = Path(__file__).resolve().parent / 'data' / 'reference'
 TOL = 2e-5
@@ -54,7 +55,7 @@ def test_big_vision_two_tower_layouts(tmp_path, capsys, layout, max_delta):
         _derived(tmp_path, layout)
     captured = _convert(capsys, src, tmp_path / 'out')
     assert 'max|dembedding|' in captured.out and 'the image tower under' in captured.err and 'skipped' in captured.err
-    model = load_folder(tmp_path / 'out')
+    model = load_like_user(tmp_path / 'out')
     cfg = json.loads((tmp_path / 'out' / 'config.json').read_text())
     # a MAP-pooled tower, named as the registered SigLIP member nearest its shape (patch 14, as the source's)
     assert cfg['model_args']['global_pool'] == 'map'
@@ -72,7 +73,7 @@ def test_big_vision_two_tower_layouts(tmp_path, capsys, layout, max_delta):
 
 def test_the_valid_crop_at_384_patch_14(tmp_path, capsys, max_delta):
     _convert(capsys, REF / 'siglip_tiny384.npz', tmp_path / 'out', '--img-size', '384')
-    model = load_folder(tmp_path / 'out')
+    model = load_like_user(tmp_path / 'out')
     assert model.patch_embed.grid_size == (27, 27)  # the last 6 pixel rows and columns play no role
     io = np.load(REF / 'siglip_tiny384_io.npz')
     x = _from_uint8(io['inputs_384x384_uint8'])
@@ -91,7 +92,7 @@ def test_the_valid_crop_at_384_patch_14(tmp_path, capsys, max_delta):
 def test_a_resize_with_big_visions_rule(tmp_path, capsys, max_delta):
     captured = _convert(capsys, REF / 'siglip_tiny.npz', tmp_path / 'out', '--img-size', '84')
     assert 'target geometry (84x84, patch 14) passed' in captured.out and "big_vision's scipy zoom" in captured.out
-    model = load_folder(tmp_path / 'out')
+    model = load_like_user(tmp_path / 'out')
     io = np.load(REF / 'siglip_tiny_io.npz')
     max_delta("big_vision SigLIP 56 -> 84 (big_vision's resize): position table", model.pos_embed,
               io['pos_embedding_84x84'], 1e-6)
@@ -158,7 +159,7 @@ def test_transformers_siglip_folders(tmp_path, capsys, full, max_delta):
     folder, reference = _hf_folder(tmp_path, full)
     captured = _convert(capsys, folder, tmp_path / 'out')
     assert ('the text tower' in captured.err) == full
-    model = load_folder(tmp_path / 'out')
+    model = load_like_user(tmp_path / 'out')
     x = torch.randn(2, 3, 56, 56)
     with torch.no_grad():
         expected = reference(pixel_values=x)
@@ -187,7 +188,7 @@ def test_timm_siglip_checkpoints(tmp_path, capsys, max_delta):
         out = tmp_path / f'out_{src.stem}'
         _convert(capsys, src, out, *extra)
         with torch.no_grad():  # timm's siglip models use exact GELU, read off the architecture (or assumed)
-            max_delta(f"timm vit_*_siglip (map) from {src.name}: embedding", load_folder(out)(x), reference(x), TOL)
+            max_delta(f"timm vit_*_siglip (map) from {src.name}: embedding", load_like_user(out)(x), reference(x), TOL)
 
 
 # -- the MAP head everywhere the family goes ----------------------------------------------------------------------
@@ -204,7 +205,7 @@ def test_the_map_head_under_timms_interface(tmp_path, capsys):
         assert [t.shape for t in inter] == [(2, 64, 5, 4)] * 2
         embedding = model(x)
         torch.testing.assert_close(model.forward_head(final, pre_logits=True), embedding)
-        torch.testing.assert_close(torch.jit.script(load_folder(tmp_path / 'out'))(x), embedding)
+        torch.testing.assert_close(torch.jit.script(load_like_user(tmp_path / 'out'))(x), embedding)
         tracer = dict(leaf_modules=get_notrace_modules(), autowrap_functions=get_notrace_functions())
         _, nodes = get_graph_node_names(model, tracer_kwargs=tracer)
         fx = create_feature_extractor(model, return_nodes=[nodes[-1]], tracer_kwargs=tracer)
@@ -231,7 +232,7 @@ def test_the_map_head_exports_for_any_size(tmp_path, capsys):
 def test_transformers_timm_wrapper_and_torch_hub_serve_the_tower(tmp_path, capsys):
     transformers = pytest.importorskip('transformers')
     _convert(capsys, REF / 'siglip_tiny.npz', tmp_path / 'out')
-    ours = load_folder(tmp_path / 'out')
+    ours = load_like_user(tmp_path / 'out')
     wrapped = transformers.AutoModel.from_pretrained(str(tmp_path / 'out')).eval()
     assert type(wrapped).__name__ == 'TimmWrapperModel'
     x = torch.randn(1, 3, 56, 56)

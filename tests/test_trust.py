@@ -20,6 +20,7 @@ import torch
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import timm_vit_variants  # noqa: F401
+from model_probes import load_like_user
 from porting.cli import main
 from porting.hub_folder import load_folder, save_pretrained_folder
 from timm_vit_variants import SimpleVisionTransformer
@@ -69,11 +70,11 @@ def test_an_assumed_head_count_is_stated_everywhere(tmp_path, capsys):
     assert conversion['verification']['caveats']
     x = torch.randn(1, 3, 32, 32)
     with torch.no_grad():  # the assumption is wrong here, and the output shows it is another network
-        assert (load_folder(tmp_path / 'out')(x) - true(x)).abs().max() > 1e-3
+        assert (load_like_user(tmp_path / 'out')(x) - true(x)).abs().max() > 1e-3
     code, out, _ = _run(capsys, ['convert', str(tmp_path / 'ti6.pth'), str(tmp_path / 'out6'), '--num-heads', '6'])
     assert code == 0 and 'the head count 6 was given, not read from the source' in out
     with torch.no_grad():
-        torch.testing.assert_close(load_folder(tmp_path / 'out6')(x), true(x), atol=1e-5, rtol=0)
+        torch.testing.assert_close(load_like_user(tmp_path / 'out6')(x), true(x), atol=1e-5, rtol=0)
 
 
 def test_a_non_standard_width_is_refused_unless_asked(tmp_path, capsys):
@@ -332,7 +333,7 @@ def test_a_flexivit_archive_is_converted_with_flexivits_own_rule(tmp_path, capsy
     assert json.loads((tmp_path / 'f16' / 'config.json').read_text())['model_args']['pos_embed_resample'] == 'flexi'
     x = torch.from_numpy(io_['inputs_240']).permute(0, 3, 1, 2).contiguous()
     with torch.no_grad():  # big_vision's own FlexiViT model at patch 16
-        got = load_folder(tmp_path / 'f16')(x).numpy()
+        got = load_like_user(tmp_path / 'f16')(x).numpy()
     assert np.abs(got - io_['logits_patch16']).max() <= 2e-5
 
 

@@ -6,7 +6,6 @@ naming the URL and leave nothing in the cache.
 """
 import http.server
 import socket
-import threading
 import time
 from pathlib import Path
 
@@ -18,6 +17,8 @@ from porting import api
 from porting.cli import main
 from porting.sources import download_dir, resolve_source, url_cache_path
 from timm_vit_variants.errors import ViTVariantsError
+
+from hub_server import serving
 
 REF = Path(__file__).parent / 'data' / 'reference'
 NPZ = (REF / 'bigvision_learn_tok.npz').read_bytes()
@@ -117,12 +118,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 @pytest.fixture
 def web():
     handler = type('Handler', (_Handler,), {'seen': []})
-    server = http.server.ThreadingHTTPServer(('127.0.0.1', 0), handler)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield handler.seen, f'http://127.0.0.1:{server.server_address[1]}'
-    server.shutdown()
-    server.server_close()
+    with serving(handler) as server:
+        yield handler.seen, f'http://127.0.0.1:{server.server_address[1]}'
 
 
 @pytest.fixture(autouse=True)

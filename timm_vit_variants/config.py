@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Callable, Dict, Mapping, Optional, Tuple, Union
 
 from .clip_models import CLIP_ROWS
+from .deit_models import DEIT3_ROWS, DEIT_ROWS
 from .dino_models import DINO_ROWS
 from .errors import ViTVariantsError
 from .limits import DEFAULT_LIMITS, Limits
@@ -41,7 +42,7 @@ PATCH_NORM_TYPES = (None, 'pre', 'post', 'dual')
 # remainder away as a VALID convolution does (big_vision's and timm's patch conv).
 GRID_MODES = ('pad', 'strict', 'pool', 'crop')
 # Names of the learned-table resample rules; their definitions live in ``geometry.RESAMPLE_RULES``.
-RESAMPLE_RULE_NAMES = ('bigvision', 'timm', 'hf', 'flexi', 'dinov2', 'openclip', 'ropevit')
+RESAMPLE_RULE_NAMES = ('bigvision', 'timm', 'hf', 'flexi', 'dinov2', 'openclip', 'ropevit', 'deit')
 # The rotary-position forms (``rope.py``): DINOv3's, RoPE-ViT's axial and RoPE-ViT's mixed (learned frequencies).
 ROPE_TYPES = ('dinov3', 'axial', 'mixed')
 ACT_LAYERS = ('gelu_tanh', 'gelu', 'quick_gelu', 'silu', 'relu')
@@ -57,8 +58,8 @@ _LEGACY = ('dynamic_img_pad',)
 Size = Union[int, Tuple[int, int]]
 # One tensor of a state dict: (key, shape, dtype); ``SimpleVisionTransformer.state_layout`` lists them.
 TensorSpec = Tuple[str, Tuple[int, ...], 'torch.dtype']
-# The classifier's tensors: left out when a conversion or load changes the class count.
-HEAD_KEYS = ('head.weight', 'head.bias')
+# The classifier's tensors (DeiT's distillation head too): left out when a conversion or load changes the class count.
+HEAD_KEYS = ('head.weight', 'head.bias', 'head_dist.weight', 'head_dist.bias')
 # The timm ``pretrained_cfg`` fields of a set of weights' preprocessing (a source records them, or they are assumed).
 PREPROCESSING_KEYS = ('mean', 'std', 'interpolation', 'crop_pct', 'crop_mode')
 # The timm ``pretrained_cfg`` fields that belong to a set of weights (their preprocessing), not to the network.
@@ -132,6 +133,9 @@ class SimpleViTConfig:
         init_values: LayerScale (timm's ``ls1``/``ls2``) initial value; None means no LayerScale.
         reg_tokens: Register tokens after the [CLS] token (Darcet et al. 2024), with no position information.
         class_token: Prepend a learned [CLS] token (needed for 'token' pooling).
+        dist_token: DeiT's distillation token (Touvron et al. 2021) right after [CLS], with its own table slot next
+            to the cls slot and its own classifier ``head_dist``; 'token' pooling then averages the two tokens and the
+            logits are the mean of the two heads, as DeiT and timm's ``VisionTransformerDistilled`` compute them.
         patch_embed: How pixels become tokens: 'conv' (one PxP stride-P conv), 'linear' (Unfold + Linear,
             the same weights and numbers as 'conv'), 'conv_stem' (3x3 stride-2 convs + 1x1, Xiao et al.
             2021), 'overlap' (a kernel wider than the stride) or 'mlp' (conv -> activation -> 1x1).
@@ -183,6 +187,7 @@ class SimpleViTConfig:
     init_values: Optional[float] = None
     qkv_bias: bool = True
     class_token: bool = False
+    dist_token: bool = False
     reg_tokens: int = 0
     patch_embed: str = 'conv'
     patch_norm: Optional[str] = None
@@ -278,6 +283,7 @@ class SimpleViTConfig:
         self._validate_patch_embed(bad)
         if self.global_pool == 'token' and not self.class_token:
             raise bad('global_pool', "'token' pooling needs class_token=True")
+        self._validate_dist_token(bad)
         for name in ('pre_norm', 'patch_bias', 'fc_norm', 'head_bias', 'untie_cls_and_patch_norms'):
             if not isinstance(getattr(self, name), bool):
                 raise bad(name, 'expected True or False')
@@ -296,6 +302,15 @@ class SimpleViTConfig:
                 raise bad(name, 'expected a rate in [0, 1]')
         if self.patch_drop_rate >= 1:
             raise bad('patch_drop_rate', 'expected a rate in [0, 1): every image keeps at least one token')
+
+    def _validate_dist_token(self, bad: Callable[[str, str], ViTVariantsError]) -> None:
+        """Refuse a distillation token beside what DeiT's distilled head does not read (timm's asserts the same)."""
+        if not isinstance(self.dist_token, bool):
+            raise bad('dist_token', 'expected True or False')
+        if self.dist_token and (not self.class_token or self.global_pool not in ('token', '') or self.rep_size or
+                                self.fc_norm):
+            raise bad('dist_token', "DeiT's distilled head reads the [CLS] and distillation tokens: it needs "
+                                    "class_token=True, 'token' (or '') pooling, no rep_size and no fc_norm")
 
     def _validate_rope(self, bad: Callable[[str, str], ViTVariantsError]) -> None:
         """Refuse rotary positions (and untied norms) the network cannot express."""
@@ -347,13 +362,13 @@ class SimpleViTConfig:
 
     @property
     def num_prefix_slots(self) -> int:
-        """Rows of a learned table that belong to the class token (0 or 1)."""
-        return 1 if self.pos_embed_cls_slot else 0
+        """Rows of a learned table that belong to the class token and the distillation token (0, 1 or 2)."""
+        return 1 + int(self.dist_token) if self.pos_embed_cls_slot else 0
 
     @property
     def num_prefix_tokens(self) -> int:
-        """Tokens before the patch tokens: the class token, then the registers."""
-        return int(self.class_token) + self.reg_tokens
+        """Tokens before the patch tokens: the class token, the distillation token, then the registers."""
+        return int(self.class_token) + int(self.dist_token) + self.reg_tokens
 
     @property
     def embeds_patches_alone(self) -> bool:
@@ -494,12 +509,20 @@ MODELS: Dict[str, ModelEntry] = {
         "resized to each image's own grid, MAP head; takes a NaFlex dict or a list of images at their own sizes.")
        for size in ('base', 'so400m')},
 }
-# DINOv2, DINOv3, RoPE-ViT (dino_models.py) and CLIP towers (clip_models.py)
-MODELS.update({name: ModelEntry(*row) for rows in (DINO_ROWS, CLIP_ROWS) for name, row in rows.items()})
+# DINOv2, DINOv3, RoPE-ViT (dino_models.py), DeiT and DeiT-III (deit_models.py) and CLIP towers (clip_models.py)
+MODELS.update({name: ModelEntry(*row) for rows in (DINO_ROWS, DEIT_ROWS, DEIT3_ROWS, CLIP_ROWS)
+               for name, row in rows.items()})
 
 # What must match for ``architecture`` to name a registered model, most telling first.
 _DIMS = ('embed_dim', 'num_heads', 'mlp_dim', 'depth', 'patch_size', 'rep_size', 'img_size', 'global_pool', 'pos_embed',
-         'class_token', 'pre_norm', 'patch_bias', 'reg_tokens', 'init_values')
+         'class_token', 'dist_token', 'pre_norm', 'patch_bias', 'reg_tokens', 'init_values')
+
+
+def _dim(config: SimpleViTConfig, name: str) -> Any:
+    """A ``_DIMS`` field as it shapes the network: LayerScale's presence, not its initial value (a reader that does
+    not know it, timm's, records 1.0 where DeiT-III's rows say 1e-4, and the stored gammas are what runs)."""
+    value = getattr(config, name)
+    return value is not None if name == 'init_values' else value
 
 
 def architecture_for(config: SimpleViTConfig) -> str:
@@ -510,7 +533,7 @@ def architecture_for(config: SimpleViTConfig) -> str:
     """
     def distance(name: str) -> Tuple[int, ...]:
         ref = MODELS[name].config()
-        return tuple(int(getattr(config, d) != getattr(ref, d)) for d in _DIMS)
+        return tuple(int(_dim(config, d) != _dim(ref, d)) for d in _DIMS)
 
     # timm's create_model drops None keyword arguments, so a row that sets a field this config leaves None
     # (DINOv3's init_values, a rep_size) would fill it when the folder is loaded: such rows cannot label it.

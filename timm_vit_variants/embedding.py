@@ -3,9 +3,9 @@
 An NCHW batch (its one-grid case), a list of images and timm's NaFlex dict all arrive as ``Patches`` (patch
 tokens, each token's (y, x), each image's grid) and leave as sequences ready for the blocks: each image's absolute
 positions for its own grid (a sin-cos row depends on (y, x) alone; a learned table is resampled once per grid, with
-the model's rule), then its prefix ([CLS] with its table slot, then the registers, which have no position) before
-its patch tokens, and, for rotary models, each token's rotations (the identity on prefix tokens). Positions,
-prefix tokens and rotations are written here once; ``naflex.py`` only turns its input forms into ``Patches`` and
+the model's rule), then its prefix ([CLS] with its table slot, DeiT's distillation token with its own, then the
+registers, which have no position) before its patch tokens, and, for rotary models, each token's rotations (the
+identity on prefix tokens). Positions, prefix tokens and rotations are written here once; ``naflex.py`` only turns its input forms into ``Patches`` and
 runs the packed rows.
 """
 from typing import Dict, List, Optional, Tuple
@@ -31,7 +31,8 @@ class EmbeddingMixin:
 
     def _embed(self, patches: Patches) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
         """The one embedding step, for every input form: each image's positions for its own grid, then its prefix
-        ([CLS] with its table slot, then the registers, which have no position) before its patch tokens.
+        ([CLS] with its table slot, DeiT's distillation token with the next one, then the registers, which have no
+        position) before its patch tokens.
 
         Returns the (rows, sequence, D) tokens and, for rotary positions, their (L, H or 1, sequence, 2R) rotations
         (the identity on prefix tokens).
@@ -95,10 +96,13 @@ class EmbeddingMixin:
         images = [tokens] if len(counts) == 1 else list(tokens.split(counts, dim=1))
         pieces: List[torch.Tensor] = []
         for i in range(len(images)):
+            slot = slots[i]
             if self.cls_token is not None:
-                slot = slots[i]
-                cls = self.cls_token if slot is None else self.cls_token + slot
+                cls = self.cls_token if slot is None else self.cls_token + slot[:1]
                 pieces.append(cls.expand(batch, -1, -1).to(tokens.dtype))
+            if self.dist_token is not None:  # DeiT's distillation token, with the table's second slot
+                dist = self.dist_token if slot is None else self.dist_token + slot[1:2]
+                pieces.append(dist.expand(batch, -1, -1).to(tokens.dtype))
             if self.reg_token is not None:
                 pieces.append(self.reg_token.expand(batch, -1, -1).to(tokens.dtype))
             pieces.append(images[i])

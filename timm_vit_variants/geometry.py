@@ -39,6 +39,8 @@ __all__ = [
 #              same numbers as timm's; open_clip skips the resize when the token count is unchanged, this never does).
 #   ropevit:   RoPE-ViT's ``_ape`` models (``forward_features``): bicubic, no antialias, a table with no [CLS] slot
 #              (the numbers of 'hf'; RoPE-ViT skips the resize when the token count is unchanged, this never does).
+#   deit:      DeiT's ``main.py`` (``--finetune``): bicubic, ``align_corners=False``, no antialias, prefix rows kept,
+#              square grids only (the numbers of 'hf'; the verification refuses a non-square grid for it).
 RESAMPLE_RULES: Dict[str, Tuple[str, Optional[bool], bool]] = {
     'bigvision': ('bilinear', True, False),
     'timm': ('bicubic', None, True),
@@ -47,6 +49,7 @@ RESAMPLE_RULES: Dict[str, Tuple[str, Optional[bool], bool]] = {
     'dinov2': ('bicubic', False, False),
     'openclip': ('bicubic', False, True),
     'ropevit': ('bicubic', False, False),
+    'deit': ('bicubic', False, False),
 }
 # Rules that pass F.interpolate a scale factor (new + offset) / old per axis instead of the output size.
 RESAMPLE_OFFSETS: Dict[str, float] = {'dinov2': 0.1}
@@ -156,13 +159,16 @@ def infer_grid(
         slot: Optional[bool] = None,
         path: Optional[str] = None,
         key: str = _TABLE,
+        dist_token: bool = False,
 ) -> Tuple[Tuple[int, int], int]:
     """(grid, prefix slots) of a learned table of ``tokens`` rows.
 
     With an image size the grid follows from it; otherwise the patch part must be square. A
-    class token makes a one-row slot possible; ``slot`` pins the answer when a config says it.
+    class token makes a one-row slot possible (two rows with DeiT's distillation token, which has its own);
+    ``slot`` pins the answer when a config says it.
     """
-    choices = [s for s in ((0, 1) if class_token else (0,)) if slot is None or bool(s) == slot]
+    slots = 1 + int(dist_token)
+    choices = [s for s in ((0, slots) if class_token else (0,)) if slot is None or bool(s) == slot]
     if img_size:
         img = pair(img_size, 'img_size')
         grid = (img[0] // patch[0], img[1] // patch[1])
@@ -186,7 +192,7 @@ class Geometry:
     Attributes:
         grid: Token grid of the learned table (or the nominal grid when there is none).
         patch: Patch size (H, W) of the kernel.
-        prefix: Class-token slots in the learned table (0 or 1).
+        prefix: Prefix-token slots in the learned table (0, 1 for [CLS], or 2 with DeiT's distillation token).
         rule: The resample rule for the learned table (a key of ``RESAMPLE_RULES``).
         in_chans: Input channels of the kernel.
         patch_embed: The patch embedding (``SimpleViTConfig.patch_embed``): which kernel meets the pixels,
@@ -273,6 +279,9 @@ def fit_tensor(key: str, tensor: torch.Tensor, src: Geometry, dst: Geometry) -> 
             raise ViTVariantsError(f'position table does not match the source grid {src.grid} '
                                    f'(+{src.prefix} class slot)', key=key,
                                    shapes=(tensor.shape, (1, expected, tensor.shape[-1])))
+        if src.prefix != dst.prefix and max(src.prefix, dst.prefix) > 1:
+            raise ViTVariantsError(f'a table with {src.prefix} prefix slots cannot become one with {dst.prefix}: only '
+                                   'a single [CLS] slot is added or folded into the class token', key=key)
         table = resample_table(tensor, dst.grid, src.grid, src.prefix, dst.rule)
         if dst.prefix > src.prefix:  # an empty slot: adding zero after the cls token changes nothing
             table = torch.cat([table.new_zeros(1, 1, table.shape[-1]), table], dim=1)

@@ -16,7 +16,9 @@ never attended and pooling ignores it. ``forward_features`` returns ``{'patches'
 
 The model runs whatever it is given that fits the machine: the checks at its door refuse what has no
 meaning (an empty batch, integer pixels, float or repeated coordinates, a channel count the model lacks)
-and what could only run out of memory (``capacity``), each naming the input. An image whose tokens are
+and what could only run out of memory (``capacity``), each naming the input; so is an image of more than ``MAX_IMAGE_TOKENS``
+patch tokens (a 256x256 grid), before any block runs: attention costs the square of its length, so 10^6 tokens
+would run for many minutes (a model instance may lift it, ``model.max_image_tokens``). An image whose tokens are
 not finite is run in a row of its own, so its NaN or Inf reaches no other image's output.
 """
 from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
@@ -30,11 +32,15 @@ from .packing import PackedRows, pack_sequences
 from .patch_embed import check_and_pad
 from .posemb import grid_coords
 
-__all__ = ['NaFlexInput', 'NaFlexMixin', 'Patches', 'drop_tokens', 'is_naflex']
+__all__ = ['NaFlexInput', 'NaFlexMixin', 'Patches', 'drop_tokens', 'is_naflex', 'MAX_IMAGE_TOKENS']
 
 NaFlexInput = Union[Dict[str, torch.Tensor], Sequence[torch.Tensor]]
 # float32 positions tell integer coordinates apart only below 2**24.
 _COORD_END = 1 << 24
+# Patch tokens one NaFlex image may have (a 256x256 grid): attention within an image costs the square of its
+# length, so past this one image runs for many minutes. Beyond the tokens limit on what a file claims (a 128x128
+# grid), which an input may pass.
+MAX_IMAGE_TOKENS = 1 << 16
 
 
 @torch.jit.ignore
@@ -74,7 +80,22 @@ class NaFlexMixin:
             raise ViTVariantsError(f'patch_embed={self.config.patch_embed!r} sees across neighbouring patches, so '
                                    'a flattened patch alone does not give its token; give a list of images instead',
                                    key='patches')
-        return self._dict_patches(x) if isinstance(x, dict) else self._list_patches(list(x))
+        patches = self._dict_patches(x) if isinstance(x, dict) else self._list_patches(list(x))
+        self._check_lengths(patches, 'patches' if isinstance(x, dict) else None)
+        return patches
+
+    max_image_tokens: int = MAX_IMAGE_TOKENS  # a model instance may lift it
+
+    def _check_lengths(self, patches: Patches, key: Optional[str]) -> None:
+        longest = max(patches.counts)
+        if longest > self.max_image_tokens:
+            i = patches.counts.index(longest)
+            h, w = patches.grids[i]
+            raise ViTVariantsError(
+                f'image {i} has {longest} patch tokens (on a {h}x{w} grid), more than the {self.max_image_tokens} '
+                'one image may have: attention within an image costs the square of its length '
+                f'({float(longest) ** 2:.1e} token pairs per head and block); refusing before any block runs (give '
+                f'fewer patches, or lift it with model.max_image_tokens = {longest})', key=key)
 
     def _dict_patches(self, x: Dict[str, torch.Tensor]) -> Patches:
         patches, coords = x.get('patches'), x.get('patch_coord')

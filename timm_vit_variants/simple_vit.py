@@ -9,13 +9,15 @@ from typing import Any, Callable, Dict, Optional
 
 import timm
 import torch
-from timm.models import build_model_with_cfg, generate_default_cfgs, register_model
+from timm.models import build_model_with_cfg, generate_default_cfgs, register_model, resolve_pretrained_cfg
 
 from .clip_models import CLIP_ARCHS, clip_default_cfgs, clip_tag_args
 from .config import MODELS, SIGLIP_TOWERS, SimpleViTConfig
+from .deit_models import DEIT3_CFGS, DEIT_CFGS
 from .dino_models import DINO_CFGS
 from .errors import ViTVariantsError
 from .geometry import Geometry, fit_stream, fixed_patch_reason, infer_grid
+from .limits import DEFAULT_LIMITS, Limits
 from .vision_transformer import SimpleVisionTransformer
 
 __all__ = ['checkpoint_filter_fn', 'create_simple_vit', 'pretrained_cfg_for', 'FOLDER_CFG_KEYS', 'WEIGHT_DTYPES']
@@ -137,7 +139,9 @@ def pretrained_cfg_for(config: SimpleViTConfig, architecture: str) -> Dict[str, 
 
 
 default_cfgs = generate_default_cfgs({
-    **DINO_CFGS,  # first, so that each DINO model's published weights are its default tag
+    **DINO_CFGS,  # first, so that each DINO and DeiT model's published weights are its default tag
+    **DEIT_CFGS,
+    **DEIT3_CFGS,
     **{f'{name}.untrained': _untrained(name) for name in MODELS
        if name != 'simple_vit_small_patch16_224' and '_flexi_' not in name and '_siglip_' not in name
        and name not in CLIP_ARCHS},
@@ -172,7 +176,8 @@ def checkpoint_filter_fn(state_dict: Dict[str, torch.Tensor], model: SimpleVisio
     grid, prefix = dst.grid, dst.prefix
     if table is not None and model.pos_embed is not None and table.ndim == 3 and table.shape != model.pos_embed.shape:
         grid, prefix = infer_grid(table.shape[1], patch, class_token='cls_token' in state_dict,
-                                  slot=bool(model.config.num_prefix_slots), key='pos_embed')
+                                  slot=bool(model.config.num_prefix_slots), key='pos_embed',
+                                  dist_token='dist_token' in state_dict)
     src = replace(dst, grid=tuple(grid), patch=patch, prefix=prefix)
     return dict(fit_stream(state_dict.items(), src, dst))
 
@@ -207,10 +212,12 @@ def create_simple_vit(variant: str, pretrained: bool = False, **kwargs: Any) -> 
         # it to our reader (model.load_pretrained), which tells the format from the content.
         kwargs['pretrained_cfg_overlay'] = dict(overlay, custom_load=overlay.get('custom_load', True))
     kwargs = {**clip_tag_args(variant, kwargs.get('pretrained_cfg')), **kwargs}  # a CLIP tag's activation
+    kwargs.setdefault('num_classes', _head_size(variant, kwargs))
     out_indices = kwargs.pop('out_indices', 3)
+    limits: Limits = kwargs.pop('limits', DEFAULT_LIMITS)  # a caller's lifted limits (vit-port --limit)
     # The one gate before anything is allocated, for every way timm builds one (local-dir:, hf-hub:, a name).
     fields = {k: v for k, v in kwargs.items() if k in SimpleViTConfig.__dataclass_fields__}
-    MODELS[variant].config(**fields).check_limits(path=_pretrained_source(kwargs.get('pretrained_cfg')))
+    MODELS[variant].config(**fields).check_limits(limits, path=_pretrained_source(kwargs.get('pretrained_cfg')))
     return build_model_with_cfg(
         SimpleVisionTransformer,
         variant,
@@ -219,6 +226,19 @@ def create_simple_vit(variant: str, pretrained: bool = False, **kwargs: Any) -> 
         feature_cfg=dict(out_indices=out_indices, feature_cls='getter'),
         **dict(MODELS[variant].kwargs, **kwargs),
     )
+
+
+def _head_size(variant: str, kwargs: Dict[str, Any]) -> int:
+    """The class count timm gives a model built without ``num_classes``: the pretrained_cfg's (a folder's
+    config.json, a tag's), as timm's ``build_model_with_cfg`` does; the row's only where that cfg has none.
+
+    Without this the row's own count would reach timm as an explicit kwarg and win over the folder's, and timm
+    would then drop the stored classifier as belonging to another head.
+    """
+    cfg = resolve_pretrained_cfg(variant, pretrained_cfg=kwargs.get('pretrained_cfg'),
+                                 pretrained_cfg_overlay=kwargs.get('pretrained_cfg_overlay')).to_dict()
+    classes = cfg.get('num_classes')
+    return classes if isinstance(classes, int) and classes >= 0 else MODELS[variant].config().num_classes
 
 
 def _is_clip_file(path: str) -> bool:

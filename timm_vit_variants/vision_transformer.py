@@ -128,6 +128,7 @@ class SimpleVisionTransformer(EmbeddingMixin, NaFlexMixin, nn.Module):
         self.num_prefix_tokens = cfg.num_prefix_tokens
         self.num_reg_tokens = cfg.reg_tokens
         self.has_class_token = cfg.class_token
+        self.distilled_training = False  # DeiT: forward_head returns both heads' logits in training when set
         self.pos_embed_type = cfg.pos_embed
         self.pos_embed_cls_slot = cfg.pos_embed_cls_slot
         self.grad_checkpointing = False
@@ -140,6 +141,7 @@ class SimpleVisionTransformer(EmbeddingMixin, NaFlexMixin, nn.Module):
         grid = self.patch_embed.grid_size
 
         self.cls_token = nn.Parameter(torch.zeros(1, 1, embed_dim, **dd)) if cfg.class_token else None
+        self.dist_token = nn.Parameter(torch.zeros(1, 1, embed_dim, **dd)) if cfg.dist_token else None
         self.reg_token = nn.Parameter(torch.zeros(1, cfg.reg_tokens, embed_dim, **dd)) if cfg.reg_tokens else None
         if cfg.pos_table == 'learn':
             slots = grid[0] * grid[1] + cfg.num_prefix_slots
@@ -187,6 +189,8 @@ class SimpleVisionTransformer(EmbeddingMixin, NaFlexMixin, nn.Module):
         self.head_drop = nn.Dropout(cfg.drop_rate)
         self.head = nn.Linear(self.head_hidden_size, cfg.num_classes, bias=cfg.head_bias, **dd) \
             if cfg.num_classes > 0 else nn.Identity()
+        # DeiT's classifier of the distillation token
+        self.head_dist = self._dist_head(cfg.num_classes, dd) if cfg.dist_token else None
 
         if cfg.weight_init != 'skip':
             self.init_weights()
@@ -219,6 +223,8 @@ class SimpleVisionTransformer(EmbeddingMixin, NaFlexMixin, nn.Module):
             nn.init.zeros_(self.cls_token)
         if self.reg_token is not None:
             nn.init.normal_(self.reg_token, std=1e-6)  # as timm
+        if self.dist_token is not None:
+            trunc_normal_(self.dist_token, std=.02)  # as DeiT and timm
         if isinstance(self.attn_pool, QueryAttentionPool):
             trunc_normal_(self.attn_pool.query, std=self.config.attn_pool_dim ** -0.5)
         named_apply(_init_weights, self)
@@ -236,12 +242,12 @@ class SimpleVisionTransformer(EmbeddingMixin, NaFlexMixin, nn.Module):
 
     @torch.jit.ignore
     def no_weight_decay(self) -> Set[str]:
-        return {'pos_embed', 'cls_token', 'reg_token', 'rope.freqs'}
+        return {'pos_embed', 'cls_token', 'dist_token', 'reg_token', 'rope.freqs'}
 
     @torch.jit.ignore
     def group_matcher(self, coarse: bool = False) -> Dict[str, Any]:
         return dict(
-            stem=r'^cls_token|reg_token|pos_embed|patch_embed|norm_pre|rope\.',
+            stem=r'^cls_token|dist_token|reg_token|pos_embed|patch_embed|norm_pre|rope\.',
             blocks=[(r'^blocks\.(\d+)', None), (r'^pos_cpe', (0,)), (r'^norm\.', (99999,)), (r'^cls_norm\.', (99999,)),
                     (r'^fc_norm', (99999,)), (r'^attn_pool', (99999,))],
         )
@@ -251,8 +257,17 @@ class SimpleVisionTransformer(EmbeddingMixin, NaFlexMixin, nn.Module):
         self.grad_checkpointing = enable
 
     @torch.jit.ignore
-    def get_classifier(self) -> nn.Module:
-        return self.head
+    def set_distilled_training(self, enable: bool = True) -> None:
+        """DeiT's distillation training: in training mode, ``forward_head`` returns (head, head_dist) logits."""
+        self.distilled_training = enable
+
+    @torch.jit.ignore
+    def get_classifier(self) -> Union[nn.Module, Tuple[nn.Module, nn.Module]]:
+        """The head; with a distillation token (head, head_dist), as timm's ``VisionTransformerDistilled``."""
+        return self.head if self.head_dist is None else (self.head, self.head_dist)
+
+    def _dist_head(self, num_classes: int, dd: Dict[str, Any]) -> nn.Module:
+        return nn.Linear(self.head_hidden_size, num_classes, **dd) if num_classes > 0 else nn.Identity()
 
     def reset_classifier(self, num_classes: int, global_pool: Optional[str] = None) -> None:
         """Replace the head with a zero-initialised one (``num_classes=0`` removes it)."""
@@ -278,6 +293,12 @@ class SimpleVisionTransformer(EmbeddingMixin, NaFlexMixin, nn.Module):
         else:
             self.head = nn.Identity()
         self.head.train(self.training)
+        if self.head_dist is not None:
+            self.head_dist = self._dist_head(num_classes, get_device_dtype(self))
+            if num_classes > 0:
+                nn.init.zeros_(self.head_dist.weight)
+                nn.init.zeros_(self.head_dist.bias)
+            self.head_dist.train(self.training)
 
     def set_input_size(
             self,
@@ -494,7 +515,7 @@ class SimpleVisionTransformer(EmbeddingMixin, NaFlexMixin, nn.Module):
             weight = patch_valid.to(patches.dtype).unsqueeze(-1)
             return (patches * weight).sum(dim=1) / weight.sum(dim=1).clamp(min=1)
         if pool_type == 'token':
-            return x[:, 0]
+            return x[:, 0] if self.dist_token is None else (x[:, 0] + x[:, 1]) / 2  # DeiT's pooled pair
         return x
 
     def forward_head(self, x: torch.Tensor, pre_logits: bool = False,
@@ -503,10 +524,24 @@ class SimpleVisionTransformer(EmbeddingMixin, NaFlexMixin, nn.Module):
         if not torch.jit.is_scripting():
             if is_naflex(x):
                 x, patch_valid = x['patches'], x['patch_valid']
+        if self.dist_token is not None and self.global_pool == 'token':
+            return self._distilled_head(x, pre_logits)
         x = self.fc_norm(self.pool(x, patch_valid=patch_valid))
         x = self.pre_logits(x)
         x = self.head_drop(x)
         return x if pre_logits else self.head(x)
+
+    def _distilled_head(self, x: torch.Tensor, pre_logits: bool) -> torch.Tensor:
+        """DeiT's two heads: the mean of head([CLS]) and head_dist(dist) (of the two tokens for ``pre_logits``); in
+        distilled training (``set_distilled_training``) both logits, as timm's ``VisionTransformerDistilled``."""
+        cls, dist = self.head_drop(x[:, 0]), self.head_drop(x[:, 1])
+        if pre_logits:
+            return (cls + dist) / 2
+        cls, dist = self.head(cls), self.head_dist(dist)
+        if not torch.jit.is_scripting():
+            if self.distilled_training and self.training:
+                return cls, dist
+        return (cls + dist) / 2
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Logits (or the embedding, without a head; a CLIP tower's ``encode_image``, unnormalised, with its

@@ -13,6 +13,7 @@ from typing import Any, List
 
 from ..constants import (
     ACT_LAYERS, CROP_MODES, DEFAULT_TOL, DTYPES, FORMATS, INTERPOLATIONS, LIMIT_NAMES, RESAMPLE_RULES, fraction_problem)
+from ..redact import without_credentials
 from ..sizes import DEFAULT_MAX_SHARD_SIZE
 
 __all__ = [
@@ -141,7 +142,9 @@ def add_geometry_args(parser: argparse.ArgumentParser) -> None:
 def add_source_args(parser: argparse.ArgumentParser) -> None:
     """--from and the reader hints: how to read a source checkpoint."""
     parser.add_argument('--from', dest='from_', choices=FORMATS,
-                        help='source format (default: detected from the file)')
+                        help='source format (default: detected from the file; for a file whose keys fit both '
+                             'DeiT-III and RoPE-ViT rope_axial_ape, deit3 or ropevit chooses, else its name or Hub id '
+                             'does, else DeiT-III)')
     parser.add_argument('--num-heads', type=size_arg,
                         help='attention heads, for sources that do not record them (e.g. a bare timm state dict)')
     parser.add_argument('--assume-heads', action='store_true',
@@ -267,7 +270,8 @@ def add_push_to_option(parser: argparse.ArgumentParser) -> None:
 # The flags that set what a conversion had to assume.
 _ASSUMED_FLAGS = {'num_heads': '--num-heads', 'img_size': '--source-img-size', 'mean': '--mean', 'std': '--std',
                   'interpolation': '--interpolation', 'crop_pct': '--crop-pct', 'crop_mode': '--crop-mode',
-                  'act_layer': '--act-layer', 'norm_eps': '--norm-eps', 'in_chans': '--in-chans'}
+                  'act_layer': '--act-layer', 'norm_eps': '--norm-eps', 'in_chans': '--in-chans',
+                  'architecture': '--from'}  # DeiT-III or RoPE-ViT, for the keys both have
 
 
 def report(result: Any) -> None:
@@ -318,11 +322,12 @@ def request_from_args(kind: str, args: argparse.Namespace) -> Any:
 
 
 def _recorded_path(value: str, dest: str) -> str:
-    """A positional as a card records it: a source named by Hub id, URL or tag as typed; a local path by its name."""
+    """A positional as a card records it: a source named by Hub id, URL (without credentials) or tag as typed; a
+    local path by its name."""
     if value.startswith('local-dir:'):
         value = value[len('local-dir:'):]
     elif dest == 'src' and not os.path.lexists(value):
-        return value
+        return without_credentials(value)
     return os.path.basename(os.path.normpath(value)) or value
 
 

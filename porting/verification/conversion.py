@@ -7,7 +7,7 @@ compared against (a head count the source does not record) is stated as a caveat
 """
 import dataclasses
 from pathlib import Path
-from typing import List, Optional, Union
+from typing import List, Optional, Sequence, Union
 
 import torch
 
@@ -17,7 +17,7 @@ from timm_vit_variants.clip_models import clip_tag_facts
 from timm_vit_variants.limits import DEFAULT_LIMITS, Limits
 
 from ..hashing import source_sha256
-from ..hub_folder import folder_dtype, load_folder, read_config
+from ..hub_folder import build_as_timm, folder_dtype, load_folder, read_config
 from ..plan import ConversionPlan, make_plan, open_source
 from ..constants import DEFAULT_TOL
 from ..request import SourceOptions, TargetOptions
@@ -28,7 +28,7 @@ from .result import Check, Verification
 from .streamed import as_float32, loading, materialize, streaming_now
 
 __all__ = ['verify_source', 'check_at_target', 'verify_folder', 'shared_caveats', 'cast_bound', 'dtype_note',
-           'with_tag_facts']
+           'with_tag_facts', 'loads_as_written']
 
 
 # Facts of the network a reference built from our own inference shares: a wrong value passes a check.
@@ -55,6 +55,25 @@ def shared_caveats(src: SourceCheckpoint) -> List[str]:
     return caveats
 
 
+def loads_as_written(folder: Union[str, Path], expected: SimpleViTConfig, labels: Optional[Sequence[str]],
+                     limits: Limits = DEFAULT_LIMITS) -> str:
+    """'' when the network timm builds from ``folder`` (``local-dir:``, no kwargs) is ``expected`` in every
+    architectural field (head, pooling, pre-logits included) with ``labels`` as its label names (those of a
+    matching count); otherwise what differs, as the reason a check fails: a folder that loads as another model
+    never passes, whatever the model in memory gave."""
+    model, _ = build_as_timm(folder, limits)
+    built, wanted = model.config.to_dict(), expected.to_dict()
+    where = "the folder loads as another model than was converted (timm.create_model('local-dir:...', pretrained=True))"
+    for name, value in wanted.items():
+        if built.get(name) != value:
+            return f'{where}: {name} {built.get(name)!r}, converted {value!r}'
+    names = list(labels) if labels and len(labels) == expected.num_classes else []
+    found = list(model.pretrained_cfg.get('label_names') or [])
+    if found != names:
+        return f'{where}: label names {found[:3]}... ({len(found)}), converted {names[:3]}... ({len(names)})'
+    return ''
+
+
 def verify_source(src: SourceCheckpoint, plan: ConversionPlan, folder: Optional[Path], tol: float,
                   progress: bool = False, tag: Optional[str] = None) -> Verification:
     """Compare with the source's reference implementation at the SOURCE geometry and, after a resize, at
@@ -79,7 +98,11 @@ def verify_source(src: SourceCheckpoint, plan: ConversionPlan, folder: Optional[
         model.init_non_persistent_buffers()
         return model
 
-    check = Check(src.path, src.format, plan.source, tag=tag)
+    if folder is not None:
+        other = loads_as_written(folder, plan.target, None if plan.changes_head else src.label_names, src.limits)
+        if other:
+            return Verification('failed', tolerance=tol, reason=other)
+    check = Check(src.path, src.format, plan.source, tag=tag, limits=src.limits)
     written = plan.is_identity and folder is not None
     if written:
         # run in float32, as the reference is; the limits the source was opened under (--limit included)
@@ -156,7 +179,7 @@ def check_at_target(src: SourceCheckpoint, plan: ConversionPlan, folder: Path, t
                     progress: bool = False, tag: Optional[str] = None) -> Verification:
     """The written folder at the target geometry against the reference rebuilt there by the framework's rule."""
     check = Check(src.path, src.format, plan.source, plan.target, plan.rule, compare_logits=not plan.changes_head,
-                  tag=tag)
+                  tag=tag, limits=src.limits)
     target = compare(check, lambda: as_float32(load_folder(folder, src.limits)), tol, progress)
     if target.status == 'skipped':
         target.reason = f'the output at the target geometry ({_where(plan)}) was NOT checked: {target.reason}'
@@ -189,9 +212,12 @@ def verify_folder(source: Union[str, Path], folder: Union[str, Path], options: S
         if different:
             return Verification('failed', tolerance=tol, reason=(
                 f'{folder} is not this source converted: {different}'))
+        other = loads_as_written(folder, plan.target, None if plan.changes_head else src.label_names, limits)
+        if other:
+            return Verification('failed', tolerance=tol, reason=other)
         bound = cast_bound(plan, tol)
         if plan.is_identity:
-            result = compare(Check(src.path, src.format, plan.source, tag=tag),
+            result = compare(Check(src.path, src.format, plan.source, tag=tag, limits=limits),
                              lambda: as_float32(load_folder(folder, limits)), bound, progress)
         else:
             result = check_at_target(src, plan, Path(folder), bound, progress, tag)

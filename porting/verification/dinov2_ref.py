@@ -13,6 +13,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from timm_vit_variants.checkpoints.pickle_store import mappable_zip
 from timm_vit_variants.config import SimpleViTConfig
 from timm_vit_variants.errors import ViTVariantsError
 from timm_vit_variants.memory import release_after_use
@@ -79,7 +80,7 @@ def dinov2_outputs(check: Check, x: torch.Tensor, mixed: Optional[Dict[str, torc
     check.require_own_resize('DINOv2', source.pos_embed_resample)
     registers = bool(source.reg_tokens)
     rows, cols = runs_at.grid_size
-    state = torch.load(check.path, map_location='cpu', weights_only=True, mmap=True)
+    state = torch.load(check.path, map_location='cpu', weights_only=True, mmap=mappable_zip(check.path))
     if not isinstance(state, dict):
         raise NoReference('the file is not a state dict')
     state = dict(state)

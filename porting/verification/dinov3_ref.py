@@ -14,6 +14,7 @@ from typing import Any, Dict, Optional
 import torch
 import torch.nn as nn
 
+from timm_vit_variants.checkpoints.pickle_store import mappable_zip
 from timm_vit_variants.config import SimpleViTConfig
 from timm_vit_variants.memory import release_after_use
 
@@ -34,7 +35,7 @@ def eva_model(config: SimpleViTConfig, rows: int, cols: int, *, rope: Dict[str, 
     with torch.device('meta'):
         return Eva(
             img_size=(rows * patch[0], cols * patch[1]), patch_size=patch, in_chans=config.in_chans,
-            num_classes=config.num_classes, global_pool='token', embed_dim=dim,
+            num_classes=config.num_classes, global_pool=config.global_pool, embed_dim=dim,
             depth=config.depth, num_heads=config.num_heads, qkv_bias=config.qkv_bias,
             # EvaBlock sizes the MLP as int(D * ratio): half a unit more lands on the exact width
             mlp_ratio=(mlp + 0.5) / dim, swiglu_mlp=swiglu,
@@ -70,7 +71,7 @@ def dinov3_outputs(check: Check, x: torch.Tensor, mixed: Optional[Dict[str, torc
     source, runs_at = check.source, check.runs_at
     check.require_own_resize('DINOv3', None)  # RoPE only: no table to resize
     rows, cols = runs_at.grid_size
-    state = torch.load(check.path, map_location='cpu', weights_only=True, mmap=True)
+    state = torch.load(check.path, map_location='cpu', weights_only=True, mmap=mappable_zip(check.path))
     if not isinstance(state, dict) or 'rope_embed.periods' not in state:
         raise NoReference('the file is not a DINOv3 state dict')
     state = dict(state)

@@ -13,6 +13,7 @@ reference that is a timm network (it can then be rebuilt at a target geometry by
 registers the function that builds it instead: ``'fmt': timm_network(build)``, with
 ``build(path, config) -> TimmReference``.
 """
+import functools
 from typing import Callable, Dict, Optional
 
 import torch
@@ -24,6 +25,7 @@ from timm_vit_variants.memory import release_after_use
 
 from ..extras import require
 
+from .deit3_ref import deit3_outputs
 from .dinov2_ref import dinov2_outputs
 from .dinov3_ref import dinov3_outputs, timm_eva_outputs
 from .hf_ref import hf_outputs
@@ -61,14 +63,11 @@ def timm_network(build: Callable[[str, SimpleViTConfig], TimmReference]) -> Refe
     return outputs
 
 
-_timm_vit = timm_network(timm_model)
-
-
 def _timm_outputs(check: Check, x: torch.Tensor, mixed: Optional[Dict[str, torch.Tensor]]) -> Outputs:
     """timm's VisionTransformer, or its Eva for the rotary ports (DINOv3, RoPE-ViT), which that cannot express."""
     if check.source.pos_embed.endswith('rope'):
         return timm_eva_outputs(check, x, mixed)
-    return _timm_vit(check, x, mixed)
+    return timm_network(functools.partial(timm_model, limits=check.limits))(check, x, mixed)
 
 
 # format -> its reference: the one registration line each reference module needs.
@@ -80,6 +79,7 @@ REFERENCES: Dict[str, Reference] = {
     'dinov2': dinov2_outputs,
     'dinov3': dinov3_outputs,
     'ropevit': ropevit_outputs,
+    'deit3': deit3_outputs,
     'openclip': open_clip_outputs,
     'openai': open_clip_outputs,
 }

@@ -7,6 +7,7 @@ from typing import Any, Dict, List, Optional
 import torch
 
 from timm_vit_variants.config import SimpleViTConfig
+from timm_vit_variants.limits import DEFAULT_LIMITS, Limits
 
 from ..constants import DEFAULT_TOL
 
@@ -18,7 +19,7 @@ class Check:
     """One comparison's question: the source (its file, format and config) against ours, at the source geometry or,
     with ``target``, at the target one, its learned table resized by ``rule``; ``compare_logits=False`` leaves the
     logits out (a new, zero head); ``tag`` is the registered tag the source was fetched as, if it was. Every reference
-    takes this one value (``references.REFERENCES``)."""
+    takes this one value (``references.REFERENCES``); ``limits`` are the ones the source was opened under."""
     path: str
     format: str
     source: SimpleViTConfig
@@ -26,6 +27,7 @@ class Check:
     rule: Optional[str] = None
     compare_logits: bool = True
     tag: Optional[str] = None  # the registered tag the source was fetched as (a CLIP tag names its open_clip model)
+    limits: Limits = DEFAULT_LIMITS  # what the source was opened under (--limit): a reference rebuilding it keeps them
 
     @property
     def runs_at(self) -> SimpleViTConfig:

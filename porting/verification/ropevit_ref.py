@@ -12,6 +12,8 @@ from typing import Dict, Optional
 import torch
 import torch.nn.functional as F
 
+from timm_vit_variants.checkpoints.pickle_store import mappable_zip
+
 from .dinov3_ref import eva_model, load_eva
 from .result import Check, NoReference, Outputs
 
@@ -40,7 +42,7 @@ def ropevit_outputs(check: Check, x: torch.Tensor, mixed: Optional[Dict[str, tor
     source, runs_at = check.source, check.runs_at
     check.require_own_resize('RoPE-ViT', 'ropevit' if source.pos_embed == 'learn+rope' else None)
     rows, cols = runs_at.grid_size
-    state = torch.load(check.path, map_location='cpu', weights_only=True, mmap=True)
+    state = torch.load(check.path, map_location='cpu', weights_only=True, mmap=mappable_zip(check.path))
     state = state.get('model', state) if isinstance(state, dict) else state
     if not isinstance(state, dict):
         raise NoReference('the file is not a state dict')

@@ -1,10 +1,12 @@
 """The reference at the target geometry: its kernel and table resized by the source framework's own rule.
 
 The resizes are the independent numpy transcriptions of ``rules`` (big_vision's PI-resize, scipy zoom,
-FlexiViT's jax resize) or timm's own ``resample_abs_pos_embed``; never ours.
+FlexiViT's jax resize), timm's own ``resample_abs_pos_embed`` or DeiT's ``main.py`` one (``deit3_ref.deit_table``);
+never ours.
 """
 import torch
 
+from .deit3_ref import deit_table
 from .naflex_ref import classic_state
 from .result import Check, NoReference
 from .rules import bigvision_posemb_sincos_2d, flexi_pi_resize, resize_grid_table
@@ -13,7 +15,8 @@ from .timm_ref import PreLogitsHead, TimmReference, timm_equivalent
 __all__ = ['RULE_NAMES', 'at_target']
 
 RULE_NAMES = {'bigvision': "big_vision's scipy zoom", 'flexi': "FlexiViT's jax.image.resize",
-              'timm': "timm's resample_abs_pos_embed", 'hf': "transformers' interpolate_pos_encoding"}
+              'timm': "timm's resample_abs_pos_embed", 'hf': "transformers' interpolate_pos_encoding",
+              'deit': "DeiT's main.py table resize"}
 
 
 def at_target(ref: TimmReference, check: Check) -> TimmReference:
@@ -34,7 +37,7 @@ def at_target(ref: TimmReference, check: Check) -> TimmReference:
         state['pos_embed'] = torch.from_numpy(bigvision_posemb_sincos_2d(
             *target_grid, source.embed_dim, source.sincos_temperature))
     elif pos == 'learn' and source_grid != target_grid:
-        prefix = 1 if source.pos_embed_cls_slot and source.class_token else 0
+        prefix = source.num_prefix_slots
         table = state['pos_embed'].detach()
         if rule in ('bigvision', 'flexi'):
             state['pos_embed'] = torch.from_numpy(resize_grid_table(table.numpy(), source_grid, target_grid, prefix,
@@ -44,6 +47,11 @@ def at_target(ref: TimmReference, check: Check) -> TimmReference:
 
             state['pos_embed'] = resample_abs_pos_embed(table, list(target_grid), list(source_grid),
                                                         num_prefix_tokens=prefix)
+        elif rule == 'deit':
+            if target_grid[0] != target_grid[1]:
+                raise NoReference(f"DeiT's main.py resizes the table to square grids only, and "
+                                  f'{target_grid[0]}x{target_grid[1]} is not one')
+            state['pos_embed'] = deit_table(table, target_grid[0], prefix)
         else:
             raise NoReference(f"the {rule!r} table resize has no reference outside transformers' own model")
     padded = target.replace(img_size=(target_grid[0] * target_patch[0], target_grid[1] * target_patch[1]))
@@ -53,3 +61,4 @@ def at_target(ref: TimmReference, check: Check) -> TimmReference:
     table = 'numpy big_vision sin-cos' if pos == 'sincos' else RULE_NAMES[rule]
     name = f'{ref.name} at the target geometry ({patch}{table}, independent numpy/timm code)'
     return TimmReference(model.eval(), name, head)
+

@@ -1,6 +1,5 @@
 """The timm reference: timm's own ``VisionTransformer`` and loaders, for timm sources and as the network the
 Google ``.npz`` and target-geometry references run in."""
-import zipfile
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -11,9 +10,11 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from timm_vit_variants.checkpoints.files import SINGLE_WEIGHT_FILES
-from timm_vit_variants.config import SimpleViTConfig, grid_for
+from timm_vit_variants.checkpoints.files import SINGLE_WEIGHT_FILES, read_json
+from timm_vit_variants.checkpoints.pickle_store import mappable_zip
+from timm_vit_variants.config import SimpleViTConfig, grid_for, is_family_architecture
 from timm_vit_variants.errors import ViTVariantsError
+from timm_vit_variants.limits import DEFAULT_LIMITS, Limits
 
 from .result import NoReference, Outputs
 from .streamed import as_float32, materialize
@@ -44,13 +45,18 @@ def timm_equivalent(config: SimpleViTConfig, num_classes: Optional[int] = None, 
 
     big_vision 'gap' (norm all tokens, then average) is timm's ``fc_norm=False`` + ``global_pool='avg'``;
     'map' is timm's own ``AttentionPoolLatent``; 'crop' is timm's VALID patch conv at the nominal size;
-    a table without a cls slot is ``no_embed_class=True``; a sin-cos table becomes a learned one. timm has
-    no pre-logits layer: give ``num_classes=0`` and apply ``explicit_head``. Built on the meta device and
+    a table without a cls slot is ``no_embed_class=True``; a sin-cos table becomes a learned one; DeiT's
+    distillation token is timm's ``VisionTransformerDistilled``. timm has no pre-logits layer: give
+    ``num_classes=0`` and apply ``explicit_head``. Built on the meta device and
     left uninitialised (every parameter is loaded afterwards; one that is not makes the comparison fail
     loudly), which saves seconds of random init on large models.
     """
+    from timm.models.deit import VisionTransformerDistilled
     from timm.models.vision_transformer import VisionTransformer
 
+    if config.dist_token and (config.global_pool != 'token' or not config.pos_embed_cls_slot):
+        raise NoReference("timm's VisionTransformerDistilled reads its two tokens with 'token' pooling and gives both "
+                          'a table slot')
     beyond = [f'{name}={getattr(config, name)!r}' for name, same in _TIMM_INPUT_SIDE.items()
               if getattr(config, name) not in same]
     if beyond:
@@ -63,7 +69,7 @@ def timm_equivalent(config: SimpleViTConfig, num_classes: Optional[int] = None, 
     swiglu = config.mlp_layer == 'swiglu_packed'
     hidden = 2 * mlp_dim if swiglu else mlp_dim  # SwiGLUPacked's fc1 holds both halves
     with torch.device('meta'):
-        model = VisionTransformer(
+        model = (VisionTransformerDistilled if config.dist_token else VisionTransformer)(
             img_size=config.img_size,
             patch_size=config.patch_size,
             in_chans=config.in_chans,
@@ -186,7 +192,7 @@ def timm_weights(file: Path) -> Dict[str, torch.Tensor]:
 
         with safe_open(str(file), framework='pt') as f:
             return {k: f.get_tensor(k) for k in f.keys()}
-    if zipfile.is_zipfile(file):
+    if mappable_zip(str(file)):  # a zip of stored members; compressed ones are read onto the heap
         from timm_vit_variants._timm_compat import mapped_torch_load
 
         with mapped_torch_load():
@@ -194,11 +200,12 @@ def timm_weights(file: Path) -> Dict[str, torch.Tensor]:
     return clean_state_dict(load_state_dict(str(file)))
 
 
-def timm_model(path: str, config: SimpleViTConfig) -> TimmReference:
+def timm_model(path: str, config: SimpleViTConfig, limits: Limits = DEFAULT_LIMITS) -> TimmReference:
     """timm's network, built from config.json (``local-dir:``) or as the equivalent VisionTransformer.
 
     The weights are assigned, not copied, into a meta-device model, so the reference costs the file
-    once in memory rather than a state dict plus a model.
+    once in memory rather than a state dict plus a model. A simple_vit folder is built under ``limits``, the ones
+    its source was opened under.
     """
     import timm
 
@@ -211,18 +218,19 @@ def timm_model(path: str, config: SimpleViTConfig) -> TimmReference:
         if not files:
             raise NoReference('timm can only load an unsharded Hub folder (config.json + model.safetensors)')
         import timm_vit_variants  # noqa: F401  (simple_vit folders need the plugin)
+        ours = is_family_architecture(str(read_json(str(folder / 'config.json'), limits).get('architecture')))
         with torch.device('meta'):
-            model = timm.create_model(f'local-dir:{folder}', pretrained=False)
+            model = timm.create_model(f'local-dir:{folder}', pretrained=False, **({'limits': limits} if ours else {}))
         state, name = timm_weights(files[0]), "timm.create_model('local-dir:...') + its weights"
     else:
         state = timm_weights(folder)
         if 'embeds.proj.weight' in state:  # a NaFlexVit state dict
             model, name = naflex_vit(config), 'timm NaFlexVit + timm load_state_dict'
         else:
-            name = 'timm VisionTransformer + timm load_state_dict'
             if config.rep_size:
                 head = PreLogitsHead.pop_from(state)
             model = timm_equivalent(config, num_classes=0 if head is not None else None, storage=False)  # assigned
+            name = f'timm {type(model).__name__} + timm load_state_dict'
     model.load_state_dict(state, strict=True, assign=True)
     if hasattr(model, 'init_non_persistent_buffers'):  # a computed table, left on the meta device
         model.init_non_persistent_buffers()

@@ -9,6 +9,7 @@ from typing import Any, Dict, Optional, Type
 from ..errors import ViTVariantsError
 from ..limits import DEFAULT_LIMITS, Limits
 from .dinov2 import Dinov2Checkpoint, is_dinov2
+from .deit import Deit3Checkpoint, is_layerscale_ape, layerscale_ape_format
 from .dinov3 import Dinov3Checkpoint, is_dinov3
 from .rope_vit import RopeVitCheckpoint, is_rope_vit
 from .files import discover
@@ -18,7 +19,7 @@ from .hf_dinov2 import DINOV2_MODEL_TYPES, HFDinov2Checkpoint
 from .hf_dinov3 import DINOV3_MODEL_TYPES, HFDinov3Checkpoint
 from .hf_clip import CLIP_MODEL_TYPES, HFClipCheckpoint
 from .hf_siglip import SIGLIP_MODEL_TYPES, HFSiglipCheckpoint
-from .openclip import OpenAICLIPCheckpoint, OpenCLIPCheckpoint
+from .openclip import OpenAICLIPCheckpoint, OpenCLIPCheckpoint, is_openai_clip
 from .source import LayoutFn, SourceCheckpoint
 from .stores import NpzStore, TensorStore, open_store
 from .torchscript_store import TorchScriptStore
@@ -34,6 +35,7 @@ READERS: Dict[str, Type[SourceCheckpoint]] = {
     'dinov2': Dinov2Checkpoint,
     'dinov3': Dinov3Checkpoint,
     'ropevit': RopeVitCheckpoint,
+    'deit3': Deit3Checkpoint,
     'openclip': OpenCLIPCheckpoint,
     'openai': OpenAICLIPCheckpoint,
 }
@@ -79,10 +81,12 @@ def _sniff(path: str, store: TensorStore, config: Dict[str, Any], config_path: O
         return 'dinov3'
     if is_timm_eva(set(names)):
         return 'timm'
+    if is_layerscale_ape(set(names)):  # DeiT-III or RoPE-ViT rope_axial_ape: the same keys, told apart by name
+        return layerscale_ape_format(path)
     if is_rope_vit(set(names)):
         return 'ropevit'
-    if 'visual.conv1.weight' in names:  # open_clip's layout (an OpenCLIP folder or full-model file)
-        return 'openclip'
+    if 'visual.conv1.weight' in names:  # open_clip's layout: OpenAI's state dict (its scalars), else OpenCLIP's
+        return 'openai' if is_openai_clip(set(names)) else 'openclip'
     if any(n.endswith('embeddings.patch_embeddings.projection.weight') for n in names):
         return 'hf'
     if any(n.endswith(('patch_embed.proj.weight', 'embeds.proj.weight')) for n in names):  # ViT, NaFlexVit

@@ -1,11 +1,13 @@
-"""CLIP image towers in open_clip's layout: OpenCLIP Hub folders and files, and OpenAI's TorchScript ``.pt`` files.
+"""CLIP image towers in open_clip's layout: OpenCLIP Hub folders and files, and OpenAI's files (TorchScript archives
+and state dicts).
 
 Both keep the image tower under ``visual.``: ``conv1`` (no bias), ``class_embedding``, a (1 + N, width)
 ``positional_embedding``, ``ln_pre``, ``transformer.resblocks.{i}`` (``nn.MultiheadAttention``'s packed
 ``in_proj``, ``mlp.c_fc``/``c_proj``), ``ln_post`` and ``proj`` (pooled @ proj). The text tower and
 ``logit_scale`` are skipped. QuickGELU is not in the weights: an OpenCLIP folder's ``model_cfg.quick_gelu``
 decides it, and an OpenAI file always uses it. So does the head count: ``vision_cfg.head_width`` (64 by
-default), or for an OpenAI file width // 64, as OpenAI's ``build_model`` computes it. CLIPA (``no_ln_pre``,
+default), or for an OpenAI file width // 64, as OpenAI's ``CLIP.__init__`` computes it. OpenAI's state dicts hold
+the same names as open_clip's, and are told apart by the scalars only they hold (``is_openai_clip``). CLIPA (``no_ln_pre``,
 mean pooling, ``final_ln_after_pool``) and CoCa's attentional pooler are read from the config and checked
 against the tensors. A table is resized as open_clip's ``resize_pos_embed`` does (rule 'openclip').
 """
@@ -21,11 +23,11 @@ from .fills import _put, _rank, add_leading_axis, transpose
 from .source import Rule, SourceCheckpoint
 from .torchscript_store import TorchScriptStore
 
-__all__ = ['OpenCLIPCheckpoint', 'OpenAICLIPCheckpoint', 'OPEN_CLIP_CONFIG']
+__all__ = ['OpenCLIPCheckpoint', 'OpenAICLIPCheckpoint', 'OPEN_CLIP_CONFIG', 'OPENAI_SCALARS', 'is_openai_clip']
 
 OPEN_CLIP_CONFIG = 'open_clip_config.json'
 _RESBLOCK = re.compile(r'^visual\.transformer\.resblocks\.(\d+)\.')
-_OPENAI_SCALARS = ('input_resolution', 'context_length', 'vocab_size')
+OPENAI_SCALARS = ('input_resolution', 'context_length', 'vocab_size')
 # vision_cfg keys this reader understands; any other one that is set is refused rather than ignored.
 _VISION_KEYS = {'image_size', 'layers', 'width', 'head_width', 'patch_size', 'mlp_ratio', 'no_ln_pre', 'pool_type',
                 'final_ln_after_pool', 'attentional_pool', 'attn_pooler_queries', 'attn_pooler_heads', 'output_tokens',
@@ -144,7 +146,7 @@ class OpenCLIPCheckpoint(SourceCheckpoint):
         outside = sorted(n for n in self._store.names() if not n.startswith(_V))
         if not outside:
             return
-        scalars = [n for n in outside if n in _OPENAI_SCALARS]
+        scalars = [n for n in outside if n in OPENAI_SCALARS]
         text = [n for n in outside if n not in scalars and n != 'logit_scale']
         parts = [f'the text tower ({len(text)} tensors)'] if text else []
         parts += ['logit_scale'] if 'logit_scale' in outside else []
@@ -317,8 +319,23 @@ class OpenCLIPCheckpoint(SourceCheckpoint):
         return out
 
 
+def is_openai_clip(names: Set[str]) -> bool:
+    """Whether a store's names are OpenAI CLIP's state dict: its image tower beside the three scalars only OpenAI's
+    files hold (open_clip's own state dicts have the same tensor names but none of the scalars)."""
+    return _V + 'conv1.weight' in names and all(n in names for n in OPENAI_SCALARS)
+
+
 class OpenAICLIPCheckpoint(OpenCLIPCheckpoint):
-    """OpenAI's released CLIP ``.pt``: a TorchScript archive, read as data (``TorchScriptStore``), never run."""
+    """OpenAI's CLIP: its released TorchScript ``.pt`` archive, read as data (``TorchScriptStore``), never run, or
+    its state dict (``.pt``/``.pth``/``.bin``: ``visual.*``, the text tower and the 0-d ``input_resolution``,
+    ``context_length`` and ``vocab_size`` of the archive's ``state_dict()``).
+
+    The format fixes what it does not store: every model is QuickGELU (OpenAI's ``clip/model.py``
+    ``ResidualAttentionBlock``; open_clip's ``build_model_from_openai_state_dict`` builds it with ``quick_gelu=True``),
+    with width // 64 heads (``CLIP.__init__``: ``vision_heads = vision_width // 64``; open_clip keeps
+    ``head_width=64``) on a square grid of ``input_resolution`` // patch (``build_model`` takes the grid as
+    ``round(sqrt(tokens - 1))``). A hint that contradicts them is refused: the file would not be OpenAI's model.
+    """
 
     format = 'openai'
     _WHY = "not recorded by the file; OpenAI CLIP's preprocessing (clip.load's transform)"
@@ -327,23 +344,70 @@ class OpenAICLIPCheckpoint(OpenCLIPCheckpoint):
                               'crop_mode': ('center', _WHY)}
 
     def _infer(self, hints: Dict[str, Any]) -> SimpleViTConfig:
-        if not isinstance(self._store, TorchScriptStore):
-            raise self._error('not a TorchScript archive (an OpenAI CLIP .pt file is one)')
-        return super()._infer(hints)
+        names = set(self._store.names())
+        if not isinstance(self._store, TorchScriptStore) and not is_openai_clip(names):
+            raise self._error('neither a TorchScript archive nor a state dict with OpenAI\'s scalars '
+                              f"({', '.join(OPENAI_SCALARS)})", key=OPENAI_SCALARS[0])
+        self._scalars = {n: self._scalar(n) for n in OPENAI_SCALARS if n in names}
+        config = super()._infer(hints)
+        patch = config.patch_size[0]
+        if self.grid[0] != self.grid[1] or config.patch_size[0] != config.patch_size[1]:
+            raise self._error(f'a {self.grid[0]}x{self.grid[1]} grid of {config.patch_size} patches: OpenAI\'s CLIP '
+                              'has square patches on a square grid', key=_V + 'positional_embedding')
+        resolution = self._scalars.get('input_resolution')
+        if resolution is not None and resolution != patch * self.grid[0]:
+            raise self._error(f'input_resolution is {resolution}, but the position table holds a {self.grid[0]}x'
+                              f'{self.grid[1]} grid of {patch}-pixel patches ({patch * self.grid[0]} pixels)',
+                              key='input_resolution')
+        return config
+
+    def _scalar(self, name: str) -> int:
+        """One of OpenAI's 0-d integer entries (a few bytes: its value is read here)."""
+        shape, dtype = self._store.shape(name), self._store.dtype(name)
+        if shape != () or not dtype.startswith(('int', 'uint')):
+            raise self._error(f'expected a 0-d integer, as OpenAI\'s files hold it, got {dtype} of shape {shape}',
+                              key=name)
+        value = int(self._store.tensor(name).item())
+        if value < 1:
+            raise self._error(f'{name} is {value}; it must be positive', key=name)
+        if name == 'input_resolution':
+            self._check_dims(name, img_size=value)
+        return value
 
     def _model_cfg(self) -> Tuple[Dict[str, Any], Optional[str]]:
         return {}, None
 
+    def _image_size(self, vision: Dict[str, Any], cfg_path: Optional[str]) -> Any:
+        resolution = self._scalars.get('input_resolution')
+        return None if resolution is None else (resolution, resolution)
+
     def _activation(self, model_cfg: Dict[str, Any], cfg_path: Optional[str], hints: Dict[str, Any]) -> str:
-        self._detected_act = "OpenAI's CLIP always uses it (an OpenAI .pt file)"
-        return hints.get('act_layer') or 'quick_gelu'
+        if hints.get('act_layer') not in (None, 'quick_gelu'):
+            raise self._error(f"act_layer={hints['act_layer']!r} (given) contradicts the format: every OpenAI CLIP "
+                              'model is QuickGELU', key=_B.format(i=0) + 'mlp.c_fc.weight')
+        self._detected_act = "OpenAI format: always QuickGELU (OpenAI's clip/model.py; open_clip's " \
+                             'build_model_from_openai_state_dict, quick_gelu=True)'
+        return 'quick_gelu'
 
     def _tower_heads(self, width: int, vision: Dict[str, Any], cfg_path: Optional[str], hints: Dict[str, Any]) -> int:
-        return self._width64_heads(width, hints, "not recorded by an OpenAI .pt file; width // 64, as OpenAI's "
-                                                 'build_model computes it')
+        heads = width // 64
+        key = _V + 'conv1.weight'
+        if not heads or width % heads:
+            raise self._error(f'width {width}: OpenAI\'s rule of width // 64 heads gives {heads}, which cannot split '
+                              'it', key=key)
+        if hints.get('num_heads') not in (None, heads):
+            raise self._error(f"num_heads={hints['num_heads']} (given) contradicts the format: OpenAI's CLIP has "
+                              f'width // 64 = {heads} heads', key=key)
+        self.notes.append(f"heads: OpenAI format: width // 64 = {heads} (OpenAI's clip/model.py CLIP.__init__, "
+                          "vision_heads = vision_width // 64; open_clip's build_model_from_openai_state_dict, "
+                          'head_width 64)')
+        return heads
 
     def _what(self) -> str:
-        return 'an OpenAI CLIP TorchScript archive (read as data: fp16 weights upcast, scalars dropped)'
+        if isinstance(self._store, TorchScriptStore):
+            return 'an OpenAI CLIP TorchScript archive (read as data: fp16 weights upcast, scalars dropped)'
+        return "an OpenAI CLIP state dict (visual.* beside OpenAI's scalars " + ', '.join(OPENAI_SCALARS) + \
+            '; fp16 weights upcast, scalars dropped)'
 
     def data_config(self) -> Dict[str, Any]:
         return {}

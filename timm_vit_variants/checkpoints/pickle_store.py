@@ -2,19 +2,25 @@
 
 Nothing is unpickled by anything but torch's weights-only unpickler. timm training checkpoints are
 unwrapped from their ``state_dict``/``model``/EMA keys, as timm does.
+
+A zip whose members are compressed (legal, and ``torch.load`` reads it) cannot be mapped: torch's mapping
+views each member's bytes in place, so compressed bytes would be read as weights. Such a file is loaded onto
+the heap instead, like a legacy pickle, after its claimed sizes pass the limits (``tensor_bytes`` per member,
+``inflate_ratio`` over all, as for ``.npz``), so a decompression bomb is refused before anything is inflated.
 """
 import argparse
 import zipfile
-from typing import Any, Dict, List, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 from timm.models import clean_state_dict
 
 from ..errors import ViTVariantsError
+from ..limits import DEFAULT_LIMITS, Limits
 from ..memory import release_tensor
 from .store_base import TensorStore
 
-__all__ = ['TorchPickleStore']
+__all__ = ['TorchPickleStore', 'mappable_zip']
 
 # Keys timm training scripts wrap a state dict in, in timm's order of preference (EMA first).
 _WRAPPER_KEYS = ('state_dict_ema', 'model_ema', 'state_dict', 'model')
@@ -34,12 +40,34 @@ def _training_args(checkpoint: Any) -> Dict[str, Any]:
     return out
 
 
-def _torch_load(file: str) -> Any:
-    """``torch.load`` that never runs pickled code; zip-format files are memory-mapped."""
+def mappable_zip(file: str, limits: Limits = DEFAULT_LIMITS) -> bool:
+    """Whether ``file`` is a zip of stored members (memory-mapped); a legacy pickle or a zip of compressed
+    members is read onto the heap, the latter only once its claimed sizes pass the limits."""
     try:
-        mapped = zipfile.is_zipfile(file)
-    except OSError as e:
+        if not zipfile.is_zipfile(file):
+            return False
+        with zipfile.ZipFile(file) as archive:
+            infos = archive.infolist()
+    except FileNotFoundError as e:
+        raise ViTVariantsError('file not found', path=file) from e
+    except (OSError, zipfile.BadZipFile, NotImplementedError, ValueError, EOFError) as e:
         raise ViTVariantsError(f'unreadable file: {e}', path=file) from e
+    packed = [info for info in infos if info.compress_type != zipfile.ZIP_STORED]
+    for info in packed:
+        limits.check('tensor_bytes', info.file_size, path=file, key=info.filename)
+    claimed = sum(info.file_size for info in packed)
+    compressed = sum(info.compress_size for info in packed)
+    if packed and claimed > max(16 << 20, limits.inflate_ratio * compressed):
+        worst = max(packed, key=lambda i: i.file_size / max(i.compress_size, 1))
+        raise ViTVariantsError(
+            f'compressed members claim {claimed} bytes from {compressed} stored bytes (more than '
+            f'{limits.inflate_ratio}x, a decompression bomb); refusing before inflating any', path=file,
+            key=worst.filename, needs=f'limit:inflate_ratio={-(-claimed // max(compressed, 1))}')
+    return not packed
+
+
+def _torch_load(file: str, mapped: bool) -> Any:
+    """``torch.load`` that never runs pickled code; ``mapped`` zip files are memory-mapped."""
     try:
         # timm training checkpoints carry argparse.Namespace in 'args'; allow that one plain-data class.
         with torch.serialization.safe_globals([argparse.Namespace]):
@@ -58,14 +86,16 @@ def _torch_load(file: str) -> Any:
 class TorchPickleStore(TensorStore):
     """``torch.save`` state dicts, unwrapped from timm's training-checkpoint keys (EMA first)."""
 
-    def __init__(self, files: Sequence[str], use_ema: bool = True) -> None:
+    def __init__(self, files: Sequence[str], use_ema: bool = True, limits: Limits = DEFAULT_LIMITS) -> None:
         super().__init__(files)
         self._states: List[Dict[str, torch.Tensor]] = []
-        self._mapped: List[bool] = []  # zip-format files are memory-mapped; legacy pickles live on the heap
+        # zip files of stored members are memory-mapped; legacy pickles and compressed zips live on the heap
+        self._mapped: List[bool] = []
         self._args: Dict[str, Any] = {}
+        self._wrapper: Optional[str] = None
         for index, file in enumerate(self.files):
-            self._mapped.append(zipfile.is_zipfile(file))
-            state = _torch_load(file)
+            self._mapped.append(mappable_zip(file, limits))
+            state = _torch_load(file, self._mapped[-1])
             self._args = self._args or _training_args(state)
             if isinstance(state, dict):
                 for key in _WRAPPER_KEYS:
@@ -73,6 +103,7 @@ class TorchPickleStore(TensorStore):
                         continue
                     if isinstance(state.get(key), dict):
                         state = state[key]
+                        self._wrapper = self._wrapper or key
                         break
             if not isinstance(state, dict):
                 raise ViTVariantsError(f'expected a state dict, found {type(state).__name__}', path=file)
@@ -86,6 +117,9 @@ class TorchPickleStore(TensorStore):
 
     def training_args(self) -> Dict[str, Any]:
         return dict(self._args)
+
+    def wrapped_in(self) -> Optional[str]:
+        return self._wrapper
 
     def shape(self, name: str) -> Tuple[int, ...]:
         return tuple(self._states[self._where[name]][name].shape)

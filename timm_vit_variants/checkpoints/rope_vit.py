@@ -7,6 +7,9 @@ timm's ``rope.freqs`` (2, depth, heads, hd / 2); the stored ``freqs_t_x``/``freq
 coordinates, recomputed here for each image's own grid). The ``_ape`` models add a learned table with no [CLS]
 slot, resized bicubic without antialias (our 'ropevit' rule).
 
+An axial ``_ape`` file has the keys of a plain DeiT-III one; ``deit.family_evidence`` tells them apart by name (see
+``deit.py``), and the choice is named among the facts not read from the file.
+
 The original recomputes its grid only when the token count changes, so an input with the stored count and
 another shape (4x9 for a 6x6 model) reuses the stored grid there; this reader's model always uses each image's
 own grid. The files do not record the head count: the standard ViT width's is assumed (384: 6, 768: 12,
@@ -17,9 +20,10 @@ from typing import Any, Dict, Optional, Set, Tuple
 import torch
 
 from ..config import SimpleViTConfig, heads_for_width
+from .deit import LayerScaleBlocks, is_layerscale_ape, record_family
 from .fills import Misfit
 from .preprocessing import imagenet_preprocessing
-from .source import Rule, SourceCheckpoint
+from .source import Rule
 
 __all__ = ['RopeVitCheckpoint', 'is_rope_vit']
 
@@ -27,13 +31,13 @@ _FREQS = 'freqs'
 _TIMM_FREQS = 'rope.freqs'  # timm's Eva port of the mixed models: (2, depth, heads, hd / 2)
 _GRID = ('freqs_t_x', 'freqs_t_y')
 _APE_NOTE = ", a table with no [CLS] slot: resize rule 'ropevit' (bicubic, no antialias)"
-_LAYER_SCALE = {'ls1.gamma': 'gamma_1', 'ls2.gamma': 'gamma_2'}
 
 
 def is_rope_vit(names: Set[str]) -> bool:
     """Whether a state dict has RoPE-ViT's layout: DeiT-III blocks (LayerScale as ``gamma_1``) and a patch conv.
 
-    A plain DeiT-III file (no RoPE) has the keys of an axial ``_ape`` one; it is read as RoPE-ViT, as the note says.
+    A plain DeiT-III file (no RoPE) has the keys of an axial ``_ape`` one (``deit.is_layerscale_ape``): which of the
+    two it is, the detection decides from its name.
     """
     return 'blocks.0.gamma_1' in names and 'patch_embed.proj.weight' in names
 
@@ -46,7 +50,7 @@ def mixed_freqs(dst: torch.Tensor, freqs: torch.Tensor) -> None:
     dst.copy_(freqs.reshape(dst.shape))
 
 
-class RopeVitCheckpoint(SourceCheckpoint):
+class RopeVitCheckpoint(LayerScaleBlocks):
     format = 'ropevit'
     SKIPPED = _GRID
     PREPROCESSING_DEFAULTS = imagenet_preprocessing(
@@ -56,18 +60,10 @@ class RopeVitCheckpoint(SourceCheckpoint):
         key = pattern.replace('{i}', str(block))
         if key == 'rope.freqs':  # naver's freqs, or a timm state dict's rope.freqs (already timm's layout)
             return (Rule((_FREQS,), mixed_freqs) if _FREQS in self._store else Rule((_TIMM_FREQS,))), None
-        for ours, theirs in _LAYER_SCALE.items():
-            if key.endswith(ours):
-                return Rule((key[:-len(ours)] + theirs,)), None
-        return Rule((key,)), None
+        return super()._rule(pattern, block)
 
     def _infer(self, hints: Dict[str, Any]) -> SimpleViTConfig:
-        names = set(self._store.names())
-        dim, in_chans, patch_h, patch_w = self._conv_patch_kernel()
-        depth = self._depth(names)
-        mlp_dim = self._shape('blocks.0.mlp.fc1.weight')[0]
-        num_classes = self._shape('head.weight')[0] if 'head.weight' in names else 0
-        self._check_dims('blocks.0.mlp.fc1.weight', mlp=mlp_dim, classes=num_classes)
+        names, (dim, in_chans, patch_h, patch_w, depth, mlp_dim, num_classes) = self._block_dims()
         heads = self._heads(dim, hints)
         mixed = _FREQS in names or _TIMM_FREQS in names
         if _FREQS in names:
@@ -84,9 +80,8 @@ class RopeVitCheckpoint(SourceCheckpoint):
             img_size = self._unrecorded('img_size', hints, 224, 'a RoPE model without a table records no grid; '
                                         "RoPE-ViT's training size")
         kind = 'mixed' if mixed else 'axial'
-        if ape and not mixed:
-            self.notes.append('a DeiT-III layout with a table and no learned freqs: read as RoPE-ViT rope_axial_ape (a '
-                              'plain DeiT-III file, without RoPE, has the same keys)')
+        if is_layerscale_ape(names):
+            record_family(self)
         self.notes.append(
             f'detected a RoPE-ViT {kind}{" + APE" if ape else ""} model (DeiT-III LayerScale gamma_1/gamma_2'
             f'{_APE_NOTE if ape else ""}'

@@ -259,6 +259,19 @@ class SourceCheckpoint(abc.ABC):
             tensor = tensor[item.index]
         return tensor if tuple(tensor.shape) == item.shape else None
 
+    def stored_extremes(self, name: str) -> Tuple[float, float]:
+        """The least and greatest value of the stored tensor ``name`` (a raw source name), read in place with no
+        tensor-sized temporary and its pages handed back: a pre-pass over the values costs about no memory."""
+        tensor = self._store.tensor(name)
+        try:
+            if not tensor.is_floating_point() or not tensor.numel():
+                return 0.0, 0.0
+            low, high = tensor.aminmax()
+            return float(low), float(high)
+        finally:
+            del tensor
+            self._store.release(name)
+
     def release(self, item: PlanItem, keep: Sequence[str] = ()) -> None:
         """Hand the pages behind ``item``'s sources back to the OS, except those of the names in ``keep``."""
         for name in item.sources:
@@ -318,15 +331,15 @@ class SourceCheckpoint(abc.ABC):
         return self._store.shape(name)
 
     def _check_token_table(self, key: str, width: int, patch: Tuple[int, int], *, class_token: bool,
-                           slot: Optional[bool], img_size: Any) -> int:
+                           slot: Optional[bool], img_size: Any, dist_token: bool = False) -> int:
         """Check a learned table laid out as a row of tokens, (1, tokens, width), within the limits; sets
-        ``self.grid`` (split by ``infer_grid``), returns its cls slots."""
+        ``self.grid`` (split by ``infer_grid``), returns its prefix slots ([CLS], and DeiT's distillation token)."""
         shape = self._shape(key)
         if len(shape) != 3 or shape[0] != 1 or shape[2] != width:
             raise self._error('position table must be (1, tokens, width)', key=key, shapes=(shape, (1, -1, width)))
         self._check_dims(key, tokens=shape[1])
         self.grid, prefix = infer_grid(shape[1], patch, img_size=img_size, class_token=class_token, slot=slot,
-                                       path=self.path, key=key)
+                                       path=self.path, key=key, dist_token=dist_token)
         return prefix
 
     def _conv_patch_kernel(self, key: str = 'patch_embed.proj.weight') -> Tuple[int, int, int, int]:

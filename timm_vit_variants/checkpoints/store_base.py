@@ -59,6 +59,10 @@ class TensorStore(abc.ABC):
         """What a training checkpoint records about how it was trained (timm ``train.py``'s args), if anything."""
         return {}
 
+    def wrapped_in(self) -> Optional[str]:
+        """The key a pickled checkpoint held its state dict under (``'model'`` for DeiT's releases), if any."""
+        return None
+
     def release(self, name: str) -> None:
         """Hand the pages behind ``name`` back to the OS (they stay in the page cache)."""
 

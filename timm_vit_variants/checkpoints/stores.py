@@ -66,4 +66,4 @@ def open_store(files: Sequence[str], limits: Limits = DEFAULT_LIMITS, use_ema: b
         return TorchScriptStore(files[0], limits)
     if kind == 'safetensors':
         return SafetensorsStore(files, limits)
-    return TorchPickleStore(files, use_ema=use_ema)
+    return TorchPickleStore(files, use_ema=use_ema, limits=limits)

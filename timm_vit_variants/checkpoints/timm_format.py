@@ -9,6 +9,7 @@ config is read back into a ``SimpleViTConfig``; a timm ``vit_*`` one is rebuilt 
 device to read the settings no tensor records; a bare state dict needs the head count.
 """
 import math
+import os
 import re
 from typing import Any, Dict, Optional, Tuple, Type
 
@@ -57,6 +58,13 @@ _EVA_ROPE = {'RotaryEmbeddingDinoV3': ('dinov3', 'ij', True), 'RotaryEmbeddingCa
 _EVA_WHY = "not recorded by the checkpoint; timm's {port} port's pretrained_cfg"
 # NaFlexVit's per-image table resize -> our rule computing the same (antialiased, half-pixel, as timm calls it).
 _NAFLEX_RESAMPLE = {'bilinear': 'flexi', 'bicubic': 'timm'}
+# DeiT v1 (facebookresearch/deit): its releases are ``{'model': state_dict}`` of timm's VisionTransformer, or of its
+# DistilledVisionTransformer (a ``dist_token`` after [CLS], a table with 2 prefix slots, ``head_dist``).
+_DEIT_WHY = ("a state dict does not record its architecture; told by DeiT's {'model': ...} wrapper and its file name "
+             'or distillation token')
+_DEIT_PREPROCESSING = imagenet_preprocessing(0.875, "not recorded by the checkpoint; DeiT's eval (main.py "
+                                             '--eval-crop-ratio 0.875, bicubic, ImageNet mean and std)')
+_DISTILLED_PREPROCESSING = imagenet_preprocessing(0.9, "not recorded by the checkpoint; timm's deit_* default")
 
 
 def is_timm_eva(names: set) -> bool:
@@ -128,6 +136,7 @@ class TimmCheckpoint(SourceCheckpoint):
     # Settings a config.json's architecture records and a state dict does not, with timm's defaults for the latter.
     SETTINGS = {'global_pool': None, 'act_layer': 'gelu', 'norm_eps': 1e-6}
     ALWAYS_CROPS = False  # whether the patch embedding drops the pixels the patch does not divide, whatever the pool
+    _deit = False  # read as DeiT's own release format (set by ``_infer``)
 
     @classmethod
     def variant(cls, store: TensorStore, config: Dict[str, Any], hints: Dict[str, Any]) -> Type[SourceCheckpoint]:
@@ -272,15 +281,29 @@ class TimmCheckpoint(SourceCheckpoint):
                     raise self._error(reason, key=self._prefix + name)
         self._refuse_beyond(local)
         arch, args = self._architecture()
+        # DeiT's own releases: no config or training args, the state dict under 'model', a DeiT file name or the
+        # distillation token only DeiT trains (a DDP checkpoint under 'model' is timm's training format too)
+        self._deit = arch is None and self._store.wrapped_in() == 'model' and (
+            'dist_token' in local or os.path.basename(self._store.files[0]).lower().startswith('deit'))
         names = self.source_config.get('label_names')
         if isinstance(names, list) and names:
             self.label_names = [str(n) for n in names]
         if arch is not None and arch in MODELS:
             return self._ours(arch, args, hints)
-        if arch is None:
-            self._unrecorded('architecture', {}, self.KIND, "a state dict does not record its architecture; timm "
-                             "models whose RoPE stores no tensor (EVA02, Perception Encoder) have the same keys")
+        if arch is None and self._deit:
+            self._unrecorded('architecture', {}, "DeiT's DistilledVisionTransformer" if 'dist_token' in local else
+                             "DeiT's VisionTransformer (timm's)", _DEIT_WHY)
+        elif arch is None:
+            self._unrecorded('architecture', {}, f'{self.KIND}Distilled' if 'dist_token' in local else self.KIND,
+                             "a state dict does not record its architecture; timm models whose RoPE stores no tensor "
+                             "(EVA02, Perception Encoder) have the same keys")
         return self._from_tensors(local, self._foreign_facts(arch, args) if arch else {}, hints)
+
+    def _preprocessing_defaults(self) -> Dict[str, Tuple[Any, str]]:
+        """DeiT's eval transform for its own releases, timm's deit_* one for a distilled state dict, else timm's."""
+        if self._deit:
+            return _DEIT_PREPROCESSING
+        return _DISTILLED_PREPROCESSING if self.config.dist_token else self.PREPROCESSING_DEFAULTS
 
     def _ours(self, arch: str, args: Dict[str, Any], hints: Dict[str, Any]) -> SimpleViTConfig:
         """A simple_vit folder: its config.json is the config (the entrypoint's defaults fill any gaps)."""
@@ -314,6 +337,10 @@ class TimmCheckpoint(SourceCheckpoint):
         dim, in_chans, patch_h, patch_w = self._patch_kernel(facts, hints)
         self._check_dims(p + self.KERNEL, width=dim, img_size=max(patch_h, patch_w))
         class_token = self.CLS in local
+        dist_token = bool(self._token_count(p + 'dist_token', dim, 'a distillation token'))
+        if dist_token and self._shape(p + 'dist_token')[1] != 1:
+            raise self._error('DeiT has one distillation token', key=p + 'dist_token',
+                              shapes=(self._shape(p + 'dist_token'), (1, 1, dim)))
         pos_embed, slot = self._position(local, dim, (patch_h, patch_w), class_token, facts, hints)
         depth = self._block_count([int(m.group(1)) for m in map(_BLOCK_RE.match, local) if m],
                                   lambda i: f'{p}blocks.{i}')
@@ -334,6 +361,13 @@ class TimmCheckpoint(SourceCheckpoint):
             img_size = self._unrecorded('img_size', hints, 224, 'the state dict has no position table, so its image '
                                         'size is not recorded')
         settings = self._settings(local, facts, hints, class_token, dim, mlp_dim)
+        if self._deit:
+            self.notes.append(f"read as facebookresearch/deit's own format ({{'model': ...}}, "
+                              f"{'DistilledVisionTransformer' if dist_token else 'VisionTransformer'}); table resize "
+                              "rule 'deit' (its main.py: bicubic, no antialias, square grids)")
+            settings['pos_embed_resample'] = self._unrecorded(
+                'pos_embed_resample', {}, 'deit', "DeiT's main.py fine-tuning resize, told by its {'model': ...} "
+                'wrapper')
         qkv_bias = 'blocks.0.attn.qkv.bias' in local
         if 'built' in facts:
             facts['built'].check(self, dict(depth=depth, embed_dim=dim, mlp_dim=fc1_width, num_classes=num_classes,
@@ -341,7 +375,7 @@ class TimmCheckpoint(SourceCheckpoint):
         return SimpleViTConfig(
             img_size=img_size, patch_size=(patch_h, patch_w), in_chans=in_chans, num_classes=num_classes,
             global_pool=settings['global_pool'], embed_dim=dim, depth=depth, num_heads=num_heads, mlp_dim=mlp_dim,
-            qkv_bias=qkv_bias, class_token=class_token,
+            qkv_bias=qkv_bias, class_token=class_token, dist_token=dist_token,
             reg_tokens=self._shape(p + 'reg_token')[1] if 'reg_token' in local else 0,
             init_values=facts.get('init_values') or (1.0 if 'blocks.0.ls1.gamma' in local else None),
             mlp_layer=facts.get('mlp_layer', 'mlp'), pos_embed=pos_embed, pos_embed_cls_slot=slot,
@@ -387,7 +421,8 @@ class TimmCheckpoint(SourceCheckpoint):
         self._registers_without_position(local, facts)
         slot = self._check_token_table(self._prefix + 'pos_embed', dim, patch, class_token=class_token,
                                        slot=facts.get('pos_embed_cls_slot'),
-                                       img_size=hints.get('img_size') or facts.get('img_size'))
+                                       img_size=hints.get('img_size') or facts.get('img_size'),
+                                       dist_token='dist_token' in local)
         return 'learn', bool(slot)
 
     def _settings(self, local: set, facts: Dict[str, Any], hints: Dict[str, Any], class_token: bool, dim: int,
@@ -579,8 +614,13 @@ class TimmEvaCheckpoint(TimmCheckpoint):
         else:
             img_size = self._unrecorded('img_size', hints, 224, "a RoPE backbone records no grid; timm's port's")
         reg_tokens = self._token_count(p + 'reg_token', dim)
-        pool = self._unrecorded('global_pool', {}, 'token', f"not recorded by a state dict; the {port}'s own [CLS] "
-                                'pooling' + (" (timm's Eva defaults to 'avg')" if kind == 'dinov3' else ''))
+        # a head was trained on the pooling of timm's port (its DINOv3 entries mean the patch tokens); a backbone
+        # alone is read with the original's [CLS] feature
+        trained_avg = kind == 'dinov3' and num_classes > 0
+        pool = self._unrecorded('global_pool', {}, 'avg' if trained_avg else 'token', (
+            f"not recorded by a state dict; timm's {port} port's, which its head was trained on" if trained_avg else
+            f"not recorded by a state dict; the {port}'s own [CLS] pooling" +
+            (" (timm's Eva defaults to 'avg')" if kind == 'dinov3' else '')))
         self.notes.append(f"detected a bare timm Eva state dict of the {port} port ({kind} RoPE, base {theta:g}"
                           f"{', periods recomputed in fp32 as timm does' if kind == 'dinov3' else ''}"
                           f"{', table resize rule ' + repr('timm') if ape else ''})")
