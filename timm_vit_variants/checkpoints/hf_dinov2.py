@@ -105,11 +105,7 @@ class HFDinov2Checkpoint(HFDinoReader, HFCheckpoint):
         return Rule((name(_LAYER) + f'mlp.{part}.{kind}',))
 
     def _infer(self, hints: Dict[str, Any]) -> SimpleViTConfig:
-        cfg_path = self._config_path
-        model_type = self.source_config.get('model_type')
-        if model_type not in DINOV2_MODEL_TYPES:
-            raise ViTVariantsError(f'model_type {model_type!r} is not a transformers DINOv2 model', path=cfg_path,
-                                   key='model_type')
+        model_type = self.source_config.get('model_type')  # one of DINOV2_MODEL_TYPES: detect.DISPATCH's row
         network = self._network(hints, eps_default=DINOV2['norm_eps'])
         registers = self._config_registers(
             self.source_config.get('num_register_tokens', 0) if model_type == 'dinov2_with_registers' else 0)
