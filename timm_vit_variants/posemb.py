@@ -9,6 +9,7 @@ from timm.layers import register_notrace_module
 from .config import resample_rule
 from .errors import ViTVariantsError
 from .geometry import RESAMPLE_OFFSETS, RESAMPLE_RULES, interpolate_grid, is_capturing, resample_table
+from .rope import inverse_powers
 
 __all__ = ['sincos_2d', 'sincos_2d_at', 'grid_coords', 'SinCos2dPosEmbed', 'LearnedPosResampler', 'PosEncodingGenerator']
 
@@ -41,8 +42,7 @@ def sincos_2d_at(coords: torch.Tensor, dim: int, temperature: float = 10000.) ->
     """``sincos_2d``'s rows for (y, x) grid coordinates, (N, 2) -> (N, dim): the table is these rows for every
     cell, so a token gets exactly the value the table of its image's grid holds (a row depends on (y, x) alone)."""
     q = dim // 4
-    omega = torch.arange(q, dtype=torch.float32, device=coords.device) / max(q - 1, 1)
-    omega = 1. / (temperature ** omega)
+    omega = inverse_powers(temperature, torch.arange(q, dtype=torch.float32, device=coords.device) / max(q - 1, 1))
     y = coords[:, 0].to(torch.float32).reshape(-1, 1) * omega.reshape(1, -1)
     x = coords[:, 1].to(torch.float32).reshape(-1, 1) * omega.reshape(1, -1)
     return torch.cat([x.sin(), x.cos(), y.sin(), y.cos()], dim=1)

@@ -30,7 +30,27 @@ from timm.models.vision_transformer import Block
 
 from .config import ROPE_TYPES
 
-__all__ = ['ROPE_TYPES', 'DinoV3Rope', 'AxialRope', 'MixedRope', 'RopeBlock', 'create_rope']
+__all__ = ['ROPE_TYPES', 'DinoV3Rope', 'AxialRope', 'MixedRope', 'RopeBlock', 'create_rope', 'dinov3_periods',
+           'inverse_powers', 'rope_frequencies']
+
+
+def inverse_powers(theta: float, exponents: torch.Tensor) -> torch.Tensor:
+    """``1 / theta ** exponents``: the one form of every rotary and sin-cos frequency in the package."""
+    return 1.0 / (theta ** exponents)
+
+
+def rope_frequencies(dim: int, theta: float, device: Optional[torch.device] = None) -> torch.Tensor:
+    """The dim / 2 float32 frequencies ``1 / theta ** (2k / dim)`` of a rotary embedding over ``dim`` channels
+    (timm's and RoPE-ViT's bands; for 2D axial RoPE, dim = head_dim / 2 per axis)."""
+    return inverse_powers(theta, torch.arange(0, dim, 2, device=device).float() / dim)
+
+
+def dinov3_periods(quarter: int, theta: float, dtype: Optional[torch.dtype] = None,
+                   device: Optional[torch.device] = None) -> torch.Tensor:
+    """DINOv3's ``quarter`` (head_dim / 4) RoPE periods ``theta ** (2k / (head_dim / 2))``, computed in ``dtype``
+    (DINOv3's ``_init_weights``; transformers and timm compute the same in float32)."""
+    k = torch.arange(quarter, device=device, dtype=dtype)
+    return theta ** (2 * k / (2 * quarter))
 
 
 
@@ -61,10 +81,8 @@ class DinoV3Rope(nn.Module):
         """DINOv3's ``_init_weights``: ``theta ** (2k / (hd/2))`` in the buffer's dtype."""
         if self.periods.device.type == 'meta':
             return
-        quarter = self.head_dim // 4
         with torch.no_grad():
-            k = torch.arange(quarter, device=self.periods.device, dtype=self.periods.dtype)
-            self.periods.copy_(self.theta ** (2 * k / (self.head_dim // 2)))
+            self.periods.copy_(dinov3_periods(self.head_dim // 4, self.theta, self.periods.dtype, self.periods.device))
 
     def forward(self, coords: torch.Tensor, grids: torch.Tensor) -> torch.Tensor:
         dtype = self.periods.dtype
@@ -86,7 +104,7 @@ class AxialRope(nn.Module):
 
     def forward(self, coords: torch.Tensor, grids: torch.Tensor) -> torch.Tensor:
         hd = self.head_dim
-        freqs = 1.0 / (self.theta ** (torch.arange(0, hd, 4, device=coords.device)[:hd // 4].float() / hd))
+        freqs = rope_frequencies(hd // 2, self.theta, coords.device)
         t = coords.float()
         angles = torch.cat([t[:, 1, None] * freqs, t[:, 0, None] * freqs], dim=-1)  # (T, hd/2): [cols | rows]
         return _interleaved(angles)[None, None]
@@ -108,8 +126,7 @@ class MixedRope(nn.Module):
         """RoPE-ViT's ``init_random_2d_freqs``: magnitudes ``1 / theta^(4k / hd)``, each head at a random angle."""
         if self.freqs.device.type == 'meta':
             return
-        hd = self.head_dim
-        mag = 1 / (self.theta ** (torch.arange(0, hd, 4)[:hd // 4].float() / hd))
+        mag = rope_frequencies(self.head_dim // 2, self.theta)
         angles = torch.rand(self.depth, self.num_heads, 1) * 2 * torch.pi
         fx = torch.cat([mag * torch.cos(angles), mag * torch.cos(torch.pi / 2 + angles)], dim=-1)
         fy = torch.cat([mag * torch.sin(angles), mag * torch.sin(torch.pi / 2 + angles)], dim=-1)
