@@ -32,6 +32,7 @@ from .embedding import EmbeddingMixin
 from .naflex import NaFlexMixin, Patches, drop_tokens, is_naflex
 from .patch_embed import AdaptivePatchEmbed
 from .posemb import LearnedPosResampler, PosEncodingGenerator, SinCos2dPosEmbed
+from .eva_block import eva_blocks
 from .rope import RopeBlock, create_rope
 
 __all__ = ['SimpleVisionTransformer']
@@ -60,6 +61,8 @@ _MLPS = {'mlp': _exact_width_mlp, 'swiglu_packed': _exact_width_swiglu, 'swiglu'
 def _blocks(cfg: SimpleViTConfig, act_layer: Any, norm_layer: Any, dd: Dict[str, Any]) -> nn.Sequential:
     """timm's pre-norm transformer blocks, with the config's exact MLP width and a linear drop-path schedule."""
     dpr = [x.item() for x in torch.linspace(0, cfg.drop_path_rate, cfg.depth, device='cpu')]
+    if cfg.block_type == 'eva':  # EVA-02: timm's EvaBlock (eva_block.py)
+        return eva_blocks(cfg, act_layer, norm_layer, dpr, dd)
     # rotary models: the same block, its attention taking each layer's rotations (rope.py)
     block = partial(RopeBlock, rotate_half=cfg.rope_type == 'dinov3') if cfg.pos_rope else Block
     return nn.Sequential(*[
@@ -158,7 +161,7 @@ class SimpleVisionTransformer(EmbeddingMixin, NaFlexMixin, nn.Module):
         self.pos_drop = nn.Dropout(cfg.pos_drop_rate)
         self.norm_pre = norm_layer(embed_dim, **dd) if cfg.pre_norm else nn.Identity()
         self.rope = create_rope(cfg.rope_type, embed_dim // cfg.num_heads, cfg.depth, cfg.num_heads, cfg.rope_theta,
-                                **dd) if cfg.pos_rope else None  # rotary positions, called once per forward (_embed)
+                                ref_grid=cfg.rope_ref_grid, **dd) if cfg.pos_rope else None  # rotary positions, called once per forward (_embed)
 
         self.blocks = _blocks(cfg, act_layer, norm_layer, dd)
         reduction = self.patch_embed.patch_size[0]
