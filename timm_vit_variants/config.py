@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Mapping, Optional, Tuple,
 from .clip_models import CLIP_ROWS
 from .deit_models import DEIT3_ROWS, DEIT_ROWS
 from .dino_models import DINO_ROWS
+from .eva02_models import EVA02_ROWS
 from .errors import ViTVariantsError
 from .limits import DEFAULT_LIMITS, Limits
 
@@ -550,7 +551,7 @@ MODELS: Dict[str, ModelEntry] = {
        for size in ('base', 'so400m')},
 }
 # DINOv2, DINOv3, RoPE-ViT (dino_models.py), DeiT and DeiT-III (deit_models.py) and CLIP towers (clip_models.py)
-MODELS.update({name: ModelEntry(*row) for rows in (DINO_ROWS, DEIT_ROWS, DEIT3_ROWS, CLIP_ROWS)
+MODELS.update({name: ModelEntry(*row) for rows in (DINO_ROWS, DEIT_ROWS, DEIT3_ROWS, CLIP_ROWS, EVA02_ROWS)
                for name, row in rows.items()})
 
 # What must match for ``architecture`` to name a registered model, most telling first.

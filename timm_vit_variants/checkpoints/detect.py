@@ -11,6 +11,7 @@ from ..limits import DEFAULT_LIMITS, Limits
 from .dinov2 import Dinov2Checkpoint, is_dinov2
 from .deit import Deit3Checkpoint, is_layerscale_ape, layerscale_ape_format
 from .dinov3 import Dinov3Checkpoint, is_dinov3
+from .eva02 import Eva02Checkpoint, is_eva02, is_eva02_architecture
 from .rope_vit import RopeVitCheckpoint, is_rope_vit
 from .files import discover
 from .flax import BigVisionCheckpoint, VitJaxCheckpoint
@@ -38,6 +39,7 @@ READERS: Dict[str, Type[SourceCheckpoint]] = {
     'deit3': Deit3Checkpoint,
     'openclip': OpenCLIPCheckpoint,
     'openai': OpenAICLIPCheckpoint,
+    'eva02': Eva02Checkpoint,
 }
 FORMATS = tuple(READERS)
 
@@ -68,6 +70,8 @@ def _sniff(path: str, store: TensorStore, config: Dict[str, Any], config_path: O
             return 'openai'
         raise ViTVariantsError('a TorchScript archive without a CLIP image tower (no visual.conv1.weight among its '
                                f'{len(names)} tensors)', path=path, key='visual.conv1.weight')
+    if is_eva02_architecture(config.get('architecture')):  # timm's eva02_* folders
+        return 'eva02'
     if 'architecture' in config:
         return 'timm'
     if 'model_type' in config:
@@ -79,6 +83,8 @@ def _sniff(path: str, store: TensorStore, config: Dict[str, Any], config_path: O
         return 'dinov2'
     if is_dinov3(set(names)):
         return 'dinov3'
+    if is_eva02(set(names)):  # before timm's other Eva ports: an EVA-02 file with LayerScale has their gamma_1
+        return 'eva02'
     if is_timm_eva(set(names)):
         return 'timm'
     if is_layerscale_ape(set(names)):  # DeiT-III or RoPE-ViT rope_axial_ape: the same keys, told apart by name
