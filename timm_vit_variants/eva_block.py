@@ -9,20 +9,32 @@ model's rotation tensor covers every slot, the identity on [CLS], so one path se
 """
 from typing import Any, Dict, List
 
+import torch
 import torch.nn as nn
 from timm.models.eva import EvaBlock
 
 from .config import SimpleViTConfig
 
-__all__ = ['eva_blocks']
+__all__ = ['Eva02Block', 'eva_blocks']
+
+
+class Eva02Block(EvaBlock):
+    """timm's ``EvaBlock`` (same code, same state-dict names) whose fixed zero k bias, a non-persistent buffer, is
+    rebuilt on the CPU after a meta-device build (timm's own ``init_non_persistent_buffers`` zeroes it in place,
+    which leaves it on the meta device)."""
+
+    def init_non_persistent_buffers(self) -> None:
+        k_bias = getattr(self.attn, 'k_bias', None)
+        if k_bias is not None and k_bias.is_meta:
+            self.attn.k_bias = torch.zeros(k_bias.shape, dtype=k_bias.dtype)
 
 
 def eva_blocks(cfg: SimpleViTConfig, act_layer: Any, norm_layer: Any, dpr: List[float],
                dd: Dict[str, Any]) -> nn.Sequential:
-    """``cfg.depth`` timm ``EvaBlock``s with the config's exact MLP width, attention and drop-path rates."""
+    """``cfg.depth`` timm ``EvaBlock``s (``Eva02Block``) with the config's exact MLP width, attention and drop-path rates."""
     swiglu = cfg.mlp_layer in ('swiglu', 'swiglu_packed')
     return nn.Sequential(*[
-        EvaBlock(
+        Eva02Block(
             dim=cfg.embed_dim,
             num_heads=cfg.num_heads,
             qkv_bias=cfg.qkv_bias,
