@@ -133,10 +133,13 @@ class Eva02Checkpoint(SourceCheckpoint):
         return layer, width, norm in names
 
     def _heads(self, dim: int, hints: Dict[str, Any]) -> int:
-        """The caller's head count, else a timm folder's ``model_args``, else the standard ViT's of this width."""
-        args = self.source_config.get('model_args') if isinstance(self.source_config.get('model_args'), dict) else {}
-        recorded = args.get('num_heads') if isinstance(args.get('num_heads'), int) else None
-        return self._head_count(dim, hints, [(recorded, "the folder's model_args"),
-                                             (heads_for_width(dim), f'EVA-02 (the standard ViT) of width {dim}')],
+        """The caller's head count, else a timm folder's ``model_args`` (recorded), else the standard ViT's of this
+        width (assumed)."""
+        args = self.source_config.get('model_args')
+        recorded = args.get('num_heads') if isinstance(args, dict) else None
+        if not hints.get('num_heads') and isinstance(recorded, int) and not isinstance(recorded, bool) and \
+                recorded > 0 and dim % recorded == 0:
+            return recorded
+        return self._head_count(dim, hints, [(heads_for_width(dim), f'EVA-02 (the standard ViT) of width {dim}')],
                                 f'an EVA-02 checkpoint does not record the number of attention heads, and width {dim} '
-                                'is not one of EVA-02\'s; give the head count', key='blocks.0.attn.proj.weight')
+                                "is not one of EVA-02's; give the head count", key='blocks.0.attn.proj.weight')
