@@ -193,3 +193,28 @@ def test_tags_name_baai_files():
         assert cfg['hf_hub_id'] == 'Yuxin-CV/EVA-02' and cfg['custom_load'] == 'hf'
         assert tag.split('.')[0] in EVA02_ROWS and cfg['mean'] == (0.48145466, 0.4578275, 0.40821073)
     assert EVA02_CFGS['simple_vit_large_patch14_eva02_448.mim_m38m_ft_in22k']['num_classes'] == 21841
+
+
+@pytest.mark.parametrize('size', (24, 40))
+def test_a_tag_loads_baais_file_through_timm(size, tmp_path, monkeypatch, max_delta):
+    """``create_model('...eva02_336.mim_in22k_ft_in1k', pretrained=True)``: timm downloads BAAI's file from the Hub
+    (here: handed our fixture under that name) and gives it to our reader; at another size the table is fitted by
+    EVA's own rule, so the model gives what EVA's code computes there."""
+    import shutil
+
+    import timm
+    import timm.models._hub as hub
+
+    asked = []
+
+    def download(repo_id, filename, **kwargs):
+        asked.append((repo_id, filename))
+        path = tmp_path / Path(filename).name
+        shutil.copy(DATA / 'eva02_ft_ts_module.pth', path)
+        return str(path)
+
+    monkeypatch.setattr(hub, 'hf_hub_download', download)
+    model = timm.create_model('simple_vit_tiny_patch14_eva02_336.mim_in22k_ft_in1k', pretrained=True, embed_dim=32,
+                              depth=2, num_heads=2, mlp_dim=85, patch_size=2, img_size=size, num_classes=10).eval()
+    assert asked == [('Yuxin-CV/EVA-02', 'eva02/cls/in1k/eva02_Ti_pt_in21k_ft_in1k_p14.pt')]
+    _assert_like_eva(model, 'eva02_ft_ts_module', size, max_delta, 'tag mim_in22k_ft_in1k')
