@@ -114,19 +114,22 @@ class Eva02Checkpoint(SourceCheckpoint):
     def _mlp(self, names: Set[str], dim: int) -> Tuple[str, int, bool]:
         """(mlp_layer, gated width, sub-LN) from the first block's MLP tensors."""
         prefix = 'blocks.0.mlp.'
-        split, packed = ('w1', 'w12') if self._baai else ('fc1_g', 'fc1')
-        if prefix + split + '.weight' in names:
-            shape = self._shape(prefix + split + '.weight')
-            layer, width = 'swiglu', shape[0]
-        else:
-            shape = self._shape(prefix + packed + '.weight')
-            if shape[0] % 2:
-                raise self._error('a packed SwiGLU holds gate and value: its first axis must be even',
-                                  key=prefix + packed + '.weight', shapes=(shape,))
-            layer, width = 'swiglu_packed', shape[0] // 2
+        split, packed, out = ('w1', 'w12', 'w3') if self._baai else ('fc1_g', 'fc1', 'fc2')
+        key = prefix + (split if prefix + split + '.weight' in names else packed) + '.weight'
+        shape = self._shape(key)
         if len(shape) != 2 or shape[1] != dim:
-            raise self._error('MLP input projection must be (hidden, width)', key=prefix + split, shapes=(shape,))
-        self._check_dims(prefix + split, mlp=width)
+            raise self._error('MLP input projection must be (hidden, width)', key=key, shapes=(shape, ('hidden', dim)))
+        is_split = key.endswith(split + '.weight')
+        if not is_split and shape[0] % 2:
+            raise self._error('a packed SwiGLU holds gate then value: its first axis must be even', key=key,
+                              shapes=(shape,))
+        width = shape[0] if is_split else shape[0] // 2
+        down = self._shape(prefix + out + '.weight')
+        if len(down) != 2 or down[1] != width:
+            raise self._error(f"not EVA-02's SwiGLU: {key} {shape} does not reach {out} {down} through a gate "
+                              "(a plain MLP: EVA-01's?)", key=prefix + out + '.weight', shapes=(down, (dim, width)))
+        self._check_dims(key, mlp=width)
+        layer = 'swiglu' if is_split else 'swiglu_packed'
         norm = prefix + ('ffn_ln' if self._baai else 'norm') + '.weight'
         if norm in names and layer != 'swiglu':
             raise self._error("a sub-LN beside a packed SwiGLU is not EVA-02's (B/L split theirs)", key=norm)
