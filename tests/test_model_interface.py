@@ -272,14 +272,19 @@ def test_model_args_are_recorded_for_reconstruction():
     assert rebuilt.patch_embed.patch_size == (16, 16) and rebuilt.patch_embed.img_size == (64, 96)
 
 
-@pytest.mark.parametrize('pos_embed', ['sincos', 'learn'])
+@pytest.mark.parametrize('pos_embed', ['sincos', 'learn', 'relpos'])
 def test_torch_compile_fullgraph_dynamic(pos_embed):
     torch.manual_seed(0)
     kwargs = dict(embed_dim=32, depth=2, num_heads=2, mlp_dim=64, patch_size=8, img_size=32, num_classes=5,
                   pos_embed=pos_embed)
     if pos_embed == 'learn':
         kwargs.update(class_token=True, pos_embed_cls_slot=True, global_pool='token')
+    if pos_embed == 'relpos':  # its tables resized at the other grids, in the graph
+        kwargs.update(class_token=True, rel_pos_resample='timm')
     model = timm.create_model('simple_vit_tiny', **kwargs).eval()
+    if model.rel_pos is not None:
+        with torch.no_grad():
+            model.rel_pos.tables.normal_()
     compiled = torch.compile(model, fullgraph=True, dynamic=True, backend='eager')
     with torch.no_grad():
         for shape in [(2, 3, 32, 32), (1, 3, 48, 40), (1, 3, 37, 30)]:

@@ -7,7 +7,7 @@ SwiGLU MLP, packed (``mlp.fc1`` holding gate then value: EVA-02 Ti/S, xformers' 
 ``fc1_x``) with the sub-LN ``mlp.norm`` (EVA-02 B/L's ``ffn_ln``). The block is built with no prefix tokens: the
 model's rotation tensor covers every slot, the identity on [CLS], so one path serves NCHW batches and packed rows.
 """
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 import torch
 import torch.nn as nn
@@ -29,9 +29,10 @@ class Eva02Block(EvaBlock):
             self.attn.k_bias = torch.zeros(k_bias.shape, dtype=k_bias.dtype)
 
 
-def eva_blocks(cfg: SimpleViTConfig, act_layer: Any, norm_layer: Any, dpr: List[float],
-               dd: Dict[str, Any]) -> nn.Sequential:
-    """``cfg.depth`` timm ``EvaBlock``s (``Eva02Block``) with the config's exact MLP width, attention and drop-path rates."""
+def eva_blocks(cfg: SimpleViTConfig, act_layer: Any, norm_layer: Any, dpr: List[float], dd: Dict[str, Any],
+               rotate_half: Optional[bool]) -> nn.Sequential:
+    """``cfg.depth`` timm ``EvaBlock``s (``Eva02Block``) with the config's exact MLP width, attention and drop-path
+    rates; ``rotate_half`` is the rotary scheme's pair layout (None without rotations)."""
     swiglu = cfg.mlp_layer in ('swiglu', 'swiglu_packed')
     return nn.Sequential(*[
         Eva02Block(
@@ -46,7 +47,7 @@ def eva_blocks(cfg: SimpleViTConfig, act_layer: Any, norm_layer: Any, dpr: List[
             swiglu_align_to=1 if cfg.mlp_layer == 'swiglu' else 0,
             scale_mlp=cfg.mlp_norm,
             num_prefix_tokens=0,
-            rotate_half=cfg.pos_rope and cfg.rope_type == 'dinov3',
+            rotate_half=bool(rotate_half),
             proj_drop=cfg.proj_drop_rate,
             attn_drop=cfg.attn_drop_rate,
             drop_path=dpr[i],
