@@ -19,7 +19,7 @@ reader (``custom_load='hf'``).
 """
 from typing import Any, Dict, Tuple
 
-__all__ = ['EVA02_ROWS', 'EVA02_CFGS', 'EVA02_REF_GRID', 'EVA02_ROPE_THETA', 'EVA02_MEAN', 'EVA02_STD',
+__all__ = ['EVA02', 'EVA02_ROWS', 'EVA02_CFGS', 'EVA02_REF_GRID', 'EVA02_ROPE_THETA', 'EVA02_MEAN', 'EVA02_STD',
            'eva02_swiglu_width']
 
 # EVA-02's pretraining grid (224 px at patch 14): RoPE positions are scaled to it at every fine-tuning size.
@@ -39,9 +39,10 @@ _SIZES: Dict[str, Tuple[str, int, int, int, bool]] = {
     'tiny': ('Ti', 192, 12, 3, False), 'small': ('S', 384, 12, 6, False),
     'base': ('B', 768, 12, 12, True), 'large': ('L', 1024, 24, 16, True),
 }
-_EVA02 = dict(patch_size=14, class_token=True, global_pool='avg', pos_embed='learn+rope', pos_embed_cls_slot=True,
-              pos_embed_resample='deit', rope_type='eva02', rope_theta=EVA02_ROPE_THETA, rope_ref_grid=EVA02_REF_GRID,
-              block_type='eva', qkv_bias=True, act_layer='silu', norm_eps=1e-6, grid_mode='crop')
+# What every EVA-02 network shares (the rows and the reader start from it).
+EVA02 = dict(patch_size=14, class_token=True, global_pool='avg', pos_embed='learn+rope', pos_embed_cls_slot=True,
+             pos_embed_resample='deit', rope_type='eva02', rope_theta=EVA02_ROPE_THETA, rope_ref_grid=EVA02_REF_GRID,
+             block_type='eva', qkv_bias=True, act_layer='silu', norm_eps=1e-6, grid_mode='crop')
 _FT_SIZE = {'tiny': 336, 'small': 336, 'base': 448, 'large': 448}  # the fine-tuned classifiers' size
 _PT_SIZE = 224
 
@@ -50,7 +51,7 @@ def _args(size: str, img: int) -> Dict[str, Any]:
     _, dim, depth, heads, split = _SIZES[size]
     mlp = dict(mlp_layer='swiglu', mlp_norm=True, qkv_fused=False) if split else dict(mlp_layer='swiglu_packed')
     head = dict(num_classes=1000, fc_norm=True) if img != _PT_SIZE else dict(num_classes=0, fc_norm=False)
-    return dict(_EVA02, img_size=img, embed_dim=dim, depth=depth, num_heads=heads, mlp_dim=eva02_swiglu_width(dim),
+    return dict(EVA02, img_size=img, embed_dim=dim, depth=depth, num_heads=heads, mlp_dim=eva02_swiglu_width(dim),
                 **mlp, **head)
 
 

@@ -24,7 +24,7 @@ rule (bicubic, no antialias: our 'deit'); timm's by timm's own ('timm').
 from typing import Any, Dict, Optional, Set, Tuple
 
 from ..config import SimpleViTConfig, heads_for_width
-from ..eva02_models import EVA02_MEAN, EVA02_REF_GRID, EVA02_ROPE_THETA, EVA02_STD
+from ..eva02_models import EVA02, EVA02_MEAN, EVA02_REF_GRID, EVA02_STD
 from .source import Rule, SourceCheckpoint, renamed
 from .timm_format import TimmCheckpoint
 
@@ -100,16 +100,15 @@ class Eva02Checkpoint(SourceCheckpoint):
              'the final norm kept on every token' if mim else '') +
             ("; the table resizes by EVA's run_class_finetuning rule (bicubic, no antialias: 'deit')"
              if self._baai else "; the table resizes by timm's rule"))
-        return SimpleViTConfig(
-            img_size=(self.grid[0] * patch_h, self.grid[1] * patch_w), patch_size=(patch_h, patch_w),
+        return SimpleViTConfig(**dict(
+            EVA02, img_size=(self.grid[0] * patch_h, self.grid[1] * patch_w), patch_size=(patch_h, patch_w),
             in_chans=in_chans, num_classes=self._shape('head.weight')[0] if has_head else 0, global_pool=pool,
             embed_dim=dim, depth=depth, num_heads=heads, mlp_dim=mlp_dim, mlp_layer=mlp_layer,
             init_values=1.0 if 'blocks.0.gamma_1' in names else None,  # only the initialiser: the stored gammas load
-            qkv_bias='blocks.0.attn.q_bias' in names or 'blocks.0.attn.q_proj.bias' in names, class_token=True,
-            pos_embed='learn+rope', pos_embed_cls_slot=True, pos_embed_resample='deit' if self._baai else 'timm',
-            rope_type='eva02', rope_theta=EVA02_ROPE_THETA, rope_ref_grid=EVA02_REF_GRID, block_type='eva',
-            qkv_fused=fused, mlp_norm=mlp_norm, fc_norm=fc_norm, head_bias='head.bias' in names or not has_head,
-            act_layer=hints.get('act_layer') or 'silu', norm_eps=hints.get('norm_eps') or 1e-6, grid_mode='crop')
+            qkv_bias='blocks.0.attn.q_bias' in names or 'blocks.0.attn.q_proj.bias' in names,
+            pos_embed_resample=EVA02['pos_embed_resample'] if self._baai else 'timm', qkv_fused=fused,
+            mlp_norm=mlp_norm, fc_norm=fc_norm, head_bias='head.bias' in names or not has_head,
+            act_layer=hints.get('act_layer') or EVA02['act_layer'], norm_eps=hints.get('norm_eps') or EVA02['norm_eps']))
 
     def _mlp(self, names: Set[str], dim: int) -> Tuple[str, int, bool]:
         """(mlp_layer, gated width, sub-LN) from the first block's MLP tensors."""
