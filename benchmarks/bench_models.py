@@ -7,6 +7,7 @@ of plain torch.matmul throughput the model reaches on the same GEMM shapes.
     python benchmarks/bench_models.py                      # CPU, fp32
     python benchmarks/bench_models.py --device cuda --dtype bfloat16 --batch 256   # GPU, one call
     python benchmarks/bench_models.py --clip               # a converted ViT-B/16 CLIP tower vs timm's own
+    python benchmarks/bench_models.py --eva02              # EVA-02 Ti/14, S/14 at 336 vs timm's eva02_*
 """
 import argparse
 import random
@@ -184,6 +185,24 @@ def dino_rows(device: torch.device, dtype: torch.dtype, batch: int, rounds: int,
             op_profile(ours.eval(), ref.eval(), x)
 
 
+def eva02_rows(device: torch.device, dtype: torch.dtype, batch: int, rounds: int, iters: int,
+               profile: bool = False) -> None:
+    """Inference at their own size (336) of the EVA-02 Ti/14 and S/14 classifiers vs timm's ``eva02_*`` models (the
+    same EvaBlocks, RoPE scaled to the 16x16 pretraining grid on both sides)."""
+    pairs = (('simple_vit_tiny_patch14_eva02_336', 'eva02_tiny_patch14_336'),
+             ('simple_vit_small_patch14_eva02_336', 'eva02_small_patch14_336'))
+    print(f'{"EVA-02 case (infer 336)":<44}{"ours img/s":>12}{"timm img/s":>12}{RATIO_HEADER}')
+    x = torch.randn(batch, 3, 336, 336, device=device, dtype=dtype)
+    for ours_name, ref_name in pairs:
+        ours = timm.create_model(ours_name).to(device, dtype)
+        ref = timm.create_model(ref_name).to(device, dtype)
+        t = compare(ours, ref, x, False, rounds, iters)
+        case = f'{ours_name} / {ref_name}'
+        print(f'{case:<44}{batch / t["ours"]:>12.1f}{batch / t["timm"]:>12.1f}{ratio_columns(t)}')
+        if profile:
+            op_profile(ours.eval(), ref.eval(), x)
+
+
 def converted_clip_pair(device: torch.device, dtype: torch.dtype) -> Tuple[torch.nn.Module, torch.nn.Module]:
     """timm's ``vit_base_patch16_clip_224`` (random weights) and ours converted from its saved folder by our reader."""
     from timm.models import _hub
@@ -226,13 +245,17 @@ def main() -> None:
     parser.add_argument('--dtype', default='float32', choices=['float32', 'bfloat16'])
     parser.add_argument('--dino', action='store_true', help='only the DINOv2 S/14 and DINOv3 S/16 rows')
     parser.add_argument('--clip', action='store_true', help='only the converted ViT-B/16 CLIP row')
+    parser.add_argument('--eva02', action='store_true', help="only the EVA-02 Ti/14 and S/14 rows vs timm's eva02_*")
     parser.add_argument('--profile', action='store_true',
-                        help='with --dino or --clip: also each aten op\'s calls and self time, ours and timm\'s')
+                        help="with --dino, --eva02 or --clip: also each aten op's calls and self time, ours and "
+                             "timm's")
     args = parser.parse_args()
     device, dtype = torch.device(args.device), getattr(torch, args.dtype)
     torch.manual_seed(0)
     if args.dino:
         return dino_rows(device, dtype, args.batch, args.rounds, args.iters, args.profile)
+    if args.eva02:
+        return eva02_rows(device, dtype, args.batch, args.rounds, args.iters, args.profile)
     if args.clip:
         clip_row(args, device, dtype)
         return

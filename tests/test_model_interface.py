@@ -20,6 +20,7 @@ from timm_vit_variants.clip_models import CLIP_ARCHS
 from timm_vit_variants.config import MODELS, SIGLIP_TOWERS, grid_for
 from timm_vit_variants.deit_models import DEIT3_ROWS, DEIT_ROWS
 from timm_vit_variants.dino_models import DINO_ROWS
+from timm_vit_variants.eva02_models import EVA02_ROWS
 
 MODEL_NAMES = sorted(timm.list_models('simple_vit_*'))
 
@@ -38,11 +39,13 @@ def _one_per_network(names):
 # The DINO and DeiT members share their blocks within a family, and the CLIP towers' options are checked against
 # open_clip in test_clip.py: one network of each form runs the real-tensor checks here.
 NETWORKS = _one_per_network([n for n in MODEL_NAMES if n not in DINO_ROWS and n not in DEIT_ROWS and n not in DEIT3_ROWS
+                             and n not in EVA02_ROWS
                              and (n not in CLIP_ARCHS or n in ('simple_vit_base_patch16_clip_224',
                                                                'simple_vit_large_patch14_clipa_224'))]) + [
     'simple_vit_small_patch14_reg4_dinov2', 'simple_vit_small_patch16_dinov3',
     'simple_vit_small_patch16_rope_mixed_ape_224', 'simple_vit_small_patch16_deit3_224',
-    'simple_vit_tiny_patch16_deit_224', 'simple_vit_tiny_patch16_deit_distilled_224']
+    'simple_vit_tiny_patch16_deit_224', 'simple_vit_tiny_patch16_deit_distilled_224',
+    'simple_vit_tiny_patch14_eva02_336', 'simple_vit_base_patch14_eva02_224']
 EXPECTED = {
     'simple_vit_tiny', 'simple_vit_small', 'simple_vit_base', 'simple_vit_large', 'simple_vit_huge',
     'simple_vit_tiny_patch16_224', 'simple_vit_small_patch16_224', 'simple_vit_base_patch16_224',
@@ -51,7 +54,7 @@ EXPECTED = {
     'simple_vit_small_flexi_240', 'simple_vit_base_flexi_240', 'simple_vit_large_flexi_240',
     *(f'simple_vit_{size}_patch{patch}_siglip_{img}' for size, patch, sizes in SIGLIP_TOWERS for img in sizes),
     'simple_vit_base_patch16_siglip_naflex', 'simple_vit_so400m_patch16_siglip_naflex', *DINO_ROWS, *DEIT_ROWS,
-    *DEIT3_ROWS, *CLIP_ARCHS,
+    *DEIT3_ROWS, *CLIP_ARCHS, *EVA02_ROWS,
 }
 
 
@@ -64,7 +67,8 @@ def _small_input(name: str, batch: int = 2) -> torch.Tensor:
 def _real_kwargs(name: str) -> dict:
     # Real-tensor checks of the big variants (and of every SigLIP tower, whose blocks are the base ones) run 2
     # blocks, at full width, heads and MLP; their full structure is checked on the meta device.
-    return dict(depth=2) if any(size in name for size in ('large', 'huge', 'siglip', 'dino', 'rope', 'clip', 'deit')) \
+    return dict(depth=2) if any(size in name for size in ('large', 'huge', 'siglip', 'dino', 'rope', 'clip', 'deit',
+                                                           'eva02')) \
         else {}
 
 
@@ -90,13 +94,13 @@ def test_registry_lists_family():
 @pytest.mark.parametrize('name', MODEL_NAMES)
 def test_default_cfg_and_api_contract(name):
     headless = timm.get_pretrained_cfg_value(name, 'num_classes') == 0  # the SigLIP towers: an image embedding
-    assert headless == ('_siglip_' in name or '_dinov' in name)
+    assert headless == ('_siglip_' in name or '_dinov' in name or name.endswith('_eva02_224'))  # EVA-02's MIM
     with torch.device('meta'):  # with a classifier, so that its contract is checked too
         model = timm.create_model(name, device='meta', dtype=torch.float32, num_classes=1000).eval()
     cfg = model.pretrained_cfg
     assert cfg['input_size'][0] == model.in_chans == 3
-    if name not in DINO_ROWS and name not in DEIT_ROWS and name not in DEIT3_ROWS and name not in CLIP_ARCHS:
-        # DINO, DeiT: ImageNet's statistics; CLIP: open_clip's (test_clip)
+    if name not in DINO_ROWS and name not in DEIT_ROWS and name not in DEIT3_ROWS and name not in CLIP_ARCHS and \
+            name not in EVA02_ROWS:  # DINO, DeiT: ImageNet's statistics; CLIP: open_clip's (test_clip); EVA-02: CLIP's
         assert cfg['mean'] == cfg['std'] == (0.5, 0.5, 0.5)
     for key in ('crop_pct', 'interpolation', 'first_conv', 'classifier'):
         assert cfg.get(key) is not None, key

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Mapping, Optional, Tuple,
 from .clip_models import CLIP_ROWS
 from .deit_models import DEIT3_ROWS, DEIT_ROWS
 from .dino_models import DINO_ROWS
+from .eva02_models import EVA02_ROWS
 from .errors import ViTVariantsError
 from .limits import DEFAULT_LIMITS, Limits
 
@@ -23,7 +24,7 @@ __all__ = [
     'PATCH_EMBED_TYPES', 'PATCH_NORM_TYPES', 'GRID_MODES', 'ACT_LAYERS', 'SIGLIP_TOWERS', 'pair', 'grid_for',
     'architecture_for',
     'heads_for_width', 'activation_name', 'is_family_architecture', 'resample_rule', 'TensorSpec', 'HEAD_KEYS',
-    'DATA_CONFIG_KEYS', 'PREPROCESSING_KEYS', 'MLP_LAYERS', 'ROPE_TYPES', 'REL_POS_RESAMPLE_RULES',
+    'DATA_CONFIG_KEYS', 'PREPROCESSING_KEYS', 'MLP_LAYERS', 'ROPE_TYPES', 'REL_POS_RESAMPLE_RULES', 'BLOCK_TYPES',
 ]
 
 POOL_TYPES = ('avg', 'token', 'map', 'coca', '')
@@ -45,8 +46,11 @@ PATCH_NORM_TYPES = (None, 'pre', 'post', 'dual')
 GRID_MODES = ('pad', 'strict', 'pool', 'crop')
 # Names of the learned-table resample rules; their definitions live in ``geometry.RESAMPLE_RULES``.
 RESAMPLE_RULE_NAMES = ('bigvision', 'timm', 'hf', 'flexi', 'dinov2', 'openclip', 'ropevit', 'deit')
-# The rotary-position forms (``rope.py``): DINOv3's, RoPE-ViT's axial and RoPE-ViT's mixed (learned frequencies).
-ROPE_TYPES = ('dinov3', 'axial', 'mixed')
+# The rotary-position forms (``rope.py``): DINOv3's, RoPE-ViT's axial and mixed (learned frequencies), EVA-02's.
+ROPE_TYPES = ('dinov3', 'axial', 'mixed', 'eva02')
+# The transformer blocks: timm's pre-norm ``Block`` (``RopeBlock`` with rotary positions), or timm's ``EvaBlock``
+# (EVA-02: q/v-only bias, LayerScale ``gamma_1``/``gamma_2``, fused or split qkv, SwiGLU with or without sub-LN).
+BLOCK_TYPES = ('vit', 'eva')
 # How a relative-position table is resized for another nominal grid (``rel_pos_resample``): BEiT's own rule (a
 # geometric progression and a cubic spline, ``relpos_resize.py``) or timm's ``resize_rel_pos_bias_table`` (linear).
 REL_POS_RESAMPLE_RULES = ('beit', 'timm')
@@ -157,7 +161,17 @@ class SimpleViTConfig:
         rope_type: 'dinov3' (base ``rope_theta``, coordinates normalised per side, half-split rotation, a
             stored ``rope.periods`` buffer), 'axial' (RoPE-ViT: integer coordinates, interleaved pairs) or
             'mixed' (RoPE-ViT: learned per-layer, per-head ``rope.freqs``); see ``rope.py``.
-        rope_theta: The RoPE base: DINOv3 and RoPE-ViT axial 100, RoPE-ViT mixed 10 (its frequencies' init).
+        rope_theta: The RoPE base: DINOv3 and RoPE-ViT axial 100, RoPE-ViT mixed 10 (its frequencies' init),
+            EVA-02 10000.
+        rope_ref_grid: EVA-02's pretraining grid (16 for 224 px at patch 14), needed by rope_type 'eva02' only:
+            its positions are each side's ``arange(n) / n * rope_ref_grid`` (``rope.Eva02Rope``), a fact of the
+            family (``eva02_models.EVA02_REF_GRID``), not of a file's shapes.
+        block_type: 'vit' (timm's pre-norm ``Block``, qkv with one bias) or 'eva' (timm's ``EvaBlock``, built with
+            no prefix tokens: the q/v-only bias of EVA-02 when ``qkv_bias``, LayerScale as ``gamma_1``/``gamma_2``).
+        qkv_fused: With block_type 'eva': one ``attn.qkv`` projection (EVA-02 Ti/S) rather than ``attn.q_proj``,
+            ``k_proj``, ``v_proj`` (B/L). A 'vit' block's qkv is always fused.
+        mlp_norm: With block_type 'eva': the sub-LN of EVA-02 B/L, a LayerNorm on the MLP's hidden features
+            (``mlp.norm``, timm's ``scale_mlp``), for mlp_layer 'mlp' or 'swiglu' (split; EVA-02's ``ffn_ln``).
         untie_cls_and_patch_norms: DINOv3's untied final norms: ``cls_norm`` normalises [CLS, registers] and
             ``norm`` the patch tokens.
         pos_embed_cls_slot: A learned table carries a cls slot (vit_jax / timm) rather than being
@@ -210,6 +224,10 @@ class SimpleViTConfig:
     sincos_temperature: float = 10000.
     rope_type: str = 'dinov3'
     rope_theta: float = 100.
+    rope_ref_grid: Optional[int] = None
+    block_type: str = 'vit'
+    qkv_fused: bool = True
+    mlp_norm: bool = False
     rel_pos_resample: str = 'beit'
     untie_cls_and_patch_norms: bool = False
     rep_size: Optional[int] = None
@@ -285,6 +303,7 @@ class SimpleViTConfig:
         if self.mlp_layer in ('swiglu_packed', 'swiglu') and self.act_layer != 'silu':
             raise bad('mlp_layer', f"{self.mlp_layer!r} gates with silu: set act_layer='silu'")
         self._validate_rope(bad)
+        self._validate_block(bad)
         if isinstance(self.reg_tokens, bool) or not isinstance(self.reg_tokens, int) or self.reg_tokens < 0:
             raise bad('reg_tokens', 'expected an integer >= 0')
         if self.init_values is not None and (isinstance(self.init_values, bool) or
@@ -339,6 +358,28 @@ class SimpleViTConfig:
                                                self.global_pool == 'coca'):
             raise bad('untie_cls_and_patch_norms', 'needs prefix tokens ([CLS] or registers) and the final norm '
                                                    'on every token (no fc_norm, no coca pooler)')
+
+    def _validate_block(self, bad: Callable[[str, str], ViTVariantsError]) -> None:
+        """Refuse block options only timm's ``EvaBlock`` has on a 'vit' block, and EVA-02's RoPE without its grid."""
+        if self.block_type not in BLOCK_TYPES:
+            raise bad('block_type', f'expected one of {BLOCK_TYPES}')
+        for name in ('qkv_fused', 'mlp_norm'):
+            if not isinstance(getattr(self, name), bool):
+                raise bad(name, 'expected True or False')
+        if self.block_type == 'vit' and (not self.qkv_fused or self.mlp_norm):
+            raise bad('qkv_fused' if not self.qkv_fused else 'mlp_norm', "split q/k/v projections and the MLP's "
+                                                                         "sub-LN are EvaBlock's: set block_type='eva'")
+        if self.mlp_norm and self.mlp_layer == 'swiglu_packed':
+            raise bad('mlp_norm', "timm's EvaBlock normalises a SwiGLU's hidden features only in its split form: "
+                                  "use mlp_layer='swiglu'")
+        ref = self.rope_ref_grid
+        if ref is not None and (isinstance(ref, bool) or not isinstance(ref, int) or ref < 1):
+            raise bad('rope_ref_grid', 'expected a positive integer or None')
+        if self.pos_rope and self.rope_type == 'eva02' and ref is None:
+            raise bad('rope_ref_grid', "rope_type 'eva02' scales positions to its pretraining grid: give it (16 for "
+                                       'EVA-02 at 224 px, patch 14)')
+        if ref is not None and not (self.pos_rope and self.rope_type == 'eva02'):
+            raise bad('rope_ref_grid', "only rope_type 'eva02' with rotary positions scales them to a grid")
 
     def _validate_patch_embed(self, bad: Callable[[str, str], ViTVariantsError]) -> None:
         """Refuse patch embedding / patch norm combinations that have no meaning."""
@@ -533,12 +574,12 @@ MODELS: Dict[str, ModelEntry] = {
        for size in ('base', 'so400m')},
 }
 # DINOv2, DINOv3, RoPE-ViT (dino_models.py), DeiT and DeiT-III (deit_models.py) and CLIP towers (clip_models.py)
-MODELS.update({name: ModelEntry(*row) for rows in (DINO_ROWS, DEIT_ROWS, DEIT3_ROWS, CLIP_ROWS)
+MODELS.update({name: ModelEntry(*row) for rows in (DINO_ROWS, DEIT_ROWS, DEIT3_ROWS, CLIP_ROWS, EVA02_ROWS)
                for name, row in rows.items()})
 
 # What must match for ``architecture`` to name a registered model, most telling first.
 _DIMS = ('embed_dim', 'num_heads', 'mlp_dim', 'depth', 'patch_size', 'rep_size', 'img_size', 'global_pool', 'pos_embed',
-         'class_token', 'dist_token', 'pre_norm', 'patch_bias', 'reg_tokens', 'init_values')
+         'class_token', 'dist_token', 'pre_norm', 'patch_bias', 'reg_tokens', 'init_values', 'block_type')
 
 
 def _dim(config: SimpleViTConfig, name: str) -> Any:

@@ -53,7 +53,8 @@ def _cpe(cfg: SimpleViTConfig, grid: Tuple[int, int], dd: Dict[str, Any]) -> nn.
 
 
 def _rope(cfg: SimpleViTConfig, grid: Tuple[int, int], dd: Dict[str, Any]) -> nn.Module:
-    return create_rope(cfg.rope_type, cfg.embed_dim // cfg.num_heads, cfg.depth, cfg.num_heads, cfg.rope_theta, **dd)
+    return create_rope(cfg.rope_type, cfg.embed_dim // cfg.num_heads, cfg.depth, cfg.num_heads, cfg.rope_theta,
+                       ref_grid=cfg.rope_ref_grid, **dd)
 
 
 def _relpos(cfg: SimpleViTConfig, grid: Tuple[int, int], dd: Dict[str, Any]) -> nn.Module:

@@ -34,8 +34,8 @@ from timm.models.vision_transformer import Block
 
 from .config import ROPE_TYPES
 
-__all__ = ['ROPE_TYPES', 'DinoV3Rope', 'AxialRope', 'MixedRope', 'RopeBlock', 'RotaryScheme', 'create_rope',
-           'dinov3_periods', 'identity_rotation', 'inverse_powers', 'rope_frequencies']
+__all__ = ['ROPE_TYPES', 'DinoV3Rope', 'AxialRope', 'MixedRope', 'Eva02Rope', 'RopeBlock', 'RotaryScheme',
+           'create_rope', 'dinov3_periods', 'identity_rotation', 'inverse_powers', 'rope_frequencies']
 
 
 def inverse_powers(theta: float, exponents: torch.Tensor) -> torch.Tensor:
@@ -184,7 +184,7 @@ class MixedRope(RotaryScheme):
 
 
 def create_rope(kind: str, head_dim: int, depth: int, num_heads: int, theta: float, device=None,
-                dtype=None) -> nn.Module:
+                dtype=None, ref_grid: Optional[int] = None) -> nn.Module:
     """The rotary-position module of a ``rope_type`` (``ROPE_TYPES``)."""
     if kind == 'dinov3':
         return DinoV3Rope(head_dim, theta, device=device, dtype=dtype)
@@ -192,6 +192,8 @@ def create_rope(kind: str, head_dim: int, depth: int, num_heads: int, theta: flo
         return AxialRope(head_dim, theta)
     if kind == 'mixed':
         return MixedRope(head_dim, depth, num_heads, theta, device=device, dtype=dtype)
+    if kind == 'eva02':
+        return Eva02Rope(head_dim, theta, ref_grid)
     raise ValueError(f'unknown rope_type {kind!r}; expected one of {ROPE_TYPES}')
 
 
@@ -217,3 +219,29 @@ class RopeBlock(Block):
         x = x + self.drop_path1(self.ls1(self.attn(self.norm1(x), rope=rope, attn_mask=attn_mask)))
         x = x + self.drop_path2(self.ls2(self.mlp(self.norm2(x))))
         return x
+
+
+# -- EVA-02 (issue 33, eva02) -------------------------------------------------------------------------------------------
+class Eva02Rope(RotaryScheme):
+    """EVA-02's ``VisionRotaryEmbeddingFast`` (baaivision/EVA ``EVA-02/asuka/rope.py``) for any grid.
+
+    Each side's positions are ``arange(n) / n * ref_grid``: scaled to the pretraining grid (16 for 224 px at patch
+    14), which is how EVA-02 builds its rotations for a fine-tuning size (``ft_seq_len``) and what timm's ``Eva`` does
+    with ``ref_feat_shape``. Frequencies ``rope_frequencies(head_dim / 2, theta)`` per axis, laid out [rows | cols]
+    and rotated on interleaved pairs (EVA's ``rotate_half``). No tensor is stored: the files' ``freqs_cos`` /
+    ``freqs_sin`` buffers are the training grid's, recomputed here for each image's own grid. EVA-02 defines square
+    grids only (one integer image size); a non-square grid scales each side by its own length, as timm's does.
+    """
+
+    def __init__(self, head_dim: int, theta: float = 10000., ref_grid: Optional[int] = 16) -> None:
+        super().__init__()
+        _check_head_dim(head_dim)
+        if not ref_grid:
+            raise ValueError("EVA-02's RoPE needs the pretraining grid it scales positions to (ref_grid)")
+        self.head_dim, self.theta, self.ref_grid = head_dim, float(theta), int(ref_grid)
+
+    def forward(self, coords: torch.Tensor, grids: torch.Tensor) -> torch.Tensor:
+        freqs = rope_frequencies(self.head_dim // 2, self.theta, coords.device)
+        t = coords.float() / grids.float() * self.ref_grid  # (T, 2): EVA's arange(ft) / ft * pt, per side
+        angles = torch.cat([t[:, 0, None] * freqs, t[:, 1, None] * freqs], dim=-1)  # (T, hd/2): [rows | cols]
+        return _interleaved(angles)[None, None]

@@ -32,6 +32,7 @@ from .embedding import EmbeddingMixin
 from .naflex import NaFlexMixin, Patches, drop_tokens, is_naflex
 from .patch_embed import AdaptivePatchEmbed
 from .positions import AFTER_FIRST_BLOCK, STEM_PATTERN, PositionsMixin, block_rotation, build_positions
+from .eva_block import eva_blocks
 from .rope import RopeBlock
 
 __all__ = ['SimpleVisionTransformer']
@@ -76,6 +77,8 @@ def _blocks(cfg: SimpleViTConfig, act_layer: Any, norm_layer: Any, dd: Dict[str,
     taking each layer's rotations (rope.py).
     """
     dpr = [x.item() for x in torch.linspace(0, cfg.drop_path_rate, cfg.depth, device='cpu')]
+    if cfg.block_type == 'eva':  # EVA-02: timm's EvaBlock (eva_block.py)
+        return eva_blocks(cfg, act_layer, norm_layer, dpr, dd, rotate_half)
     block = PlainBlock if rotate_half is None else partial(RopeBlock, rotate_half=rotate_half)
     return nn.Sequential(*[
         block(

@@ -28,6 +28,7 @@ from ..extras import require
 from .deit3_ref import deit3_outputs
 from .dinov2_ref import dinov2_outputs
 from .dinov3_ref import dinov3_outputs, timm_eva_outputs
+from .eva02_ref import eva02_outputs
 from .hf_ref import hf_outputs
 from .npz_ref import npz_model
 from .open_clip_ref import open_clip_outputs
@@ -82,6 +83,7 @@ REFERENCES: Dict[str, Reference] = {
     'deit3': deit3_outputs,
     'openclip': open_clip_outputs,
     'openai': open_clip_outputs,
+    'eva02': eva02_outputs,
 }
 
 

@@ -16,6 +16,7 @@ from ..limits import DEFAULT_LIMITS, Limits
 from .dinov2 import Dinov2Checkpoint, is_dinov2
 from .deit import Deit3Checkpoint, is_layerscale_ape, layerscale_ape_format
 from .dinov3 import Dinov3Checkpoint, is_dinov3
+from .eva02 import Eva02Checkpoint, is_eva02, is_eva02_architecture
 from .rope_vit import RopeVitCheckpoint, is_rope_vit
 from .files import discover
 from .flax import BigVisionCheckpoint, BigVisionNaFlexCheckpoint, VitJaxCheckpoint, is_flat_patch_kernel
@@ -120,6 +121,7 @@ DISPATCH: Tuple[Route, ...] = (
     Route(lambda p: isinstance(p.store, TorchScriptStore) and 'visual.conv1.weight' in p.names, OpenAICLIPCheckpoint),
     Route(lambda p: isinstance(p.store, TorchScriptStore), _NO_CLIP_ARCHIVE),
     # timm folders and training checkpoints (config.json's ``architecture``)
+    Route(lambda p: is_eva02_architecture(p.config.get('architecture')), Eva02Checkpoint),
     Route(lambda p: 'architecture' in p.config and _timm_eva(p), TimmEvaCheckpoint),
     Route(lambda p: 'architecture' in p.config and _naflexvit(p), TimmNaFlexCheckpoint),
     Route(lambda p: 'architecture' in p.config, TimmCheckpoint),
@@ -135,6 +137,8 @@ DISPATCH: Tuple[Route, ...] = (
     # bare state dicts, by their keys
     Route(lambda p: is_dinov2(p.names), Dinov2Checkpoint),
     Route(lambda p: is_dinov3(p.names), Dinov3Checkpoint),
+    # EVA-02 (BAAI's or timm's layout) before timm's other Eva ports: with LayerScale it has their gamma_1 and q_bias
+    Route(lambda p: is_eva02(p.names), Eva02Checkpoint),
     Route(_timm_eva, TimmEvaCheckpoint),
     # DeiT-III and RoPE-ViT rope_axial_ape have the same keys: told apart by the source's name
     Route(lambda p: is_layerscale_ape(p.names) and layerscale_ape_format(p.path) == 'deit3', Deit3Checkpoint),
@@ -148,7 +152,8 @@ DISPATCH: Tuple[Route, ...] = (
     Route(lambda p: p.ends('patch_embed.proj.weight', 'embeds.proj.weight'), TimmCheckpoint),
     Route(lambda p: True, _NO_PATCH_EMBED),
 )
-FORMATS = ('bigvision', 'vitjax', 'timm', 'hf', 'dinov2', 'dinov3', 'ropevit', 'deit3', 'openclip', 'openai')
+FORMATS = ('bigvision', 'vitjax', 'timm', 'hf', 'dinov2', 'dinov3', 'ropevit', 'deit3', 'openclip', 'openai',
+           'eva02')
 # Each format's plain reader: its last row's, which ``fmt=`` reads with when no row of the format holds.
 READERS: Dict[str, Type[SourceCheckpoint]] = {
     fmt: [r.reader for r in DISPATCH if not isinstance(r.reader, Refuse) and r.reader.format == fmt][-1]

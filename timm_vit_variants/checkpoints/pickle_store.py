@@ -23,7 +23,7 @@ from .store_base import TensorStore
 __all__ = ['TorchPickleStore', 'mappable_zip']
 
 # Keys timm training scripts wrap a state dict in, in timm's order of preference (EMA first).
-_WRAPPER_KEYS = ('state_dict_ema', 'model_ema', 'state_dict', 'model')
+_WRAPPER_KEYS = ('state_dict_ema', 'model_ema', 'state_dict', 'model', 'module')  # 'module': DeepSpeed's (EVA-02)
 # What timm train.py's saved ``args`` may tell about the network and its preprocessing, with the types accepted.
 _TRAINING_ARGS = {'model': str, 'model_kwargs': dict, 'num_classes': int, 'img_size': int, 'mean': (list, tuple),
                   'std': (list, tuple), 'interpolation': str, 'crop_pct': (int, float)}

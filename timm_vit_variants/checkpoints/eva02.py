@@ -1,0 +1,147 @@
+"""EVA-02 checkpoints: BAAI's own files (baaivision/EVA ``EVA-02/asuka``) and timm's ``eva02_*`` state dicts and folders.
+
+BAAI's files wrap the state dict in ``{'module': ...}`` (DeepSpeed) or ``{'model': ...}``; EVA's own loader
+(``run_class_finetuning.py --model_key model|module``) takes either, and so does ours. Their layout:
+
+* fine-tuned classifiers (``modeling_finetune.VisionTransformer``): ``cls_token``, ``pos_embed`` (1, 1 + N, D) with a
+  [CLS] slot, ``blocks.{i}.attn.q_bias``/``v_bias`` beside a fused ``attn.qkv`` (Ti/S) or ``q_proj``/``k_proj``/
+  ``v_proj`` without biases (B/L), LayerScale ``gamma_1``/``gamma_2`` when trained with it, the MLP as xformers'
+  packed ``w12``/``w3`` (Ti/S) or ``w1``/``w2``/``ffn_ln``/``w3`` (B/L, sub-LN), ``fc_norm`` (mean pooling) and
+  ``head``;
+* MIM pretraining (``modeling_pretrain.VisionTransformerForMaskedImageModeling``): the same blocks, a final ``norm``
+  on every token, and ``mask_token``/``lm_head``, which only pretraining uses: they are dropped, with a note, as
+  EVA's fine-tuning load drops them.
+
+Both store the RoPE tables of their training grid (``rope.freqs_cos``/``freqs_sin``, again under every block's
+``attn.rope``); they are left out, the rotations being recomputed for each image's own grid with EVA-02's scaling
+to the 16x16 pretraining grid (``eva02_models.EVA02_REF_GRID``, a fact of the family: timm's ``ref_feat_shape``).
+timm's ``eva02_*`` ports have our names already (``mlp.fc1``/``fc1_g``/``fc1_x``/``norm``/``fc2``, ``q_proj.bias``).
+
+The head count is not stored: EVA-02's widths are the standard ViT's (192: 3, 384: 6, 768: 12, 1024: 16); a folder's
+``model_args`` or ``num_heads`` gives any other. BAAI's files resize their table by EVA's ``run_class_finetuning``
+rule (bicubic, no antialias: our 'deit'); timm's by timm's own ('timm').
+"""
+from typing import Any, Dict, Optional, Set, Tuple
+
+from ..config import SimpleViTConfig, heads_for_width
+from ..eva02_models import EVA02, EVA02_MEAN, EVA02_REF_GRID, EVA02_STD
+from .source import Rule, SourceCheckpoint, renamed
+from .timm_format import TimmCheckpoint
+
+__all__ = ['Eva02Checkpoint', 'is_eva02', 'is_eva02_architecture']
+
+_MIM_ONLY = ('mask_token', 'lm_head.weight', 'lm_head.bias')
+# ours -> BAAI's, for the names that differ (xformers' packed SwiGLU, EVA's split one, its q/v biases)
+_BAAI_NAMES = {'mlp.fc1_g.': 'mlp.w1.', 'mlp.fc1_x.': 'mlp.w2.', 'mlp.fc1.': 'mlp.w12.', 'mlp.fc2.': 'mlp.w3.',
+               'mlp.norm.': 'mlp.ffn_ln.', 'attn.q_proj.bias': 'attn.q_bias', 'attn.v_proj.bias': 'attn.v_bias'}
+_ROPE_CACHE = ('rope.freqs_cos', 'rope.freqs_sin')
+
+
+def is_eva02_architecture(name: Any) -> bool:
+    """Whether a timm ``config.json`` ``architecture`` is one of timm's EVA-02 image models (not its CLIP towers)."""
+    return isinstance(name, str) and name.startswith('eva02_') and '_clip_' not in name
+
+
+def is_eva02(names: Set[str]) -> bool:
+    """Whether a state dict is EVA-02's, in BAAI's or timm's layout: a learned table beside a [CLS] token, q/v-only
+    biases (``attn.q_bias``, or ``q_proj`` with no ``k_proj`` bias) and a SwiGLU MLP, and none of the registers or
+    learned frequencies of timm's other Eva ports."""
+    qv_bias = 'blocks.0.attn.q_bias' in names or (
+        'blocks.0.attn.q_proj.weight' in names and 'blocks.0.attn.k_proj.bias' not in names)
+    swiglu = bool({'blocks.0.mlp.w12.weight', 'blocks.0.mlp.w1.weight', 'blocks.0.mlp.fc1_g.weight'} & names) or (
+        'blocks.0.attn.q_bias' in names and 'blocks.0.mlp.fc1.weight' in names)
+    return {'patch_embed.proj.weight', 'cls_token', 'pos_embed'} <= names and qv_bias and swiglu and \
+        not {'reg_token', 'rope.freqs', 'storage_tokens'} & names
+
+
+class Eva02Checkpoint(SourceCheckpoint):
+    format = 'eva02'
+    SKIPPED = _MIM_ONLY
+    # a timm folder's config.json pretrained_cfg, read as timm's own reader reads it
+    _recorded_preprocessing = TimmCheckpoint._recorded_preprocessing
+
+    def _candidates(self) -> Set[str]:
+        """The stored training-grid RoPE tables are recomputed, not read."""
+        return {n for n in super()._candidates() if not n.endswith(_ROPE_CACHE)}
+
+    def _rule(self, pattern: str, block: Optional[int]) -> Tuple[Rule, Optional[int]]:
+        if self._baai:
+            return Rule((renamed(pattern, _BAAI_NAMES).replace('{i}', str(block)),)), None
+        return super()._rule(pattern, block)
+
+    def _preprocessing_defaults(self) -> Dict[str, Tuple[Any, str]]:
+        why = "not recorded by the checkpoint; EVA-02's evaluation (OpenAI CLIP mean and std, bicubic, crop 1.0)"
+        return {'mean': (EVA02_MEAN, why), 'std': (EVA02_STD, why), 'interpolation': ('bicubic', why),
+                'crop_pct': (1.0, why), 'crop_mode': ('center', why)}
+
+    def _infer(self, hints: Dict[str, Any]) -> SimpleViTConfig:
+        names = set(self._store.names())
+        self._baai = 'blocks.0.mlp.w3.weight' in names
+        dim, in_chans, patch_h, patch_w = self._conv_patch_kernel()
+        depth = self._depth(names, first='blocks.0.attn.proj.weight')
+        fused = 'blocks.0.attn.qkv.weight' in names
+        mlp_layer, mlp_dim, mlp_norm = self._mlp(names, dim)
+        self._check_token_table('pos_embed', dim, (patch_h, patch_w), class_token=True, slot=True,
+                                img_size=hints.get('img_size'))
+        heads = self._heads(dim, hints)
+        fc_norm, has_head = 'fc_norm.weight' in names, 'head.weight' in names
+        mim = 'mask_token' in names
+        # EVA's classifiers pool patch tokens (fc_norm) or, with use_mean_pooling=False, take [CLS] after the norm
+        pool = 'avg' if fc_norm or not has_head else 'token'
+        self.assumed['rope_ref_grid'] = (EVA02_REF_GRID, "EVA-02's pretraining grid (224 px at patch 14), which its "
+                                         'RoPE positions are scaled to; a fact of the family, not stored')
+        where = "BAAI's EVA-02 file" if self._baai else "timm's eva02_* port"
+        self.notes.append(
+            f'detected {where} ({"fused qkv" if fused else "split q/k/v"}, q/v-only bias, '
+            f'{"split SwiGLU" if mlp_layer == "swiglu" else "packed SwiGLU"}{" with sub-LN" if mlp_norm else ""}'
+            f'{", LayerScale" if "blocks.0.gamma_1" in names else ""}); RoPE recomputed for each grid, positions '
+            f'scaled to {EVA02_REF_GRID}x{EVA02_REF_GRID}' +
+            (f"; MIM pretraining file: {', '.join(n for n in _MIM_ONLY if n in names)} dropped (pretraining only), "
+             'the final norm kept on every token' if mim else '') +
+            ("; the table resizes by EVA's run_class_finetuning rule (bicubic, no antialias: 'deit')"
+             if self._baai else "; the table resizes by timm's rule"))
+        return SimpleViTConfig(**dict(
+            EVA02, img_size=(self.grid[0] * patch_h, self.grid[1] * patch_w), patch_size=(patch_h, patch_w),
+            in_chans=in_chans, num_classes=self._shape('head.weight')[0] if has_head else 0, global_pool=pool,
+            embed_dim=dim, depth=depth, num_heads=heads, mlp_dim=mlp_dim, mlp_layer=mlp_layer,
+            init_values=1.0 if 'blocks.0.gamma_1' in names else None,  # only the initialiser: the stored gammas load
+            qkv_bias='blocks.0.attn.q_bias' in names or 'blocks.0.attn.q_proj.bias' in names,
+            pos_embed_resample=EVA02['pos_embed_resample'] if self._baai else 'timm', qkv_fused=fused,
+            mlp_norm=mlp_norm, fc_norm=fc_norm, head_bias='head.bias' in names or not has_head,
+            act_layer=hints.get('act_layer') or EVA02['act_layer'], norm_eps=hints.get('norm_eps') or EVA02['norm_eps']))
+
+    def _mlp(self, names: Set[str], dim: int) -> Tuple[str, int, bool]:
+        """(mlp_layer, gated width, sub-LN) from the first block's MLP tensors."""
+        prefix = 'blocks.0.mlp.'
+        split, packed, out = ('w1', 'w12', 'w3') if self._baai else ('fc1_g', 'fc1', 'fc2')
+        key = prefix + (split if prefix + split + '.weight' in names else packed) + '.weight'
+        shape = self._shape(key)
+        if len(shape) != 2 or shape[1] != dim:
+            raise self._error('MLP input projection must be (hidden, width)', key=key, shapes=(shape, ('hidden', dim)))
+        is_split = key.endswith(split + '.weight')
+        if not is_split and shape[0] % 2:
+            raise self._error('a packed SwiGLU holds gate then value: its first axis must be even', key=key,
+                              shapes=(shape,))
+        width = shape[0] if is_split else shape[0] // 2
+        down = self._shape(prefix + out + '.weight')
+        if len(down) != 2 or down[1] != width:
+            raise self._error(f"not EVA-02's SwiGLU: {key} {shape} does not reach {out} {down} through a gate "
+                              "(a plain MLP: EVA-01's?)", key=prefix + out + '.weight', shapes=(down, (dim, width)))
+        self._check_dims(key, mlp=width)
+        layer = 'swiglu' if is_split else 'swiglu_packed'
+        norm = prefix + ('ffn_ln' if self._baai else 'norm') + '.weight'
+        if norm in names and layer != 'swiglu':
+            raise self._error("a sub-LN beside a packed SwiGLU is not EVA-02's (B/L split theirs)", key=norm)
+        return layer, width, norm in names
+
+    def _heads(self, dim: int, hints: Dict[str, Any]) -> int:
+        """The caller's head count, else a timm folder's ``model_args`` (recorded), else the standard ViT's of this
+        width (assumed)."""
+        args = self.source_config.get('model_args')
+        recorded = args.get('num_heads') if isinstance(args, dict) else None
+        if not hints.get('num_heads') and isinstance(recorded, int) and not isinstance(recorded, bool) and \
+                recorded > 0 and dim % recorded == 0:
+            return recorded
+        return self._head_count(dim, hints, [(heads_for_width(dim), f'EVA-02 (the standard ViT) of width {dim}')],
+                                f'an EVA-02 checkpoint does not record the number of attention heads, and width {dim} '
+                                "is not one of EVA-02's; give the head count", key='blocks.0.attn.proj.weight')
