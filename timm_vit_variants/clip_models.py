@@ -17,13 +17,17 @@ loads either through ``load_pretrained`` (``custom_load``), where the OpenCLIP a
 from dataclasses import dataclass, replace
 from typing import Any, Dict, Optional, Tuple
 
-__all__ = ['CLIP_ARCHS', 'CLIP_TAGS', 'CLIP_ROWS', 'ClipTag', 'clip_default_cfgs', 'clip_tag_args',
-           'clip_tag_facts', 'clip_tag_open_clip']
+__all__ = ['CLIP_ARCHS', 'CLIP_TAGS', 'CLIP_ROWS', 'CLIP_TOWER', 'OPENAI_MEAN', 'OPENAI_STD', 'ClipTag',
+           'clip_default_cfgs', 'clip_tag_args', 'clip_tag_facts', 'clip_tag_open_clip']
 
 OPENAI_MEAN, OPENAI_STD = (0.48145466, 0.4578275, 0.40821073), (0.26862954, 0.26130258, 0.27577711)
 _INCEPTION = ((0.5, 0.5, 0.5), (0.5, 0.5, 0.5))
 _IMAGENET = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
 HF_WEIGHTS = 'open_clip_pytorch_model.bin'  # open_clip's default file in its Hub repos
+# What every open_clip image tower is, whatever its size: the readers of open_clip's layout start from it.
+CLIP_TOWER: Dict[str, Any] = dict(qkv_bias=True, class_token=True, pos_embed='learn', pos_embed_cls_slot=True,
+                                  pos_embed_resample='openclip', norm_eps=1e-5, patch_bias=False, head_bias=False,
+                                  grid_mode='crop')
 
 
 @dataclass(frozen=True)
@@ -42,10 +46,8 @@ class ClipArch:
     def args(self, act: str) -> Dict[str, Any]:
         pooling = dict(pre_norm=False, global_pool='avg', fc_norm=True) if self.clipa else \
             dict(pre_norm=True, global_pool='token')
-        return dict(embed_dim=self.width, depth=self.depth, num_heads=self.heads, mlp_dim=self.mlp,
-                    patch_size=self.patch, img_size=self.img, num_classes=self.embed, qkv_bias=True,
-                    class_token=True, pos_embed='learn', pos_embed_cls_slot=True, pos_embed_resample='openclip',
-                    act_layer=act, norm_eps=1e-5, patch_bias=False, head_bias=False, grid_mode='crop', **pooling)
+        return dict(CLIP_TOWER, embed_dim=self.width, depth=self.depth, num_heads=self.heads, mlp_dim=self.mlp,
+                    patch_size=self.patch, img_size=self.img, num_classes=self.embed, act_layer=act, **pooling)
 
 
 # open_clip 3.3.0's model_configs: H/14, g/14 and bigG/14 have head_width 80, 88 and 104 (16 heads each);

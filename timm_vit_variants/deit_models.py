@@ -6,7 +6,7 @@ hands the downloaded file to ``load_pretrained``), which reads DeiT's ``{'model'
 """
 from typing import Any, Dict, Tuple
 
-__all__ = ['DEIT_ROWS', 'DEIT_CFGS', 'DEIT3_ROWS', 'DEIT3_CFGS']
+__all__ = ['DEIT_ROWS', 'DEIT_CFGS', 'DEIT3', 'DEIT3_ROWS', 'DEIT3_CFGS']
 
 _IMAGENET = dict(mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225))
 _DEIT_PAPER = ('arXiv:2012.12877', 'Training data-efficient image transformers & distillation through attention')
@@ -69,7 +69,8 @@ _DEIT3_SIZES: Dict[str, Tuple[str, int, Dict[str, Any], Tuple[int, ...]]] = {
     'large': ('large', 16, {}, (224, 384)),
     'huge': ('huge', 14, {}, (224,)),
 }
-_DEIT3 = dict(num_classes=1000, global_pool='token', class_token=True, init_values=1e-4, pos_embed='learn',
+# What every DeiT-III row shares; the reader starts from it.
+DEIT3 = dict(num_classes=1000, global_pool='token', class_token=True, init_values=1e-4, pos_embed='learn',
               pos_embed_cls_slot=False, pos_embed_resample='deit', act_layer='gelu', norm_eps=1e-6, grid_mode='crop')
 _DEIT3_URL = 'https://dl.fbaipublicfiles.com/deit/deit_3_{size}_{img}_{data}.pth'
 # tag -> the file's suffix (README_revenge.md: the 21k ViT-H file is the ``_v1`` one)
@@ -83,7 +84,7 @@ def _deit3_name(size: str, patch: int, img: int) -> str:
 
 DEIT3_ROWS: Dict[str, Tuple[str, Dict[str, Any], str]] = {
     _deit3_name(size, patch, img): (
-        variant, dict(_DEIT3, patch_size=patch, img_size=img, **dims),
+        variant, dict(DEIT3, patch_size=patch, img_size=img, **dims),
         f'DeiT-III ViT-{size[0].upper()}/{patch} at {img}px (facebookresearch/deit models_v2 '
         f'deit_{size}_patch{patch}_LS): LayerScale, a table with no [CLS] slot, [CLS] pooling, ImageNet-1k head; '
         "DeiT's table resize.")

@@ -14,7 +14,8 @@ is accepted, so its tags name the file the hub code builds and cannot be downloa
 """
 from typing import Any, Dict, Tuple
 
-__all__ = ['DINO_ROWS', 'DINO_CFGS', 'dinov2_swiglu_width', 'dinov3_swiglu_width']
+__all__ = ['DINO_ROWS', 'DINO_CFGS', 'DINOV2', 'DINOV2_HEADS', 'DINOV3', 'DINOV3_HEADS', 'ROPEVIT', 'ROPEVIT_KINDS',
+           'EVA_ROPE', 'eva_rope_args', 'dinov2_swiglu_width', 'dinov3_swiglu_width']
 
 _IMAGENET = dict(mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225))
 
@@ -38,8 +39,11 @@ _DINOV2_SIZES: Dict[str, Tuple[str, Dict[str, Any]]] = {
     'giant': ('g', dict(embed_dim=1536, depth=40, num_heads=24, mlp_dim=dinov2_swiglu_width(1536),
                         mlp_layer='swiglu_packed', act_layer='silu')),
 }
-_DINOV2 = dict(img_size=518, patch_size=14, num_classes=0, global_pool='token', class_token=True, init_values=1.0,
+# What every DINOv2 row shares; the readers start from it (the files record none of it).
+DINOV2 = dict(img_size=518, patch_size=14, num_classes=0, global_pool='token', class_token=True, init_values=1.0,
                pos_embed='learn', pos_embed_cls_slot=True, act_layer='gelu', norm_eps=1e-6, grid_mode='crop')
+# The hub's head counts by width (the files do not record them).
+DINOV2_HEADS = {dims['embed_dim']: dims['num_heads'] for _, dims in _DINOV2_SIZES.values()}
 _DINOV2_URL = 'https://dl.fbaipublicfiles.com/dinov2/dinov2_vit{s}14{r}/dinov2_vit{s}14{r}_pretrain.pth'
 
 # -- DINOv3 (LVD-1689M, SAT-493M; patch 16, RoPE, 4 storage tokens) ---------------------------------------------------
@@ -60,41 +64,62 @@ _DINOV3_SIZES: Dict[str, Tuple[str, Dict[str, Any], Dict[str, str]]] = {
                            mlp_layer='swiglu', act_layer='silu', qkv_bias=False),
            {'lvd1689m': 'a955f4ea', 'sat493m': 'a6675841'}),
 }
-_DINOV3 = dict(img_size=224, patch_size=16, num_classes=0, global_pool='token', class_token=True, reg_tokens=4,
+# What every DINOv3 row shares; the readers start from it.
+DINOV3 = dict(img_size=224, patch_size=16, num_classes=0, global_pool='token', class_token=True, reg_tokens=4,
                init_values=1e-5, pos_embed='rope', rope_type='dinov3', rope_theta=100., act_layer='gelu',
                norm_eps=1e-5, grid_mode='crop')
+# The hub's head counts by width (the files do not record them; H+ has 20, not ViT-H's 16).
+DINOV3_HEADS = {dims['embed_dim']: dims['num_heads'] for _, dims, _ in _DINOV3_SIZES.values()}
 _DINOV3_URL = 'https://dl.fbaipublicfiles.com/dinov3/dinov3_{a}/dinov3_{a}_pretrain_{w}-{h}.pth'
 
 # -- RoPE-ViT (naver-ai, ImageNet-1k DeiT-III classifiers; Hub repos naver-ai/<name>/pytorch_model.bin) --------------
 _ROPEVIT_SIZES = {'small': dict(embed_dim=384, depth=12, num_heads=6, mlp_dim=1536),
                   'base': dict(embed_dim=768, depth=12, num_heads=12, mlp_dim=3072),
                   'large': dict(embed_dim=1024, depth=24, num_heads=16, mlp_dim=4096)}
-_ROPEVIT_KINDS = {'axial': dict(rope_type='axial', rope_theta=100., pos_embed='rope'),
+ROPEVIT_KINDS = {'axial': dict(rope_type='axial', rope_theta=100., pos_embed='rope'),
                   'mixed': dict(rope_type='mixed', rope_theta=10., pos_embed='rope'),
                   'axial_ape': dict(rope_type='axial', rope_theta=100., pos_embed='learn+rope'),
                   'mixed_ape': dict(rope_type='mixed', rope_theta=10., pos_embed='learn+rope')}
-_ROPEVIT = dict(img_size=224, patch_size=16, num_classes=1000, global_pool='token', class_token=True,
+# What every RoPE-ViT row shares beside its kind; the readers start from it.
+ROPEVIT = dict(img_size=224, patch_size=16, num_classes=1000, global_pool='token', class_token=True,
                 init_values=1e-4, pos_embed_resample='ropevit', act_layer='gelu', norm_eps=1e-6, grid_mode='crop')
 _ROPEVIT_HUB = 'naver-ai/rope_{k}_deit_{s}_patch16_LS'
+
+# Each rope_type as timm's Eva builds it (its DINOv3 and RoPE-ViT ports, ``timm/models/eva.py``): the rotary module
+# it makes, the Eva arguments that make it, and the timm entries of that port.
+EVA_ROPE: Dict[str, Tuple[str, Dict[str, Any], str]] = {
+    'dinov3': ('RotaryEmbeddingDinoV3', dict(rope_type='dinov3', rope_grid_indexing='ij', rope_rotate_half=True),
+               'vit_*_patch16_dinov3*'),
+    'axial': ('RotaryEmbeddingCat', dict(rope_type='cat', rope_grid_indexing='xy', rope_rotate_half=False),
+              'vit_*_patch16_rope*_224'),
+    'mixed': ('RotaryEmbeddingMixed', dict(rope_type='mixed', rope_grid_indexing='xy', rope_rotate_half=False),
+              'vit_*_patch16_rope_mixed*_224'),
+}
+
+
+def eva_rope_args(rope_type: str, theta: float) -> Dict[str, Any]:
+    """The ``rope_*`` arguments of timm's ``Eva`` that build our ``rope_type`` at base ``theta``."""
+    return dict(EVA_ROPE[rope_type][1], rope_temperature=theta)
+
 
 # name -> (variant, arguments, description): ``config.MODELS`` rows (this module imports nothing of the package).
 DINO_ROWS: Dict[str, Tuple[str, Dict[str, Any], str]] = {
     **{f'simple_vit_{size}_patch14{"_reg4" if reg else ""}_dinov2': (
-        'base', dict(_DINOV2, **dims, reg_tokens=4 if reg else 0, pos_embed_resample='timm' if reg else 'dinov2'),
+        'base', dict(DINOV2, **dims, reg_tokens=4 if reg else 0, pos_embed_resample='timm' if reg else 'dinov2'),
         f'DINOv2 ViT-{s if s == "g" else s.upper()}/14{" with 4 registers" if reg else ""} (LVD-142M, 518 px): '
         '[CLS] pooling, LayerScale, the '
         f'hub\'s table resize ({"antialiased, no offset" if reg else "scale (n + 0.1) / N"}); no classifier.')
        for size, (s, dims) in _DINOV2_SIZES.items() for reg in (False, True)},
     **{f'simple_vit_{size}_patch16_dinov3': (
-        'base', dict(_DINOV3, **dims),
+        'base', dict(DINOV3, **dims),
         f'DINOv3 {arch}: RoPE (stored periods), 4 registers, '
         f'{"masked k bias" if dims.get("qkv_bias", True) else "no qkv bias"}, LayerScale; no classifier '
         '(tags licence-gated).') for size, (arch, dims, _) in _DINOV3_SIZES.items()},
     **{f'simple_vit_{size}_patch16_rope_{kind}_224': (
-        'base', dict(_ROPEVIT, **dims, **_ROPEVIT_KINDS[kind]),
+        'base', dict(ROPEVIT, **dims, **ROPEVIT_KINDS[kind]),
         f'RoPE-ViT rope_{kind}_deit_{size}_patch16_LS (naver-ai): DeiT-III LayerScale, '
         f'{kind.replace("_", " + ")} RoPE, '
-        'ImageNet-1k head.') for size, dims in _ROPEVIT_SIZES.items() for kind in _ROPEVIT_KINDS},
+        'ImageNet-1k head.') for size, dims in _ROPEVIT_SIZES.items() for kind in ROPEVIT_KINDS},
 }
 
 
@@ -125,5 +150,5 @@ DINO_CFGS: Dict[str, Dict[str, Any]] = {
     **{f'simple_vit_{size}_patch16_rope_{kind}_224.naver_in1k': _cfg(
         '', 224, 1000, 'apache-2.0', 'https://github.com/naver-ai/rope-vit', _ROPEVIT_PAPER, crop_pct=0.875,
         hf_hub_id=_ROPEVIT_HUB.format(k=kind, s=size), hf_hub_filename='pytorch_model.bin', custom_load='hf')
-       for size in _ROPEVIT_SIZES for kind in _ROPEVIT_KINDS},
+       for size in _ROPEVIT_SIZES for kind in ROPEVIT_KINDS},
 }

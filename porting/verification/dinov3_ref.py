@@ -16,6 +16,7 @@ import torch.nn as nn
 
 from timm_vit_variants.checkpoints.pickle_store import mappable_zip
 from timm_vit_variants.config import SimpleViTConfig
+from timm_vit_variants.dino_models import EVA_ROPE, eva_rope_args
 from timm_vit_variants.memory import release_after_use
 
 from .result import Check, NoReference, Outputs
@@ -24,8 +25,9 @@ from .streamed import as_float32, trace_blocks
 __all__ = ['bare_eva', 'dinov3_outputs', 'eva_model', 'load_eva', 'timm_eva_outputs']
 
 
-def eva_model(config: SimpleViTConfig, rows: int, cols: int, *, rope: Dict[str, Any], **extra: Any) -> nn.Module:
-    """timm's ``Eva`` with DINOv3/RoPE-ViT blocks for ``config`` at a rows x cols grid, on the meta device."""
+def eva_model(config: SimpleViTConfig, rows: int, cols: int, **extra: Any) -> nn.Module:
+    """timm's ``Eva`` with DINOv3/RoPE-ViT blocks for ``config`` at a rows x cols grid, on the meta device; its
+    RoPE is ``config.rope_type`` as timm's port builds it (``dino_models.EVA_ROPE``)."""
     from timm.layers import LayerNorm
     from timm.models.eva import Eva
 
@@ -42,7 +44,7 @@ def eva_model(config: SimpleViTConfig, rows: int, cols: int, *, rope: Dict[str, 
             swiglu_align_to=1 if swiglu else 0, init_values=config.init_values or 1.0,
             num_reg_tokens=config.reg_tokens, use_rot_pos_emb=True, use_fc_norm=False,
             norm_layer=partial(LayerNorm, eps=config.norm_eps),
-            **rope, **extra)
+            **eva_rope_args(config.rope_type, config.rope_theta), **extra)
 
 
 def load_eva(model: nn.Module, state: Dict[str, torch.Tensor]) -> nn.Module:
@@ -77,9 +79,7 @@ def dinov3_outputs(check: Check, x: torch.Tensor, mixed: Optional[Dict[str, torc
     state = dict(state)
     periods = state['rope_embed.periods'].float()
     untied = {k[len('cls_norm.'):]: state.pop(k) for k in list(state) if k.startswith('cls_norm.')}
-    model = eva_model(source, rows, cols, dynamic_img_size=True, use_abs_pos_emb=False, attn_type='eva',
-                      rope=dict(rope_type='dinov3', rope_temperature=source.rope_theta,
-                                rope_rotate_half=True))
+    model = eva_model(source, rows, cols, dynamic_img_size=True, use_abs_pos_emb=False, attn_type='eva')
     model = load_eva(model, checkpoint_filter_fn(state, model))
     model.rope.periods.copy_(periods)  # timm's non-persistent buffer, recomputed in fp32: the stored values instead
     x = x[..., :rows * runs_at.patch_size[0], :cols * runs_at.patch_size[1]]
@@ -129,7 +129,7 @@ def timm_eva_outputs(check: Check, x: torch.Tensor, mixed: Optional[Dict[str, to
         name = f"timm.create_model('local-dir:...', dynamic_img_size=True) ({config['architecture']})"
     else:
         model = load_eva(bare_eva(source), timm_weights(folder))
-        name = (f"timm Eva ({_EVA_PORTS[source.rope_type]} blocks) + the state dict loaded strictly (shared with "
+        name = (f"timm Eva ({EVA_ROPE[source.rope_type][2]} blocks) + the state dict loaded strictly (shared with "
                 'the converter: the head count, LayerNorm eps and pooling a bare state dict does not record)')
     rows, cols = runs_at.grid_size
     x = x[..., :rows * runs_at.patch_size[0], :cols * runs_at.patch_size[1]]
@@ -139,19 +139,11 @@ def timm_eva_outputs(check: Check, x: torch.Tensor, mixed: Optional[Dict[str, to
     return Outputs(feats, pooled, name)
 
 
-# our rope_type -> the timm Eva entries of that port
-_EVA_PORTS = {'dinov3': 'vit_*_patch16_dinov3*', 'axial': 'vit_*_patch16_rope*_224',
-              'mixed': 'vit_*_patch16_rope_mixed*_224'}
-
-
 def bare_eva(config: SimpleViTConfig) -> nn.Module:
     """timm's ``Eva`` as its DINOv3 or RoPE-ViT entries build it, for a bare state dict's ``config``, at the source
     grid with ``dynamic_img_size`` (timm then resizes an absolute table with its own rule)."""
     rows, cols = config.grid_size
     if config.rope_type == 'dinov3':
-        return eva_model(config, rows, cols, dynamic_img_size=True, use_abs_pos_emb=False, attn_type='eva',
-                         rope=dict(rope_type='dinov3', rope_temperature=config.rope_theta, rope_rotate_half=True))
+        return eva_model(config, rows, cols, dynamic_img_size=True, use_abs_pos_emb=False, attn_type='eva')
     return eva_model(config, rows, cols, dynamic_img_size=True, attn_type='rope', class_token=config.class_token,
-                     no_embed_class=True, use_abs_pos_emb=config.pos_embed == 'learn+rope',
-                     rope=dict(rope_type='mixed' if config.rope_type == 'mixed' else 'cat', rope_grid_indexing='xy',
-                               rope_temperature=config.rope_theta))
+                     no_embed_class=True, use_abs_pos_emb=config.pos_embed == 'learn+rope')

@@ -53,8 +53,7 @@ def ropevit_outputs(check: Check, x: torch.Tensor, mixed: Optional[Dict[str, tor
     for name in ('freqs_t_x', 'freqs_t_y'):
         state.pop(name, None)
     model = eva_model(source, rows, cols, attn_type='rope', class_token=True, no_embed_class=True,
-                      use_abs_pos_emb=ape, rope=dict(rope_type='mixed' if learned else 'cat', rope_grid_indexing='xy',
-                                                     rope_temperature=source.rope_theta))
+                      use_abs_pos_emb=ape)
     state = checkpoint_filter_fn(state, model)
     if table is not None:
         state['pos_embed'] = table

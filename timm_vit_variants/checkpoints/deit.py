@@ -16,6 +16,7 @@ import re
 from typing import Any, Dict, Optional, Set, Tuple
 
 from ..config import SimpleViTConfig
+from ..deit_models import DEIT3
 from .preprocessing import imagenet_preprocessing
 from .source import Rule, SourceCheckpoint
 
@@ -119,10 +120,9 @@ class Deit3Checkpoint(LayerScaleBlocks):
         record_family(self)
         self.notes.append('detected a DeiT-III model (models_v2 vit_models, LayerScale gamma_1/gamma_2, a table with '
                           "no [CLS] slot: resize rule 'deit', DeiT's main.py bicubic without antialias)")
-        return SimpleViTConfig(
-            img_size=(self.grid[0] * patch_h, self.grid[1] * patch_w), patch_size=(patch_h, patch_w),
-            in_chans=in_chans, num_classes=num_classes, global_pool='token', embed_dim=dim, depth=depth,
-            num_heads=heads, mlp_dim=mlp_dim, init_values=1e-4, qkv_bias='blocks.0.attn.qkv.bias' in names,
-            class_token=True, pos_embed='learn', pos_embed_cls_slot=False, pos_embed_resample='deit',
-            act_layer=hints.get('act_layer') or 'gelu', norm_eps=hints.get('norm_eps') or 1e-6, grid_mode='crop',
-            head_bias='head.bias' in names or 'head.weight' not in names)
+        return SimpleViTConfig(**dict(
+            DEIT3, img_size=(self.grid[0] * patch_h, self.grid[1] * patch_w), patch_size=(patch_h, patch_w),
+            in_chans=in_chans, num_classes=num_classes, embed_dim=dim, depth=depth, num_heads=heads, mlp_dim=mlp_dim,
+            qkv_bias='blocks.0.attn.qkv.bias' in names, act_layer=hints.get('act_layer') or DEIT3['act_layer'],
+            norm_eps=hints.get('norm_eps') or DEIT3['norm_eps'],
+            head_bias='head.bias' in names or 'head.weight' not in names))

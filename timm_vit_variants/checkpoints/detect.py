@@ -1,10 +1,14 @@
 """Opening a checkpoint: find its files, open them once, tell the format from what is inside, pick the reader.
 
 The store opened here is the one the reader plans and reads from, so nothing is opened, or
-unpickled, twice.
+unpickled, twice. Which reader reads it is decided by one table, ``DISPATCH``: its rows, in order, each test
+what the source holds (``Probe``: the store's names, ``config.json``, the path); the first row that holds names
+the reader (whose ``format`` is the detected format) or refuses the source. A family joins with one row, placed
+before the rows its files would otherwise meet.
 """
 import os
-from typing import Any, Dict, Optional, Type
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, FrozenSet, Optional, Tuple, Type, Union
 
 from ..errors import ViTVariantsError
 from ..limits import DEFAULT_LIMITS, Limits
@@ -13,33 +17,141 @@ from .deit import Deit3Checkpoint, is_layerscale_ape, layerscale_ape_format
 from .dinov3 import Dinov3Checkpoint, is_dinov3
 from .rope_vit import RopeVitCheckpoint, is_rope_vit
 from .files import discover
-from .flax import BigVisionCheckpoint, VitJaxCheckpoint
+from .flax import BigVisionCheckpoint, BigVisionNaFlexCheckpoint, VitJaxCheckpoint, is_flat_patch_kernel
 from .hf import HFCheckpoint
 from .hf_dinov2 import DINOV2_MODEL_TYPES, HFDinov2Checkpoint
 from .hf_dinov3 import DINOV3_MODEL_TYPES, HFDinov3Checkpoint
 from .hf_clip import CLIP_MODEL_TYPES, HFClipCheckpoint
-from .hf_siglip import SIGLIP_MODEL_TYPES, HFSiglipCheckpoint
+from .hf_siglip import SIGLIP_MODEL_TYPES, HFSiglip2Checkpoint, HFSiglipCheckpoint
 from .openclip import OpenAICLIPCheckpoint, OpenCLIPCheckpoint, is_openai_clip
 from .source import LayoutFn, SourceCheckpoint
 from .stores import NpzStore, TensorStore, open_store
 from .torchscript_store import TorchScriptStore
-from .timm_format import TimmCheckpoint, is_timm_eva
+from .timm_format import EVA_ARCHITECTURES, TimmCheckpoint, TimmEvaCheckpoint, TimmNaFlexCheckpoint, is_timm_eva
 
-__all__ = ['FORMATS', 'HINTS', 'READERS', 'open_checkpoint', 'detect_format']
+__all__ = ['DISPATCH', 'FORMATS', 'HINTS', 'READERS', 'Probe', 'Refuse', 'Route', 'open_checkpoint',
+           'detect_format']
 
+
+@dataclass(frozen=True)
+class Probe:
+    """What a ``DISPATCH`` row tests: the opened store and its tensor names (``local``: under the ``prefix`` hint,
+    without it), ``config.json`` (empty without one) and the path asked for."""
+    path: str
+    store: TensorStore
+    config: Dict[str, Any]
+    config_path: Optional[str]
+    hints: Dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def names(self) -> FrozenSet[str]:
+        return frozenset(self.store.names())
+
+    @property
+    def local(self) -> FrozenSet[str]:
+        return frozenset(n[len(self.prefix):] for n in self.store.names())
+
+    @property
+    def prefix(self) -> str:
+        return self.hints.get('prefix') or ''
+
+    @property
+    def model_type(self) -> Any:
+        return self.config.get('model_type')
+
+    def has(self, *parts: str) -> bool:
+        """Whether any tensor name contains one of ``parts``."""
+        return any(part in n for n in self.store.names() for part in parts)
+
+    def ends(self, *suffixes: str) -> bool:
+        """Whether any tensor name ends with one of ``suffixes``."""
+        return any(n.endswith(suffixes) for n in self.store.names())
+
+
+@dataclass(frozen=True)
+class Refuse:
+    """A row's outcome that is no reader: the error for a source no reader takes."""
+    error: Callable[[Probe], ViTVariantsError]
+
+
+@dataclass(frozen=True)
+class Route:
+    """One ``DISPATCH`` row: a source ``test`` holds for is read by ``reader`` (or refused)."""
+    test: Callable[[Probe], bool]
+    reader: Union[Type[SourceCheckpoint], Refuse]
+
+
+def _timm_eva(p: Probe) -> bool:
+    """timm's Eva ports of DINOv3 and RoPE-ViT: by ``architecture``, or for a bare state dict by its keys."""
+    arch = p.config.get('architecture')
+    return isinstance(arch, str) and bool(EVA_ARCHITECTURES.match(arch)) or arch is None and is_timm_eva(set(p.local))
+
+
+def _naflexvit(p: Probe) -> bool:
+    """timm NaFlexVit weights: ``embeds.proj.weight`` under the prefix."""
+    return p.prefix + 'embeds.proj.weight' in p.store
+
+
+_NPZ_BLOCKS = ('MultiHeadDotProductAttention_0/', 'Transformer/encoderblock/')
+_NO_NPZ_BLOCKS = Refuse(lambda p: ViTVariantsError(
+    'an .npz archive without ViT encoder blocks (no MultiHeadDotProductAttention arrays)', path=p.path,
+    key='Transformer/encoderblock_0'))
+_NO_CLIP_ARCHIVE = Refuse(lambda p: ViTVariantsError(
+    'a TorchScript archive without a CLIP image tower (no visual.conv1.weight among its '
+    f'{len(p.store.names())} tensors)', path=p.path, key='visual.conv1.weight'))
+_NOT_TRANSFORMERS_VIT = Refuse(lambda p: ViTVariantsError(
+    f"model_type {p.model_type!r} is not a transformers ViT, SigLIP or CLIP model", path=p.config_path,
+    key='model_type'))
+_NO_PATCH_EMBED = Refuse(lambda p: ViTVariantsError(
+    'no ViT patch embedding among the tensors (neither timm nor transformers layout)', path=p.path,
+    key='patch_embed.proj.weight'))
+
+# Every reader, and how a source reaches it: the first row whose test holds reads (or refuses) the source.
+DISPATCH: Tuple[Route, ...] = (
+    # flax .npz archives
+    Route(lambda p: isinstance(p.store, NpzStore) and p.has('MultiHeadDotProductAttention_1/', 'posembed_input/'),
+          VitJaxCheckpoint),
+    Route(lambda p: isinstance(p.store, NpzStore) and not p.has(*_NPZ_BLOCKS), _NO_NPZ_BLOCKS),
+    Route(lambda p: isinstance(p.store, NpzStore) and is_flat_patch_kernel(p.store, p.hints.get('prefix')),
+          BigVisionNaFlexCheckpoint),
+    Route(lambda p: isinstance(p.store, NpzStore), BigVisionCheckpoint),
+    # OpenAI's TorchScript archives
+    Route(lambda p: isinstance(p.store, TorchScriptStore) and 'visual.conv1.weight' in p.names, OpenAICLIPCheckpoint),
+    Route(lambda p: isinstance(p.store, TorchScriptStore), _NO_CLIP_ARCHIVE),
+    # timm folders and training checkpoints (config.json's ``architecture``)
+    Route(lambda p: 'architecture' in p.config and _timm_eva(p), TimmEvaCheckpoint),
+    Route(lambda p: 'architecture' in p.config and _naflexvit(p), TimmNaFlexCheckpoint),
+    Route(lambda p: 'architecture' in p.config, TimmCheckpoint),
+    # transformers folders, by config.json's ``model_type``
+    Route(lambda p: p.model_type in SIGLIP_MODEL_TYPES and str(p.model_type).startswith('siglip2'),
+          HFSiglip2Checkpoint),
+    Route(lambda p: p.model_type in SIGLIP_MODEL_TYPES, HFSiglipCheckpoint),
+    Route(lambda p: p.model_type in DINOV2_MODEL_TYPES, HFDinov2Checkpoint),
+    Route(lambda p: p.model_type in DINOV3_MODEL_TYPES, HFDinov3Checkpoint),
+    Route(lambda p: p.model_type in CLIP_MODEL_TYPES, HFClipCheckpoint),
+    Route(lambda p: p.model_type == 'vit', HFCheckpoint),
+    Route(lambda p: 'model_type' in p.config, _NOT_TRANSFORMERS_VIT),
+    # bare state dicts, by their keys
+    Route(lambda p: is_dinov2(set(p.names)), Dinov2Checkpoint),
+    Route(lambda p: is_dinov3(set(p.names)), Dinov3Checkpoint),
+    Route(_timm_eva, TimmEvaCheckpoint),
+    # DeiT-III and RoPE-ViT rope_axial_ape have the same keys: told apart by the source's name
+    Route(lambda p: is_layerscale_ape(set(p.names)) and layerscale_ape_format(p.path) == 'deit3', Deit3Checkpoint),
+    Route(lambda p: is_layerscale_ape(set(p.names)) or is_rope_vit(set(p.names)), RopeVitCheckpoint),
+    # open_clip's layout: OpenAI's state dict (its scalars), else OpenCLIP's
+    Route(lambda p: 'visual.conv1.weight' in p.names and is_openai_clip(set(p.names)), OpenAICLIPCheckpoint),
+    Route(lambda p: 'visual.conv1.weight' in p.names, OpenCLIPCheckpoint),
+    Route(lambda p: p.ends('embeddings.patch_embeddings.projection.weight'), HFCheckpoint),
+    Route(lambda p: p.ends('patch_embed.proj.weight', 'embeds.proj.weight') and _naflexvit(p),
+          TimmNaFlexCheckpoint),  # ViT, NaFlexVit
+    Route(lambda p: p.ends('patch_embed.proj.weight', 'embeds.proj.weight'), TimmCheckpoint),
+    Route(lambda p: True, _NO_PATCH_EMBED),
+)
+FORMATS = ('bigvision', 'vitjax', 'timm', 'hf', 'dinov2', 'dinov3', 'ropevit', 'deit3', 'openclip', 'openai')
+# Each format's plain reader: its last row's, which ``fmt=`` reads with when no row of the format holds.
 READERS: Dict[str, Type[SourceCheckpoint]] = {
-    'bigvision': BigVisionCheckpoint,
-    'vitjax': VitJaxCheckpoint,
-    'timm': TimmCheckpoint,
-    'hf': HFCheckpoint,
-    'dinov2': Dinov2Checkpoint,
-    'dinov3': Dinov3Checkpoint,
-    'ropevit': RopeVitCheckpoint,
-    'deit3': Deit3Checkpoint,
-    'openclip': OpenCLIPCheckpoint,
-    'openai': OpenAICLIPCheckpoint,
-}
-FORMATS = tuple(READERS)
+    fmt: [r.reader for r in DISPATCH if not isinstance(r.reader, Refuse) and r.reader.format == fmt][-1]
+    for fmt in FORMATS}
 
 # Facts a checkpoint may not record, supplied by the caller (CLI flags of the same name):
 #   prefix     key prefix inside the file (npz: e.g. 'params/'; torch: stripped before mapping)
@@ -54,45 +166,23 @@ HINTS = ('prefix', 'img_size', 'num_heads', 'assume_heads', 'act_layer', 'norm_e
          'in_chans')
 
 
-def _sniff(path: str, store: TensorStore, config: Dict[str, Any], config_path: Optional[str]) -> str:
-    names = store.names()
-    if isinstance(store, NpzStore):
-        if any('MultiHeadDotProductAttention_1/' in n or 'posembed_input/' in n for n in names):
-            return 'vitjax'
-        if any('MultiHeadDotProductAttention_0/' in n or 'Transformer/encoderblock/' in n for n in names):
-            return 'bigvision'
-        raise ViTVariantsError('an .npz archive without ViT encoder blocks (no MultiHeadDotProductAttention arrays)',
-                               path=path, key='Transformer/encoderblock_0')
-    if isinstance(store, TorchScriptStore):
-        if 'visual.conv1.weight' in names:
-            return 'openai'
-        raise ViTVariantsError('a TorchScript archive without a CLIP image tower (no visual.conv1.weight among its '
-                               f'{len(names)} tensors)', path=path, key='visual.conv1.weight')
-    if 'architecture' in config:
-        return 'timm'
-    if 'model_type' in config:
-        if config['model_type'] in ('vit', *SIGLIP_MODEL_TYPES, *DINOV2_MODEL_TYPES, *DINOV3_MODEL_TYPES, *CLIP_MODEL_TYPES):
-            return 'hf'
-        raise ViTVariantsError(f"model_type {config['model_type']!r} is not a transformers ViT, SigLIP or CLIP model",
-                               path=config_path, key='model_type')
-    if is_dinov2(set(names)):
-        return 'dinov2'
-    if is_dinov3(set(names)):
-        return 'dinov3'
-    if is_timm_eva(set(names)):
-        return 'timm'
-    if is_layerscale_ape(set(names)):  # DeiT-III or RoPE-ViT rope_axial_ape: the same keys, told apart by name
-        return layerscale_ape_format(path)
-    if is_rope_vit(set(names)):
-        return 'ropevit'
-    if 'visual.conv1.weight' in names:  # open_clip's layout: OpenAI's state dict (its scalars), else OpenCLIP's
-        return 'openai' if is_openai_clip(set(names)) else 'openclip'
-    if any(n.endswith('embeddings.patch_embeddings.projection.weight') for n in names):
-        return 'hf'
-    if any(n.endswith(('patch_embed.proj.weight', 'embeds.proj.weight')) for n in names):  # ViT, NaFlexVit
-        return 'timm'
-    raise ViTVariantsError('no ViT patch embedding among the tensors (neither timm nor transformers layout)',
-                           path=path, key='patch_embed.proj.weight')
+def _route(probe: Probe, fmt: Optional[str] = None) -> Type[SourceCheckpoint]:
+    """The reader of the first ``DISPATCH`` row that holds for ``probe`` (raising a refusing row's error); given
+    ``fmt``, of the first row of that format that holds (refusals skipped), else the format's plain reader."""
+    for route in DISPATCH:
+        refuses = isinstance(route.reader, Refuse)
+        if fmt is not None and (refuses or route.reader.format != fmt):
+            continue
+        if route.test(probe):
+            if isinstance(route.reader, Refuse):
+                raise route.reader.error(probe)
+            return route.reader
+    return READERS[fmt]
+
+
+def _detect(probe: Probe) -> str:
+    """The format of the content (the hints play no part: they are the caller's facts, not the file's)."""
+    return _route(Probe(probe.path, probe.store, probe.config, probe.config_path)).format
 
 
 def open_checkpoint(
@@ -121,44 +211,28 @@ def open_checkpoint(
     files, config, config_path = discover(path, limits)
     store = open_store(files, limits, use_ema=hints.get('use_ema', True))
     try:
+        probe = Probe(path, store, config, config_path, hints)
         if fmt is None:
-            return _reader(_sniff(path, store, config, config_path), store, config, hints)(
-                path, store, config, config_path, hints, layout, limits)
+            return _route(probe, _detect(probe))(path, store, config, config_path, hints, layout, limits)
         try:
-            return _reader(fmt, store, config, hints)(path, store, config, config_path, hints, layout, limits)
+            return _route(probe, fmt)(path, store, config, config_path, hints, layout, limits)
         except ViTVariantsError as e:
-            raise _wrong_format(e, fmt, path, store, config, config_path) from None
+            raise _wrong_format(e, fmt, probe) from None
     except BaseException:
         store.close()
         raise
 
 
-def _reader(fmt: str, store: TensorStore, config: Dict[str, Any], hints: Dict[str, Any]) -> Type[SourceCheckpoint]:
-    """The reader of a format (a transformers folder's ``model_type`` tells a ViT from a SigLIP or DINOv2 tower), or
-    the variant of it the content calls for (a NaFlex tower's)."""
-    reader = READERS[fmt]
-    if fmt == 'hf' and config.get('model_type') in SIGLIP_MODEL_TYPES:
-        reader = HFSiglipCheckpoint
-    elif fmt == 'hf' and config.get('model_type') in DINOV2_MODEL_TYPES:
-        reader = HFDinov2Checkpoint
-    elif fmt == 'hf' and config.get('model_type') in DINOV3_MODEL_TYPES:
-        reader = HFDinov3Checkpoint
-    elif fmt == 'hf' and config.get('model_type') in CLIP_MODEL_TYPES:
-        reader = HFClipCheckpoint
-    return reader.variant(store, config, hints)
-
-
-def _wrong_format(error: ViTVariantsError, fmt: str, path: str, store: TensorStore, config: Dict[str, Any],
-                  config_path: Optional[str]) -> ViTVariantsError:
+def _wrong_format(error: ViTVariantsError, fmt: str, probe: Probe) -> ViTVariantsError:
     """``error`` from reading as ``fmt``, or, when the content says another format, an error that says so."""
     try:
-        detected = _sniff(path, store, config, config_path)
+        detected = _detect(probe)
     except ViTVariantsError:
         return error
     if detected == fmt:
         return error
     return ViTVariantsError(f'it was read as format {fmt!r}, but its content is a {detected!r} checkpoint '
-                            f'({error.reason})', path=path, key=error.key, needs='fmt')
+                            f'({error.reason})', path=probe.path, key=error.key, needs='fmt')
 
 
 def detect_format(path: 'str | os.PathLike') -> str:
@@ -167,6 +241,6 @@ def detect_format(path: 'str | os.PathLike') -> str:
     files, config, config_path = discover(path)
     store = open_store(files)
     try:
-        return _sniff(path, store, config, config_path)
+        return _detect(Probe(path, store, config, config_path))
     finally:
         store.close()

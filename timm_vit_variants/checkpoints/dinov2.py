@@ -10,13 +10,12 @@ The hub builds the models without registers with ``interpolate_offset=0.1`` and 
 from typing import Any, Dict, Optional, Set, Tuple
 
 from ..config import SimpleViTConfig
+from ..dino_models import DINOV2, DINOV2_HEADS
 from .preprocessing import imagenet_preprocessing
 from .source import Rule, SourceCheckpoint, renamed
 
 __all__ = ['DINOV2_HEADS', 'Dinov2Checkpoint', 'is_dinov2']
 
-# The hub's vit_small/base/large/giant2 head counts by width; the files do not record them.
-DINOV2_HEADS = {384: 6, 768: 12, 1024: 16, 1536: 24}
 _MASK = 'mask_token'
 _REGISTERS = 'register_tokens'
 # Our MLP keys -> DINOv2's SwiGLUFFNFused names (timm's SwiGLUPacked: fc1 is w12, fc2 is w3).
@@ -61,28 +60,13 @@ class Dinov2Checkpoint(SourceCheckpoint):
             f'detected a DINOv2 backbone ({"SwiGLU, " if swiglu else ""}{reg_tokens} registers): table resize rule '
             f"{rule!r} ({'bicubic with antialias, no offset' if reg_tokens else 'bicubic at scale (n + 0.1) / N, no antialias'}"
             f", as the hub builds it); {_MASK} is stored for masked training and skipped")
-        return SimpleViTConfig(
-            img_size=(self.grid[0] * patch_h, self.grid[1] * patch_w),
-            patch_size=(patch_h, patch_w),
-            in_chans=in_chans,
-            num_classes=0,
-            global_pool='token',
-            embed_dim=dim,
-            depth=depth,
-            num_heads=heads,
-            mlp_dim=mlp_dim,
-            mlp_layer='swiglu_packed' if swiglu else 'mlp',
-            init_values=1.0,
-            qkv_bias='blocks.0.attn.qkv.bias' in names,
-            class_token=True,
-            reg_tokens=reg_tokens,
-            pos_embed='learn',
-            pos_embed_cls_slot=True,
-            pos_embed_resample=rule,
-            act_layer=hints.get('act_layer') or ('silu' if swiglu else 'gelu'),
-            norm_eps=hints.get('norm_eps') or 1e-6,
-            grid_mode='crop',
-        )
+        return SimpleViTConfig(**dict(
+            DINOV2, img_size=(self.grid[0] * patch_h, self.grid[1] * patch_w), patch_size=(patch_h, patch_w),
+            in_chans=in_chans, embed_dim=dim, depth=depth, num_heads=heads, mlp_dim=mlp_dim,
+            mlp_layer='swiglu_packed' if swiglu else 'mlp', qkv_bias='blocks.0.attn.qkv.bias' in names,
+            reg_tokens=reg_tokens, pos_embed_resample=rule,
+            act_layer=hints.get('act_layer') or ('silu' if swiglu else DINOV2['act_layer']),
+            norm_eps=hints.get('norm_eps') or DINOV2['norm_eps']))
 
     def _heads(self, dim: int, hints: Dict[str, Any]) -> int:
         """The caller's head count, else the DINOv2 hub model's of this width, else 64-wide heads when asked for."""

@@ -15,14 +15,13 @@ from typing import Any, Dict, Optional, Set, Tuple
 import torch
 
 from ..config import SimpleViTConfig
+from ..dino_models import DINOV3, DINOV3_HEADS
 from .fills import Misfit
 from .preprocessing import imagenet_preprocessing
 from .source import Rule, SourceCheckpoint, renamed
 
 __all__ = ['DINOV3_HEADS', 'Dinov3Checkpoint', 'is_dinov3']
 
-# The hub's vit_small/base/large/huge2/7b head counts by width; the files do not record them.
-DINOV3_HEADS = {384: 6, 768: 12, 1024: 16, 1280: 20, 4096: 32}
 _PERIODS = 'rope_embed.periods'
 _STORAGE = 'storage_tokens'
 _SKIPPED = ('mask_token', 'local_cls_norm.weight', 'local_cls_norm.bias')
@@ -78,20 +77,22 @@ class Dinov3Checkpoint(SourceCheckpoint):
         if qkv_bias:
             self._check_bias_masks(depth)
         untied = 'cls_norm.weight' in names
-        img_size = self._unrecorded('img_size', hints, 224, "a RoPE backbone records no grid; the hub's img_size")
-        eps = self._unrecorded('norm_eps', hints, 1e-5, "DINOv3's hub models ('layernormbf16': LayerNorm eps 1e-5)")
+        img_size = self._unrecorded('img_size', hints, DINOV3['img_size'],
+                                    "a RoPE backbone records no grid; the hub's img_size")
+        eps = self._unrecorded('norm_eps', hints, DINOV3['norm_eps'],
+                               "DINOv3's hub models ('layernormbf16': LayerNorm eps 1e-5)")
         skipped = [n for n in _SKIPPED if n in names]
         self.notes.append(
             f'detected a DINOv3 backbone ({"SwiGLU, " if swiglu else ""}{reg_tokens} storage tokens as registers'
-            f'{", untied CLS/patch norms" if untied else ""}): RoPE (base 100, per-side coordinates, half-split) '
+            f'{", untied CLS/patch norms" if untied else ""}): RoPE (base {DINOV3["rope_theta"]:g}, per-side '
+            'coordinates, half-split) '
             f'from the stored {self._store.dtype(_PERIODS)} periods; the k third of the qkv bias zeroed by its '
             f'bias_mask at load; {", ".join(skipped) or "nothing"} stored for training and skipped')
-        return SimpleViTConfig(
-            img_size=img_size, patch_size=(patch_h, patch_w), in_chans=in_chans, num_classes=0, global_pool='token',
-            embed_dim=dim, depth=depth, num_heads=heads, mlp_dim=mlp_dim, mlp_layer='swiglu' if swiglu else 'mlp',
-            init_values=1e-5, qkv_bias=qkv_bias, class_token=True, reg_tokens=reg_tokens, pos_embed='rope',
-            rope_type='dinov3', rope_theta=100., untie_cls_and_patch_norms=untied,
-            act_layer=hints.get('act_layer') or ('silu' if swiglu else 'gelu'), norm_eps=eps, grid_mode='crop')
+        return SimpleViTConfig(**dict(
+            DINOV3, img_size=img_size, patch_size=(patch_h, patch_w), in_chans=in_chans, embed_dim=dim, depth=depth,
+            num_heads=heads, mlp_dim=mlp_dim, mlp_layer='swiglu' if swiglu else 'mlp', qkv_bias=qkv_bias,
+            reg_tokens=reg_tokens, untie_cls_and_patch_norms=untied,
+            act_layer=hints.get('act_layer') or ('silu' if swiglu else DINOV3['act_layer']), norm_eps=eps))
 
     def _check_periods(self, head_dim: int) -> None:
         shape = self._shape(_PERIODS)

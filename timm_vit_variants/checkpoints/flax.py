@@ -8,7 +8,7 @@ only in the block module names and in where the learned table lives and whether 
 class-token slot; each flavour is a row of names below.
 """
 import re
-from typing import Any, Dict, Optional, Tuple, Type
+from typing import Any, Dict, Optional, Tuple
 
 from ..config import SimpleViTConfig
 from .fills import copy, dense_patch_kernel, flatten_grid_table, fuse_head_bias, fuse_heads, hwio_to_oihw, merge_heads, \
@@ -80,6 +80,13 @@ def _under_prefix(table: Dict[str, Rule]) -> Dict[str, Rule]:
 def _prefix_of(store: TensorStore, prefixes: Tuple[str, ...]) -> Optional[str]:
     """The first of ``prefixes`` the ViT's patch embedding sits under, None if none."""
     return next((prefix for prefix in prefixes if f'{prefix}embedding/kernel' in store), None)
+
+
+def is_flat_patch_kernel(store: TensorStore, prefix: Optional[str]) -> bool:
+    """Whether a big_vision archive's patch kernel is a (P*P*C, D) Dense (a NaFlex tower's), under the ``prefix``
+    hint, else under the first of the usual prefixes that holds one."""
+    found = _prefix_of(store, (prefix,) if prefix else FlaxCheckpoint.PREFIXES)
+    return found is not None and len(store.shape(f'{found}embedding/kernel')) == 2
 
 
 class FlaxCheckpoint(SourceCheckpoint):
@@ -307,13 +314,6 @@ class BigVisionCheckpoint(FlaxCheckpoint):
                  pos='pos_embedding')
     POS_CLS_SLOT = False
     DEFAULT_POS_EMBED = 'sincos'
-
-    @classmethod
-    def variant(cls, store: TensorStore, config: Dict[str, Any], hints: Dict[str, Any]) -> Type[SourceCheckpoint]:
-        """``BigVisionNaFlexCheckpoint`` when the patch kernel is a (P*P*C, D) Dense, else this reader."""
-        prefix = _prefix_of(store, (hints['prefix'],) if hints.get('prefix') else cls.PREFIXES)
-        flat = prefix is not None and len(store.shape(f'{prefix}embedding/kernel')) == 2
-        return BigVisionNaFlexCheckpoint if flat else cls
 
     def _resample_rule(self, patch: Tuple[int, int], class_token: bool) -> str:
         """FlexiViT's own run-time rule for an archive in the published FlexiViT layout, else big_vision's zoom.

@@ -8,6 +8,7 @@ transformers' ``interpolate_pos_encoding`` does (rule 'hf': bicubic without anti
 """
 from typing import Any, Dict, Optional, Tuple
 
+from ..clip_models import CLIP_TOWER, OPENAI_MEAN, OPENAI_STD
 from ..config import SimpleViTConfig
 from ..errors import ViTVariantsError
 from .hf import HFCheckpoint
@@ -49,8 +50,7 @@ class HFClipCheckpoint(HFCheckpoint):
     """A transformers CLIP folder, read as its image tower (with ``visual_projection`` as the head when present)."""
 
     _WHY = "not recorded by the folder; transformers' CLIPImageProcessor defaults"
-    PREPROCESSING_DEFAULTS = {'mean': ((0.48145466, 0.4578275, 0.40821073), _WHY),
-                              'std': ((0.26862954, 0.26130258, 0.27577711), _WHY),
+    PREPROCESSING_DEFAULTS = {'mean': (OPENAI_MEAN, _WHY), 'std': (OPENAI_STD, _WHY),
                               'interpolation': ('bicubic', _WHY), 'crop_pct': (1.0, _WHY),
                               'crop_mode': ('center', _WHY)}
 
@@ -77,7 +77,7 @@ class HFClipCheckpoint(HFCheckpoint):
                                                                              dict):
             raise ViTVariantsError('a CLIP config.json needs a vision_config', path=cfg_path, key='vision_config')
         self._vision_tower(hints, 'the text tower, its projection and logit_scale', keep=(_PROJECTION,))
-        network = self._network(hints, eps_default=1e-5)
+        network = self._network(hints, eps_default=CLIP_TOWER['norm_eps'])
         depth = network['depth']
         self._check_no_extra_layer(depth, 'encoder.layers.{i}.layer_norm1.weight')
         num_classes = 0
@@ -92,7 +92,5 @@ class HFClipCheckpoint(HFCheckpoint):
                           f"{', visual_projection as the head' if num_classes else ', no projection'}); QuickGELU: "
                           f"hidden_act is {self._settings.get('hidden_act', 'gelu')!r} in config.json; the table is "
                           "resized as transformers' interpolate_pos_encoding does (bicubic, no antialias)")
-        return SimpleViTConfig(
-            num_classes=num_classes, global_pool='token', qkv_bias=True, class_token=True, pos_embed='learn',
-            pos_embed_cls_slot=True, pos_embed_resample='hf', grid_mode='crop', pre_norm=True, patch_bias=False,
-            fc_norm=True, head_bias=False, **network)
+        return SimpleViTConfig(**dict(CLIP_TOWER, **network, num_classes=num_classes, global_pool='token',
+                                      pos_embed_resample='hf', pre_norm=True, fc_norm=True))

@@ -12,6 +12,7 @@ from typing import Any, Callable, Dict
 import torch
 
 from ..config import SimpleViTConfig
+from ..dino_models import DINOV3
 from ..errors import ViTVariantsError
 from .fills import Fill, Misfit, stack_rows
 from .hf_dinov2 import HFDinoReader, dino_table
@@ -64,7 +65,7 @@ class HFDinov3Checkpoint(HFDinoReader):
 
     def _layer_rule(self, pattern: str, name: Callable[[str], str]) -> Rule:
         if pattern == 'rope.periods':
-            return Rule((), dinov3_periods(float(self.source_config.get('rope_theta', 100.))))
+            return Rule((), dinov3_periods(float(self.source_config.get('rope_theta', DINOV3['rope_theta']))))
         part, kind = pattern.split('.')[-2:]
         attn = name(_LAYER) + 'attention.'
         if pattern == 'blocks.{i}.attn.qkv.weight':
@@ -82,7 +83,7 @@ class HFDinov3Checkpoint(HFDinoReader):
         if cfg.get('model_type') not in DINOV3_MODEL_TYPES:
             raise ViTVariantsError(f"model_type {cfg.get('model_type')!r} is not a transformers DINOv3 model",
                                    path=cfg_path, key='model_type')
-        network = self._network(hints, eps_default=1e-5)
+        network = self._network(hints, eps_default=DINOV3['norm_eps'])
         registers = self._config_registers(cfg.get('num_register_tokens', 0))
         if registers and 'embeddings.register_tokens' in self._store and \
                 self._shape('embeddings.register_tokens')[1] != registers:
@@ -91,7 +92,7 @@ class HFDinov3Checkpoint(HFDinoReader):
         if bool(cfg.get('query_bias', True)) != bool(cfg.get('value_bias', True)):
             raise ViTVariantsError('a q bias without a v bias (or the reverse) is not supported', path=cfg_path,
                                    key='query_bias')
-        theta = cfg.get('rope_theta', 100.)
+        theta = cfg.get('rope_theta', DINOV3['rope_theta'])
         if isinstance(theta, bool) or not isinstance(theta, (int, float)) or not theta > 0:
             raise ViTVariantsError(f'expected a positive number, got {theta!r}', path=cfg_path, key='rope_theta')
         gated = bool(cfg.get('use_gated_mlp', False))
@@ -102,8 +103,7 @@ class HFDinov3Checkpoint(HFDinoReader):
         self.notes.append(f'detected a transformers dinov3_vit model ({"gated SwiGLU, " if gated else ""}{registers} '
                           f'registers): RoPE (base {theta:g}) with fp32 periods computed as transformers does; '
                           f'embeddings.mask_token is stored for masked training and skipped')
-        return SimpleViTConfig(
-            num_classes=0, global_pool='token', qkv_bias=bool(cfg.get('query_bias', True)), class_token=True,
-            reg_tokens=registers, init_values=float(cfg.get('layerscale_value', 1.0)),
-            mlp_layer='swiglu' if gated else 'mlp', pos_embed='rope', rope_type='dinov3', rope_theta=float(theta),
-            grid_mode='crop', **network)
+        return SimpleViTConfig(**dict(
+            DINOV3, **network, qkv_bias=bool(cfg.get('query_bias', True)), reg_tokens=registers,
+            init_values=float(cfg.get('layerscale_value', 1.0)), mlp_layer='swiglu' if gated else 'mlp',
+            rope_theta=float(theta)))

@@ -11,7 +11,7 @@ table to each image's grid (bilinear, antialiased: FlexiViT's rule); its config 
 instead of an image size.
 """
 import math
-from typing import Any, Dict, Tuple, Type
+from typing import Any, Dict, Tuple
 
 from ..config import SimpleViTConfig
 from ..errors import ViTVariantsError
@@ -19,8 +19,7 @@ from .fills import add_leading_axis, linear_patch_kernel, split_rows, stack_rows
 from .hf import TransformersCheckpoint
 from .naflex_reader import NaFlexReader
 from .preprocessing import assumed_preprocessing
-from .source import Rule, SourceCheckpoint
-from .stores import TensorStore
+from .source import Rule
 
 __all__ = ['HFSiglipCheckpoint', 'HFSiglip2Checkpoint', 'SIGLIP_MODEL_TYPES']
 
@@ -76,11 +75,6 @@ class HFSiglipCheckpoint(TransformersCheckpoint):
     PREPROCESSING_DEFAULTS = assumed_preprocessing(
         'bicubic', 1.0, 'squash', "not recorded by the folder; transformers' SiglipImageProcessor defaults")
     RESAMPLE = 'hf'  # how the tower resizes its table to another grid
-
-    @classmethod
-    def variant(cls, store: TensorStore, config: Dict[str, Any], hints: Dict[str, Any]) -> Type[SourceCheckpoint]:
-        """``HFSiglip2Checkpoint`` for a SigLIP 2 folder (``model_type`` siglip2*), else this reader."""
-        return HFSiglip2Checkpoint if str(config.get('model_type')).startswith('siglip2') else cls
 
     @property
     def _settings(self) -> Dict[str, Any]:

@@ -15,6 +15,7 @@ import os
 import re
 from typing import Any, Dict, Optional, Set, Tuple
 
+from ..clip_models import CLIP_TOWER, OPENAI_MEAN, OPENAI_STD
 from ..config import SimpleViTConfig, pair
 from ..errors import ViTVariantsError
 from .files import read_json
@@ -32,7 +33,6 @@ OPENAI_SCALARS = ('input_resolution', 'context_length', 'vocab_size')
 _VISION_KEYS = {'image_size', 'layers', 'width', 'head_width', 'patch_size', 'mlp_ratio', 'no_ln_pre', 'pool_type',
                 'final_ln_after_pool', 'attentional_pool', 'attn_pooler_queries', 'attn_pooler_heads', 'output_tokens',
                 'patch_dropout', 'emb_dropout'}
-_OPENAI_MEAN, _OPENAI_STD = (0.48145466, 0.4578275, 0.40821073), (0.26862954, 0.26130258, 0.27577711)
 
 
 def _as_token(dst: Any, src: Any) -> None:
@@ -80,7 +80,7 @@ class OpenCLIPCheckpoint(SourceCheckpoint):
     format = 'openclip'
     _prefix = _V
     _WHY = "not recorded by the source; open_clip's OpenAI preprocessing"
-    PREPROCESSING_DEFAULTS = {'mean': (_OPENAI_MEAN, _WHY), 'std': (_OPENAI_STD, _WHY),
+    PREPROCESSING_DEFAULTS = {'mean': (OPENAI_MEAN, _WHY), 'std': (OPENAI_STD, _WHY),
                               'interpolation': ('bicubic', _WHY), 'crop_pct': (1.0, _WHY),
                               'crop_mode': ('center', _WHY)}
 
@@ -203,12 +203,10 @@ class OpenCLIPCheckpoint(SourceCheckpoint):
         self.notes.append(f'detected: {self._what()}; QuickGELU: {self._detected_act}; the table is resized with '
                           "open_clip's rule (bicubic, antialias, [CLS] row kept), also where open_clip skips it "
                           '(the same token count at another grid)')
-        return SimpleViTConfig(
-            img_size=(self.grid[0] * patch_h, self.grid[1] * patch_w), patch_size=(patch_h, patch_w),
+        return SimpleViTConfig(**dict(
+            CLIP_TOWER, img_size=(self.grid[0] * patch_h, self.grid[1] * patch_w), patch_size=(patch_h, patch_w),
             in_chans=in_chans, num_classes=embed_dim, embed_dim=width, depth=depth, num_heads=heads, mlp_dim=mlp_dim,
-            qkv_bias=True, class_token=True, pos_embed='learn', pos_embed_cls_slot=True,
-            pos_embed_resample='openclip', act_layer=act, norm_eps=1e-5, patch_bias=False, head_bias=False,
-            grid_mode='crop', **settings)
+            act_layer=act, **settings))
 
     def _what(self) -> str:
         where = OPEN_CLIP_CONFIG if getattr(self, '_open_clip_config', None) is not None else 'no config'
@@ -339,7 +337,7 @@ class OpenAICLIPCheckpoint(OpenCLIPCheckpoint):
 
     format = 'openai'
     _WHY = "not recorded by the file; OpenAI CLIP's preprocessing (clip.load's transform)"
-    PREPROCESSING_DEFAULTS = {'mean': (_OPENAI_MEAN, _WHY), 'std': (_OPENAI_STD, _WHY),
+    PREPROCESSING_DEFAULTS = {'mean': (OPENAI_MEAN, _WHY), 'std': (OPENAI_STD, _WHY),
                               'interpolation': ('bicubic', _WHY), 'crop_pct': (1.0, _WHY),
                               'crop_mode': ('center', _WHY)}
 

@@ -20,6 +20,7 @@ from typing import Any, Dict, Optional, Set, Tuple
 import torch
 
 from ..config import SimpleViTConfig, heads_for_width
+from ..dino_models import ROPEVIT, ROPEVIT_KINDS
 from .deit import LayerScaleBlocks, is_layerscale_ape, record_family
 from .fills import Misfit
 from .preprocessing import imagenet_preprocessing
@@ -77,8 +78,8 @@ class RopeVitCheckpoint(LayerScaleBlocks):
                                     img_size=hints.get('img_size'))
             img_size: Any = (self.grid[0] * patch_h, self.grid[1] * patch_w)
         else:
-            img_size = self._unrecorded('img_size', hints, 224, 'a RoPE model without a table records no grid; '
-                                        "RoPE-ViT's training size")
+            img_size = self._unrecorded('img_size', hints, ROPEVIT['img_size'], 'a RoPE model without a table '
+                                        "records no grid; RoPE-ViT's training size")
         kind = 'mixed' if mixed else 'axial'
         if is_layerscale_ape(names):
             record_family(self)
@@ -87,13 +88,12 @@ class RopeVitCheckpoint(LayerScaleBlocks):
             f'{_APE_NOTE if ape else ""}'
             f'); RoPE from each image\'s own grid, where the original reuses its cached grid for an input with the '
             f'stored token count and another shape' + (f'; {"/".join(_GRID)} skipped' if mixed else ''))
-        return SimpleViTConfig(
-            img_size=img_size, patch_size=(patch_h, patch_w), in_chans=in_chans, num_classes=num_classes,
-            global_pool='token', embed_dim=dim, depth=depth, num_heads=heads, mlp_dim=mlp_dim, init_values=1e-4,
-            qkv_bias='blocks.0.attn.qkv.bias' in names, class_token=True, pos_embed='learn+rope' if ape else 'rope',
-            pos_embed_resample='ropevit', rope_type=kind, rope_theta=10. if mixed else 100.,
-            act_layer=hints.get('act_layer') or 'gelu', norm_eps=hints.get('norm_eps') or 1e-6, grid_mode='crop',
-            head_bias='head.bias' in names or 'head.weight' not in names)
+        return SimpleViTConfig(**dict(
+            ROPEVIT, **ROPEVIT_KINDS[kind + ('_ape' if ape else '')], img_size=img_size, patch_size=(patch_h, patch_w),
+            in_chans=in_chans, num_classes=num_classes, embed_dim=dim, depth=depth, num_heads=heads, mlp_dim=mlp_dim,
+            qkv_bias='blocks.0.attn.qkv.bias' in names, act_layer=hints.get('act_layer') or ROPEVIT['act_layer'],
+            norm_eps=hints.get('norm_eps') or ROPEVIT['norm_eps'],
+            head_bias='head.bias' in names or 'head.weight' not in names))
 
     def _heads(self, dim: int, hints: Dict[str, Any]) -> int:
         """The caller's head count, else the standard ViT's of this width (RoPE-ViT's are DeiT S/B/L)."""

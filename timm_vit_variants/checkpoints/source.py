@@ -14,8 +14,7 @@ with one copy per byte.
 import abc
 import re
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Pattern, Sequence, Set, Tuple, \
-    Type
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Pattern, Sequence, Set, Tuple
 
 import torch
 
@@ -112,12 +111,6 @@ class SourceCheckpoint(abc.ABC):
         self._plan = self._build_plan(layout) if layout is not None else None
 
     # -- provided by each format ---------------------------------------------------------------------
-    @classmethod
-    def variant(cls, store: TensorStore, config: Dict[str, Any], hints: Dict[str, Any]) -> Type['SourceCheckpoint']:
-        """The reader of this format for a store and its ``config.json``: this one, or a variant of it (a NaFlex
-        tower's) that the content calls for."""
-        return cls
-
     @abc.abstractmethod
     def _infer(self, hints: Dict[str, Any]) -> SimpleViTConfig:
         """The config the source describes, from names, shapes and config files only (no tensor data)."""

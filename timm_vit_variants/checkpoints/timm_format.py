@@ -11,21 +11,20 @@ device to read the settings no tensor records; a bare state dict needs the head 
 import math
 import os
 import re
-from typing import Any, Dict, Optional, Tuple, Type
+from typing import Any, Dict, Optional, Tuple
 
 import timm
 import torch
 import torch.nn as nn
 
 from ..config import DATA_CONFIG_KEYS, MODELS, PREPROCESSING_KEYS, SimpleViTConfig, activation_name, heads_for_width
+from ..dino_models import DINOV3, DINOV3_HEADS, EVA_ROPE, ROPEVIT, ROPEVIT_KINDS
 from ..errors import ViTVariantsError
 from .fills import batched_grid_table, linear_patch_kernel
-from .dinov3 import DINOV3_HEADS
 from .hf_dinov3 import dinov3_periods, q_none_v_bias
 from .naflex_reader import NaFlexReader
 from .preprocessing import assumed_preprocessing, checked_preprocessing, imagenet_preprocessing
 from .source import Rule, SourceCheckpoint
-from .stores import TensorStore
 
 __all__ = ['TimmCheckpoint', 'TimmNaFlexCheckpoint', 'TimmEvaCheckpoint', 'EVA_ARCHITECTURES', 'is_timm_eva']
 
@@ -53,8 +52,8 @@ _NAFLEX_KNOWN = {rule.sources[0][len('{p}'):] for rule in _NAFLEX_RULES.values()
 # timm's Eva ports of DINOv3 (``vit_*_patch16_dinov3*``) and naver RoPE-ViT (``vit_*_patch16_rope[_mixed][_ape]_224``).
 EVA_ARCHITECTURES = re.compile(r'^vit_\w+_patch16_(dinov3(_qkvb)?|rope(_mixed)?(_ape)?_224)$')
 # timm's rotary modules -> our rope_type, with the grid indexing and rotation each must have to be that form.
-_EVA_ROPE = {'RotaryEmbeddingDinoV3': ('dinov3', 'ij', True), 'RotaryEmbeddingCat': ('axial', 'xy', False),
-             'RotaryEmbeddingMixed': ('mixed', 'xy', False)}
+_EVA_ROPE = {module: (kind, args['rope_grid_indexing'], args['rope_rotate_half'])
+             for kind, (module, args, _) in EVA_ROPE.items()}
 _EVA_WHY = "not recorded by the checkpoint; timm's {port} port's pretrained_cfg"
 # NaFlexVit's per-image table resize -> our rule computing the same (antialiased, half-pixel, as timm calls it).
 _NAFLEX_RESAMPLE = {'bilinear': 'flexi', 'bicubic': 'timm'}
@@ -137,17 +136,6 @@ class TimmCheckpoint(SourceCheckpoint):
     SETTINGS = {'global_pool': None, 'act_layer': 'gelu', 'norm_eps': 1e-6}
     ALWAYS_CROPS = False  # whether the patch embedding drops the pixels the patch does not divide, whatever the pool
     _deit = False  # read as DeiT's own release format (set by ``_infer``)
-
-    @classmethod
-    def variant(cls, store: TensorStore, config: Dict[str, Any], hints: Dict[str, Any]) -> Type[SourceCheckpoint]:
-        """``TimmEvaCheckpoint`` for timm's Eva ports of DINOv3 and RoPE-ViT (by ``architecture``, or for a bare state
-        dict by its keys), ``TimmNaFlexCheckpoint`` for timm NaFlexVit weights (``embeds.proj.weight``), else this
-        reader."""
-        arch = config.get('architecture')
-        if isinstance(arch, str) and EVA_ARCHITECTURES.match(arch) or \
-                arch is None and is_timm_eva({n[len(hints.get('prefix') or ''):] for n in store.names()}):
-            return TimmEvaCheckpoint
-        return TimmNaFlexCheckpoint if (hints.get('prefix') or '') + 'embeds.proj.weight' in store else cls
 
     def _recorded_preprocessing(self) -> Dict[str, Any]:
         """``config.json``'s ``pretrained_cfg`` preprocessing, else what a timm training checkpoint's args record."""
@@ -597,10 +585,10 @@ class TimmEvaCheckpoint(TimmCheckpoint):
         num_classes = self._shape(p + 'head.weight')[0] if 'head.weight' in local else 0
         self._check_dims(p + 'blocks.0.mlp.fc2.weight', mlp=mlp_dim, classes=num_classes)
         if 'reg_token' in local or 'blocks.0.attn.q_bias' in local:
-            kind, theta, eps, port = 'dinov3', 100., 1e-5, 'DINOv3'
+            kind, theta, family, port = 'dinov3', DINOV3['rope_theta'], DINOV3, 'DINOv3'
             heads = self._dinov3_heads(dim, hints)
         else:
-            kind, theta, eps, port = 'mixed', 10., 1e-6, 'mixed RoPE-ViT'
+            kind, theta, family, port = 'mixed', ROPEVIT_KINDS['mixed']['rope_theta'], ROPEVIT, 'mixed RoPE-ViT'
             heads = self._heads(dim, {}, hints)
             self.PREPROCESSING_DEFAULTS = imagenet_preprocessing(0.9, _EVA_WHY.format(port=port))
         self._theta = theta
@@ -612,7 +600,8 @@ class TimmEvaCheckpoint(TimmCheckpoint):
                                     slot=False, img_size=hints.get('img_size'))
             img_size: Any = (self.grid[0] * patch_h, self.grid[1] * patch_w)
         else:
-            img_size = self._unrecorded('img_size', hints, 224, "a RoPE backbone records no grid; timm's port's")
+            img_size = self._unrecorded('img_size', hints, family['img_size'],
+                                        "a RoPE backbone records no grid; timm's port's")
         reg_tokens = self._token_count(p + 'reg_token', dim)
         # a head was trained on the pooling of timm's port (its DINOv3 entries mean the patch tokens); a backbone
         # alone is read with the original's [CLS] feature
@@ -632,7 +621,8 @@ class TimmEvaCheckpoint(TimmCheckpoint):
             class_token='cls_token' in local, reg_tokens=reg_tokens, pos_embed='learn+rope' if ape else 'rope',
             pos_embed_cls_slot=False, pos_embed_resample='timm', rope_type=kind, rope_theta=theta,
             act_layer=self._unrecorded('act_layer', hints, 'silu' if swiglu else 'gelu', f"timm's {port} port's"),
-            norm_eps=self._unrecorded('norm_eps', hints, eps, f"timm's {port} port's LayerNorm eps"), grid_mode='crop',
+            norm_eps=self._unrecorded('norm_eps', hints, family['norm_eps'],
+                                      f"timm's {port} port's LayerNorm eps"), grid_mode='crop',
             head_bias='head.bias' in local or 'head.weight' not in local)
 
     def _dinov3_heads(self, dim: int, hints: Dict[str, Any]) -> int:
