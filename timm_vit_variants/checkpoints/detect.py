@@ -12,6 +12,7 @@ from typing import Any, Callable, Dict, FrozenSet, Optional, Tuple, Type, Union
 
 from ..errors import ViTVariantsError
 from ..limits import DEFAULT_LIMITS, Limits
+from .beit import BeitCheckpoint, TimmBeitCheckpoint, is_beit
 from .dinov2 import Dinov2Checkpoint, is_dinov2
 from .deit import Deit3Checkpoint, is_layerscale_ape, layerscale_ape_format
 from .dinov3 import Dinov3Checkpoint, is_dinov3
@@ -19,6 +20,7 @@ from .rope_vit import RopeVitCheckpoint, is_rope_vit
 from .files import discover
 from .flax import BigVisionCheckpoint, BigVisionNaFlexCheckpoint, VitJaxCheckpoint, is_flat_patch_kernel
 from .hf import HFCheckpoint
+from .hf_beit import BEIT_MODEL_TYPES, HFBeitCheckpoint
 from .hf_dinov2 import DINOV2_MODEL_TYPES, HFDinov2Checkpoint
 from .hf_dinov3 import DINOV3_MODEL_TYPES, HFDinov3Checkpoint
 from .hf_clip import CLIP_MODEL_TYPES, HFClipCheckpoint
@@ -119,6 +121,7 @@ DISPATCH: Tuple[Route, ...] = (
     Route(lambda p: isinstance(p.store, TorchScriptStore) and 'visual.conv1.weight' in p.names, OpenAICLIPCheckpoint),
     Route(lambda p: isinstance(p.store, TorchScriptStore), _NO_CLIP_ARCHIVE),
     # timm folders and training checkpoints (config.json's ``architecture``)
+    Route(lambda p: 'architecture' in p.config and is_beit(set(p.local)), TimmBeitCheckpoint),
     Route(lambda p: 'architecture' in p.config and _timm_eva(p), TimmEvaCheckpoint),
     Route(lambda p: 'architecture' in p.config and _naflexvit(p), TimmNaFlexCheckpoint),
     Route(lambda p: 'architecture' in p.config, TimmCheckpoint),
@@ -130,8 +133,10 @@ DISPATCH: Tuple[Route, ...] = (
     Route(lambda p: p.model_type in DINOV3_MODEL_TYPES, HFDinov3Checkpoint),
     Route(lambda p: p.model_type in CLIP_MODEL_TYPES, HFClipCheckpoint),
     Route(lambda p: p.model_type == 'vit', HFCheckpoint),
+    Route(lambda p: p.model_type in BEIT_MODEL_TYPES, HFBeitCheckpoint),
     Route(lambda p: 'model_type' in p.config, _NOT_TRANSFORMERS_VIT),
     # bare state dicts, by their keys
+    Route(lambda p: is_beit(set(p.local)), BeitCheckpoint),  # unilm BEiT files, timm Beit state dicts
     Route(lambda p: is_dinov2(set(p.names)), Dinov2Checkpoint),
     Route(lambda p: is_dinov3(set(p.names)), Dinov3Checkpoint),
     Route(_timm_eva, TimmEvaCheckpoint),
@@ -147,7 +152,7 @@ DISPATCH: Tuple[Route, ...] = (
     Route(lambda p: p.ends('patch_embed.proj.weight', 'embeds.proj.weight'), TimmCheckpoint),
     Route(lambda p: True, _NO_PATCH_EMBED),
 )
-FORMATS = ('bigvision', 'vitjax', 'timm', 'hf', 'dinov2', 'dinov3', 'ropevit', 'deit3', 'openclip', 'openai')
+FORMATS = ('bigvision', 'vitjax', 'timm', 'hf', 'dinov2', 'dinov3', 'ropevit', 'deit3', 'openclip', 'openai', 'beit')
 # Each format's plain reader: its last row's, which ``fmt=`` reads with when no row of the format holds.
 READERS: Dict[str, Type[SourceCheckpoint]] = {
     fmt: [r.reader for r in DISPATCH if not isinstance(r.reader, Refuse) and r.reader.format == fmt][-1]
