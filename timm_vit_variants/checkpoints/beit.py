@@ -110,6 +110,11 @@ class BeitCheckpoint(SourceCheckpoint):
             raise self._error('a BEiT relative position table must be ((2g-1)^2 + 3, heads) for a g x g grid',
                               key=table_key, shapes=(shape,))
         heads = shape[1]
+        for i in range(0 if self._shared else depth):
+            other = self._shape(f'{p}blocks.{i}.{_TABLE}')
+            if other != shape:
+                raise self._error('every block\'s relative position table must have the same shape',
+                                  key=f'{p}blocks.{i}.{_TABLE}', shapes=(other, shape))
         self._check_dims(table_key, heads=heads, img_size=side * max(patch_h, patch_w))
         if dim % heads:
             raise self._error(f'width {dim} is not divisible by the tables\' {heads} heads', key=table_key)
