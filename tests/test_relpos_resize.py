@@ -46,6 +46,7 @@ def test_same_grid_is_unchanged_and_timm_rule_is_timms():
 
     table = torch.randn(table_rows((4, 4)), 2, generator=torch.Generator().manual_seed(0))
     assert beit_resize_table(table, (4, 4), (4, 4)) is table
+    assert beit_resize_table(table.to('meta'), (4, 4), (6, 6)).shape == (table_rows((6, 6)), 2)
     want = resize_rel_pos_bias_table(table, (6, 3), (table_rows((6, 3)), 2), old_window_size=(4, 4))
     assert torch.equal(timm_resize_table(table, (4, 4), (6, 3)), want)
 
