@@ -178,7 +178,7 @@ def _posemb_rows(model, batch):
     for coords, valid in zip(batch['patch_coord'], batch['patch_valid']):
         coords = coords[valid]
         h, w = (int(v) + 1 for v in coords.max(0).values)
-        table = model.pos_resampler(model.pos_embed, h, w, *model.patch_embed.grid_size)[0]
+        table = model.abs_pos(model.pos_embed, h, w, *model.patch_embed.grid_size)[0]
         rows.append(table[coords[:, 0] * w + coords[:, 1]])
     return torch.cat(rows)
 

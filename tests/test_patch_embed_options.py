@@ -21,6 +21,7 @@ from timm.models import get_notrace_functions, get_notrace_modules
 import timm_vit_variants  # noqa: F401
 from model_probes import embedded, load_like_user
 from timm_vit_variants.config import grid_for
+from timm_vit_variants.posemb import SinCos2dPosEmbed
 from porting.hub_folder import read_config, save_pretrained_folder
 from timm_vit_variants import SimpleViTConfig, ViTVariantsError
 
@@ -252,8 +253,8 @@ def test_cpe_is_a_depthwise_conv_after_the_first_block_and_adapts_to_the_grid():
             torch.testing.assert_close(model.forward_features(x), model.norm(model.blocks[1](expected)))
         finally:
             model.set_grad_checkpointing(False)
-    assert model.config.pos_table == 'sincos' and model.config.pos_cpe and model.pos_sincos is not None
-    assert _model('cpe').pos_sincos is None and _model('cpe').pos_embed is None
+    assert model.config.pos_table == 'sincos' and model.config.pos_cpe and isinstance(model.abs_pos, SinCos2dPosEmbed)
+    assert _model('cpe').abs_pos is None and _model('cpe').pos_embed is None
 
 
 def test_config_fields_validate_and_round_trip():

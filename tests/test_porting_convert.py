@@ -159,7 +159,7 @@ def test_sincos_resize_regenerates_and_resize_command(sources, tmp_path, capsys)
     assert 'verification passed' in out and "local-dir" in out
     resized = _local_dir(second)
     assert resized.patch_embed.grid_size == (10, 12)
-    assert resized.pos_sincos.grid_size == (10, 12)
+    assert resized.abs_pos.grid_size == (10, 12)
     with torch.no_grad():
         assert resized(_x(40, 48)).shape == (2, F.WIDTH)
 

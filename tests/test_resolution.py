@@ -128,18 +128,18 @@ def test_learned_table_resampled_once_per_grid_in_inference():
     with torch.no_grad():
         model.pos_embed.normal_()
         model(torch.randn(1, 3, 48, 40))
-        cached = model.pos_resampler._cache[(6, 5)][1]
+        cached = model.abs_pos._cache[(6, 5)][1]
         model(torch.randn(2, 3, 48, 40))
-        assert model.pos_resampler._cache[(6, 5)][1] is cached
+        assert model.abs_pos._cache[(6, 5)][1] is cached
         model(torch.randn(1, 3, 32, 64))
-        assert set(model.pos_resampler._cache) == {(6, 5), (4, 8)}
+        assert set(model.abs_pos._cache) == {(6, 5), (4, 8)}
         expected = torch.cat([model.pos_embed[:, :1], F.interpolate(
             model.pos_embed[:, 1:].reshape(1, 4, 4, 32).permute(0, 3, 1, 2), size=(6, 5), mode='bilinear',
             align_corners=True).permute(0, 2, 3, 1).reshape(1, 30, 32)], dim=1)
         torch.testing.assert_close(cached, expected)
         model.pos_embed.add_(1.0)  # an in-place update invalidates the cache
         model(torch.randn(1, 3, 48, 40))
-        assert model.pos_resampler._cache[(6, 5)][1] is not cached
+        assert model.abs_pos._cache[(6, 5)][1] is not cached
 
 
 def test_learned_table_gets_gradients_at_other_resolutions():
@@ -147,7 +147,7 @@ def test_learned_table_gets_gradients_at_other_resolutions():
     model = timm.create_model('simple_vit_tiny', **LEARN, **TINY).train()
     model.forward_features(torch.randn(2, 3, 48, 40)).pow(2).sum().backward()  # the head is zero-init
     assert model.pos_embed.grad is not None and model.pos_embed.grad.abs().sum() > 0
-    assert not model.pos_resampler._cache
+    assert not model.abs_pos._cache
 
 
 def test_set_input_size_resamples_learned_table():

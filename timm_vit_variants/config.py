@@ -23,7 +23,7 @@ __all__ = [
     'PATCH_EMBED_TYPES', 'PATCH_NORM_TYPES', 'GRID_MODES', 'ACT_LAYERS', 'SIGLIP_TOWERS', 'pair', 'grid_for',
     'architecture_for',
     'heads_for_width', 'activation_name', 'is_family_architecture', 'resample_rule', 'TensorSpec', 'HEAD_KEYS',
-    'DATA_CONFIG_KEYS', 'PREPROCESSING_KEYS', 'MLP_LAYERS', 'ROPE_TYPES',
+    'DATA_CONFIG_KEYS', 'PREPROCESSING_KEYS', 'MLP_LAYERS', 'ROPE_TYPES', 'REL_POS_RESAMPLE_RULES',
 ]
 
 POOL_TYPES = ('avg', 'token', 'map', 'coca', '')
@@ -33,6 +33,8 @@ POS_EMBEDS: Dict[str, Tuple[str, bool]] = {
     'cpe': ('none', True), 'sincos+cpe': ('sincos', True), 'learn+cpe': ('learn', True),
     # 2D rotary positions in every block's attention (``rope_type``), alone or with a learned table.
     'rope': ('none', False), 'learn+rope': ('learn', False),
+    # BEiT's relative position bias in every block's attention, alone (BEiT v2, data2vec) or with a learned table.
+    'relpos': ('none', False), 'learn+relpos': ('learn', False),
 }
 POS_EMBED_TYPES = tuple(POS_EMBEDS)
 PATCH_EMBED_TYPES = ('conv', 'linear', 'conv_stem', 'overlap', 'mlp')
@@ -45,6 +47,9 @@ GRID_MODES = ('pad', 'strict', 'pool', 'crop')
 RESAMPLE_RULE_NAMES = ('bigvision', 'timm', 'hf', 'flexi', 'dinov2', 'openclip', 'ropevit', 'deit')
 # The rotary-position forms (``rope.py``): DINOv3's, RoPE-ViT's axial and RoPE-ViT's mixed (learned frequencies).
 ROPE_TYPES = ('dinov3', 'axial', 'mixed')
+# How a relative-position table is resized for another nominal grid (``rel_pos_resample``): BEiT's own rule (a
+# geometric progression and a cubic spline, ``relpos_resize.py``) or timm's ``resize_rel_pos_bias_table`` (linear).
+REL_POS_RESAMPLE_RULES = ('beit', 'timm')
 ACT_LAYERS = ('gelu_tanh', 'gelu', 'quick_gelu', 'silu', 'relu')
 # The blocks' MLP: timm's Mlp, its SwiGLUPacked (one fc1 holding both halves, silu(first) * second; DINOv2 ViT-g),
 # or its SwiGLU (separate fc1_g gate and fc1_x value; DINOv3 H+'s w1/w2/w3).
@@ -144,7 +149,11 @@ class SimpleViTConfig:
         pos_embed: 'sincos' (fixed big_vision table, never saved), 'learn' or 'none'; 'cpe' (CPVT's
             depthwise-conv position encoding after the first block), alone or as 'sincos+cpe' / 'learn+cpe';
             'rope' (2D rotary positions of ``rope_type`` in every attention, from each image's own grid), alone
-            (DINOv3, RoPE-ViT) or as 'learn+rope' (RoPE-ViT's ``_ape`` models: a learned table too).
+            (DINOv3, RoPE-ViT) or as 'learn+rope' (RoPE-ViT's ``_ape`` models: a learned table too);
+            'relpos' (BEiT's relative position bias, one ``rel_pos.tables`` table per block, in every attention),
+            alone (BEiT v2, data2vec) or as 'learn+relpos' (BEiT with an absolute table, its [CLS] slot too); it
+            needs class_token=True and no registers or distillation token (BEiT's 3 extra table entries are
+            [CLS] to token, token to [CLS] and [CLS] to [CLS]).
         rope_type: 'dinov3' (base ``rope_theta``, coordinates normalised per side, half-split rotation, a
             stored ``rope.periods`` buffer), 'axial' (RoPE-ViT: integer coordinates, interleaved pairs) or
             'mixed' (RoPE-ViT: learned per-layer, per-head ``rope.freqs``); see ``rope.py``.
@@ -154,6 +163,10 @@ class SimpleViTConfig:
         pos_embed_cls_slot: A learned table carries a cls slot (vit_jax / timm) rather than being
             added before the cls token is prepended (big_vision).
         pos_embed_resample: How a learned table is resized for another grid (``geometry.RESAMPLE_RULES``).
+        rel_pos_resample: How the relative-position tables are resized for another nominal grid (a conversion,
+            ``set_input_size``, a load at another size): 'beit' (BEiT's geometric progression and cubic spline,
+            square grids only) or 'timm' (timm's ``resize_rel_pos_bias_table``, any grid). At run time a grid
+            other than the nominal one always takes timm's rule.
         rep_size: Width of the optional pre-logits layer (Linear + tanh).
         pre_norm: A LayerNorm (``norm_pre``) after the positions and class token are added (CLIP's ``ln_pre``).
         patch_bias: The patch projection has a bias (CLIP's ``conv1`` has none).
@@ -197,6 +210,7 @@ class SimpleViTConfig:
     sincos_temperature: float = 10000.
     rope_type: str = 'dinov3'
     rope_theta: float = 100.
+    rel_pos_resample: str = 'beit'
     untie_cls_and_patch_norms: bool = False
     rep_size: Optional[int] = None
     pre_norm: bool = False
@@ -263,7 +277,8 @@ class SimpleViTConfig:
         resample_rule(self.pos_embed_resample)
         choices = (('global_pool', POOL_TYPES), ('pos_embed', POS_EMBED_TYPES), ('act_layer', ACT_LAYERS),
                    ('patch_embed', PATCH_EMBED_TYPES), ('patch_norm', PATCH_NORM_TYPES),
-                   ('weight_init', ('jax', 'skip')), ('mlp_layer', MLP_LAYERS), ('rope_type', ROPE_TYPES))
+                   ('weight_init', ('jax', 'skip')), ('mlp_layer', MLP_LAYERS), ('rope_type', ROPE_TYPES),
+                   ('rel_pos_resample', REL_POS_RESAMPLE_RULES))
         for name, allowed in choices:
             if getattr(self, name) not in allowed:
                 raise bad(name, f'expected one of {allowed}')
@@ -317,6 +332,9 @@ class SimpleViTConfig:
         if self.pos_rope and (self.embed_dim // self.num_heads) % 4:
             raise bad('num_heads', f'2D rotary positions need a head width divisible by 4, got '
                                    f'{self.embed_dim // self.num_heads}')
+        if self.pos_relpos and (not self.class_token or self.reg_tokens or self.dist_token):
+            raise bad('pos_embed', "BEiT's relative position bias has table entries for one [CLS] token only: it "
+                                   'needs class_token=True, reg_tokens=0 and dist_token=False')
         if self.untie_cls_and_patch_norms and (not self.num_prefix_tokens or self.fc_norm or
                                                self.global_pool == 'coca'):
             raise bad('untie_cls_and_patch_norms', 'needs prefix tokens ([CLS] or registers) and the final norm '
@@ -354,6 +372,11 @@ class SimpleViTConfig:
     def pos_rope(self) -> bool:
         """Whether the blocks' attention has 2D rotary positions (``rope_type``)."""
         return self.pos_embed.endswith('rope')
+
+    @property
+    def pos_relpos(self) -> bool:
+        """Whether the blocks' attention has BEiT's relative position bias (``rel_pos.tables``)."""
+        return self.pos_embed.endswith('relpos')
 
     @property
     def grid_size(self) -> Tuple[int, int]:

@@ -14,7 +14,7 @@ from typing import Dict, Iterable, Iterator, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
-from timm.layers import resample_patch_embed
+from timm.layers import resample_patch_embed, resize_rel_pos_bias_table
 from timm.models import adapt_input_conv
 
 from .config import SimpleViTConfig, grid_for, pair, resample_rule
@@ -24,6 +24,7 @@ from .limits import DEFAULT_LIMITS, Limits
 __all__ = [
     'RESAMPLE_RULES', 'RESAMPLE_OFFSETS', 'Geometry', 'grid_for', 'is_capturing', 'interpolate_grid', 'resample_table', 'pi_resize',
     'adapt_in_chans', 'infer_grid', 'fixed_patch_reason', 'pi_resize_bytes', 'check_fit', 'fit_tensor', 'fit_stream',
+    'rel_pos_entries', 'timm_rel_pos_table',
 ]
 
 # How each ecosystem resizes a learned table: (mode, align_corners, antialias).
@@ -58,6 +59,7 @@ _KERNEL = 'patch_embed.proj.weight'
 _STEM_KERNEL = 'patch_embed.stem.0.conv.weight'
 _PIXEL_NORM_KEY = 'patch_embed.norm_pre.weight'
 _TABLE = 'pos_embed'
+_REL_POS = 'rel_pos.tables'
 _CLS = 'cls_token'
 # Why a patch embedding cannot follow a patch-size change. FlexiViT's PI-resize is defined for a
 # kernel that is one filter over exactly one patch ('conv', 'linear', the first conv of 'mlp').
@@ -198,6 +200,7 @@ class Geometry:
         patch_embed: The patch embedding (``SimpleViTConfig.patch_embed``): which kernel meets the pixels,
             and whether it can be PI-resized.
         patch_norm: The patch norm; a 'pre' norm has per-pixel weights that fix patch size and channels.
+        rel_pos_rule: The resize rule of relative-position tables (``SimpleViTConfig.rel_pos_resample``).
     """
     grid: Tuple[int, int]
     patch: Tuple[int, int]
@@ -206,12 +209,14 @@ class Geometry:
     in_chans: int = 3
     patch_embed: str = 'conv'
     patch_norm: Optional[str] = None
+    rel_pos_rule: str = 'beit'
 
     @classmethod
     def of(cls, config: SimpleViTConfig, grid: Optional[Tuple[int, int]] = None) -> 'Geometry':
         """The geometry of a model built from ``config`` (``grid`` overrides the nominal one)."""
         return cls(tuple(grid or config.grid_size), tuple(config.patch_size), config.num_prefix_slots,
-                   config.pos_embed_resample, config.in_chans, config.patch_embed, config.patch_norm)
+                   config.pos_embed_resample, config.in_chans, config.patch_embed, config.patch_norm,
+                   config.rel_pos_resample)
 
     @property
     def kernel_key(self) -> str:
@@ -261,8 +266,37 @@ def check_fit(src: Geometry, dst: Geometry, limits: Limits = DEFAULT_LIMITS) -> 
                                    f'{layout}: {_PIXEL_NORM}', key=_PIXEL_NORM_KEY)
 
 
+def rel_pos_entries(grid: Tuple[int, int]) -> int:
+    """Entries of one relative-position table for a grid: every (dy, dx), and BEiT's three [CLS] entries."""
+    return (2 * grid[0] - 1) * (2 * grid[1] - 1) + 3
+
+
+def timm_rel_pos_table(table: torch.Tensor, src_grid: Tuple[int, int], dst_grid: Tuple[int, int]) -> torch.Tensor:
+    """One (entries, heads) relative-position table moved from ``src_grid`` to ``dst_grid`` by timm's
+    ``resize_rel_pos_bias_table`` (its linear rule; any grid)."""
+    return resize_rel_pos_bias_table(table, new_window_size=tuple(dst_grid),
+                                     new_bias_shape=(rel_pos_entries(dst_grid), table.shape[-1]),
+                                     old_window_size=tuple(src_grid))
+
+
+def _fit_rel_pos(tables: torch.Tensor, src: Geometry, dst: Geometry) -> torch.Tensor:
+    """(depth, entries, heads) relative-position tables moved from ``src.grid`` to ``dst.grid`` by ``dst``'s rule."""
+    entries = rel_pos_entries(src.grid)
+    if tables.ndim != 3 or tables.shape[1] != entries:
+        raise ViTVariantsError(f'relative-position tables do not match the source grid {src.grid}', key=_REL_POS,
+                               shapes=(tables.shape, (tables.shape[0] if tables.ndim else 0, entries, -1)))
+    if src.grid == dst.grid:
+        return tables
+    if dst.rel_pos_rule != 'timm':
+        raise ViTVariantsError(f"rel_pos_resample={dst.rel_pos_rule!r}: BEiT's own resize (relpos_resize.py) is not "
+                               f'part of this build, so the tables cannot go from {src.grid} to {dst.grid} by it; '
+                               "use rel_pos_resample='timm' (--resample-like timm)", key=_REL_POS)
+    return torch.stack([timm_rel_pos_table(t, src.grid, dst.grid) for t in tables])
+
+
 def fit_tensor(key: str, tensor: torch.Tensor, src: Geometry, dst: Geometry) -> torch.Tensor:
-    """One tensor moved from ``src`` to ``dst``: kernel channels and PI-resize, table grid and cls slot.
+    """One tensor moved from ``src`` to ``dst``: kernel channels and PI-resize, table grid and cls slot, the
+    relative-position tables' grid.
 
     Tensors other than the pixel-facing kernel and the table pass unchanged. Dropping a cls slot
     needs the class token too; use ``fit_stream`` for that.
@@ -288,6 +322,8 @@ def fit_tensor(key: str, tensor: torch.Tensor, src: Geometry, dst: Geometry) -> 
         elif dst.prefix < src.prefix:
             table = table[:, src.prefix:]
         return table
+    if key == _REL_POS:
+        return _fit_rel_pos(tensor, src, dst)
     return tensor
 
 
@@ -318,7 +354,8 @@ def fit_stream(
                 yield _CLS, held + slot
                 held = None
             continue
-        yield key, fit_tensor(key, tensor, src, dst) if key in (src.kernel_key, _TABLE) and src.changes(dst) else tensor
+        yield key, fit_tensor(key, tensor, src, dst) if key in (src.kernel_key, _TABLE, _REL_POS) and src.changes(dst) \
+            else tensor
     if held is not None:
         raise ViTVariantsError('a class-token slot can only be dropped when the position table is present',
                                key=_TABLE)

@@ -8,8 +8,8 @@ Two forms besides an NCHW tensor, for ``forward``, ``forward_features``, ``forwa
   * a list of CHW tensors of different sizes, patchified here (padded or cropped as ``grid_mode``
     says).
 Both become ``Patches`` (tokens, coordinates, grids) and go through the model's one embedding step, as an
-NCHW batch does (its one-grid case): positions for each image's own grid, its prefix tokens, its rotary
-positions. The sequences are then packed, several images to a
+NCHW batch does (its one-grid case): positions for each image's own grid, its prefix tokens, the attention-input
+schemes' per-token inputs. The sequences are then packed, several images to a
 row with attention kept inside each (``packing``), so almost no compute goes to padding; padding is
 never attended and pooling ignores it. ``forward_features`` returns ``{'patches': [B, prefix + N, D],
 'patch_valid': [B, N]}`` (the dict's own layout, or each listed image padded to the longest).
@@ -25,10 +25,8 @@ from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import torch
 
-from .block_context import BlockContext
-from .capacity import check_fits
 from .errors import ViTVariantsError
-from .packing import PackedRows, pack_sequences
+from .packing import pack_sequences
 from .patch_embed import check_and_pad
 from .posemb import grid_coords
 
@@ -180,41 +178,24 @@ class NaFlexMixin:
 
     # -- blocks over the packed rows --------------------------------------------------------------------------
     @torch.jit.ignore
-    def _run_packed(self, sequences: torch.Tensor, patches: Patches, rope: Optional[torch.Tensor], take: List[int],
-                    stop: int) -> Tuple[torch.Tensor, List[torch.Tensor]]:
+    def _run_packed(self, sequences: torch.Tensor, patches: Patches, inputs: Dict[str, torch.Tensor],
+                    take: List[int], stop: int) -> Tuple[torch.Tensor, List[torch.Tensor]]:
         """``_run_blocks`` over (T', D) sequences packed into rows: (final tokens, the outputs of blocks in ``take``).
 
-        ``rope`` is the sequences' (L, H, T', 2R) rotary positions, laid out into the rows with the rest.
+        ``inputs`` are the sequences' per-token attention inputs (``_embed``); each chunk's ``BlockContext`` has its
+        mask and every position scheme's inputs laid out for its rows (``_rows_context``).
         """
         lengths = [n + self.num_prefix_tokens for n in patches.counts]
         final = torch.empty_like(sequences)
         taken = [torch.empty_like(sequences) for _ in take]
         for chunk in pack_sequences(lengths, sequences.device, alone=_not_finite(sequences, lengths),
                                     itemsize=sequences.element_size()):
-            cells, canvas = (self._canvas_cells(chunk, patches, sequences) if self.pos_cpe is not None
-                             else (None, None))
-            context = BlockContext(attn_mask=chunk.attn_mask(sequences.dtype), cells=cells, canvas=canvas,
-                                   rope=None if rope is None else _rope_rows(chunk, rope))
+            context = self._rows_context(chunk, patches, inputs, sequences.dtype)
             rows, outs = self._run_blocks(chunk.scatter(sequences), context, take, stop)
             chunk.gather(rows, final)
             for out, rows in zip(taken, outs):
                 chunk.gather(rows, out)
         return final, taken
-
-    def _canvas_cells(self, chunk: PackedRows, patches: Patches, tokens: torch.Tensor) -> Tuple[torch.Tensor, List[int]]:
-        """Each slot's cell in an (images, rows, cols) canvas of the chunk's largest grid, for CPVT's encoding."""
-        grids = [patches.grids[i] for i in chunk.images]
-        height, width = max(h for h, _ in grids), max(w for _, w in grids)
-        check_fits(2 * len(grids) * height * width * tokens.shape[-1] * tokens.element_size(),
-                   f"CPVT's encoding on a canvas of {len(grids)} images of {height}x{width} patches", tokens.device,
-                   key='patch_coord' if patches.valid is not None else None)
-        coords = patches.coords.split(patches.counts)
-        prefix = coords[0].new_full((self.num_prefix_tokens,), -1)
-        sequence_cells = torch.cat([torch.cat([prefix, j * height * width + coords[i][:, 0] * width + coords[i][:, 1]])
-                                    for j, i in enumerate(chunk.images)])
-        flat = sequence_cells.new_full((chunk.rows * chunk.capacity,), -1)
-        flat[chunk.flat_index] = sequence_cells
-        return flat.view(chunk.rows, chunk.capacity), [len(grids), height, width]
 
     # -- laying results out -----------------------------------------------------------------------------------
     @torch.jit.ignore
@@ -282,13 +263,3 @@ def drop_tokens(patches: Patches, rate: float) -> Patches:
         positions = patches.valid.nonzero()
         valid[positions[index, 0], positions[index, 1]] = True
     return Patches(tokens[index][None], patches.coords[index], counts, patches.grids, valid)
-
-
-def _rope_rows(chunk: PackedRows, rope: torch.Tensor) -> torch.Tensor:
-    """(L, H, T', 2R) rotary positions of the concatenated sequences as the chunk's (L, rows, H, capacity, 2R);
-    empty slots get the identity (sin 0, cos 1)."""
-    layers, heads, _, width = rope.shape
-    flat = rope.permute(2, 0, 1, 3).reshape(rope.shape[2], -1)
-    identity = torch.cat([flat.new_zeros(width // 2), flat.new_ones(width // 2)]).repeat(layers * heads)
-    rows = chunk.scatter(flat, fill=identity)
-    return rows.view(chunk.rows, chunk.capacity, layers, heads, width).permute(2, 0, 3, 1, 4)

@@ -1,14 +1,20 @@
 """Position embeddings: big_vision's fixed 2D sin-cos table, a learned table at the runtime grid, and CPVT's
-conditional position encoding generator."""
+conditional position encoding generator.
+
+Each is a position scheme (``positions.py``): the two tables of the absolute kind (``add_to`` adds each patch
+token's position, and hands back each image's prefix slots, in the one embedding step), CPVT's of the after-block
+kind (``after_block``, with ``prepare_rows`` placing packed NaFlex rows on a canvas)."""
 from typing import Dict, List, Optional, Tuple
 
 import torch
 import torch.nn as nn
 from timm.layers import register_notrace_module
 
+from .capacity import check_fits
 from .config import resample_rule
 from .errors import ViTVariantsError
 from .geometry import RESAMPLE_OFFSETS, RESAMPLE_RULES, interpolate_grid, is_capturing, resample_table
+from .rope import inverse_powers
 
 __all__ = ['sincos_2d', 'sincos_2d_at', 'grid_coords', 'SinCos2dPosEmbed', 'LearnedPosResampler', 'PosEncodingGenerator']
 
@@ -41,8 +47,7 @@ def sincos_2d_at(coords: torch.Tensor, dim: int, temperature: float = 10000.) ->
     """``sincos_2d``'s rows for (y, x) grid coordinates, (N, 2) -> (N, dim): the table is these rows for every
     cell, so a token gets exactly the value the table of its image's grid holds (a row depends on (y, x) alone)."""
     q = dim // 4
-    omega = torch.arange(q, dtype=torch.float32, device=coords.device) / max(q - 1, 1)
-    omega = 1. / (temperature ** omega)
+    omega = inverse_powers(temperature, torch.arange(q, dtype=torch.float32, device=coords.device) / max(q - 1, 1))
     y = coords[:, 0].to(torch.float32).reshape(-1, 1) * omega.reshape(1, -1)
     x = coords[:, 1].to(torch.float32).reshape(-1, 1) * omega.reshape(1, -1)
     return torch.cat([x.sin(), x.cos(), y.sin(), y.cos()], dim=1)
@@ -74,6 +79,16 @@ class SinCos2dPosEmbed(nn.Module):
         device = None if self.table.device.type == 'meta' else self.table.device
         self.table = sincos_2d(*self.grid_size, self.dim, self.temperature, device=device)
 
+    def add_to(self, tokens: torch.Tensor, coords: torch.Tensor, counts: List[int], grids: List[Tuple[int, int]],
+               indexed: bool, table: Optional[torch.Tensor], nominal_h: int, nominal_w: int
+               ) -> Tuple[torch.Tensor, List[Optional[torch.Tensor]]]:
+        """The tokens plus their positions: images given whole take the table of their grid, others (several
+        grids, or a NaFlex dict's tokens) their rows at (y, x); no prefix slots."""
+        slots: List[Optional[torch.Tensor]] = [None for _ in grids]
+        if len(grids) == 1 and not indexed:
+            return tokens + self(grids[0][0], grids[0][1]).to(tokens.dtype), slots
+        return tokens + sincos_2d_at(coords, self.dim, self.temperature).to(tokens.dtype), slots
+
     def forward(self, grid_h: int, grid_w: int) -> torch.Tensor:
         if not torch.jit.is_scripting():
             if is_capturing():  # computed in the graph from the (symbolic) grid, never the example's table
@@ -96,6 +111,43 @@ class LearnedPosResampler(nn.Module):
         self.mode, self.align_corners, self.antialias = RESAMPLE_RULES[resample_rule(rule)]
         self.offset = RESAMPLE_OFFSETS.get(rule, 0.)
         self._cache: Dict[Tuple[int, int], Tuple[tuple, torch.Tensor]] = {}
+
+    def add_to(self, tokens: torch.Tensor, coords: torch.Tensor, counts: List[int], grids: List[Tuple[int, int]],
+               indexed: bool, table: Optional[torch.Tensor], nominal_h: int, nominal_w: int
+               ) -> Tuple[torch.Tensor, List[Optional[torch.Tensor]]]:
+        """The tokens plus the model's table (``table``, for the nominal grid) resampled to each image's grid, once
+        per grid; images given whole take it as it is, a NaFlex dict's tokens index it. Also each image's
+        prefix slots (its [CLS] / distillation rows), None without a cls slot."""
+        assert table is not None  # the model's pos_embed, for TorchScript's Optional
+        slots: List[Optional[torch.Tensor]] = [None for _ in grids]
+        if not torch.jit.is_scripting():
+            if len(grids) > 1 or indexed:
+                self._check_table_fits(tokens, grids, indexed, (nominal_h, nominal_w))
+        prefix = self.num_prefix_tokens
+        per_image = [coords] if len(grids) == 1 else list(coords.split(counts))
+        resampled: Dict[int, torch.Tensor] = {}  # by grid_h * 2**25 + grid_w (TorchScript keys cannot be tuples)
+        rows: List[torch.Tensor] = []
+        for i in range(len(grids)):
+            grid_h, grid_w = grids[i]
+            if len(grids) == 1:
+                image_table = self(table, grid_h, grid_w, nominal_h, nominal_w)[0]
+            else:  # each distinct grid resampled once
+                key = grid_h * (1 << 25) + grid_w
+                if key not in resampled:
+                    resampled[key] = self(table, grid_h, grid_w, nominal_h, nominal_w)[0]
+                image_table = resampled[key]
+            slots[i] = image_table[:prefix] if prefix else None
+            rows.append(image_table[prefix:] if not indexed else
+                        image_table[prefix + per_image[i][:, 0] * grid_w + per_image[i][:, 1]])
+        return tokens + (rows[0] if len(rows) == 1 else torch.cat(rows)).to(tokens.dtype), slots
+
+    @torch.jit.ignore
+    def _check_table_fits(self, tokens: torch.Tensor, grids: List[Tuple[int, int]], indexed: bool,
+                          nominal: Tuple[int, int]) -> None:
+        """Refuse NaFlex grids whose resampled tables could only run out of memory."""
+        cells = sum(h * w for h, w in set(grids) - {tuple(nominal)})
+        check_fits(2 * cells * tokens.shape[-1] * tokens.element_size(), 'resampling the position table to '
+                   'the NaFlex grids', tokens.device, key='patch_coord' if indexed else None)
 
     def forward(
             self,
@@ -142,6 +194,34 @@ class PosEncodingGenerator(nn.Module):
         super().__init__()
         self.num_prefix_tokens = num_prefix_tokens
         self.proj = nn.Conv2d(dim, dim, 3, padding=1, groups=dim, device=device, dtype=dtype)
+
+    def after_block(self, index: int, x: torch.Tensor, grid: Optional[List[int]], tensors: Dict[str, torch.Tensor],
+                    sizes: Dict[str, List[int]]) -> torch.Tensor:
+        """CPVT's place: after the first block, on NCHW's ``grid`` or on packed rows' canvas (``prepare_rows``)."""
+        if index != 0:
+            return x
+        if grid is not None:
+            return self(x, grid[0], grid[1])
+        return self.forward_packed(x, tensors['pos_cpe'], sizes['pos_cpe'])
+
+    @torch.jit.ignore
+    def prepare_rows(self, chunk, patches, inputs: Dict[str, torch.Tensor], tensors: Dict[str, torch.Tensor],
+                     sizes: Dict[str, List[int]]) -> None:
+        """Each slot's cell in an (images, rows, cols) canvas of the chunk's largest grid, for ``forward_packed``."""
+        grids = [patches.grids[i] for i in chunk.images]
+        height, width = max(h for h, _ in grids), max(w for _, w in grids)
+        tokens = patches.tokens
+        check_fits(2 * len(grids) * height * width * tokens.shape[-1] * tokens.element_size(),
+                   f"CPVT's encoding on a canvas of {len(grids)} images of {height}x{width} patches", tokens.device,
+                   key='patch_coord' if patches.valid is not None else None)
+        coords = patches.coords.split(patches.counts)
+        prefix = coords[0].new_full((self.num_prefix_tokens,), -1)
+        sequence_cells = torch.cat([torch.cat([prefix, j * height * width + coords[i][:, 0] * width + coords[i][:, 1]])
+                                    for j, i in enumerate(chunk.images)])
+        flat = sequence_cells.new_full((chunk.rows * chunk.capacity,), -1)
+        flat[chunk.flat_index] = sequence_cells
+        tensors['pos_cpe'] = flat.view(chunk.rows, chunk.capacity)
+        sizes['pos_cpe'] = [len(grids), height, width]
 
     def forward(self, x: torch.Tensor, grid_h: int, grid_w: int) -> torch.Tensor:
         prefix, tokens = x[:, :self.num_prefix_tokens], x[:, self.num_prefix_tokens:]

@@ -17,11 +17,15 @@ timm's "cat" layout, (L, H, T, 2 * head_dim): ``[sin | cos]`` per token, L = dep
   (2, depth, heads, hd/2) in timm's layout (``rope.freqs`` of timm's ``RotaryEmbeddingMixed``); the angle is
   ``col * fx + row * fy``, on interleaved pairs.
 
-Prefix tokens ([CLS], registers) and padding are never rotated: the model gives their slots the identity
-(sin 0, cos 1), which leaves q and k exactly as they are.
+Prefix tokens ([CLS], registers) and padding are never rotated: their slots get the identity (sin 0, cos 1),
+which leaves q and k exactly as they are.
+
+Each form is a position scheme of the attention-input kind (``positions.py``): ``rotations`` gives the rotations of
+the sequences in the one embedding step, ``prepare_rows`` lays them into packed NaFlex rows, ``layer`` hands each
+block its own, and ``rotate_half`` says which pairs a block rotates.
 """
 import math
-from typing import Optional
+from typing import Dict, List, Optional
 
 import torch
 import torch.nn as nn
@@ -30,7 +34,27 @@ from timm.models.vision_transformer import Block
 
 from .config import ROPE_TYPES
 
-__all__ = ['ROPE_TYPES', 'DinoV3Rope', 'AxialRope', 'MixedRope', 'RopeBlock', 'create_rope']
+__all__ = ['ROPE_TYPES', 'DinoV3Rope', 'AxialRope', 'MixedRope', 'RopeBlock', 'RotaryScheme', 'create_rope',
+           'dinov3_periods', 'identity_rotation', 'inverse_powers', 'rope_frequencies']
+
+
+def inverse_powers(theta: float, exponents: torch.Tensor) -> torch.Tensor:
+    """``1 / theta ** exponents``: the one form of every rotary and sin-cos frequency in the package."""
+    return 1.0 / (theta ** exponents)
+
+
+def rope_frequencies(dim: int, theta: float, device: Optional[torch.device] = None) -> torch.Tensor:
+    """The dim / 2 float32 frequencies ``1 / theta ** (2k / dim)`` of a rotary embedding over ``dim`` channels
+    (timm's and RoPE-ViT's bands; for 2D axial RoPE, dim = head_dim / 2 per axis)."""
+    return inverse_powers(theta, torch.arange(0, dim, 2, device=device).float() / dim)
+
+
+def dinov3_periods(quarter: int, theta: float, dtype: Optional[torch.dtype] = None,
+                   device: Optional[torch.device] = None) -> torch.Tensor:
+    """DINOv3's ``quarter`` (head_dim / 4) RoPE periods ``theta ** (2k / (head_dim / 2))``, computed in ``dtype``
+    (DINOv3's ``_init_weights``; transformers and timm compute the same in float32)."""
+    k = torch.arange(quarter, device=device, dtype=dtype)
+    return theta ** (2 * k / (2 * quarter))
 
 
 
@@ -39,15 +63,56 @@ def _check_head_dim(head_dim: int) -> None:
         raise ValueError(f'2D rotary positions need a head width divisible by 4, got {head_dim}')
 
 
+def identity_rotation(like: torch.Tensor) -> torch.Tensor:
+    """The (2R,) [sin | cos] of no rotation (sin 0, cos 1), for rotations ``like`` (..., 2R)."""
+    half = like.shape[-1] // 2
+    return torch.cat([like.new_zeros(half), like.new_ones(half)])
+
+
+class RotaryScheme(nn.Module):
+    """What the three forms share as a position scheme: the sequences' rotations, laid out for the blocks."""
+    rotate_half = False  # the blocks rotate interleaved pairs, or (DINOv3) the two halves
+
+    def rotations(self, coords: torch.Tensor, grids: torch.Tensor, counts: List[int],
+                  num_prefix_tokens: int) -> torch.Tensor:
+        """(L, 1, H, sequence, 2R) rotations of the sequences (image after image; a batch-broadcast dim), the
+        identity on each image's prefix tokens."""
+        rope = self(coords, grids)
+        if num_prefix_tokens:
+            identity = identity_rotation(rope).expand(rope.shape[0], rope.shape[1], num_prefix_tokens, -1)
+            images = [rope] if len(counts) == 1 else list(rope.split(counts, dim=2))
+            pieces: List[torch.Tensor] = []
+            for image in images:
+                pieces.append(identity)
+                pieces.append(image)
+            rope = torch.cat(pieces, dim=2)
+        return rope[:, None]
+
+    @torch.jit.ignore
+    def prepare_rows(self, chunk, patches, inputs: Dict[str, torch.Tensor], tensors: Dict[str, torch.Tensor],
+                     sizes: Dict[str, List[int]]) -> None:
+        """The sequences' rotations as the chunk's (L, rows, H, capacity, 2R); empty slots get the identity."""
+        rope = inputs['rope'][:, 0]
+        layers, heads, _, width = rope.shape
+        flat = rope.permute(2, 0, 1, 3).reshape(rope.shape[2], -1)
+        rows = chunk.scatter(flat, fill=identity_rotation(rope).repeat(layers * heads))
+        tensors['rope'] = rows.view(chunk.rows, chunk.capacity, layers, heads, width).permute(2, 0, 3, 1, 4)
+
+    def layer(self, index: int, tensors: Dict[str, torch.Tensor]) -> torch.Tensor:
+        """Block ``index``'s rotations: its own (L = depth) or the shared ones (L = 1), with no branch to trace."""
+        rope = tensors['rope']
+        return rope[index % rope.shape[0]]
+
+
 def _interleaved(angles: torch.Tensor) -> torch.Tensor:
     """[sin | cos] of angles (..., hd/2) for interleaved pairs: each angle twice, side by side."""
     angles = angles.repeat_interleave(2, dim=-1)
     return torch.cat([angles.sin(), angles.cos()], dim=-1)
 
 
-class DinoV3Rope(nn.Module):
+class DinoV3Rope(RotaryScheme):
     """DINOv3's RoPE at eval: base ``theta``, per-side normalised coordinates, half-split rotation."""
-    half = True
+    rotate_half = True
 
     def __init__(self, head_dim: int, theta: float = 100., device=None, dtype=None) -> None:
         super().__init__()
@@ -61,10 +126,8 @@ class DinoV3Rope(nn.Module):
         """DINOv3's ``_init_weights``: ``theta ** (2k / (hd/2))`` in the buffer's dtype."""
         if self.periods.device.type == 'meta':
             return
-        quarter = self.head_dim // 4
         with torch.no_grad():
-            k = torch.arange(quarter, device=self.periods.device, dtype=self.periods.dtype)
-            self.periods.copy_(self.theta ** (2 * k / (self.head_dim // 2)))
+            self.periods.copy_(dinov3_periods(self.head_dim // 4, self.theta, self.periods.dtype, self.periods.device))
 
     def forward(self, coords: torch.Tensor, grids: torch.Tensor) -> torch.Tensor:
         dtype = self.periods.dtype
@@ -75,9 +138,8 @@ class DinoV3Rope(nn.Module):
         return torch.cat([angles.sin(), angles.cos()], dim=-1)[None, None]
 
 
-class AxialRope(nn.Module):
+class AxialRope(RotaryScheme):
     """RoPE-ViT's axial RoPE: integer coordinates, fixed frequencies, interleaved pairs (no tensors stored)."""
-    half = False
 
     def __init__(self, head_dim: int, theta: float = 100.) -> None:
         super().__init__()
@@ -86,15 +148,14 @@ class AxialRope(nn.Module):
 
     def forward(self, coords: torch.Tensor, grids: torch.Tensor) -> torch.Tensor:
         hd = self.head_dim
-        freqs = 1.0 / (self.theta ** (torch.arange(0, hd, 4, device=coords.device)[:hd // 4].float() / hd))
+        freqs = rope_frequencies(hd // 2, self.theta, coords.device)
         t = coords.float()
         angles = torch.cat([t[:, 1, None] * freqs, t[:, 0, None] * freqs], dim=-1)  # (T, hd/2): [cols | rows]
         return _interleaved(angles)[None, None]
 
 
-class MixedRope(nn.Module):
+class MixedRope(RotaryScheme):
     """RoPE-ViT's mixed RoPE: learned frequencies per layer and head, ``freqs`` (2, depth, heads, hd/2)."""
-    half = False
 
     def __init__(self, head_dim: int, depth: int, num_heads: int, theta: float = 10., device=None,
                  dtype=None) -> None:
@@ -108,8 +169,7 @@ class MixedRope(nn.Module):
         """RoPE-ViT's ``init_random_2d_freqs``: magnitudes ``1 / theta^(4k / hd)``, each head at a random angle."""
         if self.freqs.device.type == 'meta':
             return
-        hd = self.head_dim
-        mag = 1 / (self.theta ** (torch.arange(0, hd, 4)[:hd // 4].float() / hd))
+        mag = rope_frequencies(self.head_dim // 2, self.theta)
         angles = torch.rand(self.depth, self.num_heads, 1) * 2 * torch.pi
         fx = torch.cat([mag * torch.cos(angles), mag * torch.cos(torch.pi / 2 + angles)], dim=-1)
         fy = torch.cat([mag * torch.sin(angles), mag * torch.sin(torch.pi / 2 + angles)], dim=-1)

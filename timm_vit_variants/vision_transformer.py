@@ -26,13 +26,13 @@ from ._timm_compat import (
 from .checkpoints import load_into_model
 from .config import SimpleViTConfig, TensorSpec
 from .errors import ViTVariantsError
-from .geometry import Geometry, check_fit, fit_tensor
+from .geometry import Geometry, check_fit
 from .block_context import BlockContext
 from .embedding import EmbeddingMixin
 from .naflex import NaFlexMixin, Patches, drop_tokens, is_naflex
 from .patch_embed import AdaptivePatchEmbed
-from .posemb import LearnedPosResampler, PosEncodingGenerator, SinCos2dPosEmbed
-from .rope import RopeBlock, create_rope
+from .positions import AFTER_FIRST_BLOCK, STEM_PATTERN, PositionsMixin, block_rotation, build_positions
+from .rope import RopeBlock
 
 __all__ = ['SimpleVisionTransformer']
 
@@ -57,11 +57,26 @@ def _exact_width_split_swiglu(in_features: int, hidden_features: Optional[int] =
 _MLPS = {'mlp': _exact_width_mlp, 'swiglu_packed': _exact_width_swiglu, 'swiglu': _exact_width_split_swiglu}
 
 
-def _blocks(cfg: SimpleViTConfig, act_layer: Any, norm_layer: Any, dd: Dict[str, Any]) -> nn.Sequential:
-    """timm's pre-norm transformer blocks, with the config's exact MLP width and a linear drop-path schedule."""
+class PlainBlock(Block):
+    """timm's pre-norm ``Block``, callable as every block of the loop is, ``(x, attn_mask, rope)``: it has no
+    rotations, so ``rope`` is None (the position schemes hand one only to rotary blocks)."""
+
+    def forward(self, x: torch.Tensor, attn_mask: Optional[torch.Tensor] = None,
+                rope: Optional[torch.Tensor] = None) -> torch.Tensor:
+        x = x + self.drop_path1(self.ls1(self.attn(self.norm1(x), attn_mask=attn_mask)))
+        x = x + self.drop_path2(self.ls2(self.mlp(self.norm2(x))))
+        return x
+
+
+def _blocks(cfg: SimpleViTConfig, act_layer: Any, norm_layer: Any, dd: Dict[str, Any],
+            rotate_half: Optional[bool]) -> nn.Sequential:
+    """timm's pre-norm transformer blocks, with the config's exact MLP width and a linear drop-path schedule.
+
+    ``rotate_half`` (None without rotations) is the rotary scheme's pair layout: the same block, its attention
+    taking each layer's rotations (rope.py).
+    """
     dpr = [x.item() for x in torch.linspace(0, cfg.drop_path_rate, cfg.depth, device='cpu')]
-    # rotary models: the same block, its attention taking each layer's rotations (rope.py)
-    block = partial(RopeBlock, rotate_half=cfg.rope_type == 'dinov3') if cfg.pos_rope else Block
+    block = PlainBlock if rotate_half is None else partial(RopeBlock, rotate_half=rotate_half)
     return nn.Sequential(*[
         block(
             dim=cfg.embed_dim,
@@ -89,7 +104,7 @@ def _init_weights(module: nn.Module, name: str = '') -> None:
         init_weights_vit_jax(module, name)
 
 
-class SimpleVisionTransformer(EmbeddingMixin, NaFlexMixin, nn.Module):
+class SimpleVisionTransformer(EmbeddingMixin, NaFlexMixin, PositionsMixin, nn.Module):
     """Plain ViT with a resolution-adaptive patch embedding and timm's complete model interface.
 
     Built from a ``SimpleViTConfig``, or from its fields as keyword arguments (which is how
@@ -143,24 +158,14 @@ class SimpleVisionTransformer(EmbeddingMixin, NaFlexMixin, nn.Module):
         self.cls_token = nn.Parameter(torch.zeros(1, 1, embed_dim, **dd)) if cfg.class_token else None
         self.dist_token = nn.Parameter(torch.zeros(1, 1, embed_dim, **dd)) if cfg.dist_token else None
         self.reg_token = nn.Parameter(torch.zeros(1, cfg.reg_tokens, embed_dim, **dd)) if cfg.reg_tokens else None
-        if cfg.pos_table == 'learn':
-            slots = grid[0] * grid[1] + cfg.num_prefix_slots
-            self.pos_embed = nn.Parameter(torch.zeros(1, slots, embed_dim, **dd))
-            self.pos_resampler = LearnedPosResampler(cfg.num_prefix_slots, cfg.pos_embed_resample)
-        else:
-            self.pos_embed = None
-            self.pos_resampler = None
-        # The fixed table is deliberately not called pos_embed: it is not a parameter.
-        self.pos_sincos = SinCos2dPosEmbed(embed_dim, grid, cfg.sincos_temperature, device=device) \
-            if cfg.pos_table == 'sincos' else None
-        # CPVT: the position encoding generator runs between the first and the second block.
-        self.pos_cpe = PosEncodingGenerator(embed_dim, self.num_prefix_tokens, **dd) if cfg.pos_cpe else None
+        # The position schemes of pos_embed, each in its slot (positions.py), and a learned table's pos_embed.
+        positions = build_positions(cfg, grid, dd)
+        for name, value in positions.items():
+            setattr(self, name, value)
         self.pos_drop = nn.Dropout(cfg.pos_drop_rate)
         self.norm_pre = norm_layer(embed_dim, **dd) if cfg.pre_norm else nn.Identity()
-        self.rope = create_rope(cfg.rope_type, embed_dim // cfg.num_heads, cfg.depth, cfg.num_heads, cfg.rope_theta,
-                                **dd) if cfg.pos_rope else None  # rotary positions, called once per forward (_embed)
 
-        self.blocks = _blocks(cfg, act_layer, norm_layer, dd)
+        self.blocks = _blocks(cfg, act_layer, norm_layer, dd, block_rotation(positions))
         reduction = self.patch_embed.patch_size[0]
         self.feature_info = [dict(module=f'blocks.{i}', num_chs=embed_dim, reduction=reduction)
                              for i in range(cfg.depth)]
@@ -217,8 +222,7 @@ class SimpleVisionTransformer(EmbeddingMixin, NaFlexMixin, nn.Module):
 
     def init_weights(self) -> None:
         """big_vision initialisers: xavier-uniform Dense, lecun-normal patchifier, zero head."""
-        if self.pos_embed is not None:
-            trunc_normal_(self.pos_embed, std=.02)
+        self._init_positions()
         if self.cls_token is not None:
             nn.init.zeros_(self.cls_token)
         if self.reg_token is not None:
@@ -242,13 +246,14 @@ class SimpleVisionTransformer(EmbeddingMixin, NaFlexMixin, nn.Module):
 
     @torch.jit.ignore
     def no_weight_decay(self) -> Set[str]:
-        return {'pos_embed', 'cls_token', 'dist_token', 'reg_token', 'rope.freqs'}
+        return {'cls_token', 'dist_token', 'reg_token'} | self._positions_no_weight_decay()
 
     @torch.jit.ignore
     def group_matcher(self, coarse: bool = False) -> Dict[str, Any]:
         return dict(
-            stem=r'^cls_token|dist_token|reg_token|pos_embed|patch_embed|norm_pre|rope\.',
-            blocks=[(r'^blocks\.(\d+)', None), (r'^pos_cpe', (0,)), (r'^norm\.', (99999,)), (r'^cls_norm\.', (99999,)),
+            stem=r'^cls_token|dist_token|reg_token|patch_embed|norm_pre|' + STEM_PATTERN,
+            blocks=[(r'^blocks\.(\d+)', None), (AFTER_FIRST_BLOCK, (0,)), (r'^norm\.', (99999,)),
+                    (r'^cls_norm\.', (99999,)),
                     (r'^fc_norm', (99999,)), (r'^attn_pool', (99999,))],
         )
 
@@ -308,8 +313,9 @@ class SimpleVisionTransformer(EmbeddingMixin, NaFlexMixin, nn.Module):
         """Change the nominal resolution and/or patch size in place.
 
         The patchifier kernel is PI-resized (FlexiViT) where that is defined (``geometry.check_fit``
-        says why not otherwise), a learned table is resampled once with this model's rule (through
-        ``geometry.fit_tensor``), and a sin-cos table is regenerated.
+        says why not otherwise), and the position schemes follow the grid (``positions._fit_positions``: a
+        learned table resampled once with this model's rule, relative-position tables with ``rel_pos_resample``,
+        both through ``geometry.fit_tensor``; a sin-cos table regenerated).
         """
         before = Geometry.of(self.config)
         config = self.config.replace(
@@ -319,12 +325,7 @@ class SimpleVisionTransformer(EmbeddingMixin, NaFlexMixin, nn.Module):
         check_fit(before, after)
         self.config = config
         self.patch_embed.set_input_size(img_size=self.config.img_size, patch_size=self.config.patch_size)
-        if self.pos_embed is not None and after.grid != before.grid:
-            with torch.no_grad():
-                table = fit_tensor('pos_embed', self.pos_embed.detach(), before, after)
-            self.pos_embed = nn.Parameter(table, requires_grad=self.pos_embed.requires_grad)
-        if self.pos_sincos is not None:
-            self.pos_sincos.set_grid_size(after.grid)
+        self._fit_positions(before, after)
         for info in self.feature_info:
             info['reduction'] = self.patch_embed.patch_size[0]
         update_model_input_size(
@@ -344,14 +345,14 @@ class SimpleVisionTransformer(EmbeddingMixin, NaFlexMixin, nn.Module):
                 patches = self._naflex_patches(x)
                 if self.training and self.config.patch_drop_rate > 0:
                     patches = drop_tokens(patches, self.config.patch_drop_rate)
-                sequences, rope = self._embed(patches)
-                final, taken = self._run_packed(sequences[0], patches, rope, take, stop)
+                sequences, inputs = self._embed(patches)
+                final, taken = self._run_packed(sequences[0], patches, inputs, take, stop)
                 return final, taken, patches, None
         patches = self._patches(x)
-        x, rope = self._embed(patches)
+        x, inputs = self._embed(patches)
         grid = [patches.grids[0][0], patches.grids[0][1]]
-        x, taken = self._run_blocks(x, BlockContext(grid=grid, rope=None if rope is None else rope[:, None]),
-                                    take, stop)
+        sizes: Dict[str, List[int]] = {}
+        x, taken = self._run_blocks(x, BlockContext(None, grid, inputs, sizes), take, stop)
         return x, taken, None, grid
 
     def forward_intermediates(
@@ -473,27 +474,17 @@ class SimpleVisionTransformer(EmbeddingMixin, NaFlexMixin, nn.Module):
 
     def _run_blocks(self, x: torch.Tensor, context: BlockContext, take: List[int], stop: int
                     ) -> Tuple[torch.Tensor, List[torch.Tensor]]:
-        """Blocks 0..``stop`` (CPVT's position encoding after block 0), and the outputs of the blocks in ``take``."""
+        """Blocks 0..``stop``, each with its attention inputs and the position schemes acting after it, and the
+        outputs of the blocks in ``take``."""
         taken: List[torch.Tensor] = []
         for i, blk in enumerate(self.blocks):
             if i <= stop:  # not ``break``: TorchScript unrolls loops over modules
-                rope = context.rope
-                if self.rope is not None and rope is not None:  # rotary blocks take this layer's rotations
-                    layer = rope[i % rope.shape[0]]  # per layer (L = depth) or shared (L = 1), with no branch to trace
-                    if self.grad_checkpointing and not torch.jit.is_scripting():
-                        x = checkpoint(blk, x, attn_mask=context.attn_mask, rope=layer, use_reentrant=False)
-                    else:
-                        x = blk(x, attn_mask=context.attn_mask, rope=layer)
-                elif self.grad_checkpointing and not torch.jit.is_scripting():
-                    x = checkpoint(blk, x, attn_mask=context.attn_mask, use_reentrant=False)
+                mask, rope = self._layer_inputs(i, context)
+                if self.grad_checkpointing and not torch.jit.is_scripting():
+                    x = checkpoint(blk, x, attn_mask=mask, rope=rope, use_reentrant=False)
                 else:
-                    x = blk(x, attn_mask=context.attn_mask)
-                if i == 0 and self.pos_cpe is not None:
-                    cells, canvas, grid = context.cells, context.canvas, context.grid
-                    if cells is not None and canvas is not None:
-                        x = self.pos_cpe.forward_packed(x, cells, canvas)
-                    elif grid is not None:
-                        x = self.pos_cpe(x, grid[0], grid[1])
+                    x = blk(x, attn_mask=mask, rope=rope)
+                x = self._after_block(i, x, context)
                 if i in take:
                     taken.append(x)
         return x, taken

@@ -14,6 +14,7 @@ import torch
 from ..config import SimpleViTConfig
 from ..dino_models import DINOV3
 from ..errors import ViTVariantsError
+from ..rope import dinov3_periods as rope_periods
 from .fills import Fill, Misfit, stack_rows
 from .hf_dinov2 import HFDinoReader, dino_table
 from .preprocessing import assumed_preprocessing
@@ -41,9 +42,7 @@ def dinov3_periods(theta: float) -> Fill:
     """A fill computing DINOv3's periods ``theta ** (2k / (hd / 2))`` in fp32, as transformers and timm compute
     their frequencies (neither stores them)."""
     def fill(dst: torch.Tensor) -> None:
-        quarter = dst.shape[0]
-        k = torch.arange(quarter, dtype=torch.float32, device=dst.device)
-        dst.copy_(theta ** (2 * k / (2 * quarter)))
+        dst.copy_(rope_periods(dst.shape[0], theta, torch.float32, dst.device))
 
     fill.__name__ = fill.__qualname__ = f'dinov3_periods_theta_{theta:g}'
     return fill

@@ -1,0 +1,183 @@
+"""Position schemes: each way the model knows where its tokens are is one object, chosen from ``pos_embed``.
+
+``pos_embed`` names one scheme or two joined by '+' ('learn+rope', 'sincos+cpe', 'learn+relpos'); ``SCHEMES``, the
+one registry, builds each into the model's slot for its kind. A slot is a model attribute, None or a module, named
+by the state-dict prefix of what fills it, so saved folders keep their keys (``pos_embed``, ``rope.periods``,
+``rope.freqs``, ``pos_cpe.proj.*``, ``rel_pos.tables``):
+
+* ``abs_pos``, absolute: 'sincos' (``posemb.SinCos2dPosEmbed``) or 'learn' (``posemb.LearnedPosResampler`` over the
+  model's ``pos_embed``, timm's parameter): ``add_to`` adds each patch token's position in the one embedding step
+  and gives each image's prefix slots.
+* ``rope`` and ``rel_pos``, attention inputs: 'rope' (``rope.py``'s kind of ``rope_type``: ``rotations`` for the
+  sequences, ``layer`` for each block) and 'relpos' (``relpos.RelPosBias``: ``join_mask`` adds each block's bias to
+  its attention mask).
+* ``pos_cpe``, after a block: 'cpe' (``posemb.PosEncodingGenerator``, ``after_block``).
+
+Schemes of packed NaFlex rows also ``prepare_rows`` for each chunk (rotations into the rows, a canvas, an index)
+into the ``BlockContext``, under their slot name. ``PositionsMixin`` is the one code that reads the slots: the
+embedding step, the block loop, the packed-row loop and ``set_input_size`` call it and name no scheme.
+
+A new scheme: a module with its slot's methods, a builder and a ``SCHEMES`` row (a new kind: a slot in ``SLOTS``
+and a call in ``PositionsMixin``), its ``pos_embed`` values in ``config.POS_EMBEDS``, and, if it owns a tensor that a
+grid change resizes, that key's rule in ``geometry.fit_tensor`` (listed in ``RESIZED_KEYS``).
+"""
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple
+
+import torch
+import torch.nn as nn
+from timm.layers import trunc_normal_
+
+from .block_context import BlockContext
+from .config import SimpleViTConfig
+from .geometry import Geometry, fit_tensor
+from .posemb import LearnedPosResampler, PosEncodingGenerator, SinCos2dPosEmbed
+from .relpos import RelPosBias
+from .rope import create_rope
+
+__all__ = ['SCHEMES', 'SLOTS', 'RESIZED_KEYS', 'STEM_PATTERN', 'AFTER_FIRST_BLOCK', 'PositionsMixin', 'block_rotation',
+           'build_positions']
+
+Builder = Callable[[SimpleViTConfig, Tuple[int, int], Dict[str, Any]], nn.Module]
+
+
+def _sincos(cfg: SimpleViTConfig, grid: Tuple[int, int], dd: Dict[str, Any]) -> nn.Module:
+    return SinCos2dPosEmbed(cfg.embed_dim, grid, cfg.sincos_temperature, device=dd['device'])
+
+
+def _learn(cfg: SimpleViTConfig, grid: Tuple[int, int], dd: Dict[str, Any]) -> nn.Module:
+    return LearnedPosResampler(cfg.num_prefix_slots, cfg.pos_embed_resample)
+
+
+def _cpe(cfg: SimpleViTConfig, grid: Tuple[int, int], dd: Dict[str, Any]) -> nn.Module:
+    return PosEncodingGenerator(cfg.embed_dim, cfg.num_prefix_tokens, **dd)
+
+
+def _rope(cfg: SimpleViTConfig, grid: Tuple[int, int], dd: Dict[str, Any]) -> nn.Module:
+    return create_rope(cfg.rope_type, cfg.embed_dim // cfg.num_heads, cfg.depth, cfg.num_heads, cfg.rope_theta, **dd)
+
+
+def _relpos(cfg: SimpleViTConfig, grid: Tuple[int, int], dd: Dict[str, Any]) -> nn.Module:
+    return RelPosBias(grid, cfg.depth, cfg.num_heads, **dd)
+
+
+# Each scheme of a ``pos_embed`` value: its slot and its builder ('none' fills none).
+SCHEMES: Dict[str, Tuple[Optional[str], Optional[Builder]]] = {
+    'none': (None, None), 'sincos': ('abs_pos', _sincos), 'learn': ('abs_pos', _learn), 'rope': ('rope', _rope),
+    'relpos': ('rel_pos', _relpos), 'cpe': ('pos_cpe', _cpe),
+}
+SLOTS = ('abs_pos', 'rope', 'rel_pos', 'pos_cpe')
+# The schemes' tensors a change of the nominal grid resizes (``geometry.fit_tensor``): the learned table, the
+# relative-position tables.
+RESIZED_KEYS = ('pos_embed', 'rel_pos.tables')
+# Kept out of weight decay, as timm's models keep them.
+_NO_WEIGHT_DECAY = {'pos_embed', 'rope.freqs', 'rel_pos.tables'}
+# timm's ``group_matcher``: the schemes' tensors grouped with the stem (the per-layer relative-position tables are
+# one tensor), and CPVT's with the first block, after which it acts.
+STEM_PATTERN = r'pos_embed|rope\.|rel_pos\.'
+AFTER_FIRST_BLOCK = r'^pos_cpe'
+
+
+def build_positions(cfg: SimpleViTConfig, grid: Tuple[int, int], dd: Dict[str, Any]
+                    ) -> Dict[str, Optional[nn.Module]]:
+    """Every slot of a model of ``cfg`` (None where no scheme fills it), and the learned table ``pos_embed``."""
+    built: Dict[str, Any] = {slot: None for slot in SLOTS}
+    for name in cfg.pos_embed.split('+'):
+        slot, build = SCHEMES[name]
+        if slot is not None:
+            built[slot] = build(cfg, grid, dd)
+    built['pos_embed'] = nn.Parameter(torch.zeros(1, grid[0] * grid[1] + cfg.num_prefix_slots, cfg.embed_dim, **dd)) \
+        if cfg.pos_table == 'learn' else None
+    return built
+
+
+def block_rotation(positions: Dict[str, Optional[nn.Module]]) -> Optional[bool]:
+    """The pair layout the blocks rotate (``rotate_half``) under the built rotary scheme; None without one."""
+    rotary = positions['rope']
+    return None if rotary is None else rotary.rotate_half
+
+
+class PositionsMixin:
+    """The model's one way to its position slots (``SimpleVisionTransformer`` provides them)."""
+
+    def _add_positions(self, tokens: torch.Tensor, coords: torch.Tensor, counts: List[int],
+                       grids: List[Tuple[int, int]], indexed: bool
+                       ) -> Tuple[torch.Tensor, List[Optional[torch.Tensor]]]:
+        """The embedding step's absolute positions: the patch tokens with them added, and each image's prefix
+        slots (None without a cls slot)."""
+        if self.abs_pos is not None:
+            nominal = self.patch_embed.grid_size
+            return self.abs_pos.add_to(tokens, coords, counts, grids, indexed, self.pos_embed, nominal[0], nominal[1])
+        slots: List[Optional[torch.Tensor]] = [None for _ in grids]
+        return tokens, slots
+
+    def _token_inputs(self, coords: torch.Tensor, counts: List[int], grids: List[Tuple[int, int]]
+                      ) -> Dict[str, torch.Tensor]:
+        """The embedding step's per-token attention inputs of the sequences (image after image), by slot name:
+        rotations (L, 1, H, sequence, 2R), the identity on prefix tokens."""
+        inputs: Dict[str, torch.Tensor] = {}
+        if self.rope is not None:
+            inputs['rope'] = self.rope.rotations(coords, _token_grids(coords, counts, grids), counts,
+                                                 self.num_prefix_tokens)
+        return inputs
+
+    def _layer_inputs(self, index: int, context: BlockContext) -> Tuple[Optional[torch.Tensor], Optional[torch.Tensor]]:
+        """Block ``index``'s attention inputs: (its additive mask, its rotations), each None where none applies."""
+        mask = context.attn_mask
+        rotations: Optional[torch.Tensor] = None
+        if self.rope is not None:
+            rotations = self.rope.layer(index, context.tensors)
+        if self.rel_pos is not None:
+            mask = self.rel_pos.join_mask(index, context.grid, mask, context.tensors, context.sizes)
+        return mask, rotations
+
+    def _after_block(self, index: int, x: torch.Tensor, context: BlockContext) -> torch.Tensor:
+        """The tokens after block ``index`` and the schemes that act there."""
+        if self.pos_cpe is not None:
+            x = self.pos_cpe.after_block(index, x, context.grid, context.tensors, context.sizes)
+        return x
+
+    @torch.jit.ignore
+    def _rows_context(self, chunk, patches, inputs: Dict[str, torch.Tensor], dtype: torch.dtype) -> BlockContext:
+        """A chunk of packed rows' ``BlockContext``: its mask, and each scheme's inputs laid out for it."""
+        tensors: Dict[str, torch.Tensor] = {}
+        sizes: Dict[str, List[int]] = {}
+        for slot in SLOTS:
+            scheme = getattr(self, slot)
+            if scheme is not None and hasattr(scheme, 'prepare_rows'):
+                scheme.prepare_rows(chunk, patches, inputs, tensors, sizes)
+        return BlockContext(chunk.attn_mask(dtype), None, tensors, sizes)
+
+    @torch.jit.ignore
+    def _fit_positions(self, before: Geometry, after: Geometry) -> None:
+        """``set_input_size``'s part: each resized tensor fitted to the new grid by its rule, the slots told."""
+        if after.grid != before.grid:
+            for key in RESIZED_KEYS:
+                owner, _, name = key.rpartition('.')
+                module = getattr(self, owner) if owner else self
+                old = None if module is None else getattr(module, name)
+                if old is not None:
+                    with torch.no_grad():
+                        fitted = fit_tensor(key, old.detach(), before, after)
+                    setattr(module, name, nn.Parameter(fitted, requires_grad=old.requires_grad))
+        for slot in SLOTS:
+            scheme = getattr(self, slot)
+            if scheme is not None and hasattr(scheme, 'set_grid_size'):
+                scheme.set_grid_size(after.grid)
+
+    def _init_positions(self) -> None:
+        """The learned table's init, as timm's (std 0.02); the other schemes init themselves."""
+        if self.pos_embed is not None:
+            trunc_normal_(self.pos_embed, std=.02)
+
+    @torch.jit.ignore
+    def _positions_no_weight_decay(self) -> Set[str]:
+        return set(_NO_WEIGHT_DECAY)
+
+
+def _token_grids(coords: torch.Tensor, counts: List[int], grids: List[Tuple[int, int]]) -> torch.Tensor:
+    """(T, 2): the grid (rows, cols) of each patch token's image."""
+    if len(grids) == 1:
+        ones = torch.ones_like(coords[:, :1])
+        return torch.cat([ones * grids[0][0], ones * grids[0][1]], dim=1)
+    sizes = torch.tensor(grids, device=coords.device)
+    return sizes.repeat_interleave(torch.tensor(counts, device=coords.device), dim=0)
