@@ -113,6 +113,8 @@ class ConversionPlan:
         if src.grid != dst.grid:
             how = {'sincos': 'regenerated sin-cos', 'none': 'no position table'}.get(self.target.pos_table,
                                                                                     f'{self.rule} resample')
+            if self.target.pos_relpos:
+                how += f", relative-position tables by {self.target.rel_pos_resample!r}"
             parts.append(f'grid {src.grid} -> {dst.grid} ({how})')
         if self.changes_head:
             n = self.target.num_classes
@@ -139,6 +141,8 @@ def make_plan(src: SourceCheckpoint, target: TargetOptions = TargetOptions(),
     changes: Dict[str, Any] = dict(img_size=target_img, patch_size=target_patch, num_classes=classes)
     if source.pos_table == 'learn':
         changes['pos_embed_resample'] = rule
+    if source.pos_relpos and target.resample_like == 'timm':  # relative-position tables by timm's linear rule too
+        changes['rel_pos_resample'] = 'timm'
     config = source.replace(**changes).check_limits(limits)
     target_geometry = Geometry.of(config)
     check_fit(src.geometry, target_geometry, limits)

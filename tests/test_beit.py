@@ -95,8 +95,14 @@ def test_non_square_target_under_beits_rule_is_refused(tmp_path, capsys):
     err = capsys.readouterr().err
     assert 'non-square' in err and '--resample-like timm' in err and not (tmp_path / 'out').exists()
     model = _open_model(src)
-    with pytest.raises(ViTVariantsError, match='non-square'):
+    with pytest.raises(ViTVariantsError, match='non-square') as e:
         model.set_input_size(img_size=(64, 48))
+    assert e.value.key == 'rel_pos.tables'
+    # timm's linear rule defines any grid: converted and checked against timm's own resize
+    assert main(['convert', str(src), str(tmp_path / 'timm'), '--img-size', '64', '48', '--resample-like', 'timm']) == 0
+    printed = capsys.readouterr().out
+    assert "relative-position tables by 'timm'" in printed and "tables resized by timm's own filter" in printed
+    assert 'target geometry (64x48, patch 8) passed' in printed
 
 
 def _noised(module: nn.Module, seed: int) -> nn.Module:
