@@ -190,3 +190,21 @@ def test_bad_tables_are_refused(tmp_path):
     with pytest.raises(ViTVariantsError) as e:
         open_checkpoint(tmp_path / 'bad_heads.pth', layout=SimpleVisionTransformer.state_layout)
     assert e.value.key == 'blocks.1.attn.relative_position_bias_table' and 'bad_heads.pth' in str(e.value)
+
+
+def test_published_tag_route_reads_timms_hub_file(tmp_path, max_delta):
+    """The tags load timm's Hub copy (a timm Beit state dict) through our reader: the same route, on a tiny file."""
+    import timm
+    from safetensors.torch import save_file
+
+    ref, _ = _timm_beit()
+    save_file(ref.state_dict(), str(tmp_path / 'model.safetensors'))
+    cfg = timm.get_pretrained_cfg('simple_vit_base_patch16_beitv2_224.in1k_ft_in22k_in1k').to_dict()
+    assert cfg['hf_hub_id'] == 'timm/beitv2_base_patch16_224.in1k_ft_in22k_in1k' and cfg['custom_load'] == 'hf'
+    model = timm.create_model('simple_vit_base_patch16_beitv2_224', pretrained=True, img_size=48, patch_size=8,
+                              embed_dim=32, depth=2, num_heads=2, mlp_dim=128, num_classes=5,
+                              pretrained_cfg_overlay=dict(file=str(tmp_path / 'model.safetensors'),
+                                                          custom_load=True)).eval()
+    x = _input(6)
+    with torch.no_grad():
+        max_delta('tag route logits', model(x), ref(x), BOUND)
