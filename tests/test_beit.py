@@ -103,6 +103,8 @@ def test_non_square_target_under_beits_rule_is_refused(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "relative-position tables by 'timm'" in printed and "tables resized by timm's own filter" in printed
     assert 'target geometry (64x48, patch 8) passed' in printed
+    assert main(['convert', str(tmp_path / 'timm'), str(tmp_path / 'again')]) == 0  # our own folder, read back
+    assert "verification passed vs timm.create_model('local-dir:...')" in capsys.readouterr().out
 
 
 def _noised(module: nn.Module, seed: int) -> nn.Module:

@@ -24,16 +24,23 @@ import torch
 import torch.nn as nn
 
 from timm_vit_variants.checkpoints.beit import MIM_ONLY
+from timm_vit_variants.checkpoints.files import read_json
 from timm_vit_variants.relpos_resize import beit_resize_table
 
 from .deit3_ref import deit_table
 from .result import Check, NoReference, Outputs
 from .timm_ref import timm_weights
 
-__all__ = ['beit_outputs', 'hf_beit_outputs']
+__all__ = ['beit_outputs', 'hf_beit_outputs', 'is_timm_beit_folder']
 
 _SHARED = 'rel_pos_bias.relative_position_bias_table'
 _TABLE = 'relative_position_bias_table'
+
+
+def is_timm_beit_folder(path: str) -> bool:
+    """Whether ``path`` is a timm ``beit*`` folder (its ``config.json``'s ``architecture``), not one of ours."""
+    config = Path(path) / 'config.json'
+    return config.is_file() and str(read_json(str(config)).get('architecture', '')).startswith('beit')
 
 
 def _weights(path: Path) -> Dict[str, torch.Tensor]:

@@ -124,14 +124,20 @@ class BeitCheckpoint(SourceCheckpoint):
                                     img_size=hints.get('img_size') or (side * patch_h, side * patch_w))
         mean_pool = 'fc_norm.weight' in names
         if not mean_pool and 'norm.weight' not in names:
-            raise self._error('neither fc_norm (mean pooling) nor a final norm ([CLS] pooling) is stored', key=p + 'norm.weight')
+            raise self._error('neither fc_norm (mean pooling) nor a final norm ([CLS] pooling) is stored',
+                              key=p + 'norm.weight')
         skipped = sorted(n for n in names if MIM_ONLY.match(n))
-        self.notes.append(
-            f'detected a BEiT model ({"one shared pretraining table, copied into every block" if self._shared else "a relative position table per block"}'
-            f'{", an absolute table with a [CLS] slot (resize rule " + repr("deit") + ")" if ape else ""}, '
-            f'{"mean pooling with fc_norm" if mean_pool else "[CLS] pooling"}, '
-            f'{"LayerScale, " if "blocks.0.gamma_1" in names else ""}q/v biases; BEiT\'s cubic table resize)'
-            + (f'; masked-image-modelling parts left out: {_summary(skipped)}' if skipped else ''))
+        parts = ['one shared pretraining table, copied into every block' if self._shared else
+                 'a relative position table per block']
+        if ape:
+            parts.append("an absolute table with a [CLS] slot (resize rule 'deit')")
+        parts.append('mean pooling with fc_norm' if mean_pool else '[CLS] pooling')
+        if 'blocks.0.gamma_1' in names:
+            parts.append('LayerScale')
+        if 'blocks.0.attn.q_bias' in names:
+            parts.append('q/v biases')
+        self.notes.append(f"detected a BEiT model ({', '.join(parts)}; BEiT's cubic table resize)"
+                          + (f'; masked-image-modelling parts left out: {_summary(skipped)}' if skipped else ''))
         return SimpleViTConfig(
             img_size=(side * patch_h, side * patch_w), patch_size=(patch_h, patch_w), in_chans=in_chans,
             num_classes=num_classes, global_pool='avg' if mean_pool else 'token', fc_norm=mean_pool, embed_dim=dim,
