@@ -1,16 +1,19 @@
 """The BEiT, BEiT v2 and data2vec-vision members of the family: their ``MODELS`` rows and the tags of their published
 weights.
 
-All three are the same network (unilm ``beit/`` and ``beit2/`` ``modeling_finetune.VisionTransformer``; data2vec's
-vision model is BEiT's, transformers' ``Data2VecVisionModel``): patch 16, MLP ratio 4, q and v biases (k none),
-LayerNorm eps 1e-6, exact GELU, a [CLS] token, a relative position bias in every block (``use_rel_pos_bias``, one
-table per block after fine-tuning; pretraining shares one, which the fine-tuning script copies into every block),
-no absolute table, LayerScale, and mean pooling of the patch tokens with ``fc_norm`` (``use_mean_pooling``).
-LayerScale's initial values are each release's (timm's ``beit*`` entries, unilm's fine-tuning commands): BEiT
-base 0.1, BEiT large and BEiT v2 1e-5, data2vec 0.1 (transformers' ``Data2VecVisionConfig``). The tables are
-resized for another grid by BEiT's own rule (``relpos_resize.beit_resize_table``).
+BEiT and BEiT v2 are one network (unilm ``beit/`` and ``beit2/`` ``modeling_finetune.VisionTransformer``, timm's
+``beit*`` entries): patch 16, MLP ratio 4, q and v biases (k none), LayerNorm eps 1e-6, exact GELU, a [CLS] token, a
+relative position bias in every block (``use_rel_pos_bias``: one table per block after fine-tuning; pretraining shares
+one, which the fine-tuning script copies into every block), no absolute table, LayerScale, and mean pooling of the
+patch tokens with ``fc_norm`` (``use_mean_pooling``). LayerScale's initial values are timm's ``beit*`` entries': BEiT
+base 0.1, BEiT large and BEiT v2 1e-5. The tables are resized for another grid by BEiT's own rule
+(``relpos_resize.beit_resize_table``).
 
-The published files load through our BEiT reader (``custom_load='hf'``: timm's Hub copies of unilm's releases,
+data2vec-vision's model is BEiT's (transformers' ``Data2VecVisionModel`` is its ``BeitModel``); its rows take BEiT's
+fine-tuned form with transformers' ``Data2VecVisionConfig`` defaults for LayerScale (0.1) and pooling (mean). A
+folder's own ``config.json`` decides what is converted (its relative-bias flags, eps and pooling are read there).
+
+The published BEiT files load through our BEiT reader (``custom_load='hf'``: timm's Hub copies of unilm's releases,
 ``timm/<name>.<tag>``, are timm ``Beit`` state dicts; our reader takes the file). The data2vec-vision rows have no
 tag: their weights are transformers folders (``facebook/data2vec-vision-{base,large}[-ft1k]``), converted with
 ``vit-port convert``.
