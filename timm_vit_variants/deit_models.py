@@ -71,7 +71,7 @@ _DEIT3_SIZES: Dict[str, Tuple[str, int, Dict[str, Any], Tuple[int, ...]]] = {
 }
 # What every DeiT-III row shares; the reader starts from it.
 DEIT3 = dict(num_classes=1000, global_pool='token', class_token=True, init_values=1e-4, pos_embed='learn',
-              pos_embed_cls_slot=False, pos_embed_resample='deit', act_layer='gelu', norm_eps=1e-6, grid_mode='crop')
+             pos_embed_cls_slot=False, pos_embed_resample='deit', act_layer='gelu', norm_eps=1e-6, grid_mode='crop')
 _DEIT3_URL = 'https://dl.fbaipublicfiles.com/deit/deit_3_{size}_{img}_{data}.pth'
 # tag -> the file's suffix (README_revenge.md: the 21k ViT-H file is the ``_v1`` one)
 _DEIT3_TAGS = {'fb_in1k': '1k', 'fb_in22k_ft_in1k': '21k'}

@@ -41,7 +41,7 @@ _DINOV2_SIZES: Dict[str, Tuple[str, Dict[str, Any]]] = {
 }
 # What every DINOv2 row shares; the readers start from it (the files record none of it).
 DINOV2 = dict(img_size=518, patch_size=14, num_classes=0, global_pool='token', class_token=True, init_values=1.0,
-               pos_embed='learn', pos_embed_cls_slot=True, act_layer='gelu', norm_eps=1e-6, grid_mode='crop')
+              pos_embed='learn', pos_embed_cls_slot=True, act_layer='gelu', norm_eps=1e-6, grid_mode='crop')
 # The hub's head counts by width (the files do not record them).
 DINOV2_HEADS = {dims['embed_dim']: dims['num_heads'] for _, dims in _DINOV2_SIZES.values()}
 _DINOV2_URL = 'https://dl.fbaipublicfiles.com/dinov2/dinov2_vit{s}14{r}/dinov2_vit{s}14{r}_pretrain.pth'
@@ -66,8 +66,8 @@ _DINOV3_SIZES: Dict[str, Tuple[str, Dict[str, Any], Dict[str, str]]] = {
 }
 # What every DINOv3 row shares; the readers start from it.
 DINOV3 = dict(img_size=224, patch_size=16, num_classes=0, global_pool='token', class_token=True, reg_tokens=4,
-               init_values=1e-5, pos_embed='rope', rope_type='dinov3', rope_theta=100., act_layer='gelu',
-               norm_eps=1e-5, grid_mode='crop')
+              init_values=1e-5, pos_embed='rope', rope_type='dinov3', rope_theta=100., act_layer='gelu',
+              norm_eps=1e-5, grid_mode='crop')
 # The hub's head counts by width (the files do not record them; H+ has 20, not ViT-H's 16).
 DINOV3_HEADS = {dims['embed_dim']: dims['num_heads'] for _, dims, _ in _DINOV3_SIZES.values()}
 _DINOV3_URL = 'https://dl.fbaipublicfiles.com/dinov3/dinov3_{a}/dinov3_{a}_pretrain_{w}-{h}.pth'
@@ -77,12 +77,12 @@ _ROPEVIT_SIZES = {'small': dict(embed_dim=384, depth=12, num_heads=6, mlp_dim=15
                   'base': dict(embed_dim=768, depth=12, num_heads=12, mlp_dim=3072),
                   'large': dict(embed_dim=1024, depth=24, num_heads=16, mlp_dim=4096)}
 ROPEVIT_KINDS = {'axial': dict(rope_type='axial', rope_theta=100., pos_embed='rope'),
-                  'mixed': dict(rope_type='mixed', rope_theta=10., pos_embed='rope'),
-                  'axial_ape': dict(rope_type='axial', rope_theta=100., pos_embed='learn+rope'),
-                  'mixed_ape': dict(rope_type='mixed', rope_theta=10., pos_embed='learn+rope')}
+                 'mixed': dict(rope_type='mixed', rope_theta=10., pos_embed='rope'),
+                 'axial_ape': dict(rope_type='axial', rope_theta=100., pos_embed='learn+rope'),
+                 'mixed_ape': dict(rope_type='mixed', rope_theta=10., pos_embed='learn+rope')}
 # What every RoPE-ViT row shares beside its kind; the readers start from it.
 ROPEVIT = dict(img_size=224, patch_size=16, num_classes=1000, global_pool='token', class_token=True,
-                init_values=1e-4, pos_embed_resample='ropevit', act_layer='gelu', norm_eps=1e-6, grid_mode='crop')
+               init_values=1e-4, pos_embed_resample='ropevit', act_layer='gelu', norm_eps=1e-6, grid_mode='crop')
 _ROPEVIT_HUB = 'naver-ai/rope_{k}_deit_{s}_patch16_LS'
 
 # Each rope_type as timm's Eva builds it (its DINOv3 and RoPE-ViT ports, ``timm/models/eva.py``): the rotary module

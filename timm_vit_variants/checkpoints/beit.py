@@ -20,7 +20,7 @@ loaded); 0.1 is written, as BEiT's base fine-tuning uses.
 """
 import math
 import re
-from typing import Any, Dict, Optional, Set, Tuple
+from typing import AbstractSet, Any, Dict, Optional, Set, Tuple
 
 import torch
 
@@ -41,7 +41,7 @@ _INDEX = re.compile(r'(^|\.)relative_position_index$')
 _LAYER_SCALE = {'ls1.gamma': 'gamma_1', 'ls2.gamma': 'gamma_2'}
 
 
-def is_beit(names: Set[str]) -> bool:
+def is_beit(names: AbstractSet[str]) -> bool:
     """Whether a state dict is BEiT's layout: a patch conv and BEiT's relative position tables (per block or shared)."""
     return 'patch_embed.proj.weight' in names and (f'blocks.0.{_TABLE}' in names or _SHARED in names)
 

@@ -8,6 +8,7 @@ before the rows its files would otherwise meet.
 """
 import os
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Callable, Dict, FrozenSet, Optional, Tuple, Type, Union
 
 from ..errors import ViTVariantsError
@@ -45,13 +46,13 @@ class Probe:
     config_path: Optional[str]
     hints: Dict[str, Any] = field(default_factory=dict)
 
-    @property
+    @cached_property
     def names(self) -> FrozenSet[str]:
         return frozenset(self.store.names())
 
-    @property
+    @cached_property
     def local(self) -> FrozenSet[str]:
-        return frozenset(n[len(self.prefix):] for n in self.store.names())
+        return frozenset(n[len(self.prefix):] for n in self.names)
 
     @property
     def prefix(self) -> str:
@@ -63,11 +64,11 @@ class Probe:
 
     def has(self, *parts: str) -> bool:
         """Whether any tensor name contains one of ``parts``."""
-        return any(part in n for n in self.store.names() for part in parts)
+        return any(part in n for n in self.names for part in parts)
 
     def ends(self, *suffixes: str) -> bool:
         """Whether any tensor name ends with one of ``suffixes``."""
-        return any(n.endswith(suffixes) for n in self.store.names())
+        return any(n.endswith(suffixes) for n in self.names)
 
 
 @dataclass(frozen=True)
@@ -86,7 +87,7 @@ class Route:
 def _timm_eva(p: Probe) -> bool:
     """timm's Eva ports of DINOv3 and RoPE-ViT: by ``architecture``, or for a bare state dict by its keys."""
     arch = p.config.get('architecture')
-    return isinstance(arch, str) and bool(EVA_ARCHITECTURES.match(arch)) or arch is None and is_timm_eva(set(p.local))
+    return isinstance(arch, str) and bool(EVA_ARCHITECTURES.match(arch)) or arch is None and is_timm_eva(p.local)
 
 
 def _naflexvit(p: Probe) -> bool:
@@ -100,7 +101,7 @@ _NO_NPZ_BLOCKS = Refuse(lambda p: ViTVariantsError(
     key='Transformer/encoderblock_0'))
 _NO_CLIP_ARCHIVE = Refuse(lambda p: ViTVariantsError(
     'a TorchScript archive without a CLIP image tower (no visual.conv1.weight among its '
-    f'{len(p.store.names())} tensors)', path=p.path, key='visual.conv1.weight'))
+    f'{len(p.names)} tensors)', path=p.path, key='visual.conv1.weight'))
 _NOT_TRANSFORMERS_VIT = Refuse(lambda p: ViTVariantsError(
     f"model_type {p.model_type!r} is not a transformers ViT, SigLIP or CLIP model", path=p.config_path,
     key='model_type'))
@@ -121,7 +122,7 @@ DISPATCH: Tuple[Route, ...] = (
     Route(lambda p: isinstance(p.store, TorchScriptStore) and 'visual.conv1.weight' in p.names, OpenAICLIPCheckpoint),
     Route(lambda p: isinstance(p.store, TorchScriptStore), _NO_CLIP_ARCHIVE),
     # timm folders and training checkpoints (config.json's ``architecture``)
-    Route(lambda p: 'architecture' in p.config and is_beit(set(p.local)), TimmBeitCheckpoint),
+    Route(lambda p: 'architecture' in p.config and is_beit(p.local), TimmBeitCheckpoint),
     Route(lambda p: 'architecture' in p.config and _timm_eva(p), TimmEvaCheckpoint),
     Route(lambda p: 'architecture' in p.config and _naflexvit(p), TimmNaFlexCheckpoint),
     Route(lambda p: 'architecture' in p.config, TimmCheckpoint),
@@ -136,19 +137,19 @@ DISPATCH: Tuple[Route, ...] = (
     Route(lambda p: p.model_type in BEIT_MODEL_TYPES, HFBeitCheckpoint),
     Route(lambda p: 'model_type' in p.config, _NOT_TRANSFORMERS_VIT),
     # bare state dicts, by their keys
-    Route(lambda p: is_beit(set(p.local)), BeitCheckpoint),  # unilm BEiT files, timm Beit state dicts
-    Route(lambda p: is_dinov2(set(p.names)), Dinov2Checkpoint),
-    Route(lambda p: is_dinov3(set(p.names)), Dinov3Checkpoint),
+    Route(lambda p: is_beit(p.local), BeitCheckpoint),  # unilm BEiT files, timm Beit state dicts
+    Route(lambda p: is_dinov2(p.names), Dinov2Checkpoint),
+    Route(lambda p: is_dinov3(p.names), Dinov3Checkpoint),
     Route(_timm_eva, TimmEvaCheckpoint),
     # DeiT-III and RoPE-ViT rope_axial_ape have the same keys: told apart by the source's name
-    Route(lambda p: is_layerscale_ape(set(p.names)) and layerscale_ape_format(p.path) == 'deit3', Deit3Checkpoint),
-    Route(lambda p: is_layerscale_ape(set(p.names)) or is_rope_vit(set(p.names)), RopeVitCheckpoint),
+    Route(lambda p: is_layerscale_ape(p.names) and layerscale_ape_format(p.path) == 'deit3', Deit3Checkpoint),
+    Route(lambda p: is_layerscale_ape(p.names) or is_rope_vit(p.names), RopeVitCheckpoint),
     # open_clip's layout: OpenAI's state dict (its scalars), else OpenCLIP's
-    Route(lambda p: 'visual.conv1.weight' in p.names and is_openai_clip(set(p.names)), OpenAICLIPCheckpoint),
+    Route(lambda p: 'visual.conv1.weight' in p.names and is_openai_clip(p.names), OpenAICLIPCheckpoint),
     Route(lambda p: 'visual.conv1.weight' in p.names, OpenCLIPCheckpoint),
+    # a transformers ViT's weights without config.json, then timm ViT and NaFlexVit state dicts
     Route(lambda p: p.ends('embeddings.patch_embeddings.projection.weight'), HFCheckpoint),
-    Route(lambda p: p.ends('patch_embed.proj.weight', 'embeds.proj.weight') and _naflexvit(p),
-          TimmNaFlexCheckpoint),  # ViT, NaFlexVit
+    Route(lambda p: p.ends('patch_embed.proj.weight', 'embeds.proj.weight') and _naflexvit(p), TimmNaFlexCheckpoint),
     Route(lambda p: p.ends('patch_embed.proj.weight', 'embeds.proj.weight'), TimmCheckpoint),
     Route(lambda p: True, _NO_PATCH_EMBED),
 )

@@ -12,6 +12,7 @@ register count).
 from typing import Any, Callable, Dict, Optional, Set, Tuple
 
 from ..config import SimpleViTConfig
+from ..dino_models import DINOV2
 from ..errors import ViTVariantsError
 from .hf import HFCheckpoint, TransformersCheckpoint
 from .fills import stack_rows
@@ -104,12 +105,8 @@ class HFDinov2Checkpoint(HFDinoReader, HFCheckpoint):
         return Rule((name(_LAYER) + f'mlp.{part}.{kind}',))
 
     def _infer(self, hints: Dict[str, Any]) -> SimpleViTConfig:
-        cfg_path = self._config_path
-        model_type = self.source_config.get('model_type')
-        if model_type not in DINOV2_MODEL_TYPES:
-            raise ViTVariantsError(f'model_type {model_type!r} is not a transformers DINOv2 model', path=cfg_path,
-                                   key='model_type')
-        network = self._network(hints, eps_default=1e-6)
+        model_type = self.source_config.get('model_type')  # one of DINOV2_MODEL_TYPES: detect.DISPATCH's row
+        network = self._network(hints, eps_default=DINOV2['norm_eps'])
         registers = self._config_registers(
             self.source_config.get('num_register_tokens', 0) if model_type == 'dinov2_with_registers' else 0)
         swiglu = bool(self.source_config.get('use_swiglu_ffn', False))
@@ -121,8 +118,7 @@ class HFDinov2Checkpoint(HFDinoReader, HFCheckpoint):
                           f"registers): table resize rule {rule!r} (transformers' own: bicubic "
                           f"{'with' if rule == 'timm' else 'without'} antialias); {_MASK} is stored for masked "
                           'training and skipped')
-        return SimpleViTConfig(
-            num_classes=0, global_pool='token', qkv_bias=bool(self.source_config.get('qkv_bias', True)),
-            class_token=True, reg_tokens=registers, init_values=float(self.source_config.get('layerscale_value', 1.0)),
-            mlp_layer='swiglu_packed' if swiglu else 'mlp', pos_embed='learn', pos_embed_cls_slot=True,
-            pos_embed_resample=rule, grid_mode='crop', **network)
+        return SimpleViTConfig(**dict(
+            DINOV2, **network, qkv_bias=bool(self.source_config.get('qkv_bias', True)), reg_tokens=registers,
+            init_values=float(self.source_config.get('layerscale_value', 1.0)),
+            mlp_layer='swiglu_packed' if swiglu else 'mlp', pos_embed_resample=rule))

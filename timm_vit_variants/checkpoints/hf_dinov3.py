@@ -79,9 +79,6 @@ class HFDinov3Checkpoint(HFDinoReader):
 
     def _infer(self, hints: Dict[str, Any]) -> SimpleViTConfig:
         cfg_path, cfg = self._config_path, self.source_config
-        if cfg.get('model_type') not in DINOV3_MODEL_TYPES:
-            raise ViTVariantsError(f"model_type {cfg.get('model_type')!r} is not a transformers DINOv3 model",
-                                   path=cfg_path, key='model_type')
         network = self._network(hints, eps_default=DINOV3['norm_eps'])
         registers = self._config_registers(cfg.get('num_register_tokens', 0))
         if registers and 'embeddings.register_tokens' in self._store and \
