@@ -94,6 +94,7 @@ def test_non_square_target_under_beits_rule_is_refused(tmp_path, capsys):
     assert main(['convert', str(src), str(tmp_path / 'out'), '--img-size', '64', '48']) != 0
     err = capsys.readouterr().err
     assert 'non-square' in err and '--resample-like timm' in err and not (tmp_path / 'out').exists()
+    assert "key 'rel_pos.tables'" in err and str(src) in err
     model = _open_model(src)
     with pytest.raises(ViTVariantsError, match='non-square') as e:
         model.set_input_size(img_size=(64, 48))

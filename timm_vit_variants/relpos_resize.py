@@ -12,14 +12,14 @@ extra rows ([CLS]-to-token, token-to-[CLS], [CLS]-to-[CLS]), which no resize tou
 - ``timm_resize_table`` is timm's ``resize_rel_pos_bias_table``: the same progression with linear interpolation,
   for any H×W.
 """
-from typing import List, Tuple
+from typing import List, Optional, Tuple
 
 import numpy as np
 import torch
 
 from timm_vit_variants.errors import ViTVariantsError
 
-__all__ = ['beit_resize_table', 'timm_resize_table', 'table_rows', 'EXTRA_ROWS']
+__all__ = ['beit_resize_table', 'timm_resize_table', 'table_rows', 'require_square', 'EXTRA_ROWS']
 
 EXTRA_ROWS = 3
 
@@ -56,17 +56,24 @@ def _offsets(src_size: int, dst_size: int) -> List[float]:
     return [-d for d in reversed(dis)] + [0] + dis
 
 
+def require_square(src_grid: Tuple[int, int], dst_grid: Tuple[int, int], path: Optional[str] = None) -> None:
+    """Refuse a resize BEiT's rule does not define: a non-square source or target grid (an equal grid is no resize)."""
+    if tuple(src_grid) == tuple(dst_grid):
+        return
+    for name, grid in (('source', src_grid), ('target', dst_grid)):
+        if grid[0] != grid[1]:
+            raise ViTVariantsError(
+                f'BEiT\'s relative position resize defines no non-square grid ({name} {grid[0]}x{grid[1]}); '
+                f'resize with timm\'s linear rule instead (--resample-like timm)', path=path, key='rel_pos.tables')
+
+
 def beit_resize_table(table: torch.Tensor, src_grid: Tuple[int, int], dst_grid: Tuple[int, int]) -> torch.Tensor:
     """``table`` for ``src_grid`` resized to ``dst_grid`` by BEiT's own rule (geometric progression, cubic spline).
 
     Square grids only: BEiT's rule defines no other. The spline is fitted in float64 on the float32 table, and the
     result comes back in the table's dtype. An equal grid returns the table unchanged, as unilm's script does.
     """
-    for name, grid in (('source', src_grid), ('target', dst_grid)):
-        if grid[0] != grid[1]:
-            raise ViTVariantsError(
-                f'BEiT\'s relative position resize defines no non-square grid ({name} {grid[0]}x{grid[1]}); '
-                f'resize with timm\'s linear rule instead (--resample-like timm)')
+    require_square(src_grid, dst_grid)
     _check(table, src_grid)
     if tuple(src_grid) == tuple(dst_grid):
         return table
