@@ -179,6 +179,10 @@ def test_transformers_folder_matches_transformers(data2vec, classify, kwargs, tm
         max_delta(f'transformers {type(ref).__name__} output', model.forward_head(feats), want, BOUND)
     assert main(['convert', str(folder), str(tmp_path / 'out')]) == 0
     assert 'verification passed' in capsys.readouterr().out
+    if classify:  # another grid: transformers' own run-time resize is neither rule, so that part is not checked
+        assert main(['convert', str(folder), str(tmp_path / 'out64'), '--img-size', '64']) == 0
+        assert 'was NOT checked: transformers resizes the relative position tables bilinearly' in \
+            capsys.readouterr().out
 
 
 def test_bad_tables_are_refused(tmp_path):
