@@ -125,7 +125,7 @@ def _timm_beit(**kwargs) -> nn.Module:
 
 
 @pytest.mark.parametrize('kwargs', [{}, dict(use_abs_pos_emb=True, global_pool='token', init_values=None)])
-def test_timm_beit_state_dict_and_folder_match_timm(kwargs, tmp_path, max_delta):
+def test_timm_beit_state_dict_and_folder_match_timm(kwargs, tmp_path, capsys, max_delta):
     from safetensors.torch import save_file
     from timm.models import save_for_hf
 
@@ -144,6 +144,8 @@ def test_timm_beit_state_dict_and_folder_match_timm(kwargs, tmp_path, max_delta)
             feats = model.forward_features(x)
             max_delta(f'timm Beit {fmt} {kwargs} tokens', feats, want_feats, BOUND)
             max_delta(f'timm Beit {fmt} {kwargs} logits', model.forward_head(feats), want, BOUND)
+        assert main(['convert', str(path), str(tmp_path / f'out_{fmt}')]) == 0
+        assert 'verification passed vs timm Beit' in capsys.readouterr().out
 
 
 def _hf_folder(tmp_path, data2vec: bool, classify: bool, **kwargs):
