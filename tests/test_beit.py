@@ -217,3 +217,17 @@ def test_published_tag_route_reads_timms_hub_file(tmp_path, max_delta):
     x = _input(6)
     with torch.no_grad():
         max_delta('tag route logits', model(x), ref(x), BOUND)
+
+
+def test_loading_at_another_size_uses_beits_rule(max_delta):
+    """timm.create_model(..., pretrained=True) at 64 px from the 48 px file: the tables fitted by BEiT's rule, as
+    unilm's fine-tuning script loads them at 8x8."""
+    import timm
+
+    model = timm.create_model('simple_vit_base_patch16_beitv2_224', pretrained=True, img_size=64, patch_size=8,
+                              embed_dim=32, depth=2, num_heads=2, mlp_dim=128, num_classes=10,
+                              pretrained_cfg_overlay=dict(file=str(DATA / 'beit2_ft_meanpool.pth'),
+                                                          custom_load=True)).eval()
+    io = np.load(DATA / 'beit2_ft_meanpool_io.npz')
+    max_delta('loaded at 64 px: tables', model.state_dict()['rel_pos.tables'], io['tables_8x8'], 0.0)
+    _check_unilm(max_delta, 'loaded at 64 px', model, io, 8)
