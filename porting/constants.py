@@ -23,7 +23,8 @@ EXPORT_FORMATS = ('onnx', 'pt2')
 
 # Mirrors of timm_vit_variants: checkpoints.FORMATS, config.RESAMPLE_RULE_NAMES, config.ACT_LAYERS,
 # limits.Limits' fields; DTYPES is porting.plan.OUTPUT_DTYPES.
-FORMATS = ('bigvision', 'vitjax', 'timm', 'hf', 'dinov2', 'dinov3', 'ropevit', 'deit3', 'openclip', 'openai', 'eva02')
+FORMATS = ('bigvision', 'vitjax', 'timm', 'hf', 'dinov2', 'dinov3', 'ropevit', 'deit3', 'openclip', 'openai', 'eva02',
+           'beit')
 RESAMPLE_RULES = ('bigvision', 'timm', 'hf', 'flexi', 'dinov2', 'openclip', 'ropevit', 'deit')
 ACT_LAYERS = ('gelu', 'gelu_tanh', 'quick_gelu', 'silu', 'relu')
 DTYPES = ('source', 'float32', 'bfloat16', 'float16')

@@ -16,6 +16,7 @@ EXTRAS: Dict[str, Tuple[str, ...]] = {
     'plot': ('matplotlib',),
     'hf': ('transformers',),
     'clip': ('open_clip',),
+    'beit': ('scipy',),
 }
 
 

@@ -12,6 +12,7 @@ from timm_vit_variants.config import pair, resample_rule
 from timm_vit_variants.errors import ViTVariantsError
 from timm_vit_variants.geometry import Geometry, check_fit
 from timm_vit_variants.limits import DEFAULT_LIMITS, Limits
+from timm_vit_variants.relpos_resize import require_square
 
 from .hub_folder import DTYPES_BY_NAME
 from .request import SourceOptions, TargetOptions
@@ -113,6 +114,8 @@ class ConversionPlan:
         if src.grid != dst.grid:
             how = {'sincos': 'regenerated sin-cos', 'none': 'no position table'}.get(self.target.pos_table,
                                                                                     f'{self.rule} resample')
+            if self.target.pos_relpos:
+                how += f", relative-position tables by {self.target.rel_pos_resample!r}"
             parts.append(f'grid {src.grid} -> {dst.grid} ({how})')
         if self.changes_head:
             n = self.target.num_classes
@@ -139,7 +142,11 @@ def make_plan(src: SourceCheckpoint, target: TargetOptions = TargetOptions(),
     changes: Dict[str, Any] = dict(img_size=target_img, patch_size=target_patch, num_classes=classes)
     if source.pos_table == 'learn':
         changes['pos_embed_resample'] = rule
+    if source.pos_relpos and target.resample_like == 'timm':  # relative-position tables by timm's linear rule too
+        changes['rel_pos_resample'] = 'timm'
     config = source.replace(**changes).check_limits(limits)
+    if config.pos_relpos and config.rel_pos_resample == 'beit':  # refused before any tensor is read
+        require_square(source.grid_size, config.grid_size, path=src.path)
     target_geometry = Geometry.of(config)
     check_fit(src.geometry, target_geometry, limits)
     stored = source_dtype(src)

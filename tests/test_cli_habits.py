@@ -117,7 +117,8 @@ def test_extras_mirror_pyproject():
 
     extras = tomllib.loads((REPO / 'pyproject.toml').read_text())['project']['optional-dependencies']
     distribution = {'onnx': 'onnx', 'onnxscript': 'onnxscript', 'onnxruntime': 'onnxruntime',
-                    'matplotlib': 'matplotlib', 'transformers': 'transformers', 'open_clip': 'open-clip-torch'}
+                    'matplotlib': 'matplotlib', 'transformers': 'transformers', 'open_clip': 'open-clip-torch',
+                    'scipy': 'scipy'}
     for extra, modules in EXTRAS.items():
         names = {dep.split('>')[0].split('<')[0].split('=')[0].strip() for dep in extras[extra]}
         assert {distribution[m] for m in modules} <= names, extra

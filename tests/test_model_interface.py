@@ -16,6 +16,7 @@ from timm.models import get_notrace_functions, get_notrace_modules
 from timm.models._manipulate import group_parameters
 
 import timm_vit_variants  # noqa: F401
+from timm_vit_variants.beit_models import BEIT_ROWS
 from timm_vit_variants.clip_models import CLIP_ARCHS
 from timm_vit_variants.config import MODELS, SIGLIP_TOWERS, grid_for
 from timm_vit_variants.deit_models import DEIT3_ROWS, DEIT_ROWS
@@ -39,7 +40,7 @@ def _one_per_network(names):
 # The DINO and DeiT members share their blocks within a family, and the CLIP towers' options are checked against
 # open_clip in test_clip.py: one network of each form runs the real-tensor checks here.
 NETWORKS = _one_per_network([n for n in MODEL_NAMES if n not in DINO_ROWS and n not in DEIT_ROWS and n not in DEIT3_ROWS
-                             and n not in EVA02_ROWS
+                             and n not in EVA02_ROWS and n not in BEIT_ROWS
                              and (n not in CLIP_ARCHS or n in ('simple_vit_base_patch16_clip_224',
                                                                'simple_vit_large_patch14_clipa_224'))]) + [
     'simple_vit_small_patch14_reg4_dinov2', 'simple_vit_small_patch16_dinov3',
@@ -54,7 +55,7 @@ EXPECTED = {
     'simple_vit_small_flexi_240', 'simple_vit_base_flexi_240', 'simple_vit_large_flexi_240',
     *(f'simple_vit_{size}_patch{patch}_siglip_{img}' for size, patch, sizes in SIGLIP_TOWERS for img in sizes),
     'simple_vit_base_patch16_siglip_naflex', 'simple_vit_so400m_patch16_siglip_naflex', *DINO_ROWS, *DEIT_ROWS,
-    *DEIT3_ROWS, *CLIP_ARCHS, *EVA02_ROWS,
+    *DEIT3_ROWS, *CLIP_ARCHS, *EVA02_ROWS, *BEIT_ROWS,
 }
 
 
@@ -100,7 +101,8 @@ def test_default_cfg_and_api_contract(name):
     cfg = model.pretrained_cfg
     assert cfg['input_size'][0] == model.in_chans == 3
     if name not in DINO_ROWS and name not in DEIT_ROWS and name not in DEIT3_ROWS and name not in CLIP_ARCHS and \
-            name not in EVA02_ROWS:  # DINO, DeiT: ImageNet's statistics; CLIP: open_clip's (test_clip); EVA-02: CLIP's
+            name not in EVA02_ROWS and name not in BEIT_ROWS:
+        # DINO, DeiT, BEiT: ImageNet's statistics; CLIP: open_clip's (test_clip); EVA-02: CLIP's
         assert cfg['mean'] == cfg['std'] == (0.5, 0.5, 0.5)
     for key in ('crop_pct', 'interpolation', 'first_conv', 'classifier'):
         assert cfg.get(key) is not None, key

@@ -14,12 +14,14 @@ from typing import Dict, Iterable, Iterator, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
-from timm.layers import resample_patch_embed, resize_rel_pos_bias_table
+from timm.layers import resample_patch_embed
 from timm.models import adapt_input_conv
 
 from .config import SimpleViTConfig, grid_for, pair, resample_rule
 from .errors import ViTVariantsError
 from .limits import DEFAULT_LIMITS, Limits
+# the relative-position tables' rules live in relpos_resize (re-exported under the names relpos.py uses)
+from .relpos_resize import beit_resize_table, table_rows as rel_pos_entries, timm_resize_table as timm_rel_pos_table
 
 __all__ = [
     'RESAMPLE_RULES', 'RESAMPLE_OFFSETS', 'Geometry', 'grid_for', 'is_capturing', 'interpolate_grid', 'resample_table', 'pi_resize',
@@ -229,9 +231,10 @@ class Geometry:
         return self.patch_embed not in _FIXED_PATCH
 
     @property
-    def fitted_keys(self) -> Tuple[str, str, str]:
-        """The tensors a geometry change touches: the pixel-facing kernel, the learned table, the class token."""
-        return self.kernel_key, _TABLE, _CLS
+    def fitted_keys(self) -> Tuple[str, ...]:
+        """The tensors a geometry change touches: the pixel-facing kernel, the learned table, the class token, the
+        relative-position tables."""
+        return self.kernel_key, _TABLE, _CLS, _REL_POS
 
     def changes(self, other: 'Geometry') -> bool:
         return (self.grid, self.patch, self.prefix, self.in_chans) != (other.grid, other.patch, other.prefix,
@@ -266,19 +269,6 @@ def check_fit(src: Geometry, dst: Geometry, limits: Limits = DEFAULT_LIMITS) -> 
                                    f'{layout}: {_PIXEL_NORM}', key=_PIXEL_NORM_KEY)
 
 
-def rel_pos_entries(grid: Tuple[int, int]) -> int:
-    """Entries of one relative-position table for a grid: every (dy, dx), and BEiT's three [CLS] entries."""
-    return (2 * grid[0] - 1) * (2 * grid[1] - 1) + 3
-
-
-def timm_rel_pos_table(table: torch.Tensor, src_grid: Tuple[int, int], dst_grid: Tuple[int, int]) -> torch.Tensor:
-    """One (entries, heads) relative-position table moved from ``src_grid`` to ``dst_grid`` by timm's
-    ``resize_rel_pos_bias_table`` (its linear rule; any grid)."""
-    return resize_rel_pos_bias_table(table, new_window_size=tuple(dst_grid),
-                                     new_bias_shape=(rel_pos_entries(dst_grid), table.shape[-1]),
-                                     old_window_size=tuple(src_grid))
-
-
 def _fit_rel_pos(tables: torch.Tensor, src: Geometry, dst: Geometry) -> torch.Tensor:
     """(depth, entries, heads) relative-position tables moved from ``src.grid`` to ``dst.grid`` by ``dst``'s rule."""
     entries = rel_pos_entries(src.grid)
@@ -287,11 +277,11 @@ def _fit_rel_pos(tables: torch.Tensor, src: Geometry, dst: Geometry) -> torch.Te
                                shapes=(tables.shape, (tables.shape[0] if tables.ndim else 0, entries, -1)))
     if src.grid == dst.grid:
         return tables
-    if dst.rel_pos_rule != 'timm':
-        raise ViTVariantsError(f"rel_pos_resample={dst.rel_pos_rule!r}: BEiT's own resize (relpos_resize.py) is not "
-                               f'part of this build, so the tables cannot go from {src.grid} to {dst.grid} by it; '
-                               "use rel_pos_resample='timm' (--resample-like timm)", key=_REL_POS)
-    return torch.stack([timm_rel_pos_table(t, src.grid, dst.grid) for t in tables])
+    resize = beit_resize_table if dst.rel_pos_rule == 'beit' else timm_rel_pos_table
+    try:
+        return torch.stack([resize(t, src.grid, dst.grid) for t in tables])
+    except ViTVariantsError as e:  # named by our key
+        raise ViTVariantsError(e.reason, key=_REL_POS, shapes=e.shapes) from None
 
 
 def fit_tensor(key: str, tensor: torch.Tensor, src: Geometry, dst: Geometry) -> torch.Tensor:

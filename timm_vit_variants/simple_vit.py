@@ -13,6 +13,7 @@ from timm.models import build_model_with_cfg, generate_default_cfgs, register_mo
 
 from .clip_models import CLIP_ARCHS, clip_default_cfgs, clip_tag_args
 from .config import MODELS, SIGLIP_TOWERS, SimpleViTConfig
+from .beit_models import BEIT_CFGS
 from .deit_models import DEIT3_CFGS, DEIT_CFGS
 from .dino_models import DINO_CFGS
 from .eva02_models import EVA02_CFGS
@@ -144,6 +145,7 @@ default_cfgs = generate_default_cfgs({
     **DEIT_CFGS,
     **DEIT3_CFGS,
     **EVA02_CFGS,
+    **BEIT_CFGS,
     **{f'{name}.untrained': _untrained(name) for name in MODELS
        if name != 'simple_vit_small_patch16_224' and '_flexi_' not in name and '_siglip_' not in name
        and name not in CLIP_ARCHS},

@@ -6,8 +6,10 @@ from typing import Any, Dict, Optional, Tuple
 import torch
 
 from timm_vit_variants.checkpoints.files import read_json
+from timm_vit_variants.checkpoints.hf_beit import BEIT_MODEL_TYPES
 from timm_vit_variants.memory import release_after_use
 
+from .beit_ref import hf_beit_outputs
 from .result import Check, NoReference, Outputs
 from .streamed import as_float32
 
@@ -24,6 +26,8 @@ def hf_outputs(check: Check, x: torch.Tensor, mixed: Optional[Dict[str, torch.Te
     cfg = read_json(str(folder / 'config.json')) if (folder / 'config.json').is_file() else {}
     if str(cfg.get('model_type')).startswith('siglip2'):
         return _siglip2(_transformers(), folder, cfg, check, x, mixed)
+    if cfg.get('model_type') in BEIT_MODEL_TYPES:
+        return hf_beit_outputs(_transformers(), folder, cfg, check, x)
     target = check.target
     dinov3 = cfg.get('model_type') == 'dinov3_vit'  # RoPE: no table to resize
     check.require_own_resize('transformers', None if dinov3 else _DINOV2_RULES.get(cfg.get('model_type'), 'hf'),

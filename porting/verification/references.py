@@ -25,6 +25,7 @@ from timm_vit_variants.memory import release_after_use
 
 from ..extras import require
 
+from .beit_ref import beit_outputs, is_timm_beit_folder
 from .deit3_ref import deit3_outputs
 from .dinov2_ref import dinov2_outputs
 from .dinov3_ref import dinov3_outputs, timm_eva_outputs
@@ -65,7 +66,10 @@ def timm_network(build: Callable[[str, SimpleViTConfig], TimmReference]) -> Refe
 
 
 def _timm_outputs(check: Check, x: torch.Tensor, mixed: Optional[Dict[str, torch.Tensor]]) -> Outputs:
-    """timm's VisionTransformer, or its Eva for the rotary ports (DINOv3, RoPE-ViT), which that cannot express."""
+    """timm's VisionTransformer, its Beit for its beit* folders, or its Eva for the rotary ports (DINOv3, RoPE-ViT),
+    which that cannot express."""
+    if is_timm_beit_folder(check.path):
+        return beit_outputs(check, x, mixed)
     if check.source.pos_embed.endswith('rope'):
         return timm_eva_outputs(check, x, mixed)
     return timm_network(functools.partial(timm_model, limits=check.limits))(check, x, mixed)
@@ -84,6 +88,7 @@ REFERENCES: Dict[str, Reference] = {
     'openclip': open_clip_outputs,
     'openai': open_clip_outputs,
     'eva02': eva02_outputs,
+    'beit': beit_outputs,
 }
 
 

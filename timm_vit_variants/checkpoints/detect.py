@@ -13,6 +13,7 @@ from typing import Any, Callable, Dict, FrozenSet, Optional, Tuple, Type, Union
 
 from ..errors import ViTVariantsError
 from ..limits import DEFAULT_LIMITS, Limits
+from .beit import BeitCheckpoint, TimmBeitCheckpoint, is_beit
 from .dinov2 import Dinov2Checkpoint, is_dinov2
 from .deit import Deit3Checkpoint, is_layerscale_ape, layerscale_ape_format
 from .dinov3 import Dinov3Checkpoint, is_dinov3
@@ -21,6 +22,7 @@ from .rope_vit import RopeVitCheckpoint, is_rope_vit
 from .files import discover
 from .flax import BigVisionCheckpoint, BigVisionNaFlexCheckpoint, VitJaxCheckpoint, is_flat_patch_kernel
 from .hf import HFCheckpoint
+from .hf_beit import BEIT_MODEL_TYPES, HFBeitCheckpoint
 from .hf_dinov2 import DINOV2_MODEL_TYPES, HFDinov2Checkpoint
 from .hf_dinov3 import DINOV3_MODEL_TYPES, HFDinov3Checkpoint
 from .hf_clip import CLIP_MODEL_TYPES, HFClipCheckpoint
@@ -122,6 +124,7 @@ DISPATCH: Tuple[Route, ...] = (
     Route(lambda p: isinstance(p.store, TorchScriptStore), _NO_CLIP_ARCHIVE),
     # timm folders and training checkpoints (config.json's ``architecture``)
     Route(lambda p: is_eva02_architecture(p.config.get('architecture')), Eva02Checkpoint),
+    Route(lambda p: 'architecture' in p.config and is_beit(p.local), TimmBeitCheckpoint),
     Route(lambda p: 'architecture' in p.config and _timm_eva(p), TimmEvaCheckpoint),
     Route(lambda p: 'architecture' in p.config and _naflexvit(p), TimmNaFlexCheckpoint),
     Route(lambda p: 'architecture' in p.config, TimmCheckpoint),
@@ -133,8 +136,10 @@ DISPATCH: Tuple[Route, ...] = (
     Route(lambda p: p.model_type in DINOV3_MODEL_TYPES, HFDinov3Checkpoint),
     Route(lambda p: p.model_type in CLIP_MODEL_TYPES, HFClipCheckpoint),
     Route(lambda p: p.model_type == 'vit', HFCheckpoint),
+    Route(lambda p: p.model_type in BEIT_MODEL_TYPES, HFBeitCheckpoint),
     Route(lambda p: 'model_type' in p.config, _NOT_TRANSFORMERS_VIT),
     # bare state dicts, by their keys
+    Route(lambda p: is_beit(p.local), BeitCheckpoint),  # unilm BEiT files, timm Beit state dicts
     Route(lambda p: is_dinov2(p.names), Dinov2Checkpoint),
     Route(lambda p: is_dinov3(p.names), Dinov3Checkpoint),
     # EVA-02 (BAAI's or timm's layout) before timm's other Eva ports: with LayerScale it has their gamma_1 and q_bias
@@ -153,7 +158,7 @@ DISPATCH: Tuple[Route, ...] = (
     Route(lambda p: True, _NO_PATCH_EMBED),
 )
 FORMATS = ('bigvision', 'vitjax', 'timm', 'hf', 'dinov2', 'dinov3', 'ropevit', 'deit3', 'openclip', 'openai',
-           'eva02')
+           'eva02', 'beit')
 # Each format's plain reader: its last row's, which ``fmt=`` reads with when no row of the format holds.
 READERS: Dict[str, Type[SourceCheckpoint]] = {
     fmt: [r.reader for r in DISPATCH if not isinstance(r.reader, Refuse) and r.reader.format == fmt][-1]

@@ -18,6 +18,7 @@ import torch.nn as nn
 from ..config import HEAD_KEYS
 from ..errors import ViTVariantsError
 from ..geometry import Geometry, check_fit, fit_stream
+from ..relpos_resize import table_rows
 from ..limits import DEFAULT_LIMITS, Limits
 from .detect import open_checkpoint
 from .source import SourceCheckpoint
@@ -30,6 +31,8 @@ def _fitted_shape(key: str, shape: Tuple[int, ...], src: Geometry, dst: Geometry
         return (shape[0], dst.in_chans, *(dst.patch if src.patch != dst.patch else shape[2:]))
     if key == 'pos_embed':
         return (1, dst.prefix + dst.grid[0] * dst.grid[1], shape[-1])
+    if key == 'rel_pos.tables':
+        return (shape[0], table_rows(dst.grid), shape[-1])
     return shape
 
 
