@@ -96,9 +96,12 @@ def test_set_input_size_resizes_the_tables_by_rel_pos_resample(max_delta):
     rebuilt = SimpleVisionTransformer(ours.config)
     assert [(k, v.shape) for k, v in rebuilt.state_dict().items()] == \
         [(k, v.shape) for k, v in ours.state_dict().items()]
+    # BEiT's own rule (checked against unilm's outputs in test_beit.py) resizes square grids only
     beit_rule = SimpleVisionTransformer(**dict(BEIT_LIKE, pos_embed='relpos', rel_pos_resample='beit'))
+    beit_rule.set_input_size(img_size=48)
+    assert beit_rule.rel_pos.tables.shape == (2, 11 * 11 + 3, 2)
     with pytest.raises(ViTVariantsError, match='resample-like timm'):
-        beit_rule.set_input_size(img_size=48)
+        beit_rule.set_input_size(img_size=(48, 32))
 
 
 def test_every_input_form_gives_each_image_its_own_bias(max_delta):
