@@ -218,3 +218,13 @@ def test_a_tag_loads_baais_file_through_timm(size, tmp_path, monkeypatch, max_de
                               depth=2, num_heads=2, mlp_dim=85, patch_size=2, img_size=size, num_classes=10).eval()
     assert asked == [('Yuxin-CV/EVA-02', 'eva02/cls/in1k/eva02_Ti_pt_in21k_ft_in1k_p14.pt')]
     _assert_like_eva(model, 'eva02_ft_ts_module', size, max_delta, 'tag mim_in22k_ft_in1k')
+
+
+def test_set_input_size_follows_evas_rule(tmp_path, max_delta):
+    """A converted folder moved to another size in place (``set_input_size``) resizes its table by EVA's rule and
+    recomputes the RoPE, so it gives what EVA's own code computes at that size."""
+    out = tmp_path / 'out'
+    assert main(['convert', str(DATA / 'eva02_ft_bl_ls_model.pth'), str(out), '--num-heads', '2']) == 0
+    model = load_like_user(out)
+    model.set_input_size(img_size=40)
+    _assert_like_eva(model, 'eva02_ft_bl_ls_model', 40, max_delta, 'set_input_size(40)')
