@@ -218,3 +218,31 @@ def test_a_tag_loads_baais_file_through_timm(size, tmp_path, monkeypatch, max_de
                               depth=2, num_heads=2, mlp_dim=85, patch_size=2, img_size=size, num_classes=10).eval()
     assert asked == [('Yuxin-CV/EVA-02', 'eva02/cls/in1k/eva02_Ti_pt_in21k_ft_in1k_p14.pt')]
     _assert_like_eva(model, 'eva02_ft_ts_module', size, max_delta, 'tag mim_in22k_ft_in1k')
+
+
+def test_set_input_size_follows_evas_rule(tmp_path, max_delta):
+    """A converted folder moved to another size in place (``set_input_size``) resizes its table by EVA's rule and
+    recomputes the RoPE, so it gives what EVA's own code computes at that size."""
+    out = tmp_path / 'out'
+    assert main(['convert', str(DATA / 'eva02_ft_bl_ls_model.pth'), str(out), '--num-heads', '2']) == 0
+    model = load_like_user(out)
+    model.set_input_size(img_size=40)
+    _assert_like_eva(model, 'eva02_ft_bl_ls_model', 40, max_delta, 'set_input_size(40)')
+
+
+def test_detection_claims_eva02_only():
+    """EVA-02's keys (BAAI's and timm's) are told from timm's other ViTs and Eva ports and from BEiT's (which has
+    q/v biases and LayerScale too)."""
+    import timm
+
+    from timm_vit_variants.checkpoints.eva02 import is_eva02
+
+    for arch, expected in (('eva02_tiny_patch14_224', True), ('eva02_base_patch14_448', True),
+                           ('beit_base_patch16_224', False), ('beitv2_base_patch16_224', False),
+                           ('vit_base_patch16_224', False), ('vit_small_patch14_dinov2', False),
+                           ('vit_base_patch16_dinov3', False), ('vit_small_patch16_rope_mixed_224', False)):
+        with torch.device('meta'):
+            names = set(timm.create_model(arch, depth=1).state_dict())
+        assert is_eva02(names) == expected, arch
+    baai = set(torch.load(DATA / 'eva02_ft_bl_ls_model.pth', weights_only=True)['model'])
+    assert is_eva02(baai) and 'blocks.0.gamma_1' in baai  # LayerScale and q_bias: timm's DINOv3-port signs too

@@ -160,8 +160,9 @@ class SimpleViTConfig:
             needs class_token=True and no registers or distillation token (BEiT's 3 extra table entries are
             [CLS] to token, token to [CLS] and [CLS] to [CLS]).
         rope_type: 'dinov3' (base ``rope_theta``, coordinates normalised per side, half-split rotation, a
-            stored ``rope.periods`` buffer), 'axial' (RoPE-ViT: integer coordinates, interleaved pairs) or
-            'mixed' (RoPE-ViT: learned per-layer, per-head ``rope.freqs``); see ``rope.py``.
+            stored ``rope.periods`` buffer), 'axial' (RoPE-ViT: integer coordinates, interleaved pairs), 'mixed'
+            (RoPE-ViT: learned per-layer, per-head ``rope.freqs``) or 'eva02' (EVA-02: positions scaled to
+            ``rope_ref_grid``, interleaved pairs); see ``rope.py``.
         rope_theta: The RoPE base: DINOv3 and RoPE-ViT axial 100, RoPE-ViT mixed 10 (its frequencies' init),
             EVA-02 10000.
         rope_ref_grid: EVA-02's pretraining grid (16 for 224 px at patch 14), needed by rope_type 'eva02' only:

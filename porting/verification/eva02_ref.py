@@ -128,7 +128,8 @@ def eva02_outputs(check: Check, x: torch.Tensor, mixed: Optional[Dict[str, torch
             rows0, cols0 = source.grid_size
             model = eva02_timm_model(source, rows0, cols0, dynamic=True)
             name = ('timm Eva (eva02_* blocks, dynamic_img_size) + the state dict loaded strictly (shared with the '
-                    'converter: the head count and the 16x16 RoPE grid a state dict does not record)')
+                    f'converter: the head count and the {source.rope_ref_grid}x{source.rope_ref_grid} RoPE grid a '
+                    'state dict does not record)')
         model = load_eva(model, timm_weights(folder if not folder.is_dir() else files[0]))
     x = x[..., :rows * runs_at.patch_size[0], :cols * runs_at.patch_size[1]]
     with torch.no_grad():

@@ -45,13 +45,13 @@ def is_eva02_architecture(name: Any) -> bool:
 def is_eva02(names: Set[str]) -> bool:
     """Whether a state dict is EVA-02's, in BAAI's or timm's layout: a learned table beside a [CLS] token, q/v-only
     biases (``attn.q_bias``, or ``q_proj`` with no ``k_proj`` bias) and a SwiGLU MLP, and none of the registers or
-    learned frequencies of timm's other Eva ports."""
+    learned frequencies of timm's other Eva ports, nor BEiT's relative-position tables (BEiT has q/v biases too)."""
     qv_bias = 'blocks.0.attn.q_bias' in names or (
         'blocks.0.attn.q_proj.weight' in names and 'blocks.0.attn.k_proj.bias' not in names)
     swiglu = bool({'blocks.0.mlp.w12.weight', 'blocks.0.mlp.w1.weight', 'blocks.0.mlp.fc1_g.weight'} & names) or (
         'blocks.0.attn.q_bias' in names and 'blocks.0.mlp.fc1.weight' in names)
     return {'patch_embed.proj.weight', 'cls_token', 'pos_embed'} <= names and qv_bias and swiglu and \
-        not {'reg_token', 'rope.freqs', 'storage_tokens'} & names
+        not {'reg_token', 'rope.freqs', 'storage_tokens'} & names and not any('relative_position' in n for n in names)
 
 
 class Eva02Checkpoint(SourceCheckpoint):
