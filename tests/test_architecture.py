@@ -301,7 +301,7 @@ def test_every_name_on_the_map_exists_where_it_says():
 
 
 def test_the_map_is_one_screen():
-    assert len((REPO / 'docs' / 'architecture.md').read_text().split()) <= 500
+    assert len((REPO / 'docs' / 'architecture.md').read_text().split()) <= 600
 
 
 def test_the_constants_import_without_torch():
