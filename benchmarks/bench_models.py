@@ -8,6 +8,7 @@ of plain torch.matmul throughput the model reaches on the same GEMM shapes.
     python benchmarks/bench_models.py --device cuda --dtype bfloat16 --batch 256   # GPU, one call
     python benchmarks/bench_models.py --clip               # a converted ViT-B/16 CLIP tower vs timm's own
     python benchmarks/bench_models.py --eva02              # EVA-02 Ti/14, S/14 at 336 vs timm's eva02_*
+    python benchmarks/bench_models.py --beit               # BEiT v2 B/16, BEiT B/16 at 224 vs timm's beit*
 """
 import argparse
 import random
@@ -185,14 +186,23 @@ def dino_rows(device: torch.device, dtype: torch.dtype, batch: int, rounds: int,
             op_profile(ours.eval(), ref.eval(), x)
 
 
-def eva02_rows(device: torch.device, dtype: torch.dtype, batch: int, rounds: int, iters: int,
-               profile: bool = False) -> None:
-    """Inference at their own size (336) of the EVA-02 Ti/14 and S/14 classifiers vs timm's ``eva02_*`` models (the
-    same EvaBlocks, RoPE scaled to the 16x16 pretraining grid on both sides)."""
-    pairs = (('simple_vit_tiny_patch14_eva02_336', 'eva02_tiny_patch14_336'),
-             ('simple_vit_small_patch14_eva02_336', 'eva02_small_patch14_336'))
-    print(f'{"EVA-02 case (infer 336)":<44}{"ours img/s":>12}{"timm img/s":>12}{RATIO_HEADER}')
-    x = torch.randn(batch, 3, 336, 336, device=device, dtype=dtype)
+# Families built on timm's own blocks: (title, image side, (ours, timm's) registry names). timm's Beit and Eva run the
+# same EvaBlock / Beit attention maths as ours, so these rows measure the scheme interface's cost.
+FAMILIES = {
+    'eva02': ('EVA-02 case (infer 336)', 336, (('simple_vit_tiny_patch14_eva02_336', 'eva02_tiny_patch14_336'),
+                                              ('simple_vit_small_patch14_eva02_336', 'eva02_small_patch14_336'))),
+    'beit': ('BEiT case (infer 224)', 224, (('simple_vit_base_patch16_beitv2_224', 'beitv2_base_patch16_224'),
+                                           ('simple_vit_base_patch16_beit_224', 'beit_base_patch16_224'))),
+}
+
+
+def family_rows(family: str, device: torch.device, dtype: torch.dtype, batch: int, rounds: int, iters: int,
+                profile: bool = False) -> None:
+    """Inference at their own size of a family's members vs timm's own models of it (``FAMILIES``): EVA-02's RoPE
+    scaled to the 16x16 pretraining grid, BEiT's relative position bias in every block, on both sides."""
+    title, side, pairs = FAMILIES[family]
+    print(f'{title:<44}{"ours img/s":>12}{"timm img/s":>12}{RATIO_HEADER}')
+    x = torch.randn(batch, 3, side, side, device=device, dtype=dtype)
     for ours_name, ref_name in pairs:
         ours = timm.create_model(ours_name).to(device, dtype)
         ref = timm.create_model(ref_name).to(device, dtype)
@@ -246,16 +256,18 @@ def main() -> None:
     parser.add_argument('--dino', action='store_true', help='only the DINOv2 S/14 and DINOv3 S/16 rows')
     parser.add_argument('--clip', action='store_true', help='only the converted ViT-B/16 CLIP row')
     parser.add_argument('--eva02', action='store_true', help="only the EVA-02 Ti/14 and S/14 rows vs timm's eva02_*")
+    parser.add_argument('--beit', action='store_true', help="only the BEiT v2 and BEiT B/16 rows vs timm's beit*")
     parser.add_argument('--profile', action='store_true',
-                        help="with --dino, --eva02 or --clip: also each aten op's calls and self time, ours and "
+                        help="with --dino, --eva02, --beit or --clip: also each aten op's calls and self time, ours and "
                              "timm's")
     args = parser.parse_args()
     device, dtype = torch.device(args.device), getattr(torch, args.dtype)
     torch.manual_seed(0)
     if args.dino:
         return dino_rows(device, dtype, args.batch, args.rounds, args.iters, args.profile)
-    if args.eva02:
-        return eva02_rows(device, dtype, args.batch, args.rounds, args.iters, args.profile)
+    for family in FAMILIES:
+        if getattr(args, family):
+            return family_rows(family, device, dtype, args.batch, args.rounds, args.iters, args.profile)
     if args.clip:
         clip_row(args, device, dtype)
         return
