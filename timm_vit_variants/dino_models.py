@@ -85,8 +85,8 @@ ROPEVIT = dict(img_size=224, patch_size=16, num_classes=1000, global_pool='token
                init_values=1e-4, pos_embed_resample='ropevit', act_layer='gelu', norm_eps=1e-6, grid_mode='crop')
 _ROPEVIT_HUB = 'naver-ai/rope_{k}_deit_{s}_patch16_LS'
 
-# Each rope_type as timm's Eva builds it (its DINOv3 and RoPE-ViT ports, ``timm/models/eva.py``): the rotary module
-# it makes, the Eva arguments that make it, and the timm entries of that port.
+# Each rope_type as timm's Eva builds it (its DINOv3, RoPE-ViT and EVA-02 models, ``timm/models/eva.py``): the rotary
+# module it makes, the Eva arguments that make it, and the timm entries of that port.
 EVA_ROPE: Dict[str, Tuple[str, Dict[str, Any], str]] = {
     'dinov3': ('RotaryEmbeddingDinoV3', dict(rope_type='dinov3', rope_grid_indexing='ij', rope_rotate_half=True),
                'vit_*_patch16_dinov3*'),
@@ -94,6 +94,9 @@ EVA_ROPE: Dict[str, Tuple[str, Dict[str, Any], str]] = {
               'vit_*_patch16_rope*_224'),
     'mixed': ('RotaryEmbeddingMixed', dict(rope_type='mixed', rope_grid_indexing='xy', rope_rotate_half=False),
               'vit_*_patch16_rope_mixed*_224'),
+    # EVA-02 (eva02_models.py): positions scaled to the pretraining grid, timm's ``ref_feat_shape``
+    'eva02': ('RotaryEmbeddingCat', dict(rope_type='cat', rope_grid_indexing='ij', rope_rotate_half=False),
+              'eva02_*'),
 }
 
 

@@ -28,6 +28,7 @@ from timm_vit_variants.checkpoints.eva02 import is_eva02_architecture
 from timm_vit_variants.checkpoints.files import SINGLE_WEIGHT_FILES, read_json
 from timm_vit_variants.checkpoints.pickle_store import mappable_zip
 from timm_vit_variants.config import SimpleViTConfig
+from timm_vit_variants.dino_models import eva_rope_args
 
 from .dinov3_ref import load_eva
 from .result import Check, NoReference, Outputs
@@ -53,6 +54,7 @@ def eva02_timm_model(config: SimpleViTConfig, rows: int, cols: int, dynamic: boo
             mlp_ratio=(config.mlp_dim + 0.5) / dim,  # EvaBlock takes int(D * ratio): the exact width
             swiglu_mlp=True, scale_mlp=config.mlp_norm, swiglu_align_to=1 if config.mlp_layer == 'swiglu' else 0,
             init_values=config.init_values, use_rot_pos_emb=True, ref_feat_shape=(ref, ref),
+            **eva_rope_args(config.rope_type, config.rope_theta),
             use_fc_norm=config.fc_norm, dynamic_img_size=dynamic, norm_layer=partial(LayerNorm, eps=config.norm_eps))
 
 

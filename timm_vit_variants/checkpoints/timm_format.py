@@ -52,7 +52,7 @@ _NAFLEX_KNOWN = {rule.sources[0][len('{p}'):] for rule in _NAFLEX_RULES.values()
 # timm's Eva ports of DINOv3 (``vit_*_patch16_dinov3*``) and naver RoPE-ViT (``vit_*_patch16_rope[_mixed][_ape]_224``).
 EVA_ARCHITECTURES = re.compile(r'^vit_\w+_patch16_(dinov3(_qkvb)?|rope(_mixed)?(_ape)?_224)$')
 # timm's rotary modules -> our rope_type, with the grid indexing and rotation each must have to be that form.
-_EVA_ROPE = {module: (kind, args['rope_grid_indexing'], args['rope_rotate_half'])
+_EVA_ROPE = {(module, args['rope_grid_indexing']): (kind, args['rope_rotate_half'])
              for kind, (module, args, _) in EVA_ROPE.items()}
 _EVA_WHY = "not recorded by the checkpoint; timm's {port} port's pretrained_cfg"
 # NaFlexVit's per-image table resize -> our rule computing the same (antialiased, half-pixel, as timm calls it).
@@ -538,8 +538,8 @@ class TimmEvaCheckpoint(TimmCheckpoint):
         model = self._meta_build(arch, args)
         where = dict(path=self._config_path, key='architecture')
         block, rope = model.blocks[0], model.rope
-        kind, indexing, half = _EVA_ROPE.get(type(rope).__name__, (None, None, None))
-        if kind is None or getattr(rope, 'grid_indexing', indexing) != indexing or \
+        kind, half = _EVA_ROPE.get((type(rope).__name__, getattr(rope, 'grid_indexing', 'ij')), (None, None))
+        if kind is None or kind == 'eva02' or \
                 bool(getattr(block.attn, 'rotate_half', False)) != half or getattr(rope, 'ref_feat_shape', None) or \
                 getattr(rope, 'grid_offset', 0.) or getattr(rope, 'in_pixels', False) or \
                 getattr(rope, 'min_period', None) is not None or getattr(rope, 'normalize_coords', 'separate') != \
