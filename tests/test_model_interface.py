@@ -267,6 +267,27 @@ def test_prune_intermediate_layers_keeps_outputs():
     torch.testing.assert_close(before[0], after[0])
 
 
+
+@pytest.mark.parametrize('kwargs', [dict(pos_embed='relpos', class_token=True),
+                                    dict(pos_embed='rope', rope_type='mixed', rope_theta=10.)],
+                         ids=['relpos', 'rope_mixed'])
+def test_pruning_keeps_per_layer_position_tensors_of_the_kept_blocks(kwargs):
+    """Per-layer position tensors (BEiT's tables, RoPE-ViT's mixed frequencies) follow the blocks a prune keeps, so
+    the pruned model is the one its config describes and its intermediates are unchanged."""
+    torch.manual_seed(0)
+    model = timm.create_model('simple_vit_tiny', embed_dim=32, num_heads=2, mlp_dim=64, depth=4, img_size=32,
+                              patch_size=8, **kwargs).eval()
+    for param in (model.rel_pos.tables,) if model.rel_pos is not None else ():
+        torch.nn.init.normal_(param)
+    x = torch.randn(1, 3, 40, 32)
+    with torch.no_grad():
+        before = model.forward_intermediates(x, indices=[1], intermediates_only=True)
+        kept = model.prune_intermediate_layers([1])
+        after = model.forward_intermediates(x, indices=kept, intermediates_only=True)
+    torch.testing.assert_close(before[0], after[0], rtol=0, atol=0)
+    rebuilt = timm.create_model('simple_vit_tiny', **{**model.config.to_dict(), 'weight_init': 'skip'})
+    assert {k: v.shape for k, v in rebuilt.state_dict().items()} == {k: v.shape for k, v in model.state_dict().items()}
+
 def test_model_args_are_recorded_for_reconstruction():
     model = timm.create_model('simple_vit_tiny', num_classes=3, img_size=48, patch_size=8)
     model.set_input_size(img_size=(64, 96), patch_size=16)

@@ -165,6 +165,14 @@ class PositionsMixin:
             if scheme is not None and hasattr(scheme, 'set_grid_size'):
                 scheme.set_grid_size(after.grid)
 
+    @torch.jit.ignore
+    def _prune_positions(self, depth: int) -> None:
+        """``prune_intermediate_layers``' part: per-layer tensors kept for the first ``depth`` blocks only."""
+        for slot in SLOTS:
+            scheme = getattr(self, slot)
+            if scheme is not None and hasattr(scheme, 'keep_layers'):
+                scheme.keep_layers(depth)
+
     def _init_positions(self) -> None:
         """The learned table's init, as timm's (std 0.02); the other schemes init themselves."""
         if self.pos_embed is not None:

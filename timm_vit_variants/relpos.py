@@ -50,6 +50,12 @@ class RelPosBias(nn.Module):
         self.grid_size = (int(grid_size[0]), int(grid_size[1]))
         self.init_non_persistent_buffers()
 
+    @torch.jit.ignore
+    def keep_layers(self, depth: int) -> None:
+        """Keep the first ``depth`` blocks' tables (``prune_intermediate_layers``)."""
+        self.tables = nn.Parameter(self.tables.detach()[:depth].clone(), requires_grad=self.tables.requires_grad)
+        self._cache = {}
+
     def init_non_persistent_buffers(self) -> None:
         """Rebuild the index where it lives; on the meta device (a meta-device build), on the CPU."""
         device = None if self.index.device.type == 'meta' else self.index.device

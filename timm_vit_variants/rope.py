@@ -176,6 +176,12 @@ class MixedRope(RotaryScheme):
         with torch.no_grad():
             self.freqs.copy_(torch.stack([fx, fy]))
 
+    @torch.jit.ignore
+    def keep_layers(self, depth: int) -> None:
+        """Keep the first ``depth`` layers' frequencies (``prune_intermediate_layers``)."""
+        self.depth = depth
+        self.freqs = nn.Parameter(self.freqs.detach()[:, :depth].clone(), requires_grad=self.freqs.requires_grad)
+
     def forward(self, coords: torch.Tensor, grids: torch.Tensor) -> torch.Tensor:
         t = coords.to(self.freqs.dtype)
         fx, fy = self.freqs[0][:, :, None, :], self.freqs[1][:, :, None, :]  # (depth, heads, 1, hd/2)

@@ -429,6 +429,7 @@ class SimpleVisionTransformer(EmbeddingMixin, NaFlexMixin, PositionsMixin, nn.Mo
         self.blocks = self.blocks[:max_index + 1]
         self.feature_info = self.feature_info[:max_index + 1]
         self.config = self.config.replace(depth=len(self.blocks))
+        self._prune_positions(len(self.blocks))
         if prune_norm:
             self.norm = nn.Identity()
             self.cls_norm = None
