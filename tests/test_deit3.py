@@ -225,3 +225,15 @@ def test_a_tag_loads_deits_file_through_timm(tmp_path, monkeypatch, max_delta):
                               num_heads=4, mlp_dim=256, img_size=96, num_classes=10).eval()
     with torch.no_grad():
         max_delta('tag fb_in1k logits 6x6', model(_input(6)), _io('deit3_tiny')['logits_6x6'], BOUND)
+
+
+def test_assume_heads_reaches_deit3s_reader(capsys, tmp_path):
+    """``--assume-heads`` assumes 64-wide heads for a DeiT-III file of a width DeiT-III never published (64 here),
+    and says so; without it the file is refused, asking for the head count."""
+    with pytest.raises(Exception, match='head'):
+        open_checkpoint(DATA / 'deit3_tiny.pth')
+    with open_checkpoint(DATA / 'deit3_tiny.pth', assume_heads=True) as src:
+        assert src.config.num_heads == 1 and src.assumed['num_heads'] == (1, '64-wide heads (asked for with '
+                                                                                 'assume_heads)')
+    assert main(['convert', str(DATA / 'deit3_tiny.pth'), str(tmp_path / 'out'), '--assume-heads']) == 0
+    assert 'head count 1 were assumed' in capsys.readouterr().out

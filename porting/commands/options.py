@@ -148,8 +148,9 @@ def add_source_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument('--num-heads', type=size_arg,
                         help='attention heads, for sources that do not record them (e.g. a bare timm state dict)')
     parser.add_argument('--assume-heads', action='store_true',
-                        help="bare timm state dict of a non-standard width: assume timm's 64-wide heads (a check "
-                             'against the same count cannot catch a wrong one)')
+                        help="a source that records no head count (a bare timm, DINO, DeiT-III, RoPE-ViT or EVA-02 "
+                             "state dict) and has a non-standard width: assume 64-wide heads (a check against the "
+                             'same count cannot catch a wrong one)')
     parser.add_argument('--source-img-size', nargs='+', type=size_arg, metavar=('H', 'W'),
                         help='image size the source was trained at, for sources that do not record it: splits a '
                              'non-square learned table into its grid; sets the sin-cos source size (default 224)')

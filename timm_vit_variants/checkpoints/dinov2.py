@@ -70,9 +70,7 @@ class Dinov2Checkpoint(SourceCheckpoint):
 
     def _heads(self, dim: int, hints: Dict[str, Any]) -> int:
         """The caller's head count, else the DINOv2 hub model's of this width, else 64-wide heads when asked for."""
-        return self._head_count(dim, hints, [
-            (DINOV2_HEADS.get(dim), f'the DINOv2 hub model of width {dim}'),
-            (dim // 64 if hints.get('assume_heads') and dim % 64 == 0 else None,
-             "64-wide heads, as every DINOv2 hub model's (asked for)")],
+        return self._head_count(
+            dim, hints, [(DINOV2_HEADS.get(dim), f'the DINOv2 hub model of width {dim}')],
             f'a DINOv2 checkpoint does not record the number of attention heads, and width {dim} '
             f'is none of the hub models\' ({sorted(DINOV2_HEADS)}); give the head count')

@@ -367,11 +367,14 @@ class SourceCheckpoint(abc.ABC):
     def _head_count(self, dim: int, hints: Dict[str, Any], assumed: Sequence[Tuple[Optional[int], str]],
                     refusal: str, key: str = 'blocks.0.attn.qkv.weight') -> int:
         """A head count the source does not record: the caller's ``num_heads``, else the first known count of
-        ``assumed`` ((count or None, why), in order), else refused with ``refusal``; it must divide ``dim``."""
+        ``assumed`` ((count or None, why), in order), else 64-wide heads where ``assume_heads`` asks for them, else
+        refused with ``refusal``; it must divide ``dim``."""
         if hints.get('num_heads'):
             heads = self._unrecorded('num_heads', hints, None, '')
         else:
-            known = [(count, why) for count, why in assumed if count is not None]
+            asked = (dim // 64 if hints.get('assume_heads') and dim % 64 == 0 else None,
+                     '64-wide heads (asked for with assume_heads)')
+            known = [(count, why) for count, why in (*assumed, asked) if count is not None]
             if not known:
                 raise self._error(refusal, key=key, needs='num_heads')
             heads = self._unrecorded('num_heads', {}, *known[0])
