@@ -20,13 +20,11 @@ from timm.models import adapt_input_conv
 from .config import SimpleViTConfig, grid_for, pair, resample_rule
 from .errors import ViTVariantsError
 from .limits import DEFAULT_LIMITS, Limits
-# the relative-position tables' rules live in relpos_resize (re-exported under the names relpos.py uses)
-from .relpos_resize import beit_resize_table, table_rows as rel_pos_entries, timm_resize_table as timm_rel_pos_table
+from .relpos_resize import beit_resize_table, table_rows, timm_resize_table
 
 __all__ = [
     'RESAMPLE_RULES', 'RESAMPLE_OFFSETS', 'Geometry', 'grid_for', 'is_capturing', 'interpolate_grid', 'resample_table', 'pi_resize',
     'adapt_in_chans', 'infer_grid', 'fixed_patch_reason', 'pi_resize_bytes', 'check_fit', 'fit_tensor', 'fit_stream',
-    'rel_pos_entries', 'timm_rel_pos_table',
 ]
 
 # How each ecosystem resizes a learned table: (mode, align_corners, antialias).
@@ -271,13 +269,13 @@ def check_fit(src: Geometry, dst: Geometry, limits: Limits = DEFAULT_LIMITS) -> 
 
 def _fit_rel_pos(tables: torch.Tensor, src: Geometry, dst: Geometry) -> torch.Tensor:
     """(depth, entries, heads) relative-position tables moved from ``src.grid`` to ``dst.grid`` by ``dst``'s rule."""
-    entries = rel_pos_entries(src.grid)
+    entries = table_rows(src.grid)
     if tables.ndim != 3 or tables.shape[1] != entries:
         raise ViTVariantsError(f'relative-position tables do not match the source grid {src.grid}', key=_REL_POS,
                                shapes=(tables.shape, (tables.shape[0] if tables.ndim else 0, entries, -1)))
     if src.grid == dst.grid:
         return tables
-    resize = beit_resize_table if dst.rel_pos_rule == 'beit' else timm_rel_pos_table
+    resize = beit_resize_table if dst.rel_pos_rule == 'beit' else timm_resize_table
     try:
         return torch.stack([resize(t, src.grid, dst.grid) for t in tables])
     except ViTVariantsError as e:  # named by our key

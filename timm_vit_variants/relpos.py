@@ -20,7 +20,8 @@ import torch.nn as nn
 from timm.layers import register_notrace_module
 from timm.models.beit import gen_relative_position_index
 
-from .geometry import is_capturing, rel_pos_entries, timm_rel_pos_table
+from .geometry import is_capturing
+from .relpos_resize import table_rows, timm_resize_table
 
 __all__ = ['RelPosBias']
 
@@ -40,7 +41,7 @@ class RelPosBias(nn.Module):
     def __init__(self, grid_size: Tuple[int, int], depth: int, num_heads: int, device=None, dtype=None) -> None:
         super().__init__()
         self.grid_size = (int(grid_size[0]), int(grid_size[1]))
-        self.tables = nn.Parameter(torch.zeros(depth, rel_pos_entries(self.grid_size), num_heads, device=device,
+        self.tables = nn.Parameter(torch.zeros(depth, table_rows(self.grid_size), num_heads, device=device,
                                                dtype=dtype))  # BEiT's and timm's zero init
         self.register_buffer('index', gen_relative_position_index(self.grid_size, device=device), persistent=False)
         self._cache: Dict[Tuple[int, int], Tuple[tuple, torch.Tensor, torch.Tensor]] = {}
@@ -84,7 +85,7 @@ class RelPosBias(nn.Module):
     def _resized(self, layer: int, grid_h: int, grid_w: int) -> Tuple[torch.Tensor, torch.Tensor]:
         """Block ``layer``'s table resized to another grid by timm's rule, and that grid's index."""
         grid = (int(grid_h), int(grid_w))
-        return (timm_rel_pos_table(self.tables[layer], self.grid_size, grid),
+        return (timm_resize_table(self.tables[layer], self.grid_size, grid),
                 gen_relative_position_index(grid, device=self.tables.device))
 
     @torch.jit.ignore
@@ -99,7 +100,7 @@ class RelPosBias(nn.Module):
         hit = self._cache.get(grid)
         if hit is None or hit[0] != tag:
             with torch.no_grad():
-                resized = torch.stack([timm_rel_pos_table(t, self.grid_size, grid) for t in tables.detach()])
+                resized = torch.stack([timm_resize_table(t, self.grid_size, grid) for t in tables.detach()])
             hit = (tag, resized, gen_relative_position_index(grid, device=tables.device))
             self._cache[grid] = hit
         return hit[1][layer], hit[2]
@@ -113,8 +114,7 @@ class RelPosBias(nn.Module):
         to its grid's table in the concatenation; pairs across images or with empty slots take entry 0 (the
         rows' mask gives them -inf, or an empty slot attends to itself alone).
         """
-        grids: List[Tuple[int, int]] = []
-        offsets: List[int] = []
+        grids: Dict[Tuple[int, int], Tuple[int, torch.Tensor]] = {}  # grid -> (its table's offset, its index)
         total = 0
         device = patches.coords.device
         index = torch.zeros(chunk.rows, chunk.capacity, chunk.capacity, dtype=torch.long, device=device)
@@ -123,11 +123,9 @@ class RelPosBias(nn.Module):
         for i in chunk.images:
             grid = tuple(patches.grids[i])
             if grid not in grids:
-                grids.append(grid)
-                offsets.append(total)
-                total += rel_pos_entries(grid)
-            offset = offsets[grids.index(grid)]
-            full = gen_relative_position_index(grid, device=device)
+                grids[grid] = (total, gen_relative_position_index(grid, device=device))
+                total += table_rows(grid)
+            offset, full = grids[grid]
             places = torch.cat([coords[i].new_zeros(1), 1 + coords[i][:, 0] * grid[1] + coords[i][:, 1]])
             slots = chunk.flat_index[start:start + len(places)]
             start += len(places)

@@ -17,7 +17,7 @@ from typing import List, Optional, Tuple
 import numpy as np
 import torch
 
-from timm_vit_variants.errors import ViTVariantsError
+from .errors import ViTVariantsError
 
 __all__ = ['beit_resize_table', 'timm_resize_table', 'table_rows', 'require_square', 'EXTRA_ROWS']
 
