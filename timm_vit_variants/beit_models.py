@@ -20,14 +20,16 @@ tag: their weights are transformers folders (``facebook/data2vec-vision-{base,la
 """
 from typing import Any, Dict, Tuple
 
-__all__ = ['BEIT_ROWS', 'BEIT_CFGS']
+__all__ = ['BEIT', 'BEIT_ROWS', 'BEIT_CFGS']
 
 _IMAGENET = dict(mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225))
 _INCEPTION = dict(mean=(0.5, 0.5, 0.5), std=(0.5, 0.5, 0.5))
 _DIMS = {'base': dict(embed_dim=768, depth=12, num_heads=12, mlp_dim=3072),
          'large': dict(embed_dim=1024, depth=24, num_heads=16, mlp_dim=4096)}
-_BEIT = dict(patch_size=16, num_classes=1000, global_pool='avg', fc_norm=True, class_token=True, qkv_bias=True,
-             pos_embed='relpos', rel_pos_resample='beit', act_layer='gelu', norm_eps=1e-6, grid_mode='crop')
+# What every BEiT network shares (the rows and the readers start from it): a [CLS] token, BEiT's table resize,
+# exact GELU, LayerNorm eps 1e-6, the VALID patch conv.
+BEIT = dict(class_token=True, rel_pos_resample='beit', act_layer='gelu', norm_eps=1e-6, grid_mode='crop')
+_BEIT = dict(BEIT, patch_size=16, num_classes=1000, global_pool='avg', fc_norm=True, qkv_bias=True, pos_embed='relpos')
 # (family, size, image size) -> LayerScale init, and {tag: (classes, crop_pct)} of timm's Hub copies
 _RELEASES: Dict[Tuple[str, str, int], Tuple[float, Dict[str, Tuple[int, float]]]] = {
     ('beit', 'base', 224): (0.1, {'in22k_ft_in22k_in1k': (1000, 0.9), 'in22k_ft_in22k': (21841, 0.9)}),

@@ -24,6 +24,7 @@ from typing import AbstractSet, Any, Dict, Optional, Set, Tuple
 
 import torch
 
+from ..beit_models import BEIT
 from ..config import SimpleViTConfig
 from .fills import Misfit
 from .hf_dinov3 import q_none_v_bias
@@ -138,16 +139,15 @@ class BeitCheckpoint(SourceCheckpoint):
             parts.append('q/v biases')
         self.notes.append(f"detected a BEiT model ({', '.join(parts)}; BEiT's cubic table resize)"
                           + (f'; masked-image-modelling parts left out: {_summary(skipped)}' if skipped else ''))
-        return SimpleViTConfig(
-            img_size=(side * patch_h, side * patch_w), patch_size=(patch_h, patch_w), in_chans=in_chans,
+        return SimpleViTConfig(**dict(
+            BEIT, img_size=(side * patch_h, side * patch_w), patch_size=(patch_h, patch_w), in_chans=in_chans,
             num_classes=num_classes, global_pool='avg' if mean_pool else 'token', fc_norm=mean_pool, embed_dim=dim,
             depth=depth, num_heads=heads, mlp_dim=mlp_dim,
             init_values=0.1 if 'blocks.0.gamma_1' in names else None,
-            qkv_bias='blocks.0.attn.q_bias' in names or 'blocks.0.attn.qkv.bias' in names, class_token=True,
+            qkv_bias='blocks.0.attn.q_bias' in names or 'blocks.0.attn.qkv.bias' in names,
             pos_embed='learn+relpos' if ape else 'relpos', pos_embed_cls_slot=True, pos_embed_resample='deit',
-            rel_pos_resample='beit', act_layer=hints.get('act_layer') or 'gelu',
-            norm_eps=hints.get('norm_eps') or 1e-6, grid_mode='crop',
-            head_bias='head.bias' in names or 'head.weight' not in names)
+            act_layer=hints.get('act_layer') or BEIT['act_layer'], norm_eps=hints.get('norm_eps') or BEIT['norm_eps'],
+            head_bias='head.bias' in names or 'head.weight' not in names))
 
 
 def _summary(names: Any) -> str:

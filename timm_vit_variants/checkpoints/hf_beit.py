@@ -17,10 +17,10 @@ no antialias: our 'hf' rule).
 """
 from typing import Any, Dict, Optional, Set, Tuple
 
+from ..beit_models import BEIT
 from ..config import SimpleViTConfig
 from ..errors import ViTVariantsError
 from .beit import expand_table, stack_tables
-from .fills import stack_rows
 from .hf import HFCheckpoint
 from .hf_dinov3 import q_none_v_bias
 from .preprocessing import assumed_preprocessing
@@ -34,31 +34,15 @@ _ATTN = _LAYER + 'attention.attention.'
 _LAYER_TABLE = _ATTN + 'relative_position_bias.relative_position_bias_table'
 _SHARED_TABLE = '{p}encoder.relative_position_bias.relative_position_bias_table'
 _MASK = '{p}embeddings.mask_token'
+# transformers ViT's layer names (``hf._TABLE``) without its pooler's dense layer, with BEiT's q/v-only bias,
+# LayerScale and mean-pooling norm
 _RULES: Dict[str, Rule] = {
-    'patch_embed.proj.weight': Rule(('{p}embeddings.patch_embeddings.projection.weight',)),
-    'patch_embed.proj.bias': Rule(('{p}embeddings.patch_embeddings.projection.bias',)),
-    'cls_token': Rule(('{p}embeddings.cls_token',)),
-    'pos_embed': Rule(('{p}embeddings.position_embeddings',)),
-    'blocks.{i}.norm1.weight': Rule((_LAYER + 'layernorm_before.weight',)),
-    'blocks.{i}.norm1.bias': Rule((_LAYER + 'layernorm_before.bias',)),
-    'blocks.{i}.attn.qkv.weight': Rule(tuple(_ATTN + f'{n}.weight' for n in ('query', 'key', 'value')), stack_rows),
+    **{key: rule for key, rule in HFCheckpoint.RULES.items() if not key.startswith('pre_logits.')},
     'blocks.{i}.attn.qkv.bias': Rule((_ATTN + 'query.bias', _ATTN + 'value.bias'), q_none_v_bias),
-    'blocks.{i}.attn.proj.weight': Rule((_LAYER + 'attention.output.dense.weight',)),
-    'blocks.{i}.attn.proj.bias': Rule((_LAYER + 'attention.output.dense.bias',)),
     'blocks.{i}.ls1.gamma': Rule((_LAYER + 'lambda_1',)),
     'blocks.{i}.ls2.gamma': Rule((_LAYER + 'lambda_2',)),
-    'blocks.{i}.norm2.weight': Rule((_LAYER + 'layernorm_after.weight',)),
-    'blocks.{i}.norm2.bias': Rule((_LAYER + 'layernorm_after.bias',)),
-    'blocks.{i}.mlp.fc1.weight': Rule((_LAYER + 'intermediate.dense.weight',)),
-    'blocks.{i}.mlp.fc1.bias': Rule((_LAYER + 'intermediate.dense.bias',)),
-    'blocks.{i}.mlp.fc2.weight': Rule((_LAYER + 'output.dense.weight',)),
-    'blocks.{i}.mlp.fc2.bias': Rule((_LAYER + 'output.dense.bias',)),
-    'norm.weight': Rule(('{p}layernorm.weight',)),
-    'norm.bias': Rule(('{p}layernorm.bias',)),
     'fc_norm.weight': Rule(('{p}pooler.layernorm.weight',)),
     'fc_norm.bias': Rule(('{p}pooler.layernorm.bias',)),
-    'head.weight': Rule(('classifier.weight',)),
-    'head.bias': Rule(('classifier.bias',)),
 }
 
 
@@ -120,8 +104,9 @@ class HFBeitCheckpoint(HFCheckpoint):
             'where transformers interpolates them bilinearly at run time'
             + (f'; {_MASK.format(p=self._prefix)} is for masked pretraining and skipped'
                if _MASK.format(p=self._prefix) in self._store else ''))
-        return SimpleViTConfig(
-            num_classes=num_classes, global_pool='avg' if mean_pool else 'token', fc_norm=mean_pool, qkv_bias=True,
-            class_token=True, init_values=float(init) if init > 0 else None,
+        # the folder's activation and eps (``network``) over the family's
+        return SimpleViTConfig(**dict(
+            BEIT, num_classes=num_classes, global_pool='avg' if mean_pool else 'token', fc_norm=mean_pool,
+            qkv_bias=True, init_values=float(init) if init > 0 else None,
             pos_embed='learn+relpos' if ape else 'relpos', pos_embed_cls_slot=True, pos_embed_resample='hf',
-            rel_pos_resample='beit', grid_mode='crop', **network)
+            **network))
