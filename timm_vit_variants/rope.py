@@ -1,6 +1,6 @@
 """2D rotary position embeddings (RoPE) computed from each token's own image grid, and a block that applies them.
 
-Three published forms, each a module called once per forward as ``rope(coords, grids)``, with ``coords`` the
+Four published forms, each a module called once per forward as ``rope(coords, grids)``, with ``coords`` the
 (T, 2) (row, col) of every patch token and ``grids`` the (T, 2) (rows, cols) of that token's image. Each returns
 timm's "cat" layout, (L, H, T, 2 * head_dim): ``[sin | cos]`` per token, L = depth for per-layer frequencies
 (else 1) and H = heads for per-head frequencies (else 1). Because the angles depend only on a token's own
@@ -16,6 +16,8 @@ timm's "cat" layout, (L, H, T, 2 * head_dim): ``[sin | cos]`` per token, L = dep
 * ``MixedRope`` (RoPE-ViT ``compute_mixed_cis``): learned per-layer, per-head frequencies ``freqs``
   (2, depth, heads, hd/2) in timm's layout (``rope.freqs`` of timm's ``RotaryEmbeddingMixed``); the angle is
   ``col * fx + row * fy``, on interleaved pairs.
+* ``Eva02Rope`` (EVA-02 ``VisionRotaryEmbeddingFast``): each side's positions scaled to the pretraining grid
+  (``rope_ref_grid``), the same frequencies as axial, [rows | cols], on interleaved pairs.
 
 Prefix tokens ([CLS], registers) and padding are never rotated: their slots get the identity (sin 0, cos 1),
 which leaves q and k exactly as they are.
@@ -70,7 +72,7 @@ def identity_rotation(like: torch.Tensor) -> torch.Tensor:
 
 
 class RotaryScheme(nn.Module):
-    """What the three forms share as a position scheme: the sequences' rotations, laid out for the blocks."""
+    """What the rotary forms share as a position scheme: the sequences' rotations, laid out for the blocks."""
     rotate_half = False  # the blocks rotate interleaved pairs, or (DINOv3) the two halves
 
     def rotations(self, coords: torch.Tensor, grids: torch.Tensor, counts: List[int],
@@ -227,7 +229,6 @@ class RopeBlock(Block):
         return x
 
 
-# -- EVA-02 (issue 33, eva02) -------------------------------------------------------------------------------------------
 class Eva02Rope(RotaryScheme):
     """EVA-02's ``VisionRotaryEmbeddingFast`` (baaivision/EVA ``EVA-02/asuka/rope.py``) for any grid.
 
