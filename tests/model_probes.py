@@ -1,5 +1,6 @@
 """Probes of a model's public modules for tests: what the embedding step hands to the blocks, whether a list of
-images gives each image's tokens as it gives alone, and a converted folder loaded the way the README tells users."""
+images gives each image's tokens as it gives alone, a source read straight into a model, and a converted folder
+loaded the way the README tells users."""
 import os
 from typing import Sequence, Tuple, Union
 
@@ -7,6 +8,17 @@ import timm
 import torch
 
 import timm_vit_variants  # noqa: F401  registers simple_vit_* with timm
+
+
+def read_into_model(path: Union[str, os.PathLike], **hints) -> torch.nn.Module:
+    """A source read by our reader straight into a model of its inferred config (no conversion, no folder)."""
+    from timm_vit_variants import SimpleVisionTransformer
+    from timm_vit_variants.checkpoints import open_checkpoint
+
+    with open_checkpoint(path, layout=SimpleVisionTransformer.state_layout, **hints) as src:
+        model = SimpleVisionTransformer(src.config.replace(weight_init='skip')).eval()
+        model.load_state_dict(src.state_dict())
+    return model
 
 
 def load_like_user(folder: Union[str, os.PathLike]) -> torch.nn.Module:

@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn as nn
 
-from model_probes import load_like_user
+from model_probes import load_like_user, read_into_model
 from porting.cli import main
 from timm_vit_variants import SimpleVisionTransformer
 from timm_vit_variants.checkpoints import open_checkpoint
@@ -30,13 +30,6 @@ def _input(side: int) -> torch.Tensor:
     """The fixtures' input at a side x side grid: the top-left crop of the stored uint8 images, mapped to [-1, 1]."""
     u8 = np.load(DATA / 'inputs.npz')['p8_uint8'][:, :, :side * 8, :side * 8]
     return torch.from_numpy(np.float32(-1) + (u8.astype(np.float32) / np.float32(255)) * np.float32(2))
-
-
-def _open_model(path, **hints) -> SimpleVisionTransformer:
-    with open_checkpoint(path, layout=SimpleVisionTransformer.state_layout, **hints) as src:
-        model = SimpleVisionTransformer(src.config.replace(weight_init='skip')).eval()
-        model.load_state_dict(src.state_dict())
-    return model
 
 
 def _check_unilm(max_delta, what, model, io, side):
@@ -65,7 +58,7 @@ def test_unilm_file_matches_unilm_at_three_grids(name, max_delta):
             assert 'shared pretraining table' in notes and 'mask_token' in notes and 'cls_pt_layers' in notes
     io = np.load(DATA / f'{name}_io.npz', allow_pickle=False)
     for side in GRIDS:
-        model = _open_model(DATA / f'{name}.pth')
+        model = read_into_model(DATA / f'{name}.pth')
         if side != 6:
             model.set_input_size(img_size=side * 8)  # the tables by BEiT's rule, the absolute table by 'deit'
         state = model.state_dict()
@@ -95,7 +88,7 @@ def test_non_square_target_under_beits_rule_is_refused(tmp_path, capsys):
     err = capsys.readouterr().err
     assert 'non-square' in err and '--resample-like timm' in err and not (tmp_path / 'out').exists()
     assert "key 'rel_pos.tables'" in err and str(src) in err
-    model = _open_model(src)
+    model = read_into_model(src)
     with pytest.raises(ViTVariantsError, match='non-square') as e:
         model.set_input_size(img_size=(64, 48))
     assert e.value.key == 'rel_pos.tables'
@@ -139,7 +132,7 @@ def test_timm_beit_state_dict_and_folder_match_timm(kwargs, tmp_path, capsys, ma
     for path, fmt in ((tmp_path / 'w.safetensors', 'beit'), (tmp_path / 'folder', 'timm')):
         with open_checkpoint(path) as src:
             assert src.format == fmt
-        model = _open_model(path)
+        model = read_into_model(path)
         with torch.no_grad():
             feats = model.forward_features(x)
             max_delta(f'timm Beit {fmt} {kwargs} tokens', feats, want_feats, BOUND)
@@ -173,7 +166,7 @@ def test_transformers_folder_matches_transformers(data2vec, classify, kwargs, tm
     with torch.no_grad():
         out = (getattr(ref, 'data2vec_vision' if data2vec else 'beit') if classify else ref)(pixel_values=x)
         want = ref(pixel_values=x).logits if classify else out.last_hidden_state[:, 0]
-    model = _open_model(folder)
+    model = read_into_model(folder)
     assert model.config.norm_eps == 1e-12 and model.config.fc_norm == kwargs['use_mean_pooling']
     with torch.no_grad():
         feats = model.forward_features(x)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from model_probes import assert_list_equals_each_alone
+from model_probes import assert_list_equals_each_alone, read_into_model
 from reader_checks import assert_register_count_refused
 from porting.cli import main
 from timm_vit_variants import SimpleVisionTransformer
@@ -29,13 +29,6 @@ def _input(grid: str, patch: int = 14) -> torch.Tensor:
     return torch.from_numpy(np.float32(-1) + (u8.astype(np.float32) / np.float32(255)) * np.float32(2))
 
 
-def _model(path, **hints) -> SimpleVisionTransformer:
-    with open_checkpoint(path, layout=SimpleVisionTransformer.state_layout, **hints) as src:
-        model = SimpleVisionTransformer(src.config.replace(weight_init='skip')).eval()
-        model.load_state_dict(src.state_dict())
-    return model
-
-
 def _check_tokens(max_delta, what, feats, io, grid, registers):
     max_delta(f'{what} cls {grid}', feats[:, 0], io[f'cls_{grid}'], BOUND)
     if registers:
@@ -49,7 +42,7 @@ def test_dinov2_hub_file_matches_dinov2(name, max_delta):
     assert src.format == 'dinov2' and src.given == {'num_heads': 2}
     assert src.notes[0].startswith('detected a DINOv2 backbone') and 'mask_token' in src.notes[0]
     src.close()
-    model = _model(DATA / f'{name}.pth', num_heads=2)
+    model = read_into_model(DATA / f'{name}.pth', num_heads=2)
     cfg = model.config
     registers = 4 if 'reg4' in name else 0
     assert (cfg.reg_tokens, model.num_prefix_tokens, cfg.init_values) == (registers, 1 + registers, 1.0)
@@ -72,7 +65,7 @@ def test_dinov2_hub_file_matches_dinov2(name, max_delta):
 
 def test_registers_in_the_naflex_path():
     """A list of images of different grids gives each image's [CLS, registers, patches] as it gives alone."""
-    model = _model(DATA / 'dinov2_tiny_reg4.pth', num_heads=2)
+    model = read_into_model(DATA / 'dinov2_tiny_reg4.pth', num_heads=2)
     assert_list_equals_each_alone(model, [_input(g)[0] for g in GRIDS], prefix=5)  # [CLS] and 4 registers
 
 
@@ -155,7 +148,7 @@ def test_timm_dinov2_folder_matches_timm(arch, extra, tmp_path, max_delta):
         for tensor in ref.state_dict().values():
             tensor.add_(torch.randn(tensor.shape, generator=gen) * 0.2)
     save_for_hf(ref, str(tmp_path / 'timm'), model_args=args)
-    model = _model(tmp_path / 'timm')
+    model = read_into_model(tmp_path / 'timm')
     assert model.config.reg_tokens == (4 if 'reg4' in arch else 0) and model.config.init_values is not None
     for grid in ('6x6', '12x9'):
         x = _input(grid)
@@ -176,7 +169,7 @@ def test_bare_timm_state_dict_with_registers_or_layer_scale(kwargs, tmp_path, ma
         for tensor in ref.state_dict().values():
             tensor.add_(torch.randn(tensor.shape, generator=gen) * 0.2)
     save_file(ref.state_dict(), str(tmp_path / 'w.safetensors'))
-    model = _model(tmp_path / 'w.safetensors', num_heads=4)
+    model = read_into_model(tmp_path / 'w.safetensors', num_heads=4)
     for size in ((32, 32), (48, 40)):
         x = torch.randn(2, 3, *size, generator=gen)
         with torch.no_grad():
@@ -216,7 +209,7 @@ def _hf_dinov2(tmp_path, registers=0, swiglu=False):
 @pytest.mark.parametrize('registers,swiglu', [(0, False), (4, False), (0, True)])
 def test_transformers_dinov2_folder_matches_transformers(registers, swiglu, tmp_path, max_delta):
     ref, folder = _hf_dinov2(tmp_path, registers, swiglu)
-    model = _model(folder)
+    model = read_into_model(folder)
     assert (model.config.reg_tokens, model.config.mlp_layer) == (registers, 'swiglu_packed' if swiglu else 'mlp')
     for grid in GRIDS:
         x = _input(grid)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from model_probes import assert_list_equals_each_alone
+from model_probes import assert_list_equals_each_alone, read_into_model
 from reader_checks import assert_register_count_refused
 from porting.cli import main
 from timm_vit_variants import SimpleVisionTransformer
@@ -38,13 +38,6 @@ def _coords(rows: int, cols: int):
     y, x = torch.meshgrid(torch.arange(rows), torch.arange(cols), indexing='ij')
     coords = torch.stack([y.flatten(), x.flatten()], dim=-1)
     return coords, torch.tensor([rows, cols]).expand_as(coords)
-
-
-def _model(path, **hints) -> SimpleVisionTransformer:
-    with open_checkpoint(path, layout=SimpleVisionTransformer.state_layout, **hints) as src:
-        model = SimpleVisionTransformer(src.config.replace(weight_init='skip')).eval()
-        model.load_state_dict(src.state_dict())
-    return model
 
 
 def _state(name: str):
@@ -90,7 +83,7 @@ def test_dinov3_file_matches_dinov3(name, max_delta):
         assert src.format == 'dinov3' and src.given == {'num_heads': 2}
         assert src.notes[0].startswith('detected a DINOv3 backbone') and 'bias_mask' in src.notes[0]
         assert ('bfloat16' if 'bf16' in name or 'untied' in name else 'float32') in src.notes[0]
-    model = _model(DATA / f'{name}.pth', num_heads=2)
+    model = read_into_model(DATA / f'{name}.pth', num_heads=2)
     cfg = model.config
     assert (cfg.reg_tokens, model.num_prefix_tokens, cfg.pos_embed, cfg.rope_type) == (4, 5, 'rope', 'dinov3')
     assert cfg.untie_cls_and_patch_norms == ('untied' in name) and cfg.norm_eps == 1e-5
@@ -117,7 +110,7 @@ def test_ropevit_file_matches_ropevit(name, max_delta):
     with open_checkpoint(DATA / f'{name}.pth', num_heads=2) as src:
         assert src.format == 'ropevit'
         assert any(n.startswith(f'detected a RoPE-ViT {"mixed" if "mixed" in name else "axial"}') for n in src.notes)
-    model = _model(DATA / f'{name}.pth', num_heads=2)
+    model = read_into_model(DATA / f'{name}.pth', num_heads=2)
     cfg = model.config
     assert cfg.pos_embed == ('learn+rope' if 'ape' in name else 'rope') and cfg.init_values == 1e-4
     assert cfg.rope_type == ('mixed' if 'mixed' in name else 'axial') and cfg.num_classes == 10
@@ -135,14 +128,14 @@ def test_ropevit_file_matches_ropevit(name, max_delta):
 
 def test_dinov3_list_of_images_equals_each_alone():
     """Packing: a list of differently sized images gives each image's tokens as it gives alone."""
-    model = _model(DATA / 'dinov3_tiny_untied_swiglu.pth', num_heads=2)
+    model = read_into_model(DATA / 'dinov3_tiny_untied_swiglu.pth', num_heads=2)
     assert_list_equals_each_alone(model, [_input(g)[0] for g in GRIDS], prefix=5)  # [CLS] and 4 registers
 
 
 def test_rope_model_features_only_and_any_size():
     import timm
 
-    model = _model(DATA / 'ropevit_tiny_mixed.pth', num_heads=2)
+    model = read_into_model(DATA / 'ropevit_tiny_mixed.pth', num_heads=2)
     x = torch.randn(1, 3, 80, 112)
     with torch.no_grad():
         maps = model.forward_intermediates(x, indices=[0, 1], intermediates_only=True)
@@ -182,7 +175,7 @@ def _hf_dinov3(tmp_path, gated: bool, registers: int = 4):
 @pytest.mark.parametrize('gated', [False, True])
 def test_transformers_dinov3_folder_matches_transformers(gated, tmp_path, max_delta):
     ref, folder = _hf_dinov3(tmp_path, gated)
-    model = _model(folder)
+    model = read_into_model(folder)
     for size in ((96, 96), (192, 144), (64, 80)):
         x = torch.randn(2, 3, *size, generator=torch.Generator().manual_seed(2))
         with torch.no_grad():
@@ -206,7 +199,7 @@ def test_timm_eva_folder_matches_timm(arch, tmp_path, max_delta):
     save_for_hf(ref, str(tmp_path / 'timm'), model_args=args)
     with open_checkpoint(tmp_path / 'timm') as src:
         assert src.notes[-1].startswith(f'detected a timm Eva {arch}')
-    model = _model(tmp_path / 'timm')
+    model = read_into_model(tmp_path / 'timm')
     runs = timm.create_model(arch, **args, dynamic_img_size=True).eval()  # timm itself at any size
     runs.load_state_dict(ref.state_dict())
     for size in ((96, 96), (128, 80)):
@@ -229,7 +222,7 @@ def test_bare_timm_eva_state_dict_matches_timm(arch, tmp_path, max_delta):
     save_file({k: v.contiguous() for k, v in ref.state_dict().items()}, str(path))
     with open_checkpoint(path, num_heads=2) as src:
         assert src.format == 'timm' and src.notes[-1].startswith('detected a bare timm Eva state dict')
-    model = _model(path, num_heads=2)
+    model = read_into_model(path, num_heads=2)
     ref.global_pool = 'token'  # what the converter assumes for a bare state dict (said in its notes)
     for size in ((96, 96), (128, 80)):
         x = torch.randn(2, 3, *size, generator=torch.Generator().manual_seed(3))
@@ -388,7 +381,7 @@ def test_compile_and_onnx_follow_the_input_size(tmp_path):
 
     from porting.export import export_onnx
 
-    model = _model(DATA / 'dinov3_tiny_untied_swiglu.pth', num_heads=2)
+    model = read_into_model(DATA / 'dinov3_tiny_untied_swiglu.pth', num_heads=2)
     torch._dynamo.reset()
     counters.clear()
     compiled = torch.compile(model, dynamic=True, fullgraph=True, backend='eager')
