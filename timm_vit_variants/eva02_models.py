@@ -19,6 +19,8 @@ reader (``custom_load='hf'``).
 """
 from typing import Any, Dict, Tuple
 
+from .clip_models import OPENAI_MEAN, OPENAI_STD
+
 __all__ = ['EVA02', 'EVA02_ROWS', 'EVA02_CFGS', 'EVA02_REF_GRID', 'EVA02_ROPE_THETA', 'EVA02_MEAN', 'EVA02_STD',
            'eva02_swiglu_width']
 
@@ -26,7 +28,7 @@ __all__ = ['EVA02', 'EVA02_ROWS', 'EVA02_CFGS', 'EVA02_REF_GRID', 'EVA02_ROPE_TH
 EVA02_REF_GRID = 16
 EVA02_ROPE_THETA = 10000.
 # OpenAI CLIP's statistics, which EVA-02's datasets.py normalises with (without --imagenet_default_mean_and_std).
-EVA02_MEAN, EVA02_STD = (0.48145466, 0.4578275, 0.40821073), (0.26862954, 0.26130258, 0.27577711)
+EVA02_MEAN, EVA02_STD = OPENAI_MEAN, OPENAI_STD
 
 
 def eva02_swiglu_width(dim: int) -> int:

@@ -25,6 +25,7 @@ from typing import Any, Dict, Optional, Set, Tuple
 
 from ..config import SimpleViTConfig, heads_for_width
 from ..eva02_models import EVA02, EVA02_MEAN, EVA02_REF_GRID, EVA02_STD
+from .preprocessing import assumed_preprocessing
 from .source import Rule, SourceCheckpoint, renamed
 from .timm_format import TimmCheckpoint
 
@@ -57,6 +58,9 @@ def is_eva02(names: Set[str]) -> bool:
 class Eva02Checkpoint(SourceCheckpoint):
     format = 'eva02'
     SKIPPED = _MIM_ONLY
+    PREPROCESSING_DEFAULTS = assumed_preprocessing(
+        'bicubic', 1.0, 'center', "not recorded by the checkpoint; EVA-02's evaluation (OpenAI CLIP mean and std, "
+        'bicubic, crop 1.0)', mean=EVA02_MEAN, std=EVA02_STD)
     # a timm folder's config.json pretrained_cfg, read as timm's own reader reads it
     _recorded_preprocessing = TimmCheckpoint._recorded_preprocessing
 
@@ -68,11 +72,6 @@ class Eva02Checkpoint(SourceCheckpoint):
         if self._baai:
             return Rule((renamed(pattern, _BAAI_NAMES).replace('{i}', str(block)),)), None
         return super()._rule(pattern, block)
-
-    def _preprocessing_defaults(self) -> Dict[str, Tuple[Any, str]]:
-        why = "not recorded by the checkpoint; EVA-02's evaluation (OpenAI CLIP mean and std, bicubic, crop 1.0)"
-        return {'mean': (EVA02_MEAN, why), 'std': (EVA02_STD, why), 'interpolation': ('bicubic', why),
-                'crop_pct': (1.0, why), 'crop_mode': ('center', why)}
 
     def _infer(self, hints: Dict[str, Any]) -> SimpleViTConfig:
         names = set(self._store.names())

@@ -14,6 +14,7 @@ from ..errors import ViTVariantsError
 from .hf import HFCheckpoint
 from .openclip import _as_token
 from .fills import add_leading_axis, stack_rows
+from .preprocessing import assumed_preprocessing
 from .source import Rule, SourceCheckpoint
 
 __all__ = ['HFClipCheckpoint', 'CLIP_MODEL_TYPES']
@@ -49,10 +50,9 @@ _PROJECTION = 'visual_projection.weight'
 class HFClipCheckpoint(HFCheckpoint):
     """A transformers CLIP folder, read as its image tower (with ``visual_projection`` as the head when present)."""
 
-    _WHY = "not recorded by the folder; transformers' CLIPImageProcessor defaults"
-    PREPROCESSING_DEFAULTS = {'mean': (OPENAI_MEAN, _WHY), 'std': (OPENAI_STD, _WHY),
-                              'interpolation': ('bicubic', _WHY), 'crop_pct': (1.0, _WHY),
-                              'crop_mode': ('center', _WHY)}
+    PREPROCESSING_DEFAULTS = assumed_preprocessing(
+        'bicubic', 1.0, 'center', "not recorded by the folder; transformers' CLIPImageProcessor defaults",
+        mean=OPENAI_MEAN, std=OPENAI_STD)
 
     @property
     def _settings(self) -> Dict[str, Any]:

@@ -63,15 +63,18 @@ def checked_preprocessing(values: Mapping[str, Any], in_chans: int, path: Option
     return out
 
 
+_HALF = (0.5, 0.5, 0.5)
+
+
 def assumed_preprocessing(interpolation: str, crop_pct: float, crop_mode: str, why: str,
-                          range_why: Optional[str] = None) -> Dict[str, Tuple[Any, str]]:
+                          range_why: Optional[str] = None, mean: Tuple[float, ...] = _HALF,
+                          std: Tuple[float, ...] = _HALF) -> Dict[str, Tuple[Any, str]]:
     """An ecosystem's eval preprocessing, assumed for a source that records none: {field: (value, why)}.
 
-    Every ecosystem read here feeds pixels in [-1, 1] (mean = std = 0.5); ``range_why`` says why for
-    those two, when it is another reason than ``why``.
+    Most ecosystems read here feed pixels in [-1, 1] (mean = std = 0.5, the default); CLIP-trained ones give their
+    ``mean`` and ``std``. ``range_why`` says why for those two, when it is another reason than ``why``.
     """
-    half = (0.5, 0.5, 0.5)
-    return _assumed(half, half, interpolation, crop_pct, crop_mode, why, range_why or why)
+    return _assumed(mean, std, interpolation, crop_pct, crop_mode, why, range_why or why)
 
 
 def imagenet_preprocessing(crop_pct: float, why: str) -> Dict[str, Tuple[Any, str]]:
