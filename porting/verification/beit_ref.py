@@ -24,7 +24,7 @@ import torch
 import torch.nn as nn
 
 from timm_vit_variants.checkpoints.beit import MIM_ONLY
-from timm_vit_variants.checkpoints.files import read_json
+from timm_vit_variants.checkpoints.files import SINGLE_WEIGHT_FILES, read_json
 from timm_vit_variants.relpos_resize import beit_resize_table
 
 from .deit3_ref import deit_table
@@ -44,11 +44,11 @@ def is_timm_beit_folder(path: str) -> bool:
 
 
 def _weights(path: Path) -> Dict[str, torch.Tensor]:
-    """The file's tensors (a folder's ``model.safetensors`` or ``pytorch_model.bin``), unwrapped as timm does."""
+    """The file's tensors (a folder's single weight file), unwrapped as timm does."""
     if path.is_dir():
-        path = next((path / n for n in ('model.safetensors', 'pytorch_model.bin') if (path / n).is_file()), path)
+        path = next((path / n for n in SINGLE_WEIGHT_FILES if (path / n).is_file()), path)
         if path.is_dir():
-            raise NoReference('the folder holds neither model.safetensors nor pytorch_model.bin')
+            raise NoReference('the folder holds no single weight file (model.safetensors, pytorch_model.bin, ...)')
     return {k: v for k, v in timm_weights(path).items() if not MIM_ONLY.match(k)}
 
 
