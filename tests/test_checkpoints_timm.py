@@ -188,3 +188,19 @@ def test_load_into_model_rejects_architecture_mismatch(tmp_path):
         load_into_model(SimpleVisionTransformer(num_heads=6, mlp_dim=768, **arch), path)
     with pytest.warns(UserWarning, match="activation 'gelu' \\(model: 'gelu_tanh'\\)"):
         load_into_model(SimpleVisionTransformer(num_heads=3, mlp_dim=768, **arch), path)
+
+
+def test_fc_norm_without_a_final_norm_is_average_pooling(tmp_path, max_delta):
+    """timm builds fc_norm in place of the final norm only for average pooling (MAE's fine-tuned layout): the tensors
+    decide the pooling, and the note says so; it is not an assumption."""
+    ref = _timm_vit(global_pool='avg')
+    assert 'fc_norm.weight' in ref.state_dict() and 'norm.weight' not in ref.state_dict()
+    path = tmp_path / 'mae_finetuned.safetensors'
+    save_file(ref.state_dict(), str(path))
+    model, ckpt = _ours(path)
+    assert ckpt.model_args['global_pool'] == 'avg' and ckpt.model_args['fc_norm']
+    assert 'global_pool' not in ckpt.assumed
+    assert any("pooling 'avg': fc_norm present and no final norm" in note for note in ckpt.notes)
+    x = _images()
+    with torch.no_grad():
+        max_delta('timm VisionTransformer avg + fc_norm state dict: logits', model(x), ref(x), TOL)

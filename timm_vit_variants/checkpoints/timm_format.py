@@ -415,11 +415,18 @@ class TimmCheckpoint(SourceCheckpoint):
 
     def _settings(self, local: set, facts: Dict[str, Any], hints: Dict[str, Any], class_token: bool, dim: int,
                   mlp_dim: int) -> Dict[str, Any]:
-        """``SETTINGS``: recorded by the architecture, said by the tensors (a MAP head), else timm's defaults."""
+        """``SETTINGS``: recorded by the architecture, said by the tensors (a MAP head; fc_norm and no final norm: average
+        pooling), else timm's defaults."""
         recorded = {k: facts[k] for k in self.SETTINGS if k in facts}
         if 'attn_pool.latent' in local:  # the tensors say it: timm's AttentionPoolLatent, SigLIP's MAP head
             recorded['global_pool'] = 'map'
             self._check_attn_pool(self._prefix, dim, mlp_dim)
+        elif 'global_pool' not in recorded and 'fc_norm.weight' in local and 'norm.weight' not in local:
+            # timm builds fc_norm in place of the final norm for average pooling (use_fc_norm's default: 'avg', or
+            # 'avgmax'/'max', which this family does not express and no published vit_* uses)
+            recorded['global_pool'] = 'avg'
+            self.notes.append("pooling 'avg': fc_norm present and no final norm (timm's VisionTransformer builds "
+                              'fc_norm only for average pooling)')
         # timm builds every ViT with a norm_pre (its CLIP towers) with nn.LayerNorm's eps
         settings = dict(self.SETTINGS, norm_eps=1e-5) if self._prefix + 'norm_pre.weight' in local else self.SETTINGS
         for name, default in settings.items():
