@@ -191,6 +191,26 @@ def test_timm_siglip_checkpoints(tmp_path, capsys, max_delta):
             max_delta(f"timm vit_*_siglip (map) from {src.name}: embedding", load_like_user(out)(x), reference(x), TOL)
 
 
+
+@pytest.mark.parametrize('arch', ['vit_so400m_patch14_siglip_384', 'vit_so400m_patch14_siglip_gap_384'])
+def test_timm_folders_of_a_size_the_patch_does_not_divide(tmp_path, capsys, arch, max_delta):
+    """timm's SigLIP towers declare 384 at patch 14 and crop it to 27x27 (a VALID conv): the check feeds both sides
+    the declared size (62 here: 4x4 patches of 14 and 6 pixels cropped), not the 378 (56) the grid covers."""
+    from timm.models import save_for_hf
+
+    args = dict(embed_dim=64, depth=1, num_heads=4, img_size=62)
+    reference = timm.create_model(arch, **args).eval()
+    torch.manual_seed(4)
+    for p in reference.parameters():
+        torch.nn.init.normal_(p, std=0.1)
+    save_for_hf(reference, str(tmp_path / 'hub'), model_args=args)
+    _convert(capsys, tmp_path / 'hub', tmp_path / 'out')
+    model = load_like_user(tmp_path / 'out')
+    assert model.config.img_size == (62, 62) and model.config.grid_mode == 'crop'
+    x = torch.randn(2, 3, 62, 62)
+    with torch.no_grad():
+        max_delta(f'timm {arch} (62 px, patch 14) folder: embedding', model(x), reference(x), TOL)
+
 # -- the MAP head everywhere the family goes ----------------------------------------------------------------------
 
 def test_the_map_head_under_timms_interface(tmp_path, capsys):

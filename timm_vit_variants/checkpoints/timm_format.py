@@ -341,10 +341,15 @@ class TimmCheckpoint(SourceCheckpoint):
         num_classes = self._shape(p + 'head.weight')[0] if 'head.weight' in local else 0
         self._check_dims(p + 'blocks.0.mlp.fc1.weight', mlp=mlp_dim, classes=num_classes, width=rep_size)
         num_heads = self._heads(dim, facts, hints)
-        if self.grid is not None:
+        declared = facts.get('img_size')
+        # timm's patch conv is VALID: a declared size the patch does not divide (SigLIP's 384 at patch 14) is cropped
+        # to the table's grid, and is the size timm's model takes
+        cropped = bool(declared) and bool(declared[0] % patch_h or declared[1] % patch_w) and \
+            self.grid in (None, (declared[0] // patch_h, declared[1] // patch_w))
+        if self.grid is not None and not cropped:
             img_size: Any = (self.grid[0] * patch_h, self.grid[1] * patch_w)
-        elif facts.get('img_size'):
-            img_size = facts['img_size']
+        elif declared:
+            img_size = declared
         else:
             img_size = self._unrecorded('img_size', hints, 224, 'the state dict has no position table, so its image '
                                         'size is not recorded')
@@ -370,8 +375,7 @@ class TimmCheckpoint(SourceCheckpoint):
             pos_embed_resample=settings.get('pos_embed_resample', 'timm'), patch_embed=self.PATCH_EMBED,
             rep_size=rep_size, act_layer=hints.get('act_layer') or settings['act_layer'],
             norm_eps=hints.get('norm_eps') or settings['norm_eps'],
-            # timm's patch conv is VALID: a SigLIP tower's nominal size (384 at patch 14) relies on it
-            grid_mode='crop' if settings['global_pool'] == 'map' or self.ALWAYS_CROPS else None,
+            grid_mode='crop' if settings['global_pool'] == 'map' or self.ALWAYS_CROPS or cropped else None,
             pre_norm='norm_pre.weight' in local,
             patch_bias=self.KERNEL[:-len('weight')] + 'bias' in local,
             fc_norm='fc_norm.weight' in local,
