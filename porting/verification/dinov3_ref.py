@@ -109,7 +109,7 @@ def timm_eva_outputs(check: Check, x: torch.Tensor, mixed: Optional[Dict[str, to
     import timm
 
     from timm_vit_variants.checkpoints.files import SINGLE_WEIGHT_FILES, read_json
-    from timm_vit_variants.checkpoints.timm_format import EVA_ARCHITECTURES
+    from timm_vit_variants.checkpoints.timm_eva import EVA_ARCHITECTURES
 
     from .timm_ref import timm_weights
 

@@ -20,7 +20,7 @@ from .result import NoReference, Outputs
 from .streamed import as_float32, materialize
 
 __all__ = ['fit_input', 'timm_equivalent', 'naflex_vit', 'PreLogitsHead', 'TimmReference',
-           'timm_weights', 'timm_model']
+           'timm_weights', 'timm_model', 'rebuild_buffers']
 
 # How timm's NaFlexVit resizes its table per image, for each of our resample rules that it can express.
 _NAFLEX_INTERP = {'flexi': 'bilinear', 'timm': 'bicubic'}
@@ -200,6 +200,21 @@ def timm_weights(file: Path) -> Dict[str, torch.Tensor]:
     return clean_state_dict(load_state_dict(str(file)))
 
 
+def rebuild_buffers(model: nn.Module) -> None:
+    """The computed (non-persistent) buffers a meta-built model leaves on the meta device, rebuilt on the CPU: ours
+    by its own ``init_non_persistent_buffers``, timm's module by module, as timm's ``reinit_non_persistent_buffers``
+    walks them (EVA's fixed zero k bias, say)."""
+    if hasattr(model, 'init_non_persistent_buffers'):
+        model.init_non_persistent_buffers()
+        return
+    for module in model.modules():
+        meta = [name for name, buffer in module.named_buffers(recurse=False) if buffer.is_meta]
+        if meta and hasattr(module, 'init_non_persistent_buffers'):
+            for name in meta:
+                setattr(module, name, torch.empty_like(getattr(module, name), device='cpu'))
+            module.init_non_persistent_buffers()
+
+
 def timm_model(path: str, config: SimpleViTConfig, limits: Limits = DEFAULT_LIMITS) -> TimmReference:
     """timm's network, built from config.json (``local-dir:``) or as the equivalent VisionTransformer.
 
@@ -232,8 +247,7 @@ def timm_model(path: str, config: SimpleViTConfig, limits: Limits = DEFAULT_LIMI
             model = timm_equivalent(config, num_classes=0 if head is not None else None, storage=False)  # assigned
             name = f'timm {type(model).__name__} + timm load_state_dict'
     model.load_state_dict(state, strict=True, assign=True)
-    if hasattr(model, 'init_non_persistent_buffers'):  # a computed table, left on the meta device
-        model.init_non_persistent_buffers()
+    rebuild_buffers(model)
     if any(p.dtype != torch.float32 for p in model.parameters()):  # half-precision weights run upcast, as ours do
         model, name = as_float32(model), f'{name} (weights upcast to float32)'
     return TimmReference(model.eval(), name, head, naflex=hasattr(model, 'embeds'))

@@ -31,7 +31,8 @@ from .openclip import OpenAICLIPCheckpoint, OpenCLIPCheckpoint, is_openai_clip
 from .source import LayoutFn, SourceCheckpoint
 from .stores import NpzStore, TensorStore, open_store
 from .torchscript_store import TorchScriptStore
-from .timm_format import EVA_ARCHITECTURES, TimmCheckpoint, TimmEvaCheckpoint, TimmNaFlexCheckpoint, is_timm_eva
+from .timm_eva import TimmEvaCheckpoint, is_eva_architecture, is_timm_eva
+from .timm_format import TimmCheckpoint, TimmNaFlexCheckpoint
 
 __all__ = ['DISPATCH', 'FORMATS', 'HINTS', 'READERS', 'Probe', 'Refuse', 'Route', 'open_checkpoint',
            'detect_format']
@@ -86,9 +87,10 @@ class Route:
 
 
 def _timm_eva(p: Probe) -> bool:
-    """timm's Eva ports of DINOv3 and RoPE-ViT: by ``architecture``, or for a bare state dict by its keys."""
+    """timm's Eva models: by ``architecture`` (any timm's ``Eva`` builds), or for a bare state dict of its DINOv3 or
+    RoPE-ViT ports by its keys."""
     arch = p.config.get('architecture')
-    return isinstance(arch, str) and bool(EVA_ARCHITECTURES.match(arch)) or arch is None and is_timm_eva(p.local)
+    return is_eva_architecture(arch) or arch is None and is_timm_eva(p.local)
 
 
 def _naflexvit(p: Probe) -> bool:

@@ -18,15 +18,14 @@ import torch
 import torch.nn as nn
 
 from ..config import DATA_CONFIG_KEYS, MODELS, PREPROCESSING_KEYS, SimpleViTConfig, activation_name, heads_for_width
-from ..dino_models import DINOV3, DINOV3_HEADS, EVA_ROPE, ROPEVIT, ROPEVIT_KINDS
 from ..errors import ViTVariantsError
 from .fills import batched_grid_table, linear_patch_kernel
-from .hf_dinov3 import dinov3_periods, q_none_v_bias
 from .naflex_reader import NaFlexReader
 from .preprocessing import assumed_preprocessing, checked_preprocessing, imagenet_preprocessing
 from .source import Rule, SourceCheckpoint
+from .timm_parts import VIT_PARTS, refuse_unexpressed
 
-__all__ = ['TimmCheckpoint', 'TimmNaFlexCheckpoint', 'TimmEvaCheckpoint', 'EVA_ARCHITECTURES', 'is_timm_eva']
+__all__ = ['TimmCheckpoint', 'TimmNaFlexCheckpoint']
 
 _BLOCK_RE = re.compile(r'^blocks\.(\d+)\.')
 # create_model kwargs that load weights or configs from elsewhere: never taken from a file's config.
@@ -49,12 +48,6 @@ _NAFLEX_RULES = {
     'cls_token': Rule(('{p}embeds.cls_token',)),
 }
 _NAFLEX_KNOWN = {rule.sources[0][len('{p}'):] for rule in _NAFLEX_RULES.values()}
-# timm's Eva ports of DINOv3 (``vit_*_patch16_dinov3*``) and naver RoPE-ViT (``vit_*_patch16_rope[_mixed][_ape]_224``).
-EVA_ARCHITECTURES = re.compile(r'^vit_\w+_patch16_(dinov3(_qkvb)?|rope(_mixed)?(_ape)?_224)$')
-# timm's rotary modules -> our rope_type, with the grid indexing and rotation each must have to be that form.
-_EVA_ROPE = {(module, args['rope_grid_indexing']): (kind, args['rope_rotate_half'])
-             for kind, (module, args, _) in EVA_ROPE.items()}
-_EVA_WHY = "not recorded by the checkpoint; timm's {port} port's pretrained_cfg"
 # NaFlexVit's per-image table resize -> our rule computing the same (antialiased, half-pixel, as timm calls it).
 _NAFLEX_RESAMPLE = {'bilinear': 'flexi', 'bicubic': 'timm'}
 # DeiT v1 (facebookresearch/deit): its releases are ``{'model': state_dict}`` of timm's VisionTransformer, or of its
@@ -64,14 +57,6 @@ _DEIT_WHY = ("a state dict does not record its architecture; told by DeiT's {'mo
 _DEIT_PREPROCESSING = imagenet_preprocessing(0.875, "not recorded by the checkpoint; DeiT's eval (main.py "
                                              '--eval-crop-ratio 0.875, bicubic, ImageNet mean and std)')
 _DISTILLED_PREPROCESSING = imagenet_preprocessing(0.9, "not recorded by the checkpoint; timm's deit_* default")
-
-
-def is_timm_eva(names: set) -> bool:
-    """Whether a bare state dict is timm's Eva port of DINOv3 (``reg_token`` or ``q_bias`` beside Eva's LayerScale
-    ``gamma_1``) or of a mixed RoPE-ViT (timm's ``rope.freqs``). A bare axial RoPE-ViT has the naver file's keys, so
-    it is read as that."""
-    return 'blocks.0.gamma_1' in names and 'patch_embed.proj.weight' in names and \
-        bool({'reg_token', 'blocks.0.attn.q_bias', 'rope.freqs'} & names)
 
 
 def _block_facts(block: nn.Module) -> Dict[str, Any]:
@@ -200,17 +185,17 @@ class TimmCheckpoint(SourceCheckpoint):
     def _foreign_facts(self, arch: str, args: Dict[str, Any]) -> Dict[str, Any]:
         """Settings no tensor records, read off a meta-device build of a timm ``vit_*`` architecture."""
         model = self._meta_build(arch, args)
-        blocks, embeds = getattr(model, 'blocks', None), getattr(model, 'embeds', None)
-        if not isinstance(blocks, nn.Sequential) or not len(blocks) or \
-                not (hasattr(model, 'patch_embed') or embeds is not None):
-            raise ViTVariantsError(f'{arch!r} is not a plain Vision Transformer', path=self._config_path,
+        refuse_unexpressed(model, VIT_PARTS, arch, self._config_path)
+        blocks, embeds = model.blocks, getattr(model, 'embeds', None)
+        if not len(blocks):
+            raise ViTVariantsError(f'{arch} with these model_args has no transformer blocks', path=self._config_path,
                                    key='architecture')
         if model.global_pool not in ('token', 'avg', 'map', ''):
             raise ViTVariantsError(f"global_pool={model.global_pool!r} is not supported (token, avg, map or '')",
                                    path=self._config_path, key='global_pool')
         try:
             act = activation_name(blocks[0].mlp.act)
-        except (AttributeError, ViTVariantsError) as e:
+        except ViTVariantsError as e:
             raise ViTVariantsError(str(e), path=self._config_path, key='architecture') from None
         facts = dict(num_heads=blocks[0].attn.num_heads, global_pool=model.global_pool, act_layer=act,
                      norm_eps=blocks[0].norm1.eps, built=_Built(arch, args, model, self._classes is not None),
@@ -520,124 +505,3 @@ class TimmNaFlexCheckpoint(NaFlexReader, TimmCheckpoint):
         """The (1, G_h, G_w, D) table; sets ``self.grid``."""
         self._check_grid_table(self._prefix + 'embeds.pos_embed', dim, leading=(1,))
         return 'learn', False
-
-
-class TimmEvaCheckpoint(TimmCheckpoint):
-    """timm ``Eva`` folders of DINOv3 and RoPE-ViT (``EVA_ARCHITECTURES``), rebuilt on the meta device from their
-    ``architecture`` and ``model_args``: LayerScale is ``gamma_1``/``gamma_2``, DINOv3's attention keeps q and v
-    biases apart (``q_bias``, ``v_bias``; the k bias is fixed at zero), and the periods are recomputed in fp32 from
-    the temperature, as timm does."""
-    KIND = 'Eva'
-    PREPROCESSING_DEFAULTS = imagenet_preprocessing(1.0, _EVA_WHY.format(port='DINOv3'))
-
-    def _rule(self, pattern: str, block: Optional[int]) -> Tuple[Rule, Optional[int]]:
-        p, key = self._prefix, pattern.replace('{i}', str(block))
-        if key == 'rope.periods':
-            return Rule((), dinov3_periods(self._theta)), None
-        if key.endswith('ls1.gamma') or key.endswith('ls2.gamma'):
-            return Rule((p + key[:-len('ls1.gamma')] + f'gamma_{key[-7]}',)), None
-        if key.endswith('attn.qkv.bias') and p + key not in self._store:
-            base = p + key[:-len('qkv.bias')]
-            return Rule((base + 'q_bias', base + 'v_bias'), q_none_v_bias), None
-        return Rule((p + key,)), None
-
-    def _infer(self, hints: Dict[str, Any]) -> SimpleViTConfig:
-        self._prefix = hints.get('prefix') or ''
-        arch, args = self._architecture()
-        if arch is None:
-            return self._from_eva_tensors(hints)
-        model = self._meta_build(arch, args)
-        where = dict(path=self._config_path, key='architecture')
-        block, rope = model.blocks[0], model.rope
-        kind, half = _EVA_ROPE.get((type(rope).__name__, getattr(rope, 'grid_indexing', 'ij')), (None, None))
-        if kind is None or kind == 'eva02' or \
-                bool(getattr(block.attn, 'rotate_half', False)) != half or getattr(rope, 'ref_feat_shape', None) or \
-                getattr(rope, 'grid_offset', 0.) or getattr(rope, 'in_pixels', False) or \
-                getattr(rope, 'min_period', None) is not None or getattr(rope, 'normalize_coords', 'separate') != \
-                'separate' or model.global_pool not in ('token', 'avg') or not isinstance(model.fc_norm, nn.Identity):
-            raise ViTVariantsError(f'{arch} with these model_args uses a RoPE or pooling this family does not express '
-                                   "(DINOv3's or RoPE-ViT's RoPE, token or avg pooling, no fc_norm)", **where)
-        self._theta = float(rope.temperature)
-        swiglu = type(block.mlp).__name__ == 'SwiGLU'
-        mlp_dim = block.mlp.fc2.in_features
-        patch = tuple(model.patch_embed.patch_size)
-        ape = model.pos_embed is not None
-        if ape:
-            self.grid = tuple(model.patch_embed.grid_size)
-        qkv_bias = getattr(block.attn, 'q_bias', None) is not None or getattr(block.attn.qkv, 'bias', None) is not None
-        config = SimpleViTConfig(
-            img_size=tuple(model.patch_embed.img_size), patch_size=patch, in_chans=model.patch_embed.proj.in_channels,
-            num_classes=model.num_classes, global_pool=model.global_pool, embed_dim=model.embed_dim,
-            depth=len(model.blocks), num_heads=block.attn.num_heads, mlp_dim=mlp_dim,
-            mlp_layer='swiglu' if swiglu else 'mlp', init_values=1.0 if block.gamma_1 is not None else None,
-            qkv_bias=qkv_bias, class_token=model.cls_token is not None,
-            reg_tokens=0 if model.reg_token is None else model.reg_token.shape[1],
-            pos_embed='learn+rope' if ape else 'rope', pos_embed_cls_slot=False, pos_embed_resample='timm',
-            rope_type=kind, rope_theta=self._theta,
-            act_layer=hints.get('act_layer') or ('silu' if swiglu else activation_name(block.mlp.act)),
-            norm_eps=hints.get('norm_eps') or model.norm.eps, grid_mode='crop',
-            head_bias=not isinstance(model.head, nn.Linear) or model.head.bias is not None)
-        if ape and not getattr(model, 'no_embed_class', False):
-            raise ViTVariantsError(f'{arch}: a table with a [CLS] slot next to RoPE is not supported', **where)
-        self.notes.append(f'detected a timm Eva {arch} ({kind} RoPE, base {self._theta:g}'
-                          f'{", periods recomputed in fp32 as timm does" if kind == "dinov3" else ""}'
-                          f'{", table resize rule " + repr("timm") if ape else ""})')
-        return config
-
-    def _from_eva_tensors(self, hints: Dict[str, Any]) -> SimpleViTConfig:
-        """A bare timm Eva state dict: the RoPE form told by its keys (``is_timm_eva``), the sizes by its shapes, and
-        what timm's architecture would record (heads, eps, pooling, the image size of a RoPE-only model) assumed."""
-        p = self._prefix
-        local = {n[len(p):] for n in self._candidates()}
-        dim, in_chans, patch_h, patch_w = self._conv_patch_kernel(p + self.KERNEL)
-        depth = self._depth(local, key_of=lambda i: f'{p}blocks.{i}', first=p + 'blocks.0.attn.qkv.weight')
-        swiglu = 'blocks.0.mlp.fc1_g.weight' in local
-        mlp_dim = self._shape(p + 'blocks.0.mlp.fc2.weight')[-1]
-        num_classes = self._shape(p + 'head.weight')[0] if 'head.weight' in local else 0
-        self._check_dims(p + 'blocks.0.mlp.fc2.weight', mlp=mlp_dim, classes=num_classes)
-        if 'reg_token' in local or 'blocks.0.attn.q_bias' in local:
-            kind, theta, family, port = 'dinov3', DINOV3['rope_theta'], DINOV3, 'DINOv3'
-            heads = self._dinov3_heads(dim, hints)
-        else:
-            kind, theta, family, port = 'mixed', ROPEVIT_KINDS['mixed']['rope_theta'], ROPEVIT, 'mixed RoPE-ViT'
-            heads = self._heads(dim, {}, hints)
-            self.PREPROCESSING_DEFAULTS = imagenet_preprocessing(0.9, _EVA_WHY.format(port=port))
-        self._theta = theta
-        self._unrecorded('architecture', {}, f'Eva ({port} port)', 'a state dict does not record its architecture; '
-                         'told by its keys')
-        ape = 'pos_embed' in local
-        if ape:
-            self._check_token_table(p + 'pos_embed', dim, (patch_h, patch_w), class_token='cls_token' in local,
-                                    slot=False, img_size=hints.get('img_size'))
-            img_size: Any = (self.grid[0] * patch_h, self.grid[1] * patch_w)
-        else:
-            img_size = self._unrecorded('img_size', hints, family['img_size'],
-                                        "a RoPE backbone records no grid; timm's port's")
-        reg_tokens = self._token_count(p + 'reg_token', dim)
-        # a head was trained on the pooling of timm's port (its DINOv3 entries mean the patch tokens); a backbone
-        # alone is read with the original's [CLS] feature
-        trained_avg = kind == 'dinov3' and num_classes > 0
-        pool = self._unrecorded('global_pool', {}, 'avg' if trained_avg else 'token', (
-            f"not recorded by a state dict; timm's {port} port's, which its head was trained on" if trained_avg else
-            f"not recorded by a state dict; the {port}'s own [CLS] pooling" +
-            (" (timm's Eva defaults to 'avg')" if kind == 'dinov3' else '')))
-        self.notes.append(f"detected a bare timm Eva state dict of the {port} port ({kind} RoPE, base {theta:g}"
-                          f"{', periods recomputed in fp32 as timm does' if kind == 'dinov3' else ''}"
-                          f"{', table resize rule ' + repr('timm') if ape else ''})")
-        return SimpleViTConfig(
-            img_size=img_size, patch_size=(patch_h, patch_w), in_chans=in_chans, num_classes=num_classes,
-            global_pool=pool, embed_dim=dim, depth=depth, num_heads=heads, mlp_dim=mlp_dim,
-            mlp_layer='swiglu' if swiglu else 'mlp', init_values=1.0,
-            qkv_bias='blocks.0.attn.q_bias' in local or 'blocks.0.attn.qkv.bias' in local,
-            class_token='cls_token' in local, reg_tokens=reg_tokens, pos_embed='learn+rope' if ape else 'rope',
-            pos_embed_cls_slot=False, pos_embed_resample='timm', rope_type=kind, rope_theta=theta,
-            act_layer=self._unrecorded('act_layer', hints, 'silu' if swiglu else 'gelu', f"timm's {port} port's"),
-            norm_eps=self._unrecorded('norm_eps', hints, family['norm_eps'],
-                                      f"timm's {port} port's LayerNorm eps"), grid_mode='crop',
-            head_bias='head.bias' in local or 'head.weight' not in local)
-
-    def _dinov3_heads(self, dim: int, hints: Dict[str, Any]) -> int:
-        """The caller's head count, else that of timm's DINOv3 port of this width (H+ has 20, not ViT-H's 16)."""
-        if hints.get('num_heads') or dim not in DINOV3_HEADS:
-            return self._heads(dim, {}, hints)
-        return self._unrecorded('num_heads', {}, DINOV3_HEADS[dim], f"timm's DINOv3 port of width {dim}")

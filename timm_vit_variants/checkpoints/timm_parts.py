@@ -1,0 +1,103 @@
+"""What a timm model built from a folder's ``architecture`` is made of, and the parts this family does not express.
+
+A timm reader rebuilds the recorded architecture on the meta device to read the settings no tensor records. Before
+it reads anything off that build, ``refuse_unexpressed`` walks every module: each must be of a timm class the reader
+expresses (its ``PARTS``), with none of the options of that class this family has no equivalent of (qk_norm, a norm
+inside attention or the MLP, a gate, ...). Anything else is refused by name, where it sits, and what it is, so an
+unknown timm block, MLP, norm or model class is one named refusal, never an AttributeError from reading it as a part
+it is not.
+"""
+from typing import Callable, Dict, FrozenSet, List, Optional, Tuple
+
+import torch.nn as nn
+from timm.layers import (Attention, AttentionPoolLatent, AttentionRope, DropPath, GELUTanh, GluMlp, LayerNorm,
+                         LayerScale, Mlp, PatchDropout, PatchEmbed, QuickGELU, RotaryEmbeddingCat,
+                         RotaryEmbeddingDinoV3, RotaryEmbeddingMixed, SwiGLU)
+from timm.models.deit import VisionTransformerDistilled
+from timm.models.eva import Eva, EvaAttention, EvaBlock
+from timm.models.naflexvit import NaFlexEmbeds, NaFlexVit
+from timm.models.vision_transformer import Block, VisionTransformer
+
+from ..errors import ViTVariantsError
+
+__all__ = ['COMMON_PARTS', 'VIT_PARTS', 'EVA_PARTS', 'refuse_unexpressed']
+
+# Parts every timm ViT reader expresses: containers, the dense layers, LayerNorm, the activations, LayerScale, the
+# patch conv, SigLIP's MAP head, and what is the identity at inference (dropout, drop path, patch dropout).
+COMMON_PARTS: FrozenSet[type] = frozenset({
+    nn.Sequential, nn.ModuleList, nn.Identity, nn.Linear, nn.Conv2d, nn.Dropout, nn.LayerNorm, LayerNorm, nn.GELU,
+    GELUTanh, QuickGELU, nn.SiLU, nn.ReLU, LayerScale, PatchEmbed, AttentionPoolLatent, DropPath, PatchDropout})
+# timm's VisionTransformer family (DeiT's distilled one and NaFlexVit too): pre-norm ``Block``s, fused-qkv
+# ``Attention``, ``Mlp`` or a packed SwiGLU (``GluMlp``, as timm's DINOv2 giant uses).
+VIT_PARTS = COMMON_PARTS | {VisionTransformer, VisionTransformerDistilled, NaFlexVit, NaFlexEmbeds, Block, Attention,
+                            Mlp, GluMlp}
+# timm's Eva: ``EvaBlock``s, ``EvaAttention`` (q/v-only bias) or ``AttentionRope``, ``Mlp`` or ``SwiGLU``, and the
+# rotary tables of its DINOv3 and RoPE-ViT ports (which RoPE forms are expressed is the Eva reader's check).
+EVA_PARTS = COMMON_PARTS | {Eva, EvaBlock, EvaAttention, AttentionRope, Mlp, SwiGLU, RotaryEmbeddingCat,
+                            RotaryEmbeddingMixed, RotaryEmbeddingDinoV3}
+
+# What some of timm's other parts are, by class name, said in the refusal.
+_KNOWN = {
+    'VisionTransformerSAM': "SAM's image encoder, with windowed attention, decomposed relative positions and a neck",
+    'VisionTransformerRelPos': "relative position biases, timm's vit_relpos",
+    'ResPostBlock': 'post-norm residual blocks, the norm after each branch',
+    'EvaBlockPostNorm': 'post-norm residual blocks, the norm after each branch',
+    'ParallelScalingBlock': 'attention and MLP run in parallel off one fused projection',
+    'ParallelThingsBlock': 'parallel attention and MLP branches',
+    'DiffParallelScalingBlock': 'differential attention in parallel blocks',
+    'DiffAttention': 'differential attention',
+    'RelPosBlock': 'relative position biases',
+    'RmsNorm': 'RMSNorm in place of LayerNorm',
+    'SwiGLU': 'a SwiGLU MLP with its gate and value apart, fc1_g and fc1_x',
+    'HybridEmbed': 'a CNN stem in place of the patch embedding',
+}
+_Option = Tuple[Callable[[nn.Module], bool], str]
+
+
+def _not_identity(name: str) -> Callable[[nn.Module], bool]:
+    return lambda module: not isinstance(getattr(module, name, None), (nn.Identity, type(None)))
+
+
+# Options of an expressed class that this family has no equivalent of: (the module has it, what it is).
+_OPTIONS: Dict[type, Tuple[_Option, ...]] = {
+    Attention: ((_not_identity('q_norm'), 'qk_norm'), (_not_identity('norm'), 'a norm inside attention, scale_norm')),
+    AttentionRope: ((_not_identity('q_norm'), 'qk_norm'), (_not_identity('norm'), 'a norm inside attention')),
+    EvaAttention: ((_not_identity('q_norm'), 'qk_norm'), (_not_identity('norm'), 'a norm inside attention'),
+                   (lambda m: getattr(m, 'gate', None) is not None, 'gated attention'),
+                   (lambda m: getattr(m, 'qkv', None) is None, 'separate q, k and v projections')),
+    Mlp: ((_not_identity('norm'), 'a norm inside the MLP, scale_mlp_norm'),),
+    SwiGLU: ((_not_identity('norm'), 'a norm inside the MLP, scale_mlp_norm'),),
+    GluMlp: ((_not_identity('norm'), 'a norm inside the MLP'),
+             (lambda m: getattr(m, 'gate_last', False) or not isinstance(getattr(m, 'act', None), nn.SiLU),
+              'a gated MLP other than a packed SwiGLU')),
+    PatchEmbed: ((_not_identity('norm'), 'a norm in the patch embedding'),),
+}
+
+
+def _unexpressed(model: nn.Module, parts: FrozenSet[type]) -> List[str]:
+    """Each part of ``model`` not in ``parts``, or with an option ``_OPTIONS`` lists, once per kind: 'where (what)'.
+    What a part that is not ours holds is not looked into (its own classes may share a name with ours)."""
+    found: Dict[str, str] = {}
+    foreign: List[str] = []
+    for where, module in model.named_modules():
+        if any(where.startswith(outer + '.') or not outer for outer in foreign):
+            continue
+        cls = type(module)
+        if cls not in parts:
+            foreign.append(where)
+            what: Optional[str] = f"timm's {cls.__name__}" + (f': {_KNOWN[cls.__name__]}' if cls.__name__ in _KNOWN
+                                                             else '')
+        else:
+            what = next((text for has, text in _OPTIONS.get(cls, ()) if has(module)), None)
+        if what is not None and what not in found:
+            found[what] = where or 'the model'
+    return [f'{where} ({what})' for what, where in found.items()]
+
+
+def refuse_unexpressed(model: nn.Module, parts: FrozenSet[type], arch: str, path: Optional[str]) -> None:
+    """Refuse ``model`` (timm's build of ``arch`` from ``path``'s config) if any of its parts is not in ``parts`` or
+    has an option this family does not express, naming every such part and where it first sits."""
+    found = _unexpressed(model, parts)
+    if found:
+        raise ViTVariantsError(f'{arch} with these model_args has parts SimpleVisionTransformer does not express: '
+                               f'{"; ".join(found)}', path=path, key='architecture')
