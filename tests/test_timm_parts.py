@@ -1,0 +1,63 @@
+"""timm folders of many architectures, built tiny by timm itself and saved with its ``save_for_hf``: each converts
+exactly (verified against timm, and loaded back as a user does) or is refused with one error naming the timm part
+this family does not express and where it sits (timm_parts.refuse_unexpressed), never an internal error text."""
+import pytest
+import timm
+import torch
+from timm.models import save_for_hf
+
+from timm_vit_variants import ViTVariantsError
+from model_probes import load_like_user
+from porting.pipeline import convert
+
+TINY = dict(embed_dim=64, depth=1, num_heads=4)
+TOL = 1e-5
+
+# architecture, extra model_args, what the refusal names (None: converts exactly)
+CASES = [
+    ('vit_little_patch16_reg1_gap_256', {}, None),  # LayerScale, a register, avg pooling with fc_norm
+    ('eva_giant_patch14_224', {}, None),  # EVA-01: timm's Eva, q/v-only bias, no RoPE, avg pooling with fc_norm
+    ('eva_giant_patch14_clip_224', {}, None),  # the same with token pooling
+    ('vit_base_patch16_rpn_224', {}, "blocks.0 (timm's ResPostBlock: post-norm residual blocks"),
+    ('aimv2_large_patch14_224', {}, "blocks.0.mlp (timm's SwiGLU"),
+    ('aimv2_large_patch14_224', {}, "(timm's RmsNorm: RMSNorm in place of LayerNorm)"),
+    ('vit_small_patch16_18x2_224', {}, "blocks.0 (timm's ParallelThingsBlock"),
+    ('vit_base_patch16_xp_224', dict(qk_norm=False), "blocks.0 (timm's ParallelScalingBlock"),
+    ('vit_dlittle_patch16_reg1_gap_256', {}, "blocks.0.attn (timm's DiffAttention: differential attention)"),
+    ('samvit_base_patch16_224', {}, "the model (timm's VisionTransformerSAM: SAM's image encoder, with windowed "
+                                    'attention, decomposed relative positions and a neck)'),
+    ('vit_relpos_small_patch16_224', {}, "the model (timm's VisionTransformerRelPos"),
+    ('eva02_base_patch16_clip_224', {}, 'blocks.0.attn (a norm inside attention)'),
+    ('vit_medium_patch16_rope_reg1_gap_256', {}, "a RoPE outside timm's DINOv3 and RoPE-ViT ports"),
+    ('vit_pe_core_base_patch16_224', {}, "pools by 'map'"),
+]
+
+
+def _folder(tmp_path, arch, extra):
+    args = dict(TINY, **extra)
+    model = timm.create_model(arch, **args).eval()
+    torch.manual_seed(0)
+    for p in model.parameters():
+        torch.nn.init.normal_(p, std=0.1)
+    folder = tmp_path / arch
+    save_for_hf(model, str(folder), model_args=args)
+    return folder, model
+
+
+@pytest.mark.parametrize('arch, extra, part', CASES, ids=[f'{a}-{i}' for i, (a, _, _) in enumerate(CASES)])
+def test_a_timm_architecture_converts_exactly_or_names_the_part(tmp_path, arch, extra, part, max_delta):
+    folder, reference = _folder(tmp_path, arch, extra)
+    if part is not None:
+        with pytest.raises(ViTVariantsError) as info:
+            convert(folder, tmp_path / 'out')
+        message = str(info.value)
+        assert part in message and info.value.key == 'architecture', message
+        assert 'AttributeError' not in message and 'object has no attribute' not in message
+        assert str(folder / 'config.json') in message and len(message.splitlines()) == 1
+        return
+    result = convert(folder, tmp_path / 'out')
+    assert result.verification.status == 'passed', result.verification.summary()
+    x = torch.randn(2, 3, *reference.patch_embed.img_size, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        max_delta(f'timm {arch} folder, converted and loaded as a user does: logits', load_like_user(tmp_path / 'out')(x),
+                  reference(x), TOL)
