@@ -141,6 +141,30 @@ def test_timm_beit_state_dict_and_folder_match_timm(kwargs, tmp_path, capsys, ma
         assert 'verification passed vs timm Beit' in capsys.readouterr().out
 
 
+
+@pytest.mark.parametrize('change, key, evidence', [
+    (dict(num_heads=4), 'model_args.num_heads', 'blocks.0.attn.relative_position_bias_table (124, 2): (rows, heads)'),
+    (dict(use_abs_pos_emb=True), 'model_args.use_abs_pos_emb', 'pos_embed absent'),
+    (dict(qkv_bias=False), 'model_args.qkv_bias', 'blocks.0.attn.q_bias stored'),
+    (dict(init_values=0), 'model_args.init_values', 'blocks.0.gamma_1 stored'),
+])
+def test_a_timm_beit_folder_whose_model_args_contradict_its_tensors_is_refused(change, key, evidence, tmp_path):
+    """Every setting timm builds from a beit* folder's model_args is held against the tensors, so a folder describing
+    another network than its weights is refused naming config.json, the key and the tensor that shows it."""
+    import json
+
+    from timm.models import save_for_hf
+
+    ref, args = _timm_beit()
+    save_for_hf(ref, str(tmp_path / 'folder'), model_args=args)
+    config = json.loads((tmp_path / 'folder' / 'config.json').read_text())
+    config['model_args'].update(change)
+    (tmp_path / 'folder' / 'config.json').write_text(json.dumps(config))
+    with pytest.raises(ViTVariantsError) as info:
+        open_checkpoint(tmp_path / 'folder')
+    assert info.value.key == key and evidence in str(info.value), str(info.value)
+    assert str(tmp_path / 'folder' / 'config.json') in str(info.value)
+
 def _hf_folder(tmp_path, data2vec: bool, classify: bool, **kwargs):
     import transformers
 

@@ -23,6 +23,7 @@ import re
 from typing import AbstractSet, Any, Dict, Optional, Set, Tuple
 
 import torch
+import torch.nn as nn
 
 from ..beit_models import BEIT
 from ..config import SimpleViTConfig
@@ -30,7 +31,7 @@ from .fills import Misfit
 from .hf_dinov3 import q_none_v_bias
 from .preprocessing import assumed_preprocessing
 from .source import Rule, SourceCheckpoint
-from .timm_format import TimmCheckpoint
+from .timm_format import Built, TimmCheckpoint
 
 __all__ = ['BeitCheckpoint', 'TimmBeitCheckpoint', 'is_beit', 'stack_tables', 'expand_table', 'MIM_ONLY']
 
@@ -160,7 +161,36 @@ def _summary(names: Any) -> str:
 
 
 class TimmBeitCheckpoint(BeitCheckpoint):
-    """A timm ``beit*`` folder (``config.json``'s ``architecture``): the tensors are read as a BEiT state dict, and the
-    preprocessing is the folder's ``pretrained_cfg``."""
+    """A timm ``beit*`` folder (``config.json``'s ``architecture``): the tensors are read as a BEiT state dict, held
+    against timm's build of the recorded architecture and model_args (a contradiction is refused, naming the config
+    key and the tensor that shows it), and the preprocessing is the folder's ``pretrained_cfg``."""
     format = 'timm'
     _recorded_preprocessing = TimmCheckpoint._recorded_preprocessing
+    _architecture = TimmCheckpoint._architecture
+    _meta_build = TimmCheckpoint._meta_build
+
+    def _infer(self, hints: Dict[str, Any]) -> SimpleViTConfig:
+        config = super()._infer(hints)
+        arch, args = self._architecture()
+        model = self._meta_build(arch, args)
+        block, p = model.blocks[0], self._prefix
+        table = _SHARED if self._shared else f'blocks.0.{_TABLE}'
+        built = Built(arch, args, model, dict(
+            depth=len(model.blocks), embed_dim=model.embed_dim, mlp_dim=block.mlp.fc1.out_features,
+            num_heads=block.attn.num_heads, qkv_bias=block.attn.q_bias is not None,
+            abs_pos_emb=model.pos_embed is not None, shared_rel_pos_bias=model.rel_pos_bias is not None,
+            layer_scale=block.gamma_1 is not None, fc_norm=not isinstance(model.fc_norm, nn.Identity)),
+            self._classes is not None)
+        local = {n[len(p):] for n in self._candidates()}
+        built.check(self, dict(
+            depth=config.depth, embed_dim=config.embed_dim, mlp_dim=config.mlp_dim, num_heads=config.num_heads,
+            qkv_bias=config.qkv_bias, abs_pos_emb=config.pos_embed.startswith('learn'),
+            shared_rel_pos_bias=self._shared, layer_scale=config.init_values is not None, fc_norm=config.fc_norm,
+            num_classes=config.num_classes), local, evidence=dict(
+            num_heads=f'{p}{table} {self._shape(p + table)}: (rows, heads)',
+            qkv_bias=f'{p}blocks.0.attn.q_bias {"stored" if "blocks.0.attn.q_bias" in local else "absent"}',
+            abs_pos_emb=f'{p}pos_embed {"stored" if "pos_embed" in local else "absent"}',
+            layer_scale=f'{p}blocks.0.gamma_1 {"stored" if "blocks.0.gamma_1" in local else "absent"}',
+            fc_norm=f'{p}fc_norm.weight {"stored" if "fc_norm.weight" in local else "absent"}',
+            shared_rel_pos_bias=f'{p}{_SHARED} {"stored" if self._shared else "absent"}'))
+        return config

@@ -25,7 +25,7 @@ from .preprocessing import assumed_preprocessing, checked_preprocessing, imagene
 from .source import Rule, SourceCheckpoint
 from .timm_parts import VIT_PARTS, refuse_unexpressed
 
-__all__ = ['TimmCheckpoint', 'TimmNaFlexCheckpoint']
+__all__ = ['TimmCheckpoint', 'TimmNaFlexCheckpoint', 'Built']
 
 _BLOCK_RE = re.compile(r'^blocks\.(\d+)\.')
 # create_model kwargs that load weights or configs from elsewhere: never taken from a file's config.
@@ -69,40 +69,52 @@ def _block_facts(block: nn.Module) -> Dict[str, Any]:
     return facts
 
 
-class _Built:
+class Built:
     """A meta-device build of the architecture and model_args a timm config records, held against the tensors.
 
     The settings no tensor records (heads, pooling, activation) are taken from this build, so every setting
-    the tensors do record must agree with it too: a config whose depth, width, MLP or bias disagrees
-    describes another network than the weights.
+    the tensors do record must agree with it too: a config whose depth, width, MLP, bias, tables or pooling
+    disagrees describes another network than the weights. ``dims`` are the settings read off the build, by name.
     """
-    # our name for a dimension -> the timm create_model argument that sets it
-    _ARGS = {'depth': 'depth', 'embed_dim': 'embed_dim', 'mlp_dim': 'mlp_ratio', 'num_classes': 'num_classes',
-             'qkv_bias': 'qkv_bias', 'class_token': 'class_token'}
+    # our name for a setting -> the timm create_model arguments that set it (the first one the config gives is named)
+    _ARGS = {'depth': ('depth',), 'embed_dim': ('embed_dim',), 'mlp_dim': ('mlp_ratio',),
+             'num_classes': ('num_classes',), 'qkv_bias': ('qkv_bias',), 'class_token': ('class_token',),
+             'num_heads': ('num_heads',), 'abs_pos_emb': ('use_abs_pos_emb',),
+             'shared_rel_pos_bias': ('use_shared_rel_pos_bias', 'use_rel_pos_bias'), 'layer_scale': ('init_values',),
+             'fc_norm': ('use_fc_norm', 'global_pool')}
     # tensors the reader checks itself (the table's grid, a patch kernel timm would PI-resize on load)
     _OWN_CHECKS = ('pos_embed', 'patch_embed.proj.weight', 'embeds.pos_embed', 'embeds.proj.weight')
 
-    def __init__(self, arch: str, args: Dict[str, Any], model: nn.Module, classes_recorded: bool) -> None:
-        blocks = model.blocks
-        self.arch, self.args = arch, args
-        self.dims = dict(depth=len(blocks), embed_dim=blocks[0].norm1.normalized_shape[0],
-                         mlp_dim=blocks[0].mlp.fc1.out_features, qkv_bias=blocks[0].attn.qkv.bias is not None,
-                         class_token=getattr(model, 'cls_token', getattr(getattr(model, 'embeds', None), 'cls_token',
-                                                                         None)) is not None)
+    def __init__(self, arch: str, args: Dict[str, Any], model: nn.Module, dims: Dict[str, Any],
+                 classes_recorded: bool) -> None:
+        self.arch, self.args, self.dims = arch, args, dict(dims)
         if classes_recorded:
             self.dims['num_classes'] = model.num_classes
         self.shapes = {k: tuple(v.shape) for k, v in model.state_dict().items()
                        if k not in self._OWN_CHECKS and (classes_recorded or not k.startswith('head.'))}
 
-    def check(self, reader: 'TimmCheckpoint', found: Dict[str, Any], local: set) -> None:
-        """Refuse the first recorded setting the tensors contradict, naming its config key."""
+    @classmethod
+    def of_vit(cls, arch: str, args: Dict[str, Any], model: nn.Module, classes_recorded: bool) -> 'Built':
+        """A VisionTransformer's (or NaFlexVit's) build: depth, width, MLP, qkv bias and [CLS] token."""
+        blocks = model.blocks
+        embeds_cls = getattr(getattr(model, 'embeds', None), 'cls_token', None)
+        return cls(arch, args, model, dict(
+            depth=len(blocks), embed_dim=blocks[0].norm1.normalized_shape[0], mlp_dim=blocks[0].mlp.fc1.out_features,
+            qkv_bias=blocks[0].attn.qkv.bias is not None,
+            class_token=getattr(model, 'cls_token', embeds_cls) is not None), classes_recorded)
+
+    def check(self, reader: SourceCheckpoint, found: Dict[str, Any], local: set,
+              evidence: Optional[Dict[str, str]] = None) -> None:
+        """Refuse the first recorded setting the tensors contradict, naming its config key (and ``evidence``: the
+        tensor that shows the setting, by name)."""
         where = reader._config_path
         for name, built in self.dims.items():
             if found[name] != built:
-                arg = self._ARGS[name]
-                key = f'model_args.{arg}' if arg in self.args else 'architecture'
+                args = [arg for arg in self._ARGS[name] if arg in self.args]
+                key = f'model_args.{args[0]}' if args else 'architecture'
+                shown = f' ({evidence[name]})' if evidence and name in evidence else ''
                 raise ViTVariantsError(f'{self.arch} with these model_args has {name}={built}, but the tensors have '
-                                       f'{name}={found[name]}', path=where, key=key)
+                                       f'{name}={found[name]}{shown}', path=where, key=key)
         for name, shape in sorted(self.shapes.items()):
             if name not in local or reader._shape(reader._prefix + name) != shape:
                 got = reader._shape(reader._prefix + name) if name in local else 'no such tensor'
@@ -198,7 +210,7 @@ class TimmCheckpoint(SourceCheckpoint):
         except ViTVariantsError as e:
             raise ViTVariantsError(str(e), path=self._config_path, key='architecture') from None
         facts = dict(num_heads=blocks[0].attn.num_heads, global_pool=model.global_pool, act_layer=act,
-                     norm_eps=blocks[0].norm1.eps, built=_Built(arch, args, model, self._classes is not None),
+                     norm_eps=blocks[0].norm1.eps, built=Built.of_vit(arch, args, model, self._classes is not None),
                      **_block_facts(blocks[0]))
         if '_clip_' in arch:
             self._clip_note(arch, act)
