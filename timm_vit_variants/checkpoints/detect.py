@@ -32,7 +32,8 @@ from .source import LayoutFn, SourceCheckpoint
 from .stores import NpzStore, TensorStore, open_store
 from .torchscript_store import TorchScriptStore
 from .timm_eva import TimmEvaCheckpoint, is_eva_architecture, is_timm_eva
-from .timm_format import TimmCheckpoint, TimmNaFlexCheckpoint
+from .timm_format import TimmCheckpoint
+from .timm_naflex import TimmNaFlexCheckpoint
 
 __all__ = ['DISPATCH', 'FORMATS', 'HINTS', 'READERS', 'Probe', 'Refuse', 'Route', 'open_checkpoint',
            'detect_format']

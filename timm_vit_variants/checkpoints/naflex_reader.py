@@ -2,7 +2,7 @@
 Dense) and resize one learned table, stored as a grid, to each image's grid.
 
 Each ecosystem's NaFlex reader is a variant of its plain reader on this base: big_vision's NaFlex
-``.npz`` (``flax.BigVisionNaFlexCheckpoint``), timm's ``NaFlexVit`` (``timm_format.TimmNaFlexCheckpoint``)
+``.npz`` (``flax.BigVisionNaFlexCheckpoint``), timm's ``NaFlexVit`` (``timm_naflex.TimmNaFlexCheckpoint``)
 and transformers' SigLIP 2 (``hf_siglip.HFSiglip2Checkpoint``); ``variant`` on the plain reader picks
 it from the file's content.
 """

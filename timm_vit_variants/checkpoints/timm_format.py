@@ -2,11 +2,11 @@
 
 Files: ``.pth``/``.pth.tar``/``.bin`` pickles (raw or wrapped in ``state_dict``/``model``/EMA
 keys, as timm's training script writes them) and ``.safetensors``; or a Hub folder with
-``config.json`` (``architecture`` + ``model_args``) next to its weights; timm ``naflexvit_*`` NaFlexVit
-weights too (the SigLIP 2 NaFlex towers timm hosts). Tensor names are already ours, so every rule but
-NaFlexVit's patch embedding and table is a copy; the work is knowing the architecture: a ``simple_vit_*`` folder's
-config is read back into a ``SimpleViTConfig``; a timm ``vit_*`` one is rebuilt on the meta
-device to read the settings no tensor records; a bare state dict needs the head count.
+``config.json`` (``architecture`` + ``model_args``) next to its weights. Tensor names are already ours, so every
+rule is a copy; the work is knowing the architecture: a ``simple_vit_*`` folder's config is read back into a
+``SimpleViTConfig``; a timm ``vit_*`` one is rebuilt on the meta device (its parts checked by ``timm_parts``) to
+read the settings no tensor records, and held against the tensors (``Built``); a bare state dict needs the head
+count. timm's other families read on this reader: ``timm_naflex`` (NaFlexVit), ``timm_eva`` (Eva), ``beit``.
 """
 import math
 import os
@@ -19,13 +19,11 @@ import torch.nn as nn
 
 from ..config import DATA_CONFIG_KEYS, MODELS, PREPROCESSING_KEYS, SimpleViTConfig, activation_name, heads_for_width
 from ..errors import ViTVariantsError
-from .fills import batched_grid_table, linear_patch_kernel
-from .naflex_reader import NaFlexReader
 from .preprocessing import assumed_preprocessing, checked_preprocessing, imagenet_preprocessing
-from .source import Rule, SourceCheckpoint
+from .source import SourceCheckpoint
 from .timm_parts import VIT_PARTS, refuse_unexpressed
 
-__all__ = ['TimmCheckpoint', 'TimmNaFlexCheckpoint', 'Built']
+__all__ = ['TimmCheckpoint', 'Built']
 
 _BLOCK_RE = re.compile(r'^blocks\.(\d+)\.')
 # create_model kwargs that load weights or configs from elsewhere: never taken from a file's config.
@@ -40,16 +38,6 @@ _UNSUPPORTED = (
     (re.compile(r'\.(attn|mlp)\.norm\.'), 'scale_attn_norm / scale_mlp_norm are not supported'),
 )
 
-# timm NaFlexVit's NaFlexEmbeds under our names: a Linear over P-P-C patches, a (1, G_h, G_w, D) table.
-_NAFLEX_RULES = {
-    'patch_embed.proj.weight': Rule(('{p}embeds.proj.weight',), linear_patch_kernel),
-    'patch_embed.proj.bias': Rule(('{p}embeds.proj.bias',)),
-    'pos_embed': Rule(('{p}embeds.pos_embed',), batched_grid_table),
-    'cls_token': Rule(('{p}embeds.cls_token',)),
-}
-_NAFLEX_KNOWN = {rule.sources[0][len('{p}'):] for rule in _NAFLEX_RULES.values()}
-# NaFlexVit's per-image table resize -> our rule computing the same (antialiased, half-pixel, as timm calls it).
-_NAFLEX_RESAMPLE = {'bilinear': 'flexi', 'bicubic': 'timm'}
 # DeiT v1 (facebookresearch/deit): its releases are ``{'model': state_dict}`` of timm's VisionTransformer, or of its
 # DistilledVisionTransformer (a ``dist_token`` after [CLS], a table with 2 prefix slots, ``head_dist``).
 _DEIT_WHY = ("a state dict does not record its architecture; told by DeiT's {'model': ...} wrapper and its file name "
@@ -198,7 +186,7 @@ class TimmCheckpoint(SourceCheckpoint):
         """Settings no tensor records, read off a meta-device build of a timm ``vit_*`` architecture."""
         model = self._meta_build(arch, args)
         refuse_unexpressed(model, VIT_PARTS, arch, self._config_path)
-        blocks, embeds = model.blocks, getattr(model, 'embeds', None)
+        blocks = model.blocks
         if not len(blocks):
             raise ViTVariantsError(f'{arch} with these model_args has no transformer blocks', path=self._config_path,
                                    key='architecture')
@@ -214,9 +202,14 @@ class TimmCheckpoint(SourceCheckpoint):
                      **_block_facts(blocks[0]))
         if '_clip_' in arch:
             self._clip_note(arch, act)
-        if embeds is not None:
-            return dict(facts, **self._naflex_facts(embeds))
-        return dict(facts, img_size=tuple(model.patch_embed.img_size),
+        return dict(facts, **self._embedding_facts(model, arch))
+
+    def _embedding_facts(self, model: nn.Module, arch: str) -> Dict[str, Any]:
+        """What the patch embedding and table of the build record beyond their tensors."""
+        if getattr(model, 'embeds', None) is not None:
+            raise self._error(f"{arch} is timm's NaFlexVit, whose weights sit under embeds.*, and these have none",
+                              key=self._prefix + 'embeds.proj.weight')
+        return dict(img_size=tuple(model.patch_embed.img_size),
                     pos_embed_cls_slot=not getattr(model, 'no_embed_class', False) and
                     getattr(model, 'cls_token', None) is not None,
                     pos_embed='learn' if getattr(model, 'pos_embed', None) is not None else 'none')
@@ -230,29 +223,6 @@ class TimmCheckpoint(SourceCheckpoint):
                      "model variant for original results'), so this computes what timm's GELU model does, not the "
                      'original; --act-layer quick_gelu gives the original')
         self.notes.append(note)
-
-    def _naflex_facts(self, embeds: nn.Module) -> Dict[str, Any]:
-        """What a NaFlexVit's embedding records beyond its tensors; the options this family does not express refused."""
-        interp = getattr(embeds, 'pos_embed_interp_mode', None)
-        beyond = [(getattr(embeds, 'pos_embed_type', None) != 'learned', 'a position embedding other than one learned '
-                   'table (factorised, none)'),
-                  (interp not in _NAFLEX_RESAMPLE, f'a {interp!r} table resize (bilinear or bicubic are expressed)'),
-                  (not getattr(embeds, 'pos_embed_antialias', True) or getattr(embeds, 'pos_embed_align_corners', False)
-                   or getattr(embeds, 'pos_embed_use_grid_sample', False) or
-                   getattr(embeds, 'pos_embed_ar_preserving', False), 'a table resize other than antialiased, '
-                   'half-pixel and per axis'),
-                  (getattr(embeds, 'norm_input', None) is not None or not isinstance(embeds.norm, nn.Identity),
-                   'a norm in the patch embedding'),
-                  (getattr(embeds, 'enable_patch_interpolator', False), 'its patch-size interpolator'),
-                  (not getattr(embeds, 'is_linear', True) or not getattr(embeds, 'channels_last', True),
-                   'a patch embedding other than a Linear over P-P-C patches')]
-        for refused, what in beyond:
-            if refused:
-                raise ViTVariantsError(f'this NaFlexVit uses {what}, which SimpleVisionTransformer does not express',
-                                       path=self._config_path, key='architecture')
-        (gh, gw), (ph, pw) = embeds.pos_embed_grid_size, embeds.patch_size
-        return dict(patch_size=(ph, pw), in_chans=embeds.in_chans, img_size=(gh * ph, gw * pw),
-                    pos_embed_resample=_NAFLEX_RESAMPLE[interp])
 
     # -- inference --------------------------------------------------------------------------------------
     def _infer(self, hints: Dict[str, Any]) -> SimpleViTConfig:
@@ -476,44 +446,3 @@ class TimmCheckpoint(SourceCheckpoint):
         if dim % int(heads):
             raise self._error(f'width {dim} is not divisible by {heads} heads', key=key)
         return int(heads)
-
-
-class TimmNaFlexCheckpoint(NaFlexReader, TimmCheckpoint):
-    """timm ``NaFlexVit`` weights (the SigLIP 2 NaFlex towers timm hosts): ``NaFlexEmbeds``' Linear over P-P-C
-    patches and its (1, G_h, G_w, D) table, under our names."""
-    RULES = _NAFLEX_RULES
-    KIND = 'NaFlexVit'
-    KERNEL, CLS = 'embeds.proj.weight', 'embeds.cls_token'
-    SETTINGS = dict(TimmCheckpoint.SETTINGS, pos_embed_resample='timm')  # NaFlexVitCfg's default table resize
-    ALWAYS_CROPS = True
-
-    def _refuse_beyond(self, local: set) -> None:
-        foreign = sorted(n for n in local if n.startswith('embeds.') and n not in _NAFLEX_KNOWN)
-        if foreign:
-            raise self._error('a NaFlexVit embedding part this family does not express (register tokens, factorised '
-                              'tables, a patch norm)', key=self._prefix + foreign[0])
-
-    def _patch_kernel(self, facts: Dict[str, Any], hints: Dict[str, Any]) -> Tuple[int, int, int, int]:
-        """(D, C, P, P) of a NaFlexVit's Linear (D, P*P*C): from its architecture, else 3 channels and a square patch
-        assumed (a bare state dict records neither)."""
-        key = self._prefix + self.KERNEL
-        weight = self._shape(key)
-        if len(weight) != 2:
-            raise self._error('a NaFlexVit patch embedding must be a (width, P*P*C) Linear', key=key, shapes=(weight,))
-        dim, flat = weight
-        if not facts.get('patch_size'):
-            patch, in_chans = self._flat_patch(key, flat, weight, hints, "a NaFlexVit state dict's patch kernel is "
-                                               '(width, P*P*C) and records neither P nor C; 3 channels and a square '
-                                               'patch assumed')
-            return dim, in_chans, patch, patch
-        (patch_h, patch_w), in_chans = facts['patch_size'], facts['in_chans']
-        if patch_h * patch_w * in_chans != flat:
-            raise self._error(f'the patch kernel has {flat} inputs, not P*P*C = {patch_h}*{patch_w}*{in_chans} as '
-                              'its architecture says', key=key, shapes=(weight, (dim, 'P*P*C')))
-        return dim, in_chans, patch_h, patch_w
-
-    def _position(self, local: set, dim: int, patch: Tuple[int, int], class_token: bool, facts: Dict[str, Any],
-                  hints: Dict[str, Any]) -> Tuple[str, bool]:
-        """The (1, G_h, G_w, D) table; sets ``self.grid``."""
-        self._check_grid_table(self._prefix + 'embeds.pos_embed', dim, leading=(1,))
-        return 'learn', False

@@ -1,0 +1,90 @@
+"""timm ``NaFlexVit`` weights (the SigLIP 2 NaFlex towers timm hosts, ``naflexvit_*``): ``NaFlexEmbeds``' Linear over
+P-P-C patches and its (1, G_h, G_w, D) table become ours; the blocks are timm's VisionTransformer ones, read as
+``timm_format`` reads them."""
+from typing import Any, Dict, Tuple
+
+import torch.nn as nn
+
+from ..errors import ViTVariantsError
+from .fills import batched_grid_table, linear_patch_kernel
+from .naflex_reader import NaFlexReader
+from .source import Rule
+from .timm_format import TimmCheckpoint
+
+__all__ = ['TimmNaFlexCheckpoint']
+
+# timm NaFlexVit's NaFlexEmbeds under our names: a Linear over P-P-C patches, a (1, G_h, G_w, D) table.
+_NAFLEX_RULES = {
+    'patch_embed.proj.weight': Rule(('{p}embeds.proj.weight',), linear_patch_kernel),
+    'patch_embed.proj.bias': Rule(('{p}embeds.proj.bias',)),
+    'pos_embed': Rule(('{p}embeds.pos_embed',), batched_grid_table),
+    'cls_token': Rule(('{p}embeds.cls_token',)),
+}
+_NAFLEX_KNOWN = {rule.sources[0][len('{p}'):] for rule in _NAFLEX_RULES.values()}
+# NaFlexVit's per-image table resize -> our rule computing the same (antialiased, half-pixel, as timm calls it).
+_NAFLEX_RESAMPLE = {'bilinear': 'flexi', 'bicubic': 'timm'}
+
+
+class TimmNaFlexCheckpoint(NaFlexReader, TimmCheckpoint):
+    """timm ``NaFlexVit`` weights (the SigLIP 2 NaFlex towers timm hosts): ``NaFlexEmbeds``' Linear over P-P-C
+    patches and its (1, G_h, G_w, D) table, under our names."""
+    RULES = _NAFLEX_RULES
+    KIND = 'NaFlexVit'
+    KERNEL, CLS = 'embeds.proj.weight', 'embeds.cls_token'
+    SETTINGS = dict(TimmCheckpoint.SETTINGS, pos_embed_resample='timm')  # NaFlexVitCfg's default table resize
+    ALWAYS_CROPS = True
+
+    def _embedding_facts(self, model: nn.Module, arch: str) -> Dict[str, Any]:
+        """What a NaFlexVit's embedding records beyond its tensors; the options this family does not express refused."""
+        embeds = model.embeds
+        interp = getattr(embeds, 'pos_embed_interp_mode', None)
+        beyond = [(getattr(embeds, 'pos_embed_type', None) != 'learned', 'a position embedding other than one learned '
+                   'table (factorised, none)'),
+                  (interp not in _NAFLEX_RESAMPLE, f'a {interp!r} table resize (bilinear or bicubic are expressed)'),
+                  (not getattr(embeds, 'pos_embed_antialias', True) or getattr(embeds, 'pos_embed_align_corners', False)
+                   or getattr(embeds, 'pos_embed_use_grid_sample', False) or
+                   getattr(embeds, 'pos_embed_ar_preserving', False), 'a table resize other than antialiased, '
+                   'half-pixel and per axis'),
+                  (getattr(embeds, 'norm_input', None) is not None or not isinstance(embeds.norm, nn.Identity),
+                   'a norm in the patch embedding'),
+                  (getattr(embeds, 'enable_patch_interpolator', False), 'its patch-size interpolator'),
+                  (not getattr(embeds, 'is_linear', True) or not getattr(embeds, 'channels_last', True),
+                   'a patch embedding other than a Linear over P-P-C patches')]
+        for refused, what in beyond:
+            if refused:
+                raise ViTVariantsError(f'this NaFlexVit uses {what}, which SimpleVisionTransformer does not express',
+                                       path=self._config_path, key='architecture')
+        (gh, gw), (ph, pw) = embeds.pos_embed_grid_size, embeds.patch_size
+        return dict(patch_size=(ph, pw), in_chans=embeds.in_chans, img_size=(gh * ph, gw * pw),
+                    pos_embed_resample=_NAFLEX_RESAMPLE[interp])
+
+    def _refuse_beyond(self, local: set) -> None:
+        foreign = sorted(n for n in local if n.startswith('embeds.') and n not in _NAFLEX_KNOWN)
+        if foreign:
+            raise self._error('a NaFlexVit embedding part this family does not express (register tokens, factorised '
+                              'tables, a patch norm)', key=self._prefix + foreign[0])
+
+    def _patch_kernel(self, facts: Dict[str, Any], hints: Dict[str, Any]) -> Tuple[int, int, int, int]:
+        """(D, C, P, P) of a NaFlexVit's Linear (D, P*P*C): from its architecture, else 3 channels and a square patch
+        assumed (a bare state dict records neither)."""
+        key = self._prefix + self.KERNEL
+        weight = self._shape(key)
+        if len(weight) != 2:
+            raise self._error('a NaFlexVit patch embedding must be a (width, P*P*C) Linear', key=key, shapes=(weight,))
+        dim, flat = weight
+        if not facts.get('patch_size'):
+            patch, in_chans = self._flat_patch(key, flat, weight, hints, "a NaFlexVit state dict's patch kernel is "
+                                               '(width, P*P*C) and records neither P nor C; 3 channels and a square '
+                                               'patch assumed')
+            return dim, in_chans, patch, patch
+        (patch_h, patch_w), in_chans = facts['patch_size'], facts['in_chans']
+        if patch_h * patch_w * in_chans != flat:
+            raise self._error(f'the patch kernel has {flat} inputs, not P*P*C = {patch_h}*{patch_w}*{in_chans} as '
+                              'its architecture says', key=key, shapes=(weight, (dim, 'P*P*C')))
+        return dim, in_chans, patch_h, patch_w
+
+    def _position(self, local: set, dim: int, patch: Tuple[int, int], class_token: bool, facts: Dict[str, Any],
+                  hints: Dict[str, Any]) -> Tuple[str, bool]:
+        """The (1, G_h, G_w, D) table; sets ``self.grid``."""
+        self._check_grid_table(self._prefix + 'embeds.pos_embed', dim, leading=(1,))
+        return 'learn', False
