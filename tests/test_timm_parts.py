@@ -27,7 +27,7 @@ CASES = [
     ('samvit_base_patch16_224', {}, "the model (timm's VisionTransformerSAM: SAM's image encoder, with windowed "
                                     'attention, decomposed relative positions and a neck)'),
     ('vit_relpos_small_patch16_224', {}, "the model (timm's VisionTransformerRelPos"),
-    ('eva02_base_patch16_clip_224', {}, 'blocks.0.attn (a norm inside attention)'),
+    ('eva02_base_patch16_clip_224', {}, 'blocks.0.attn (a norm inside attention, scale_norm)'),
     ('vit_medium_patch16_rope_reg1_gap_256', {}, "a RoPE outside timm's DINOv3 and RoPE-ViT ports"),
     ('vit_pe_core_base_patch16_224', {}, "pools by 'map'"),
 ]

@@ -48,11 +48,12 @@ _DISTILLED_PREPROCESSING = imagenet_preprocessing(0.9, "not recorded by the chec
 
 
 def _block_facts(block: nn.Module) -> Dict[str, Any]:
-    """LayerScale and a packed SwiGLU (timm's ``init_values``, ``SwiGLUPacked``), read off a built block."""
+    """LayerScale and a packed SwiGLU (timm's ``init_values``, ``SwiGLUPacked``: a ``GluMlp``, which ``timm_parts``
+    lets through only in that form), read off a built block."""
     facts: Dict[str, Any] = {}
     if hasattr(block.ls1, 'gamma'):
         facts['init_values'] = 1.0  # only the initialiser: the stored gamma is loaded
-    if type(block.mlp).__name__ == 'GluMlp' and not block.mlp.gate_last and isinstance(block.mlp.act, nn.SiLU):
+    if type(block.mlp).__name__ == 'GluMlp':
         facts['mlp_layer'] = 'swiglu_packed'
     return facts
 

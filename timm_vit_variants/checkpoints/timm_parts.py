@@ -59,12 +59,12 @@ def _not_identity(name: str) -> Callable[[nn.Module], bool]:
 
 
 # Options of an expressed class that this family has no equivalent of: (the module has it, what it is).
+_ATTENTION: Tuple[_Option, ...] = ((_not_identity('q_norm'), 'qk_norm'),
+                                   (_not_identity('norm'), 'a norm inside attention, scale_norm'))
 _OPTIONS: Dict[type, Tuple[_Option, ...]] = {
-    Attention: ((_not_identity('q_norm'), 'qk_norm'), (_not_identity('norm'), 'a norm inside attention, scale_norm')),
-    AttentionRope: ((_not_identity('q_norm'), 'qk_norm'), (_not_identity('norm'), 'a norm inside attention')),
-    EvaAttention: ((_not_identity('q_norm'), 'qk_norm'), (_not_identity('norm'), 'a norm inside attention'),
-                   (lambda m: getattr(m, 'gate', None) is not None, 'gated attention'),
-                   (lambda m: getattr(m, 'qkv', None) is None, 'separate q, k and v projections')),
+    Attention: _ATTENTION,
+    AttentionRope: _ATTENTION,
+    EvaAttention: _ATTENTION + ((lambda m: getattr(m, 'qkv', None) is None, 'separate q, k and v projections'),),
     Mlp: ((_not_identity('norm'), 'a norm inside the MLP, scale_mlp_norm'),),
     SwiGLU: ((_not_identity('norm'), 'a norm inside the MLP, scale_mlp_norm'),),
     GluMlp: ((_not_identity('norm'), 'a norm inside the MLP'),
