@@ -29,7 +29,7 @@ from timm.layers import trunc_normal_
 
 from .block_context import BlockContext
 from .config import SimpleViTConfig
-from .geometry import Geometry, fit_tensor
+from .geometry import Geometry, fit_tensor, is_capturing
 from .posemb import LearnedPosResampler, PosEncodingGenerator, SinCos2dPosEmbed
 from .relpos import RelPosBias
 from .rope import create_rope
@@ -136,6 +136,38 @@ class PositionsMixin:
         if self.pos_cpe is not None:
             x = self.pos_cpe.after_block(index, x, context.grid, context.tensors, context.sizes)
         return x
+
+    @torch.jit.ignore
+    def _check_positions_cost(self, patches, key: Optional[str]) -> None:
+        """Refuse, before any of it is made, what the schemes would need for ``patches`` beyond ``self.limits`` or
+        the memory there is (relative positions: the bias over the longest sequence, the tables at its grids)."""
+        if self.rel_pos is None or is_capturing():  # a captured graph is made for any size: nothing to decide here
+            return
+        longest = max(patches.counts)
+        if isinstance(longest, torch.fx.Proxy):  # FX's symbolic trace, likewise
+            return
+        i = patches.counts.index(longest)
+        grids = set(patches.grids)
+        what = (f'an image of {longest} patch tokens on a {patches.grids[i][0]}x{patches.grids[i][1]} grid'
+                + (f' (the longest of {len(patches.counts)} images, on {len(grids)} grids)'
+                   if len(patches.counts) > 1 else ''))
+        self.rel_pos.check_cost(longest + self.num_prefix_tokens, grids, patches.tokens.element_size(), self.limits,
+                                what, patches.tokens.device, key)
+
+    @torch.jit.ignore
+    def _check_grid_cost(self, grid: Tuple[int, int]) -> None:
+        """``set_input_size``'s check, before anything changes: the schemes' tensors for a new nominal ``grid``
+        within ``self.limits`` (relative positions: the index and the tables resized to it)."""
+        if self.rel_pos is not None:
+            tables = self.rel_pos.tables
+            self.rel_pos.check_cost(grid[0] * grid[1] + self.num_prefix_tokens, [grid], tables.element_size(),
+                                    self.limits, f'the nominal {grid[0]}x{grid[1]} grid', tables.device)
+
+    @torch.jit.ignore
+    def _pair_bytes(self, itemsize: int) -> int:
+        """Bytes the schemes add to each (query, key) pair of a chunk of packed rows, beside its mask."""
+        schemes = (getattr(self, slot) for slot in SLOTS)
+        return sum(s.pair_bytes(itemsize) for s in schemes if s is not None and hasattr(s, 'pair_bytes'))
 
     @torch.jit.ignore
     def _rows_context(self, chunk, patches, inputs: Dict[str, torch.Tensor], dtype: torch.dtype) -> BlockContext:
