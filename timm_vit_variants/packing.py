@@ -11,9 +11,10 @@ tensors (23x).
 The rows are run in chunks whose mask (rows x capacity^2) fits ``MASK_BUDGET``, each chunk at the length
 of its own longest row, so the mask never grows with the batch: a row whose mask alone would exceed the
 budget holds one sequence (which needs no mask when it fills the row). What else a chunk holds for each
-(query, key) pair counts in the same budget (``pair_bytes``: a relative position bias per head and its index). A sequence marked ``alone`` (an
-image whose tokens are not finite) gets a row of its own: an additive mask gives a masked-out NaN a
-weight of 0, and 0 * NaN is NaN, so no mask can keep it from its row's other images.
+(query, key) pair counts in the same budget (``pair_bytes``: a relative position bias per head and its
+index). A sequence marked ``alone`` (an image whose tokens are not finite) gets a row of its own: an
+additive mask gives a masked-out NaN a weight of 0, and 0 * NaN is NaN, so no mask can keep it from its
+row's other images.
 """
 from dataclasses import dataclass
 from typing import Collection, List, Optional, Sequence

@@ -14,14 +14,16 @@ by the state-dict prefix of what fills it, so saved folders keep their keys (``p
 * ``pos_cpe``, after a block: 'cpe' (``posemb.PosEncodingGenerator``, ``after_block``).
 
 Schemes of packed NaFlex rows also ``prepare_rows`` for each chunk (rotations into the rows, a canvas, an index)
-into the ``BlockContext``, under their slot name. ``PositionsMixin`` is the one code that reads the slots: the
-embedding step, the block loop, the packed-row loop and ``set_input_size`` call it and name no scheme.
+into the ``BlockContext``, under their slot name. A scheme whose cost grows with the input says what a chunk holds
+for it per token pair (``pair_bytes``, counted in the packing budget) and refuses an input or a nominal grid over
+the model's ``limits`` before anything is made (``check_cost``). ``PositionsMixin`` is the one code that reads the
+slots: the embedding step, the block loop, the packed-row loop and ``set_input_size`` call it and name no scheme.
 
 A new scheme: a module with its slot's methods, a builder and a ``SCHEMES`` row (a new kind: a slot in ``SLOTS``
 and a call in ``PositionsMixin``), its ``pos_embed`` values in ``config.POS_EMBEDS``, and, if it owns a tensor that a
 grid change resizes, that key's rule in ``geometry.fit_tensor`` (listed in ``RESIZED_KEYS``).
 """
-from typing import Any, Callable, Dict, List, Optional, Set, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Set, Tuple
 
 import torch
 import torch.nn as nn
@@ -141,27 +143,32 @@ class PositionsMixin:
     def _check_positions_cost(self, patches, key: Optional[str]) -> None:
         """Refuse, before any of it is made, what the schemes would need for ``patches`` beyond ``self.limits`` or
         the memory there is (relative positions: the bias over the longest sequence, the tables at its grids)."""
-        if self.rel_pos is None or is_capturing():  # a captured graph is made for any size: nothing to decide here
-            return
         longest = max(patches.counts)
-        if isinstance(longest, torch.fx.Proxy):  # FX's symbolic trace, likewise
+        if is_capturing() or isinstance(longest, torch.fx.Proxy):  # a graph made for any size: nothing to decide
             return
         i = patches.counts.index(longest)
         grids = set(patches.grids)
         what = (f'an image of {longest} patch tokens on a {patches.grids[i][0]}x{patches.grids[i][1]} grid'
                 + (f' (the longest of {len(patches.counts)} images, on {len(grids)} grids)'
                    if len(patches.counts) > 1 else ''))
-        self.rel_pos.check_cost(longest + self.num_prefix_tokens, grids, patches.tokens.element_size(), self.limits,
-                                what, patches.tokens.device, key)
+        self._check_cost(longest + self.num_prefix_tokens, grids, patches.tokens.element_size(), what,
+                         patches.tokens.device, key)
 
     @torch.jit.ignore
     def _check_grid_cost(self, grid: Tuple[int, int]) -> None:
-        """``set_input_size``'s check, before anything changes: the schemes' tensors for a new nominal ``grid``
-        within ``self.limits`` (relative positions: the index and the tables resized to it)."""
-        if self.rel_pos is not None:
-            tables = self.rel_pos.tables
-            self.rel_pos.check_cost(grid[0] * grid[1] + self.num_prefix_tokens, [grid], tables.element_size(),
-                                    self.limits, f'the nominal {grid[0]}x{grid[1]} grid', tables.device)
+        """``set_input_size``'s check, before anything changes: the schemes' tensors for a new nominal ``grid``."""
+        weight = self.patch_embed.proj.weight
+        self._check_cost(grid[0] * grid[1] + self.num_prefix_tokens, [grid], weight.element_size(),
+                         f'the nominal {grid[0]}x{grid[1]} grid', weight.device, None)
+
+    @torch.jit.ignore
+    def _check_cost(self, longest: int, grids: Iterable[Tuple[int, int]], itemsize: int, what: str,
+                    device: torch.device, key: Optional[str]) -> None:
+        """Each scheme's ``check_cost`` for sequences of up to ``longest`` tokens on ``grids``."""
+        for slot in SLOTS:
+            scheme = getattr(self, slot)
+            if scheme is not None and hasattr(scheme, 'check_cost'):
+                scheme.check_cost(longest, grids, itemsize, self.limits, what, device, key)
 
     @torch.jit.ignore
     def _pair_bytes(self, itemsize: int) -> int:

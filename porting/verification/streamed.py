@@ -30,8 +30,8 @@ from timm_vit_variants.memory import file_mapped_ranges, release_tensor, releasi
 
 from ..sizes import parse_size
 
-__all__ = ['MemoryBudget', 'memory_budget', 'run_bytes', 'Stream', 'streaming', 'materialize', 'streaming_now', 'as_float32', 'loading',
-           'trace_blocks']
+__all__ = ['MemoryBudget', 'memory_budget', 'run_bytes', 'Stream', 'streaming', 'materialize', 'streaming_now',
+           'as_float32', 'loading', 'trace_blocks']
 
 _ALIGN = 64
 
