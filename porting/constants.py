@@ -31,8 +31,8 @@ DTYPES = ('source', 'float32', 'bfloat16', 'float16')
 # The eval-transform choices the CLI offers (a subset of checkpoints.preprocessing's INTERPOLATIONS).
 INTERPOLATIONS = ('bilinear', 'bicubic', 'nearest', 'lanczos')
 CROP_MODES = ('center', 'squash', 'border')
-LIMIT_NAMES = ('depth', 'width', 'mlp', 'heads', 'classes', 'img_size', 'tokens', 'tensor_bytes', 'json_bytes',
-               'inflate_ratio')
+LIMIT_NAMES = ('depth', 'width', 'mlp', 'heads', 'classes', 'img_size', 'tokens', 'tensor_bytes', 'rel_pos_bytes',
+               'json_bytes', 'inflate_ratio')
 
 
 def opset_problem(opset: Any) -> Optional[str]:

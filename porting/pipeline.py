@@ -34,7 +34,7 @@ from .verification import Verification
 from .verification.conversion import loads_as_written, shared_caveats, verify_source, with_tag_facts
 from .verification.open_clip_ref import check_tag_file
 from .verification.references import require_reference
-from .verification.streamed import memory_budget, streaming
+from .verification.streamed import memory_budget, run_bytes, streaming
 
 __all__ = ['ConvertResult', 'convert', 'write_weights', 'source_sha256', 'preprocessing', 'all_finite', 'resize', 'sharded_note']
 
@@ -198,7 +198,8 @@ def convert(source: Union[str, Path], out: Union[str, Path], request: Optional[C
             check_tag_file(src.path, tag, src.format, {name: shape for name, shape, _ in src.inventory()})
         plan = make_plan(src, request.target, limits)
         check_half_range(src, plan)
-        budget = memory_budget(request.memory_budget, SimpleVisionTransformer.state_layout(plan.source))
+        budget = memory_budget(request.memory_budget, SimpleVisionTransformer.state_layout(plan.source),
+                               max(run_bytes(plan.source), run_bytes(plan.target)) if request.verify else 0)
         sha_future = hasher.submit(source_sha256, src.path)  # hashlib releases the GIL on large buffers
         labels = None if plan.changes_head else src.label_names
         data_cfg, assumed_data = preprocessing(src, request.source)
@@ -213,7 +214,7 @@ def convert(source: Union[str, Path], out: Union[str, Path], request: Optional[C
                 with streaming(budget.streams) as stream:
                     verification = verify_source(src, plan, tmp, request.tol, request.progress, tag)
                 verification.notes.append(budget.in_memory_note() if stream is None else
-                                          stream.note(budget.budget, budget.need))
+                                          stream.note(budget.budget, budget.need, budget.run))
                 verification.caveats.extend(shared_caveats(src))
             else:
                 verification = Verification('skipped', reason='--no-verify was given',

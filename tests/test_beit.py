@@ -216,6 +216,15 @@ def test_bad_tables_are_refused(tmp_path):
     with pytest.raises(ViTVariantsError) as e:
         open_checkpoint(tmp_path / 'bad_heads.pth', layout=SimpleVisionTransformer.state_layout)
     assert e.value.key == 'blocks.1.attn.relative_position_bias_table' and 'bad_heads.pth' in str(e.value)
+    shared = torch.load(DATA / 'beit2_pt_shared.pth', weights_only=True)['model']
+    for name, state, key in (('per_block', state, 'blocks.0.attn.relative_position_bias_table'),
+                             ('shared', shared, 'rel_pos_bias.relative_position_bias_table')):
+        no_heads = {k: torch.zeros(v.shape[0], 0) if k.endswith('relative_position_bias_table') else v
+                    for k, v in state.items()}
+        torch.save({'model': no_heads}, tmp_path / f'{name}.pth')
+        with pytest.raises(ViTVariantsError, match='at least one head') as e:
+            open_checkpoint(tmp_path / f'{name}.pth', layout=SimpleVisionTransformer.state_layout)
+        assert e.value.key == key and f'{name}.pth' in str(e.value)
 
 
 def test_published_tag_route_reads_timms_hub_file(tmp_path, max_delta):

@@ -16,7 +16,7 @@ try:
 except ImportError:  # not on Windows
     resource = None
 
-__all__ = ['available_bytes', 'check_fits']
+__all__ = ['available_bytes', 'check_fits', 'gib']
 
 
 def _meminfo_available() -> Optional[int]:
@@ -75,9 +75,10 @@ def check_fits(nbytes: int, what: str, device: Optional[torch.device] = None, ke
     """Refuse, naming the input, when ``what`` would need ``nbytes`` and the device has less available."""
     room = available_bytes(device)
     if nbytes > room:
-        raise ViTVariantsError(f'{what} needs {_gib(nbytes)} and {_gib(room)} is available; refusing before '
+        raise ViTVariantsError(f'{what} needs {gib(nbytes)} and {gib(room)} is available; refusing before '
                                'allocating it', key=key)
 
 
-def _gib(nbytes: int) -> str:
+def gib(nbytes: int) -> str:
+    """A byte count in GiB, as the refusals word it."""
     return f'{nbytes / (1 << 30):.3g} GiB'

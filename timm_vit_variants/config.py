@@ -15,7 +15,7 @@ from .deit_models import DEIT3_ROWS, DEIT_ROWS
 from .dino_models import DINO_ROWS
 from .eva02_models import EVA02_ROWS
 from .errors import ViTVariantsError
-from .limits import DEFAULT_LIMITS, Limits
+from .limits import DEFAULT_LIMITS, Limits, rel_pos_bytes
 
 if TYPE_CHECKING:
     import torch
@@ -447,6 +447,9 @@ class SimpleViTConfig:
         limits.check_dims(path=path, depth=self.depth, width=max(self.embed_dim, self.rep_size or 0),
                           mlp=self.mlp_dim, heads=self.num_heads, classes=self.num_classes,
                           img_size=max(*self.img_size, *self.patch_size), tokens=grid[0] * grid[1] + self.reg_tokens)
+        if self.pos_relpos:  # each block's bias over the nominal grid's tokens, float32
+            limits.check('rel_pos_bytes', rel_pos_bytes(grid[0] * grid[1] + self.num_prefix_tokens, self.num_heads),
+                         path=path)
         return self
 
     # -- JSON round trip --------------------------------------------------------------------------

@@ -3,13 +3,17 @@
 A hostile file can claim any depth, width or size in a few bytes; every reader and the model
 config check the claims against these limits first, so memory and time stay bounded. Each limit
 can be lifted (``Limits(depth=512)``, on the command line ``--limit depth=512``) for a genuinely larger model.
+
+``rel_pos_bytes`` also bounds what one input may cost a model with relative positions (whose bias grows with the
+square of the tokens): the model checks each input against its ``limits`` (``model.limits``, which
+``timm.create_model(..., limits=...)`` sets) before the bias is made.
 """
 from dataclasses import dataclass, fields, replace
 from typing import Iterable, Optional
 
 from .errors import ViTVariantsError
 
-__all__ = ['Limits', 'DEFAULT_LIMITS']
+__all__ = ['Limits', 'DEFAULT_LIMITS', 'rel_pos_bytes']
 
 
 @dataclass(frozen=True)
@@ -24,6 +28,9 @@ class Limits:
     tokens: int = 16384  # a 128x128 grid: 2048 px at patch 16; verification cost grows with its square
     # One tensor of the largest legal shape (width x mlp, float32) fits; anything claiming more is refused.
     tensor_bytes: int = 4 << 30
+    # Relative positions (BEiT) of one input: a block's (heads, S, S) bias and (S, S) index for S tokens, and the
+    # tables resized to its grids. Quadratic in S: 2 GiB holds a BEiT-L at 1024 px (4097 tokens).
+    rel_pos_bytes: int = 2 << 30
     # A JSON config or shard index larger than this is not a config.
     json_bytes: int = 16 << 20
     # Deflated .npz members may claim at most this many times their compressed bytes (floats compress ~1.1x).
@@ -67,6 +74,12 @@ class Limits:
         for name, value in dims.items():
             if value is not None:
                 self.check(name, int(value), path=path, key=key)
+
+
+def rel_pos_bytes(seq_len: int, heads: int, itemsize: int = 4) -> int:
+    """Bytes of one block's relative positions over ``seq_len`` tokens: its (heads, S, S) bias in ``itemsize``-byte
+    floats and the (S, S) int64 index into its table (what ``Limits.rel_pos_bytes`` bounds, with resized tables)."""
+    return seq_len * seq_len * (heads * itemsize + 8)
 
 
 DEFAULT_LIMITS = Limits()

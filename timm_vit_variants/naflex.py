@@ -188,8 +188,9 @@ class NaFlexMixin:
         lengths = [n + self.num_prefix_tokens for n in patches.counts]
         final = torch.empty_like(sequences)
         taken = [torch.empty_like(sequences) for _ in take]
+        itemsize = sequences.element_size()
         for chunk in pack_sequences(lengths, sequences.device, alone=_not_finite(sequences, lengths),
-                                    itemsize=sequences.element_size()):
+                                    pair_bytes=itemsize + self._pair_bytes(itemsize)):
             context = self._rows_context(chunk, patches, inputs, sequences.dtype)
             rows, outs = self._run_blocks(chunk.scatter(sequences), context, take, stop)
             chunk.gather(rows, final)

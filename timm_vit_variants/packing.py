@@ -10,9 +10,11 @@ tensors (23x).
 
 The rows are run in chunks whose mask (rows x capacity^2) fits ``MASK_BUDGET``, each chunk at the length
 of its own longest row, so the mask never grows with the batch: a row whose mask alone would exceed the
-budget holds one sequence (which needs no mask when it fills the row). A sequence marked ``alone`` (an
-image whose tokens are not finite) gets a row of its own: an additive mask gives a masked-out NaN a
-weight of 0, and 0 * NaN is NaN, so no mask can keep it from its row's other images.
+budget holds one sequence (which needs no mask when it fills the row). What else a chunk holds for each
+(query, key) pair counts in the same budget (``pair_bytes``: a relative position bias per head and its
+index). A sequence marked ``alone`` (an image whose tokens are not finite) gets a row of its own: an
+additive mask gives a masked-out NaN a weight of 0, and 0 * NaN is NaN, so no mask can keep it from its
+row's other images.
 """
 from dataclasses import dataclass
 from typing import Collection, List, Optional, Sequence
@@ -21,7 +23,7 @@ import torch
 
 __all__ = ['MASK_BUDGET', 'PackedRows', 'pack_sequences']
 
-MASK_BUDGET = 256 << 20  # bytes of one chunk's attention mask; the attention scores are at most heads x this
+MASK_BUDGET = 256 << 20  # bytes of one chunk's attention mask and per-pair inputs; the scores are at most heads x this
 
 
 @dataclass
@@ -69,11 +71,12 @@ class PackedRows:
         return mask.masked_fill_(~allowed, float('-inf'))[:, None]
 
 
-def pack_sequences(lengths: Sequence[int], device=None, *, alone: Collection[int] = (), itemsize: int = 4,
+def pack_sequences(lengths: Sequence[int], device=None, *, alone: Collection[int] = (), pair_bytes: int = 4,
                    budget: int = MASK_BUDGET) -> List[PackedRows]:
     """Pack sequences of ``lengths`` into rows by first-fit decreasing, in chunks whose mask fits ``budget`` bytes.
 
-    Sequences in ``alone`` get a row each; ``itemsize`` is the mask's bytes per element (the model's dtype).
+    Sequences in ``alone`` get a row each; ``pair_bytes`` is what a chunk holds per (query, key) pair: the mask's
+    element (the model's dtype) and the position schemes' per-pair inputs.
     """
     capacity = max(lengths)
     alone = set(alone)
@@ -89,7 +92,7 @@ def pack_sequences(lengths: Sequence[int], device=None, *, alone: Collection[int
         free[row] -= lengths[i]
     for members in shared:  # a row whose mask alone is over budget: its sequences each take a row instead
         used = sum(lengths[i] for i in members)
-        rows.extend([[i] for i in members] if len(members) > 1 and used * used * itemsize > budget else [members])
+        rows.extend([[i] for i in members] if len(members) > 1 and used * used * pair_bytes > budget else [members])
     rows.sort(key=lambda members: -sum(lengths[i] for i in members))
 
     starts = [0] * len(lengths)
@@ -100,7 +103,7 @@ def pack_sequences(lengths: Sequence[int], device=None, *, alone: Collection[int
     while first < len(rows):
         width = sum(lengths[i] for i in rows[first])
         last = first + 1
-        while last < len(rows) and (last - first + 1) * width * width * itemsize <= budget:
+        while last < len(rows) and (last - first + 1) * width * width * pair_bytes <= budget:
             last += 1
         chunks.append(_chunk(rows[first:last], width, lengths, starts, device))
         first = last

@@ -14,14 +14,16 @@ by the state-dict prefix of what fills it, so saved folders keep their keys (``p
 * ``pos_cpe``, after a block: 'cpe' (``posemb.PosEncodingGenerator``, ``after_block``).
 
 Schemes of packed NaFlex rows also ``prepare_rows`` for each chunk (rotations into the rows, a canvas, an index)
-into the ``BlockContext``, under their slot name. ``PositionsMixin`` is the one code that reads the slots: the
-embedding step, the block loop, the packed-row loop and ``set_input_size`` call it and name no scheme.
+into the ``BlockContext``, under their slot name. A scheme whose cost grows with the input says what a chunk holds
+for it per token pair (``pair_bytes``, counted in the packing budget) and refuses an input or a nominal grid over
+the model's ``limits`` before anything is made (``check_cost``). ``PositionsMixin`` is the one code that reads the
+slots: the embedding step, the block loop, the packed-row loop and ``set_input_size`` call it and name no scheme.
 
 A new scheme: a module with its slot's methods, a builder and a ``SCHEMES`` row (a new kind: a slot in ``SLOTS``
 and a call in ``PositionsMixin``), its ``pos_embed`` values in ``config.POS_EMBEDS``, and, if it owns a tensor that a
 grid change resizes, that key's rule in ``geometry.fit_tensor`` (listed in ``RESIZED_KEYS``).
 """
-from typing import Any, Callable, Dict, List, Optional, Set, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Set, Tuple
 
 import torch
 import torch.nn as nn
@@ -29,7 +31,7 @@ from timm.layers import trunc_normal_
 
 from .block_context import BlockContext
 from .config import SimpleViTConfig
-from .geometry import Geometry, fit_tensor
+from .geometry import Geometry, fit_tensor, is_capturing
 from .posemb import LearnedPosResampler, PosEncodingGenerator, SinCos2dPosEmbed
 from .relpos import RelPosBias
 from .rope import create_rope
@@ -136,6 +138,43 @@ class PositionsMixin:
         if self.pos_cpe is not None:
             x = self.pos_cpe.after_block(index, x, context.grid, context.tensors, context.sizes)
         return x
+
+    @torch.jit.ignore
+    def _check_positions_cost(self, patches, key: Optional[str]) -> None:
+        """Refuse, before any of it is made, what the schemes would need for ``patches`` beyond ``self.limits`` or
+        the memory there is (relative positions: the bias over the longest sequence, the tables at its grids)."""
+        longest = max(patches.counts)
+        if is_capturing() or isinstance(longest, torch.fx.Proxy):  # a graph made for any size: nothing to decide
+            return
+        i = patches.counts.index(longest)
+        grids = set(patches.grids)
+        what = (f'an image of {longest} patch tokens on a {patches.grids[i][0]}x{patches.grids[i][1]} grid'
+                + (f' (the longest of {len(patches.counts)} images, on {len(grids)} grids)'
+                   if len(patches.counts) > 1 else ''))
+        self._check_cost(longest + self.num_prefix_tokens, grids, patches.tokens.element_size(), what,
+                         patches.tokens.device, key)
+
+    @torch.jit.ignore
+    def _check_grid_cost(self, grid: Tuple[int, int]) -> None:
+        """``set_input_size``'s check, before anything changes: the schemes' tensors for a new nominal ``grid``."""
+        weight = self.patch_embed.proj.weight
+        self._check_cost(grid[0] * grid[1] + self.num_prefix_tokens, [grid], weight.element_size(),
+                         f'the nominal {grid[0]}x{grid[1]} grid', weight.device, None)
+
+    @torch.jit.ignore
+    def _check_cost(self, longest: int, grids: Iterable[Tuple[int, int]], itemsize: int, what: str,
+                    device: torch.device, key: Optional[str]) -> None:
+        """Each scheme's ``check_cost`` for sequences of up to ``longest`` tokens on ``grids``."""
+        for slot in SLOTS:
+            scheme = getattr(self, slot)
+            if scheme is not None and hasattr(scheme, 'check_cost'):
+                scheme.check_cost(longest, grids, itemsize, self.limits, what, device, key)
+
+    @torch.jit.ignore
+    def _pair_bytes(self, itemsize: int) -> int:
+        """Bytes the schemes add to each (query, key) pair of a chunk of packed rows, beside its mask."""
+        schemes = (getattr(self, slot) for slot in SLOTS)
+        return sum(s.pair_bytes(itemsize) for s in schemes if s is not None and hasattr(s, 'pair_bytes'))
 
     @torch.jit.ignore
     def _rows_context(self, chunk, patches, inputs: Dict[str, torch.Tensor], dtype: torch.dtype) -> BlockContext:

@@ -12,24 +12,56 @@ its attention mask; packed NaFlex rows get each image's own bias block-diagonall
 images, so every image is attended as if it were alone. Biases are made one layer at a time, inside the block loop,
 so memory holds one layer's. Resizing the nominal table itself (a conversion, ``set_input_size``) follows the
 model's ``rel_pos_resample`` rule, in ``geometry.fit_tensor``.
+
+The cost grows with the square of an image's tokens (and a NaFlex image's table with its grid's extent), so
+``check_cost`` refuses an input whose bias, index and resized tables would exceed ``Limits.rel_pos_bytes`` or the
+memory there is, before any of it is made; the index is computed from the tokens' (y, x) alone, never for a whole
+grid a sparse NaFlex image merely spans. Packed rows count each chunk's bias in the packing budget (``pair_bytes``).
 """
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, Iterable, List, Optional, Tuple
 
 import torch
 import torch.nn as nn
 from timm.layers import register_notrace_module
-from timm.models.beit import gen_relative_position_index
 
+from .capacity import check_fits, gib
+from .errors import ViTVariantsError
 from .geometry import is_capturing
+from .limits import Limits, rel_pos_bytes
+from .posemb import grid_coords
 from .relpos_resize import table_rows, timm_resize_table
 
-__all__ = ['RelPosBias']
+__all__ = ['RelPosBias', 'relative_index']
+
+
+def relative_index(coords: torch.Tensor, grid: Tuple[int, int], out: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """The (1 + n, 1 + n) index into a ``grid``'s table of [CLS] and n patch tokens at (y, x) ``coords``: timm's
+    ``gen_relative_position_index`` at those tokens' rows and columns (all of a grid's, row-major, give it whole).
+
+    Made in place in ``out`` (or a new tensor), from the coordinates alone: no memory beyond the index itself.
+    """
+    n = coords.shape[0]
+    rows, (grid_h, grid_w) = table_rows(grid), grid
+    index = coords.new_empty(n + 1, n + 1) if out is None else out
+    y, x = coords[:, 0], coords[:, 1]
+    body = index[1:, 1:]
+    body.copy_(y[:, None].expand(n, n)).sub_(y[None, :]).add_(grid_h - 1).mul_(2 * grid_w - 1)
+    body.add_(x[:, None]).sub_(x[None, :]).add_(grid_w - 1)
+    index[0, :] = rows - 3  # [CLS] to token
+    index[:, 0] = rows - 2  # token to [CLS]
+    index[0, 0] = rows - 1
+    return index
+
+
+def _grid_index(grid: Tuple[int, int], device: Optional[torch.device]) -> torch.Tensor:
+    """A whole grid's (1 + N, 1 + N) index."""
+    return relative_index(grid_coords(grid[0], grid[1], device), grid)
 
 
 def _bias(table: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-    """(heads, S, S) bias of a (entries, heads) table at an (S, S) index, as timm's Beit ``_get_rel_pos_bias``."""
-    size = index.shape[0]
-    return table[index.view(-1)].view(size, size, -1).permute(2, 0, 1).contiguous()
+    """(heads, *index.shape) bias of a (entries, heads) table at an index, as timm's Beit ``_get_rel_pos_bias``
+    (gathered straight into that layout: no second copy)."""
+    return table.t()[:, index]
 
 
 @register_notrace_module
@@ -43,7 +75,7 @@ class RelPosBias(nn.Module):
         self.grid_size = (int(grid_size[0]), int(grid_size[1]))
         self.tables = nn.Parameter(torch.zeros(depth, table_rows(self.grid_size), num_heads, device=device,
                                                dtype=dtype))  # BEiT's and timm's zero init
-        self.register_buffer('index', gen_relative_position_index(self.grid_size, device=device), persistent=False)
+        self.register_buffer('index', _grid_index(self.grid_size, device), persistent=False)
         self._cache: Dict[Tuple[int, int], Tuple[tuple, torch.Tensor, torch.Tensor]] = {}
 
     def set_grid_size(self, grid_size: Tuple[int, int]) -> None:
@@ -60,7 +92,7 @@ class RelPosBias(nn.Module):
     def init_non_persistent_buffers(self) -> None:
         """Rebuild the index where it lives; on the meta device (a meta-device build), on the CPU."""
         device = None if self.index.device.type == 'meta' else self.index.device
-        self.index = gen_relative_position_index(self.grid_size, device=device)
+        self.index = _grid_index(self.grid_size, device)
         self._cache = {}
 
     def forward(self, layer: int, grid_h: int, grid_w: int) -> torch.Tensor:
@@ -86,7 +118,7 @@ class RelPosBias(nn.Module):
         """Block ``layer``'s table resized to another grid by timm's rule, and that grid's index."""
         grid = (int(grid_h), int(grid_w))
         return (timm_resize_table(self.tables[layer], self.grid_size, grid),
-                gen_relative_position_index(grid, device=self.tables.device))
+                _grid_index(grid, self.tables.device))
 
     @torch.jit.ignore
     def _at_grid(self, layer: int, grid_h: int, grid_w: int) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -101,49 +133,72 @@ class RelPosBias(nn.Module):
         if hit is None or hit[0] != tag:
             with torch.no_grad():
                 resized = torch.stack([timm_resize_table(t, self.grid_size, grid) for t in tables.detach()])
-            hit = (tag, resized, gen_relative_position_index(grid, device=tables.device))
+            hit = (tag, resized, _grid_index(grid, tables.device))
             self._cache[grid] = hit
         return hit[1][layer], hit[2]
+
+    @torch.jit.ignore
+    def pair_bytes(self, itemsize: int) -> int:
+        """Bytes this scheme adds to each (query, key) pair of a chunk of packed rows: its bias and its index."""
+        return rel_pos_bytes(1, self.tables.shape[2], itemsize)
+
+    @torch.jit.ignore
+    def check_cost(self, longest: int, grids: Iterable[Tuple[int, int]], itemsize: int, limits: Limits, what: str,
+                   device: Optional[torch.device] = None, key: Optional[str] = None) -> None:
+        """Refuse, before any of it is made, relative positions for ``what`` that would need more than
+        ``limits.rel_pos_bytes`` or the memory there is: each block's bias and index over the ``longest`` sequence,
+        and the tables resized to the ``grids`` other than the nominal one (made per block, then stacked)."""
+        depth, _, heads = self.tables.shape
+        bias = rel_pos_bytes(longest, heads, itemsize)
+        other = {(int(g[0]), int(g[1])) for g in grids} - {self.grid_size}
+        tables = 2 * depth * heads * itemsize * sum(table_rows(g) for g in other)
+        need = bias + tables
+        if need > limits.rel_pos_bytes:
+            raise ViTVariantsError(
+                f'relative positions for {what} need {gib(need)} (a {heads}-head bias and its index over {longest} '
+                f'tokens, {gib(bias)}; the tables resized to {len(other)} other grid(s), {gib(tables)}), more than '
+                f'the rel_pos_bytes limit of {gib(limits.rel_pos_bytes)}; refusing before making them (give fewer '
+                f'patches or a smaller grid, or lift the model\'s limits.rel_pos_bytes to {need})', key=key,
+                needs=f'limit:rel_pos_bytes={need}')
+        check_fits(need, f'relative positions for {what}', device, key)
 
     @torch.jit.ignore
     def prepare_rows(self, chunk, patches, inputs: Dict[str, torch.Tensor], tensors: Dict[str, torch.Tensor],
                      sizes: Dict[str, List[int]]) -> None:
         """The chunk's (rows, capacity, capacity) index into the concatenated tables of its images' grids.
 
-        Each image's block is its grid's index at its tokens' places ([CLS] first, then 1 + y * gw + x), offset
-        to its grid's table in the concatenation; pairs across images or with empty slots take entry 0 (the
-        rows' mask gives them -inf, or an empty slot attends to itself alone).
+        Each image's block is its tokens' index ([CLS] first, then its patches; ``relative_index``), offset to its
+        grid's table in the concatenation; pairs across images or with empty slots take entry 0 (the rows' mask
+        gives them -inf, or an empty slot attends to itself alone).
         """
-        grids: Dict[Tuple[int, int], Tuple[int, torch.Tensor]] = {}  # grid -> (its table's offset, its index)
+        offsets: Dict[Tuple[int, int], int] = {}  # grid -> its table's offset in the concatenation
         total = 0
-        device = patches.coords.device
-        index = torch.zeros(chunk.rows, chunk.capacity, chunk.capacity, dtype=torch.long, device=device)
+        index = torch.zeros(chunk.rows, chunk.capacity, chunk.capacity, dtype=torch.long, device=patches.coords.device)
         coords = patches.coords.split(patches.counts)
         start = 0
         for i in chunk.images:
             grid = tuple(patches.grids[i])
-            if grid not in grids:
-                grids[grid] = (total, gen_relative_position_index(grid, device=device))
+            if grid not in offsets:
+                offsets[grid] = total
                 total += table_rows(grid)
-            offset, full = grids[grid]
-            places = torch.cat([coords[i].new_zeros(1), 1 + coords[i][:, 0] * grid[1] + coords[i][:, 1]])
-            slots = chunk.flat_index[start:start + len(places)]
-            start += len(places)
-            row, first = divmod(int(slots[0]), chunk.capacity)
-            last = first + len(places)
-            index[row, first:last, first:last] = full[places][:, places] + offset
+            length = 1 + patches.counts[i]
+            row, first = divmod(int(chunk.flat_index[start]), chunk.capacity)
+            start += length
+            relative_index(coords[i], grid, out=index[row, first:first + length, first:first + length]).add_(
+                offsets[grid])
         tensors['rel_pos'] = index
-        sizes['rel_pos'] = [v for grid in grids for v in grid]
+        sizes['rel_pos'] = [v for grid in offsets for v in grid]
 
     @torch.jit.ignore
     def _rows_bias(self, layer: int, mask: Optional[torch.Tensor], tensors: Dict[str, torch.Tensor],
                    sizes: Dict[str, List[int]]) -> torch.Tensor:
-        """Block ``layer``'s (rows, heads, capacity, capacity) bias of a chunk of packed rows, plus its mask."""
+        """Block ``layer``'s (rows, heads, capacity, capacity) bias of a chunk of packed rows, plus its mask (added in
+        place: one tensor of the chunk's bias is all it holds)."""
         flat = sizes['rel_pos']
         tables = []
         for k in range(0, len(flat), 2):
             grid_h, grid_w = flat[k], flat[k + 1]
             tables.append(self.tables[layer] if (grid_h, grid_w) == self.grid_size else
                           self._at_grid(layer, grid_h, grid_w)[0])
-        bias = torch.cat(tables)[tensors['rel_pos']].permute(0, 3, 1, 2)
-        return bias if mask is None else mask + bias
+        bias = _bias(torch.cat(tables), tensors['rel_pos']).transpose(0, 1)
+        return bias if mask is None else bias.add_(mask)

@@ -228,6 +228,7 @@ def create_simple_vit(variant: str, pretrained: bool = False, **kwargs: Any) -> 
         pretrained,
         pretrained_filter_fn=checkpoint_filter_fn,
         feature_cfg=dict(out_indices=out_indices, feature_cls='getter'),
+        limits=limits,  # what one input may cost the model, too (relative positions)
         **dict(MODELS[variant].kwargs, **kwargs),
     )
 

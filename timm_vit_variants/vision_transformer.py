@@ -27,6 +27,7 @@ from .checkpoints import load_into_model
 from .config import SimpleViTConfig, TensorSpec
 from .errors import ViTVariantsError
 from .geometry import Geometry, check_fit
+from .limits import DEFAULT_LIMITS, Limits
 from .block_context import BlockContext
 from .embedding import EmbeddingMixin
 from .naflex import NaFlexMixin, Patches, drop_tokens, is_naflex
@@ -114,20 +115,26 @@ class SimpleVisionTransformer(EmbeddingMixin, NaFlexMixin, PositionsMixin, nn.Mo
     ``timm.create_model`` calls it); ``model.config`` always describes the model as it is now.
     """
 
+    limits = DEFAULT_LIMITS  # what one input may cost (``Limits.rel_pos_bytes``); an instance may lift it
+
     def __init__(
             self,
             config: Optional[SimpleViTConfig] = None,
             *,
             device=None,
             dtype=None,
+            limits: Optional[Limits] = None,
             **kwargs: Any,
     ) -> None:
         """
         Args:
             config: The settings; when None, ``kwargs`` are ``SimpleViTConfig`` fields (unknown ones raise TypeError).
             device, dtype: Where and in what dtype to create the parameters (e.g. 'meta').
+            limits: What one input may cost (``Limits.rel_pos_bytes``); ``DEFAULT_LIMITS`` when None.
         """
         super().__init__()
+        if limits is not None:
+            self.limits = limits
         if config is None:
             config = SimpleViTConfig(**kwargs)
         elif kwargs:
@@ -326,6 +333,7 @@ class SimpleVisionTransformer(EmbeddingMixin, NaFlexMixin, PositionsMixin, nn.Mo
             patch_size=self.config.patch_size if patch_size is None else patch_size)
         after = Geometry.of(config)
         check_fit(before, after)
+        self._check_grid_cost(after.grid)
         self.config = config
         self.patch_embed.set_input_size(img_size=self.config.img_size, patch_size=self.config.patch_size)
         self._fit_positions(before, after)
@@ -348,10 +356,13 @@ class SimpleVisionTransformer(EmbeddingMixin, NaFlexMixin, PositionsMixin, nn.Mo
                 patches = self._naflex_patches(x)
                 if self.training and self.config.patch_drop_rate > 0:
                     patches = drop_tokens(patches, self.config.patch_drop_rate)
+                self._check_positions_cost(patches, 'patch_coord' if isinstance(x, dict) else None)
                 sequences, inputs = self._embed(patches)
                 final, taken = self._run_packed(sequences[0], patches, inputs, take, stop)
                 return final, taken, patches, None
         patches = self._patches(x)
+        if not torch.jit.is_scripting():
+            self._check_positions_cost(patches, None)
         x, inputs = self._embed(patches)
         grid = [patches.grids[0][0], patches.grids[0][1]]
         sizes: Dict[str, List[int]] = {}

@@ -201,8 +201,8 @@ def add_safety_args(parser: argparse.ArgumentParser) -> None:
     """--limit: lift the sanity bounds on what a source may claim."""
     parser.add_argument('--limit', action='append', metavar='NAME=N', default=None, type=limit_arg,
                         help='lift a sanity limit on what the source may claim, e.g. --limit depth=512 (repeatable; '
-                             'names: depth, width, mlp, heads, classes, img_size, tokens, tensor_bytes, json_bytes, '
-                             'inflate_ratio; see docs/porting.md#safety)')
+                             'names: depth, width, mlp, heads, classes, img_size, tokens, tensor_bytes, '
+                             'rel_pos_bytes, json_bytes, inflate_ratio; see docs/porting.md#safety)')
 
 
 def add_output_args(parser: argparse.ArgumentParser) -> None:

@@ -15,7 +15,6 @@ both modes: the same networks compute the same numbers, only where the weights l
 import contextlib
 import contextvars
 import math
-import os
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple, Union
 
@@ -23,13 +22,16 @@ import torch
 import torch.nn as nn
 
 from timm_vit_variants import SimpleVisionTransformer
+from timm_vit_variants.capacity import available_bytes
+from timm_vit_variants.config import SimpleViTConfig
 from timm_vit_variants.errors import ViTVariantsError
+from timm_vit_variants.limits import rel_pos_bytes
 from timm_vit_variants.memory import file_mapped_ranges, release_tensor, releasing, scratch
 
 from ..sizes import parse_size
 
-__all__ = ['MemoryBudget', 'memory_budget', 'Stream', 'streaming', 'materialize', 'streaming_now', 'as_float32', 'loading',
-           'trace_blocks']
+__all__ = ['MemoryBudget', 'memory_budget', 'run_bytes', 'Stream', 'streaming', 'materialize', 'streaming_now',
+           'as_float32', 'loading', 'trace_blocks']
 
 _ALIGN = 64
 
@@ -43,11 +45,12 @@ class Stream:
     worst: float = 0.0
     worst_block: Optional[int] = None
 
-    def note(self, budget: int, need: int) -> str:
+    def note(self, budget: int, need: int, run: int = 0) -> str:
         where = (f'{self.compared} blocks compared as ours ran, max|d| {self.worst:.2e} (block {self.worst_block})'
                  if self.compared else 'no block outputs to compare (the reference is not a timm network)')
-        return (f'streamed verification (a float32 copy of the model, {_gb(need)}, is over the {_gb(budget)} memory '
-                f'budget): both run block by block from mapped weights; {where}')
+        with_run = f' with its run, {_gb(run)},' if run else ''
+        return (f'streamed verification (a float32 copy of the model, {_gb(need)},{with_run} is over the '
+                f'{_gb(budget)} memory budget): both run block by block from mapped weights; {where}')
 
 
 _STREAM: contextvars.ContextVar[Optional[Stream]] = contextvars.ContextVar('vit_port_stream', default=None)
@@ -63,37 +66,40 @@ def _gb(n: int) -> str:
 
 @dataclass(frozen=True)
 class MemoryBudget:
-    """How much verification may hold, and what holding both models in memory would take."""
+    """How much verification may hold: what holding both models in memory would take (``need``), and what one
+    network's run holds beyond its weights in either mode (``run``, ``run_bytes``)."""
     budget: int
     need: int
+    run: int = 0
 
     @property
     def streams(self) -> bool:
-        return self.need > self.budget
+        return self.need + self.run > self.budget
 
     def in_memory_note(self) -> str:
-        return f'verified in memory (a float32 copy of the model, {_gb(self.need)}, is within the ' \
+        run = f' and its run, {_gb(self.run)},' if self.run else ''
+        return f'verified in memory (a float32 copy of the model, {_gb(self.need)},{run} is within the ' \
                f'{_gb(self.budget)} memory budget)'
 
 
-def _available() -> int:
-    """MemAvailable from /proc/meminfo (bytes); the physical memory where that cannot be read."""
-    try:
-        with open('/proc/meminfo') as meminfo:
-            for line in meminfo:
-                if line.startswith('MemAvailable:'):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES')
+def run_bytes(config: SimpleViTConfig) -> int:
+    """What one network's run at ``config``'s geometry holds beyond its weights, which streaming cannot shed: with
+    relative positions over S tokens, each block's (S, S) int64 index that the reference (timm's ``Beit``) keeps,
+    and the most held beside them: timm's ``gen_relative_position_index`` building one (six (S, S) int64 tensors
+    at its peak), or one block's bias with its copy (gathered, then laid out per head). Nothing for other schemes."""
+    if not config.pos_relpos:
+        return 0
+    pairs = (config.grid_size[0] * config.grid_size[1] + config.num_prefix_tokens) ** 2
+    return config.depth * 8 * pairs + max(48 * pairs, 2 * rel_pos_bytes(1, config.num_heads) * pairs)
 
 
-def memory_budget(requested: Union[None, str, int], layout: List[Any]) -> MemoryBudget:
+def memory_budget(requested: Union[None, str, int], layout: List[Any], run: int = 0) -> MemoryBudget:
     """The budget (``requested``, else half the available memory) and the in-memory need of a check: one
     float32 copy of the model, the most either side holds on the heap in memory (a half-precision model's
-    upcast, transformers' own loader); the two models never run at the same time."""
+    upcast, transformers' own loader); the two models never run at the same time. ``run`` (``run_bytes`` at the
+    geometries checked) is held in either mode: over the budget, the check is refused before any work."""
     if requested is None:
-        budget = _available() // 2
+        budget = available_bytes() // 2
     elif isinstance(requested, bool) or not isinstance(requested, (int, str)):
         raise ViTVariantsError(f'memory_budget must be a size such as 8GB, got {requested!r}', key='memory_budget')
     else:
@@ -104,7 +110,12 @@ def memory_budget(requested: Union[None, str, int], layout: List[Any]) -> Memory
         if budget <= 0:
             raise ViTVariantsError(f'memory_budget must be at least one byte, got {requested!r}', key='memory_budget')
     fp32 = 4 * sum(math.prod(shape) for _, shape, _ in layout)
-    return MemoryBudget(budget, fp32)
+    if run > budget:
+        raise ViTVariantsError(f'verification would hold {_gb(run)} beyond the weights (the relative position index of '
+                               f"each of the reference's blocks, and a block's bias), over the {_gb(budget)} memory "
+                               'budget; refusing before any work (raise --memory-budget, or give --no-verify)',
+                               key='memory_budget')
+    return MemoryBudget(budget, fp32, run)
 
 
 @contextlib.contextmanager

@@ -108,9 +108,9 @@ class BeitCheckpoint(SourceCheckpoint):
         table_key = p + (_SHARED if self._shared else f'blocks.0.{_TABLE}')
         shape = self._shape(table_key)
         side = table_grid(shape[0]) if len(shape) == 2 else None
-        if side is None:
-            raise self._error('a BEiT relative position table must be ((2g-1)^2 + 3, heads) for a g x g grid',
-                              key=table_key, shapes=(shape,))
+        if side is None or shape[1] < 1:
+            raise self._error('a BEiT relative position table must be ((2g-1)^2 + 3, heads) for a g x g grid and '
+                              'at least one head', key=table_key, shapes=(shape,))
         heads = shape[1]
         for i in range(0 if self._shared else depth):
             other = self._shape(f'{p}blocks.{i}.{_TABLE}')
