@@ -421,7 +421,7 @@ class TimmCheckpoint(SourceCheckpoint):
             recorded['global_pool'] = 'map'
             self._check_attn_pool(self._prefix, dim, mlp_dim)
         # timm builds every ViT with a norm_pre (its CLIP towers) with nn.LayerNorm's eps
-        settings = dict(self.SETTINGS, norm_eps=1e-5) if self._prefix + 'norm_pre.weight' in local else self.SETTINGS
+        settings = dict(self.SETTINGS, norm_eps=1e-5) if 'norm_pre.weight' in local else self.SETTINGS
         for name, default in settings.items():
             if name not in recorded:
                 default = default or ('token' if class_token else 'avg')
