@@ -6,6 +6,7 @@ names (``clip_models.clip_tag_open_clip``), its tensors loaded by open_clip with
 tag has no reference: nothing but our own inference would say its architecture. ``check_tag_file`` refuses a tag's
 file that does not fit that config before any work."""
 import contextlib
+import json
 import logging
 import os
 import zipfile
@@ -101,9 +102,23 @@ def _resize_args(check: Check) -> Dict[str, Any]:
     return {'force_image_size': size}
 
 
-def _folder_model(open_clip: Any, check: Check, folder: str) -> Any:
-    """An OpenCLIP folder through open_clip's own loader; at a target geometry through its ``force_image_size``."""
-    return open_clip.create_model('local-dir:' + folder, device='cpu', **_resize_args(check)).float().eval()
+def _folder_model(open_clip: Any, check: Check, folder: str) -> Tuple[Any, str]:
+    """An OpenCLIP folder through open_clip's own loader, and its name; at a target geometry through its
+    ``force_image_size``, or for a timm trunk (which that leaves as built) its ``TimmModel.set_input_size``: timm's
+    own table resize."""
+    name = 'open_clip create_model(local-dir:)'
+    with open(os.path.join(folder, OPEN_CLIP_CONFIG), 'rb') as f:
+        timm_trunk = bool(json.load(f).get('model_cfg', {}).get('vision_cfg', {}).get('timm_model_name'))
+    if not timm_trunk:
+        resize = _resize_args(check)
+        model = open_clip.create_model('local-dir:' + folder, device='cpu', **resize)
+        return model.float().eval(), name + (' with force_image_size' if resize else '')
+    check.require_own_resize('open_clip', 'timm', "timm's")
+    model = open_clip.create_model('local-dir:' + folder, device='cpu')
+    if check.target is not None:
+        model.visual.set_input_size(tuple(check.target.img_size))
+        name += ' with TimmModel.set_input_size'
+    return model.float().eval(), name
 
 
 def _misfit(model: Any, state: Dict[str, Any], resized: bool) -> Optional[Tuple[str, str]]:
@@ -196,7 +211,7 @@ def open_clip_outputs(check: Check, x: torch.Tensor, mixed: Optional[Dict[str, t
         named = clip_tag_open_clip(check.tag)
         resized = ' with force_image_size' if check.target is not None else ''
         if os.path.isfile(os.path.join(folder, OPEN_CLIP_CONFIG)):
-            model, name = _folder_model(open_clip, check, folder), 'open_clip create_model(local-dir:)' + resized
+            model, name = _folder_model(open_clip, check, folder)
         elif named is not None and not os.path.isdir(path):
             model = _tag_model(open_clip, check, *named)
             name = (f"open_clip create_model({named[0]!r}{', force_quick_gelu' if named[1] else ''}){resized}: the "
@@ -207,6 +222,11 @@ def open_clip_outputs(check: Check, x: torch.Tensor, mixed: Optional[Dict[str, t
                               'or from its packaged config of the model a CLIP tag names (the source was not '
                               'fetched as one)')
     visual = model.visual
+    if hasattr(visual, 'trunk'):  # open_clip's TimmModel: the timm trunk's features and pooling, then its head
+        with torch.no_grad():
+            tokens = visual.trunk.forward_features(x)
+            pooled = visual.trunk.forward_head(tokens, pre_logits=True)
+            return Outputs(tokens, model.encode_image(x, normalize=False), name, pre_logits=pooled)
     with torch.no_grad():
         tokens = visual.transformer(visual._embeds(x))
         pooled, _ = visual._pool(tokens)
