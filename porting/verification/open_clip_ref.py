@@ -1,4 +1,5 @@
-"""The open_clip reference: an OpenCLIP folder through ``open_clip.create_model('local-dir:...')``, an OpenAI file (its
+"""The open_clip reference: an OpenCLIP folder through ``open_clip.create_model('local-dir:...')`` (a tower on a timm
+trunk resized with its ``TimmModel.set_input_size``, timm's own resize), an OpenAI file (its
 TorchScript archive's tensors read as data, never run, or its state dict) through
 ``open_clip.model.build_model_from_openai_state_dict``, at a target geometry with open_clip's ``resize_pos_embed``,
 and a lone OpenCLIP weight file fetched as a CLIP tag through open_clip's own packaged config of the model the tag
@@ -6,7 +7,6 @@ names (``clip_models.clip_tag_open_clip``), its tensors loaded by open_clip with
 tag has no reference: nothing but our own inference would say its architecture. ``check_tag_file`` refuses a tag's
 file that does not fit that config before any work."""
 import contextlib
-import json
 import logging
 import os
 import zipfile
@@ -15,10 +15,12 @@ from typing import Any, Dict, Iterator, Optional, Tuple
 import torch
 
 from timm_vit_variants.checkpoints.openclip import OPENAI_SCALARS, OPEN_CLIP_CONFIG
+from timm_vit_variants.checkpoints.openclip_config import read_open_clip_config
 from timm_vit_variants.clip_models import clip_tag_open_clip
 from timm_vit_variants.checkpoints.torchscript_store import TorchScriptStore, is_torchscript_archive
 from timm_vit_variants.config import grid_for
 from timm_vit_variants.errors import ViTVariantsError
+from timm_vit_variants.limits import DEFAULT_LIMITS
 
 from .result import Check, NoReference, Outputs
 
@@ -107,9 +109,7 @@ def _folder_model(open_clip: Any, check: Check, folder: str) -> Tuple[Any, str]:
     ``force_image_size``, or for a timm trunk (which that leaves as built) its ``TimmModel.set_input_size``: timm's
     own table resize."""
     name = 'open_clip create_model(local-dir:)'
-    with open(os.path.join(folder, OPEN_CLIP_CONFIG), 'rb') as f:
-        timm_trunk = bool(json.load(f).get('model_cfg', {}).get('vision_cfg', {}).get('timm_model_name'))
-    if not timm_trunk:
+    if not read_open_clip_config(folder, DEFAULT_LIMITS)[1]['vision_cfg'].get('timm_model_name'):
         resize = _resize_args(check)
         model = open_clip.create_model('local-dir:' + folder, device='cpu', **resize)
         return model.float().eval(), name + (' with force_image_size' if resize else '')

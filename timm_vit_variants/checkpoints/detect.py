@@ -27,7 +27,8 @@ from .hf_dinov2 import DINOV2_MODEL_TYPES, HFDinov2Checkpoint
 from .hf_dinov3 import DINOV3_MODEL_TYPES, HFDinov3Checkpoint
 from .hf_clip import CLIP_MODEL_TYPES, HFClipCheckpoint
 from .hf_siglip import SIGLIP_MODEL_TYPES, HFSiglip2Checkpoint, HFSiglipCheckpoint
-from .openclip import OpenAICLIPCheckpoint, OpenCLIPCheckpoint, is_openai_clip, open_clip_config_path
+from .openclip import OpenAICLIPCheckpoint, OpenCLIPCheckpoint, is_openai_clip
+from .openclip_config import open_clip_config_path
 from .openclip_timm import TRUNK, OpenCLIPTimmCheckpoint
 from .source import LayoutFn, SourceCheckpoint
 from .stores import NpzStore, TensorStore, open_store

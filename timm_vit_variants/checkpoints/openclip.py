@@ -12,26 +12,22 @@ computes it. OpenAI's state dicts hold the same names as open_clip's, and are to
 read from the config and checked against the tensors. A table is resized as open_clip's ``resize_pos_embed`` does
 (rule 'openclip'). Towers on a timm trunk (``visual.trunk.*``) are ``openclip_timm``'s.
 """
-import os
 import re
-from typing import Any, Dict, Iterable, Optional, Set, Tuple
+from typing import Any, Dict, Optional, Set, Tuple
 
 from ..clip_models import CLIP_TOWER, OPENAI_MEAN, OPENAI_STD
 from ..config import SimpleViTConfig, pair
 from ..errors import ViTVariantsError
-from ..limits import Limits
-from .files import read_json
 from ..geometry import infer_grid
 from .fills import _put, _rank, add_leading_axis, transpose
+from .openclip_config import (OPEN_CLIP_CONFIG, OPENAI_SCALARS, VISUAL as _V, open_clip_data_config,
+                              read_open_clip_config, skipped_note)
 from .source import Rule, SourceCheckpoint
 from .torchscript_store import TorchScriptStore
 
-__all__ = ['OpenCLIPCheckpoint', 'OpenAICLIPCheckpoint', 'OPEN_CLIP_CONFIG', 'OPENAI_SCALARS', 'is_openai_clip',
-           'open_clip_config_path', 'read_open_clip_config', 'open_clip_data_config', 'skipped_note']
+__all__ = ['OpenCLIPCheckpoint', 'OpenAICLIPCheckpoint', 'OPEN_CLIP_CONFIG', 'OPENAI_SCALARS', 'is_openai_clip']
 
-OPEN_CLIP_CONFIG = 'open_clip_config.json'
 _RESBLOCK = re.compile(r'^visual\.transformer\.resblocks\.(\d+)\.')
-OPENAI_SCALARS = ('input_resolution', 'context_length', 'vocab_size')
 # vision_cfg keys this reader understands; any other one that is set is refused rather than ignored.
 _VISION_KEYS = {'image_size', 'layers', 'width', 'head_width', 'patch_size', 'mlp_ratio', 'no_ln_pre', 'pool_type',
                 'final_ln_after_pool', 'attentional_pool', 'attn_pooler_queries', 'attn_pooler_heads', 'output_tokens',
@@ -43,7 +39,6 @@ def _as_token(dst: Any, src: Any) -> None:
     _put(dst, _rank(src, 1).reshape(1, 1, -1))
 
 
-_V = 'visual.'
 _B = 'visual.transformer.resblocks.{i}.'
 _TABLE: Dict[str, Rule] = {
     'patch_embed.proj.weight': Rule((_V + 'conv1.weight',)),
@@ -304,59 +299,6 @@ class OpenCLIPCheckpoint(SourceCheckpoint):
     def data_config(self) -> Dict[str, Any]:
         """``open_clip_config.json``'s ``preprocess_cfg`` as timm ``pretrained_cfg`` fields."""
         return open_clip_data_config(getattr(self, '_open_clip_config', None) or {})
-
-
-def skipped_note(names: Iterable[str]) -> Optional[str]:
-    """What of an open_clip file is left out (the text tower, logit_scale, OpenAI's scalars); None when nothing is."""
-    outside = sorted(n for n in names if not n.startswith(_V))
-    if not outside:
-        return None
-    scalars = [n for n in outside if n in OPENAI_SCALARS]
-    text = [n for n in outside if n not in scalars and n != 'logit_scale']
-    parts = [f'the text tower ({len(text)} tensors)'] if text else []
-    parts += ['logit_scale'] if 'logit_scale' in outside else []
-    parts += [f"the scalars {', '.join(scalars)}"] if scalars else []
-    return f'skipped: {", ".join(parts)}; only the image tower (visual.*) is converted'
-
-
-def open_clip_config_path(path: str) -> str:
-    """Where the ``open_clip_config.json`` of a source (a folder, or a file in one) sits."""
-    folder = path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
-    return os.path.join(folder, OPEN_CLIP_CONFIG)
-
-
-def read_open_clip_config(path: str, limits: Limits) -> Tuple[Dict[str, Any], Dict[str, Any], Optional[str]]:
-    """(the whole ``open_clip_config.json``, its ``model_cfg``, its path) beside a source; ({}, {}, None) without one.
-    ``model_cfg`` and its ``vision_cfg`` are checked to be JSON objects."""
-    path = open_clip_config_path(path)
-    if not os.path.isfile(path):
-        return {}, {}, None
-    data = read_json(path, limits)
-    cfg = data.get('model_cfg', {})
-    vision = cfg.get('vision_cfg', {}) if isinstance(cfg, dict) else None
-    if not isinstance(cfg, dict) or not isinstance(vision, dict):
-        raise ViTVariantsError('model_cfg and its vision_cfg must be JSON objects', path=path, key='model_cfg')
-    return data, cfg, path
-
-
-def open_clip_data_config(data: Dict[str, Any]) -> Dict[str, Any]:
-    """An ``open_clip_config.json``'s ``preprocess_cfg`` as timm ``pretrained_cfg`` fields."""
-    pre = data.get('preprocess_cfg')
-    if not isinstance(pre, dict):
-        return {}
-    out: Dict[str, Any] = {}
-    for name in ('mean', 'std'):
-        value = pre.get(name)
-        if isinstance(value, (list, tuple)) and len(value) == 3 and all(isinstance(v, (int, float)) for v in value):
-            out[name] = tuple(float(v) for v in value)
-    if pre.get('interpolation') in ('bicubic', 'bilinear', 'nearest'):
-        out['interpolation'] = pre['interpolation']
-    mode = pre.get('resize_mode')
-    if mode == 'squash':
-        out.update(crop_pct=1.0, crop_mode='squash')
-    elif mode in (None, 'shortest'):
-        out.update(crop_pct=1.0, crop_mode='center')
-    return out
 
 
 def is_openai_clip(names: Set[str]) -> bool:

@@ -23,7 +23,8 @@ import torch.nn as nn
 
 from ..config import SimpleViTConfig
 from ..errors import ViTVariantsError
-from .openclip import OpenCLIPCheckpoint, open_clip_data_config, read_open_clip_config, skipped_note
+from .openclip import OpenCLIPCheckpoint
+from .openclip_config import open_clip_data_config, read_open_clip_config, skipped_note
 from .source import Rule
 from .timm_format import TimmCheckpoint
 
