@@ -97,14 +97,14 @@ def test_a_trunk_without_its_open_clip_config_is_named(tmp_path):
     assert refused.value.key == 'visual.trunk.patch_embed.proj.weight'
 
 
-def _edited(tmp_path, **vision):
-    """vit_medium_gap's folder, saved by open_clip with ``vision`` set in its vision_cfg."""
+def _edited(tmp_path, name: str = 'vit_medium_patch16_gap_256', **vision):
+    """The folder of open_clip's ``name``, saved by open_clip with ``vision`` set in its vision_cfg."""
     import open_clip_tiny
-    tiny = open_clip_tiny.tiny_config('vit_medium_patch16_gap_256')
+    tiny = open_clip_tiny.tiny_config(name)
     tiny['vision_cfg'].update(vision)
-    with pytest.MonkeyPatch.context() as patch, tiny_timm('vit_medium_patch16_gap_256'):
-        patch.setattr(open_clip_tiny, 'tiny_config', lambda name: tiny)
-        save_tiny('vit_medium_patch16_gap_256', tmp_path / 'model')
+    with pytest.MonkeyPatch.context() as patch, tiny_timm(trunk_name(name)):
+        patch.setattr(open_clip_tiny, 'tiny_config', lambda _: tiny)
+        save_tiny(name, tmp_path / 'model')
     return tmp_path / 'model'
 
 
@@ -122,3 +122,13 @@ def test_a_projection_bias_the_config_does_not_state(tmp_path):
     (folder / 'open_clip_config.json').write_text(json.dumps(cfg))
     with tiny_timm('vit_medium_patch16_gap_256'), pytest.raises(ViTVariantsError, match='visual.head.proj.bias'):
         read_into_model(folder)
+
+
+def test_a_pooling_reset_over_another_default_is_refused(tmp_path):
+    """open_clip resets MobileCLIP2-L-14's [CLS] pooling to 'avg' after building its trunk (timm_proj 'linear'): the
+    final norm stays before the pool, where [CLS] pooling put it, which this family does not express."""
+    folder = _edited(tmp_path, 'MobileCLIP2-L-14', timm_proj='linear', timm_pool='avg')
+    with tiny_timm('vit_large_patch14_clip_224'), \
+            pytest.raises(ViTVariantsError, match="timm_pool 'avg' over a trunk built to pool 'token'") as refused:
+        read_into_model(folder)
+    assert refused.value.key == 'model_cfg.vision_cfg.timm_pool'

@@ -5,9 +5,9 @@ read by the timm reader, and ``visual.head.*``, open_clip's adapter head. open_c
 ``timm.create_model(timm_model_name)`` and no other model argument but its class count and pooling
 (``open_clip/timm_model.py``), so the reader rebuilds it the same way on the meta device:
 
-- ``timm_proj`` 'linear': the trunk's classifier is reset (``num_classes=0``; ``global_pool=timm_pool`` where it
-  is set, else the trunk's own) and ``head.proj``, a Linear with a bias where ``timm_proj_bias`` says so, projects
-  the pooled feature: here our head;
+- ``timm_proj`` 'linear': the trunk is built as named and its classifier reset (``num_classes=0``; a ``timm_pool``
+  other than the trunk's own pooling is refused: the reset leaves the final norm where the default put it), and
+  ``head.proj``, a Linear with a bias where ``timm_proj_bias`` says so, projects the pooled feature: here our head;
 - ``timm_proj`` 'none': the trunk without a classifier (``num_classes=0``, ``global_pool=timm_pool``) is the tower;
 - ``timm_proj`` unset (null or ''): the trunk's own classifier (``num_classes=embed_dim``) is the projection.
 
@@ -18,7 +18,6 @@ activation whatever ``quick_gelu`` says, as open_clip builds it.
 import re
 from typing import Any, Dict, Optional, Set, Tuple
 
-import timm
 import torch.nn as nn
 
 from ..config import SimpleViTConfig
@@ -93,9 +92,15 @@ class OpenCLIPTimmCheckpoint(TimmCheckpoint):
         vision = model_cfg['vision_cfg']
         name, proj, embed_dim, args = self._trunk_args(model_cfg, vision, cfg_path)
         self.source_config, self._config_path = {'architecture': name, 'model_args': args}, cfg_path
-        why = trunk_refusal(name, self._meta_build(*self._architecture()))
+        trunk = self._meta_build(*self._architecture())
+        why = trunk_refusal(name, trunk)
         if why is not None:
             raise ViTVariantsError(f'{name}: {why}', path=cfg_path, key=_VISION + 'timm_model_name')
+        pool = vision.get('timm_pool', 'avg')
+        if proj == 'linear' and pool and pool != trunk.global_pool:
+            raise ViTVariantsError(f"timm_pool {pool!r} over a trunk built to pool {trunk.global_pool!r}: open_clip "
+                                   'resets the pooling after building it, leaving its final norm where the default '
+                                   'put it, which is not expressed', path=cfg_path, key=_VISION + 'timm_pool')
         config = super()._infer(dict(hints, prefix=TRUNK))
         self._whole = True
         if proj == 'linear':
@@ -133,8 +138,8 @@ class OpenCLIPTimmCheckpoint(TimmCheckpoint):
                                    path=cfg_path, key=_VISION + 'timm_proj')
         if not isinstance(vision.get('timm_proj_bias', False), bool):
             raise ViTVariantsError('expected true or false', path=cfg_path, key=_VISION + 'timm_proj_bias')
-        if proj == 'linear':  # TimmModel resets the classifier, and the pooling where timm_pool names one
-            return name, proj, embed_dim, dict(num_classes=0, **({'global_pool': pool} if pool else {}))
+        if proj == 'linear':  # TimmModel builds the trunk as named, then resets its classifier (and pooling)
+            return name, proj, embed_dim, dict(num_classes=0)
         return name, proj, embed_dim, dict(num_classes=0 if proj == 'none' else embed_dim, global_pool=pool)
 
     def _linear_head(self, config: SimpleViTConfig, embed_dim: int, bias: bool, cfg_path: str) -> SimpleViTConfig:
