@@ -132,3 +132,13 @@ def test_a_pooling_reset_over_another_default_is_refused(tmp_path):
             pytest.raises(ViTVariantsError, match="timm_pool 'avg' over a trunk built to pool 'token'") as refused:
         read_into_model(folder)
     assert refused.value.key == 'model_cfg.vision_cfg.timm_pool'
+
+
+def test_a_trunk_timm_does_not_know_is_named(tmp_path):
+    folder = _edited(tmp_path)
+    cfg = json.loads((folder / 'open_clip_config.json').read_text())
+    cfg['model_cfg']['vision_cfg']['timm_model_name'] = 'vit_no_such_model'
+    (folder / 'open_clip_config.json').write_text(json.dumps(cfg))
+    with pytest.raises(ViTVariantsError, match="'vit_no_such_model' is not a registered timm model") as refused:
+        read_into_model(folder)
+    assert refused.value.key == 'model_cfg.vision_cfg.timm_model_name'

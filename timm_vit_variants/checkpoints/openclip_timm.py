@@ -18,6 +18,7 @@ activation whatever ``quick_gelu`` says, as open_clip builds it.
 import re
 from typing import Any, Dict, Optional, Set, Tuple
 
+import timm
 import torch.nn as nn
 
 from ..config import SimpleViTConfig
@@ -118,9 +119,9 @@ class OpenCLIPTimmCheckpoint(TimmCheckpoint):
         name, pool = vision.get('timm_model_name'), vision.get('timm_pool', 'avg')
         proj = vision.get('timm_proj', 'linear')
         embed_dim = model_cfg.get('embed_dim')
-        if not isinstance(name, str):
-            raise ViTVariantsError(f'expected a timm model name, got {name!r}', path=cfg_path,
-                                   key=_VISION + 'timm_model_name')
+        if not isinstance(name, str) or ':' in name or not timm.is_model(name):
+            raise ViTVariantsError(f'{name!r} is not a registered timm model name (open_clip builds the trunk with '
+                                   'timm.create_model)', path=cfg_path, key=_VISION + 'timm_model_name')
         if isinstance(embed_dim, bool) or not isinstance(embed_dim, int) or embed_dim < 1:
             raise ViTVariantsError(f'expected a positive integer, got {embed_dim!r}', path=cfg_path,
                                    key='model_cfg.embed_dim')
