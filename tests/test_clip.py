@@ -179,7 +179,7 @@ def test_projection_of_the_wrong_shape(tmp_path):
 
 
 @pytest.mark.parametrize('field,value', [('width', 96), ('layers', 3), ('patch_size', 14), ('image_size', 128),
-                                         ('no_ln_pre', True)])
+                                         ('no_ln_pre', True), ('ls_init_value', 1e-4)])
 def test_vision_cfg_that_disagrees_with_the_tensors(tmp_path, field, value):
     folder = _folder_copy(tmp_path)
     config_path = folder / 'open_clip_config.json'
