@@ -179,7 +179,7 @@ def test_projection_of_the_wrong_shape(tmp_path):
 
 
 @pytest.mark.parametrize('field,value', [('width', 96), ('layers', 3), ('patch_size', 14), ('image_size', 128),
-                                         ('no_ln_pre', True)])
+                                         ('no_ln_pre', True), ('ls_init_value', 1e-4)])
 def test_vision_cfg_that_disagrees_with_the_tensors(tmp_path, field, value):
     folder = _folder_copy(tmp_path)
     config_path = folder / 'open_clip_config.json'
@@ -316,16 +316,18 @@ def test_timm_clip_folders_at_three_grids(tmp_path, arch, kwargs, act, max_delta
         max_delta(f'timm {arch} {kwargs or ""} {gh}x{gw}: pooled', pooled, expected_pooled, TOL)
 
 
-def test_bare_timm_clip_state_dict(tmp_path, max_delta):
-    """A state dict records neither QuickGELU nor eps: eps is timm's for a norm_pre tower (1e-5), the activation
-    assumed GELU and said so, and given as a hint it gives timm's output."""
+@pytest.mark.parametrize('prefix', ['', 'trunk.'])
+def test_bare_timm_clip_state_dict(tmp_path, prefix, max_delta):
+    """A state dict records neither QuickGELU nor eps: eps is timm's for a norm_pre tower (1e-5), also under a
+    prefix given by hand, the activation assumed GELU and said so, and given as a hint it gives timm's output."""
     import timm
     ref = _perturbed(timm.create_model('vit_base_patch16_clip_quickgelu_224', img_size=48, **TIMM_TINY), 6)
-    torch.save(ref.state_dict(), tmp_path / 'clip.pth')
-    with open_checkpoint(tmp_path / 'clip.pth', num_heads=2) as src:
+    torch.save({prefix + k: v for k, v in ref.state_dict().items()}, tmp_path / 'clip.pth')
+    hints = dict(num_heads=2, prefix=prefix or None)
+    with open_checkpoint(tmp_path / 'clip.pth', **hints) as src:
         assert src.config.norm_eps == 1e-5 and src.config.act_layer == 'gelu' and 'act_layer' in src.assumed
-    with open_checkpoint(tmp_path / 'clip.pth', layout=SimpleVisionTransformer.state_layout, num_heads=2,
-                         act_layer='quick_gelu') as src:
+    with open_checkpoint(tmp_path / 'clip.pth', layout=SimpleVisionTransformer.state_layout, act_layer='quick_gelu',
+                         **hints) as src:
         ours = SimpleVisionTransformer(src.config.replace(weight_init='skip'))
         ours.load_state_dict(src.state_dict())
     x = torch.randn(2, 3, 48, 48, generator=torch.Generator().manual_seed(8))

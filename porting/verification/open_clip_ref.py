@@ -1,4 +1,5 @@
-"""The open_clip reference: an OpenCLIP folder through ``open_clip.create_model('local-dir:...')``, an OpenAI file (its
+"""The open_clip reference: an OpenCLIP folder through ``open_clip.create_model('local-dir:...')`` (a tower on a timm
+trunk resized with its ``TimmModel.set_input_size``, timm's own resize), an OpenAI file (its
 TorchScript archive's tensors read as data, never run, or its state dict) through
 ``open_clip.model.build_model_from_openai_state_dict``, at a target geometry with open_clip's ``resize_pos_embed``,
 and a lone OpenCLIP weight file fetched as a CLIP tag through open_clip's own packaged config of the model the tag
@@ -14,10 +15,12 @@ from typing import Any, Dict, Iterator, Optional, Tuple
 import torch
 
 from timm_vit_variants.checkpoints.openclip import OPENAI_SCALARS, OPEN_CLIP_CONFIG
+from timm_vit_variants.checkpoints.openclip_config import read_open_clip_config
 from timm_vit_variants.clip_models import clip_tag_open_clip
 from timm_vit_variants.checkpoints.torchscript_store import TorchScriptStore, is_torchscript_archive
 from timm_vit_variants.config import grid_for
 from timm_vit_variants.errors import ViTVariantsError
+from timm_vit_variants.limits import DEFAULT_LIMITS
 
 from .result import Check, NoReference, Outputs
 
@@ -101,9 +104,21 @@ def _resize_args(check: Check) -> Dict[str, Any]:
     return {'force_image_size': size}
 
 
-def _folder_model(open_clip: Any, check: Check, folder: str) -> Any:
-    """An OpenCLIP folder through open_clip's own loader; at a target geometry through its ``force_image_size``."""
-    return open_clip.create_model('local-dir:' + folder, device='cpu', **_resize_args(check)).float().eval()
+def _folder_model(open_clip: Any, check: Check, folder: str) -> Tuple[Any, str]:
+    """An OpenCLIP folder through open_clip's own loader, and its name; at a target geometry through its
+    ``force_image_size``, or for a timm trunk (which that leaves as built) its ``TimmModel.set_input_size``: timm's
+    own table resize."""
+    name = 'open_clip create_model(local-dir:)'
+    if not read_open_clip_config(folder, DEFAULT_LIMITS)[1]['vision_cfg'].get('timm_model_name'):
+        resize = _resize_args(check)
+        model = open_clip.create_model('local-dir:' + folder, device='cpu', **resize)
+        return model.float().eval(), name + (' with force_image_size' if resize else '')
+    check.require_own_resize('open_clip', 'timm', "timm's")
+    model = open_clip.create_model('local-dir:' + folder, device='cpu')
+    if check.target is not None:
+        model.visual.set_input_size(tuple(check.target.img_size))
+        name += ' with TimmModel.set_input_size'
+    return model.float().eval(), name
 
 
 def _misfit(model: Any, state: Dict[str, Any], resized: bool) -> Optional[Tuple[str, str]]:
@@ -196,7 +211,7 @@ def open_clip_outputs(check: Check, x: torch.Tensor, mixed: Optional[Dict[str, t
         named = clip_tag_open_clip(check.tag)
         resized = ' with force_image_size' if check.target is not None else ''
         if os.path.isfile(os.path.join(folder, OPEN_CLIP_CONFIG)):
-            model, name = _folder_model(open_clip, check, folder), 'open_clip create_model(local-dir:)' + resized
+            model, name = _folder_model(open_clip, check, folder)
         elif named is not None and not os.path.isdir(path):
             model = _tag_model(open_clip, check, *named)
             name = (f"open_clip create_model({named[0]!r}{', force_quick_gelu' if named[1] else ''}){resized}: the "
@@ -207,6 +222,11 @@ def open_clip_outputs(check: Check, x: torch.Tensor, mixed: Optional[Dict[str, t
                               'or from its packaged config of the model a CLIP tag names (the source was not '
                               'fetched as one)')
     visual = model.visual
+    if hasattr(visual, 'trunk'):  # open_clip's TimmModel: the timm trunk's features and pooling, then its head
+        with torch.no_grad():
+            tokens = visual.trunk.forward_features(x)
+            pooled = visual.trunk.forward_head(tokens, pre_logits=True)
+            return Outputs(tokens, model.encode_image(x, normalize=False), name, pre_logits=pooled)
     with torch.no_grad():
         tokens = visual.transformer(visual._embeds(x))
         pooled, _ = visual._pool(tokens)

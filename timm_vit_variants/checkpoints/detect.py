@@ -28,6 +28,8 @@ from .hf_dinov3 import DINOV3_MODEL_TYPES, HFDinov3Checkpoint
 from .hf_clip import CLIP_MODEL_TYPES, HFClipCheckpoint
 from .hf_siglip import SIGLIP_MODEL_TYPES, HFSiglip2Checkpoint, HFSiglipCheckpoint
 from .openclip import OpenAICLIPCheckpoint, OpenCLIPCheckpoint, is_openai_clip
+from .openclip_config import open_clip_config_path
+from .openclip_timm import TRUNK, OpenCLIPTimmCheckpoint
 from .source import LayoutFn, SourceCheckpoint
 from .stores import NpzStore, TensorStore, open_store
 from .torchscript_store import TorchScriptStore
@@ -113,6 +115,13 @@ _NO_PATCH_EMBED = Refuse(lambda p: ViTVariantsError(
     'no ViT patch embedding among the tensors (neither timm nor transformers layout)', path=p.path,
     key='patch_embed.proj.weight'))
 
+def _open_clip_trunk(probe: Probe) -> bool:
+    """Whether a source is an open_clip tower on a timm trunk, to be read with open_clip's head."""
+    if probe.prefix not in ('', TRUNK) or not any(n.startswith(TRUNK) for n in probe.names):
+        return False
+    return not probe.prefix or os.path.isfile(open_clip_config_path(probe.path))
+
+
 # Every reader, and how a source reaches it: the first row whose test holds reads (or refuses) the source.
 DISPATCH: Tuple[Route, ...] = (
     # flax .npz archives
@@ -141,6 +150,9 @@ DISPATCH: Tuple[Route, ...] = (
     Route(lambda p: p.model_type == 'vit', HFCheckpoint),
     Route(lambda p: p.model_type in BEIT_MODEL_TYPES, HFBeitCheckpoint),
     Route(lambda p: 'model_type' in p.config, _NOT_TRANSFORMERS_VIT),
+    # open_clip towers on a timm trunk (visual.trunk.*): with their open_clip_config.json, else unless the trunk alone
+    # is asked for (--prefix visual.trunk.: read below as a timm state dict)
+    Route(lambda p: _open_clip_trunk(p), OpenCLIPTimmCheckpoint),
     # bare state dicts, by their keys
     Route(lambda p: is_beit(p.local), BeitCheckpoint),  # unilm BEiT files, timm Beit state dicts
     Route(lambda p: is_dinov2(p.names), Dinov2Checkpoint),

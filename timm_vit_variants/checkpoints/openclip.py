@@ -3,36 +3,35 @@ and state dicts).
 
 Both keep the image tower under ``visual.``: ``conv1`` (no bias), ``class_embedding``, a (1 + N, width)
 ``positional_embedding``, ``ln_pre``, ``transformer.resblocks.{i}`` (``nn.MultiheadAttention``'s packed
-``in_proj``, ``mlp.c_fc``/``c_proj``), ``ln_post`` and ``proj`` (pooled @ proj). The text tower and
-``logit_scale`` are skipped. QuickGELU is not in the weights: an OpenCLIP folder's ``model_cfg.quick_gelu``
-decides it, and an OpenAI file always uses it. So does the head count: ``vision_cfg.head_width`` (64 by
-default), or for an OpenAI file width // 64, as OpenAI's ``CLIP.__init__`` computes it. OpenAI's state dicts hold
-the same names as open_clip's, and are told apart by the scalars only they hold (``is_openai_clip``). CLIPA (``no_ln_pre``,
-mean pooling, ``final_ln_after_pool``) and CoCa's attentional pooler are read from the config and checked
-against the tensors. A table is resized as open_clip's ``resize_pos_embed`` does (rule 'openclip').
+``in_proj``, ``mlp.c_fc``/``c_proj``, LayerScale's ``ls_1``/``ls_2`` where ``vision_cfg.ls_init_value`` is set),
+``ln_post`` and ``proj`` (pooled @ proj). The text tower and ``logit_scale`` are skipped. QuickGELU is not in the
+weights: an OpenCLIP folder's ``model_cfg.quick_gelu`` decides it, and an OpenAI file always uses it. So does the head
+count: ``vision_cfg.head_width`` (64 by default), or for an OpenAI file width // 64, as OpenAI's ``CLIP.__init__``
+computes it. OpenAI's state dicts hold the same names as open_clip's, and are told apart by the scalars only they hold
+(``is_openai_clip``). CLIPA (``no_ln_pre``, mean pooling, ``final_ln_after_pool``) and CoCa's attentional pooler are
+read from the config and checked against the tensors. A table is resized as open_clip's ``resize_pos_embed`` does
+(rule 'openclip'). Towers on a timm trunk (``visual.trunk.*``) are ``openclip_timm``'s.
 """
-import os
 import re
 from typing import Any, Dict, Optional, Set, Tuple
 
 from ..clip_models import CLIP_TOWER, OPENAI_MEAN, OPENAI_STD
 from ..config import SimpleViTConfig, pair
 from ..errors import ViTVariantsError
-from .files import read_json
 from ..geometry import infer_grid
 from .fills import _put, _rank, add_leading_axis, transpose
+from .openclip_config import (OPEN_CLIP_CONFIG, OPENAI_SCALARS, VISUAL as _V, open_clip_data_config,
+                              read_open_clip_config, skipped_note)
 from .source import Rule, SourceCheckpoint
 from .torchscript_store import TorchScriptStore
 
 __all__ = ['OpenCLIPCheckpoint', 'OpenAICLIPCheckpoint', 'OPEN_CLIP_CONFIG', 'OPENAI_SCALARS', 'is_openai_clip']
 
-OPEN_CLIP_CONFIG = 'open_clip_config.json'
 _RESBLOCK = re.compile(r'^visual\.transformer\.resblocks\.(\d+)\.')
-OPENAI_SCALARS = ('input_resolution', 'context_length', 'vocab_size')
 # vision_cfg keys this reader understands; any other one that is set is refused rather than ignored.
 _VISION_KEYS = {'image_size', 'layers', 'width', 'head_width', 'patch_size', 'mlp_ratio', 'no_ln_pre', 'pool_type',
                 'final_ln_after_pool', 'attentional_pool', 'attn_pooler_queries', 'attn_pooler_heads', 'output_tokens',
-                'patch_dropout', 'emb_dropout'}
+                'patch_dropout', 'emb_dropout', 'ls_init_value'}
 
 
 def _as_token(dst: Any, src: Any) -> None:
@@ -40,7 +39,6 @@ def _as_token(dst: Any, src: Any) -> None:
     _put(dst, _rank(src, 1).reshape(1, 1, -1))
 
 
-_V = 'visual.'
 _B = 'visual.transformer.resblocks.{i}.'
 _TABLE: Dict[str, Rule] = {
     'patch_embed.proj.weight': Rule((_V + 'conv1.weight',)),
@@ -60,6 +58,8 @@ _TABLE: Dict[str, Rule] = {
     'blocks.{i}.mlp.fc1.bias': Rule((_B + 'mlp.c_fc.bias',)),
     'blocks.{i}.mlp.fc2.weight': Rule((_B + 'mlp.c_proj.weight',)),
     'blocks.{i}.mlp.fc2.bias': Rule((_B + 'mlp.c_proj.bias',)),
+    'blocks.{i}.ls1.gamma': Rule((_B + 'ls_1.gamma',)),  # LayerScale (vision_cfg.ls_init_value)
+    'blocks.{i}.ls2.gamma': Rule((_B + 'ls_2.gamma',)),
     'norm.weight': Rule((_V + 'ln_post.weight',)),
     'norm.bias': Rule((_V + 'ln_post.bias',)),
     'fc_norm.weight': Rule((_V + 'ln_post.weight',)),
@@ -91,16 +91,7 @@ class OpenCLIPCheckpoint(SourceCheckpoint):
     # -- what the source records beside its tensors ----------------------------------------------------
     def _model_cfg(self) -> Tuple[Dict[str, Any], Optional[str]]:
         """(``model_cfg``, the file it came from) of the folder's ``open_clip_config.json``; ({}, None) without one."""
-        folder = self.path if os.path.isdir(self.path) else os.path.dirname(os.path.abspath(self.path))
-        path = os.path.join(folder, OPEN_CLIP_CONFIG)
-        if not os.path.isfile(path):
-            return {}, None
-        data = read_json(path, self.limits)
-        self._open_clip_config = data
-        cfg = data.get('model_cfg', {})
-        vision = cfg.get('vision_cfg', {}) if isinstance(cfg, dict) else None
-        if not isinstance(cfg, dict) or not isinstance(vision, dict):
-            raise ViTVariantsError('model_cfg and its vision_cfg must be JSON objects', path=path, key='model_cfg')
+        self._open_clip_config, cfg, path = read_open_clip_config(self.path, self.limits)
         return cfg, path
 
     def _quick_gelu(self, model_cfg: Dict[str, Any], cfg_path: Optional[str], hints: Dict[str, Any]) -> str:
@@ -143,15 +134,9 @@ class OpenCLIPCheckpoint(SourceCheckpoint):
         return int(heads)
 
     def _skipped_note(self) -> None:
-        outside = sorted(n for n in self._store.names() if not n.startswith(_V))
-        if not outside:
-            return
-        scalars = [n for n in outside if n in OPENAI_SCALARS]
-        text = [n for n in outside if n not in scalars and n != 'logit_scale']
-        parts = [f'the text tower ({len(text)} tensors)'] if text else []
-        parts += ['logit_scale'] if 'logit_scale' in outside else []
-        parts += [f"the scalars {', '.join(scalars)}"] if scalars else []
-        self.notes.append(f'skipped: {", ".join(parts)}; only the image tower (visual.*) is converted')
+        note = skipped_note(self._store.names())
+        if note:
+            self.notes.append(note)
 
     # -- inference --------------------------------------------------------------------------------------
     def _infer(self, hints: Dict[str, Any]) -> SimpleViTConfig:
@@ -196,6 +181,7 @@ class OpenCLIPCheckpoint(SourceCheckpoint):
             self.grid, _ = infer_grid(pos_shape[0], (patch_h, patch_w), class_token=True, slot=True, path=self.path,
                                       key=table)
         settings = self._pooling(vision, cfg_path, local, coca, pool_width)
+        settings['init_values'] = self._layer_scale(vision, cfg_path, local)
         expected = {'width': width, 'layers': depth, 'patch_size': patch_h if patch_h == patch_w else None,
                     'mlp_ratio': mlp_dim / width}
         self._agree(vision, cfg_path, expected, model_cfg, embed_dim)
@@ -209,7 +195,7 @@ class OpenCLIPCheckpoint(SourceCheckpoint):
             act_layer=act, **settings))
 
     def _what(self) -> str:
-        where = OPEN_CLIP_CONFIG if getattr(self, '_open_clip_config', None) is not None else 'no config'
+        where = OPEN_CLIP_CONFIG if getattr(self, '_open_clip_config', None) else 'no config'
         return f'an OpenCLIP image tower (visual.* keys, {where})'
 
     def _activation(self, model_cfg: Dict[str, Any], cfg_path: Optional[str], hints: Dict[str, Any]) -> str:
@@ -226,6 +212,19 @@ class OpenCLIPCheckpoint(SourceCheckpoint):
             return pair(vision['image_size'], 'image_size')
         except ViTVariantsError as e:
             raise ViTVariantsError(e.reason, path=cfg_path, key='model_cfg.vision_cfg.image_size') from None
+
+    def _layer_scale(self, vision: Dict[str, Any], cfg_path: Optional[str], local: Set[str]) -> Optional[float]:
+        """LayerScale's initialiser (the stored gammas load over it) where the blocks have one, as
+        ``vision_cfg.ls_init_value`` says; a config that disagrees with the tensors is refused."""
+        has_ls = _B.format(i=0) + 'ls_1.gamma' in local
+        stated = vision.get('ls_init_value')
+        if cfg_path is not None and (stated is not None) != has_ls:
+            raise ViTVariantsError(f"ls_init_value={stated!r} disagrees with the tensors ({'a' if has_ls else 'no'} "
+                                   'ls_1.gamma)', path=cfg_path, key='model_cfg.vision_cfg.ls_init_value')
+        if stated is not None and (isinstance(stated, bool) or not isinstance(stated, (int, float))):
+            raise ViTVariantsError(f'expected a number, got {stated!r}', path=cfg_path,
+                                   key='model_cfg.vision_cfg.ls_init_value')
+        return (float(stated) if stated is not None else 1.0) if has_ls else None
 
     def _pooling(self, vision: Dict[str, Any], cfg_path: Optional[str], local: Set[str], coca: bool,
                  pool_width: int) -> Dict[str, Any]:
@@ -299,22 +298,7 @@ class OpenCLIPCheckpoint(SourceCheckpoint):
 
     def data_config(self) -> Dict[str, Any]:
         """``open_clip_config.json``'s ``preprocess_cfg`` as timm ``pretrained_cfg`` fields."""
-        pre = (getattr(self, '_open_clip_config', None) or {}).get('preprocess_cfg')
-        if not isinstance(pre, dict):
-            return {}
-        out: Dict[str, Any] = {}
-        for name in ('mean', 'std'):
-            value = pre.get(name)
-            if isinstance(value, (list, tuple)) and len(value) == 3 and all(isinstance(v, (int, float)) for v in value):
-                out[name] = tuple(float(v) for v in value)
-        if pre.get('interpolation') in ('bicubic', 'bilinear', 'nearest'):
-            out['interpolation'] = pre['interpolation']
-        mode = pre.get('resize_mode')
-        if mode == 'squash':
-            out.update(crop_pct=1.0, crop_mode='squash')
-        elif mode in (None, 'shortest'):
-            out.update(crop_pct=1.0, crop_mode='center')
-        return out
+        return open_clip_data_config(getattr(self, '_open_clip_config', None) or {})
 
 
 def is_openai_clip(names: Set[str]) -> bool:

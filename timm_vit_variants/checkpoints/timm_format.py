@@ -400,7 +400,7 @@ class TimmCheckpoint(SourceCheckpoint):
             self.notes.append("pooling 'avg': fc_norm present and no final norm (timm's VisionTransformer builds "
                               'fc_norm only for average pooling)')
         # timm builds every ViT with a norm_pre (its CLIP towers) with nn.LayerNorm's eps
-        settings = dict(self.SETTINGS, norm_eps=1e-5) if self._prefix + 'norm_pre.weight' in local else self.SETTINGS
+        settings = dict(self.SETTINGS, norm_eps=1e-5) if 'norm_pre.weight' in local else self.SETTINGS
         for name, default in settings.items():
             if name not in recorded:
                 default = default or ('token' if class_token else 'avg')
