@@ -112,27 +112,30 @@ def test_folder_outputs_what_its_class_outputs(name, tmp_path, capsys, max_delta
             max_delta(f'{name} at {size}x{size}', model(x), forward(source, x), TOL)
 
 
-@pytest.mark.parametrize('config_cls,cls', [
-    ('Dinov2Config', 'Dinov2ForImageClassification'),
-    ('Dinov2WithRegistersConfig', 'Dinov2WithRegistersForImageClassification'),
+DINO = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, mlp_ratio=2, image_size=32, patch_size=8)
+
+
+@pytest.mark.parametrize('cls,config,part', [
+    ('Dinov2ForImageClassification', lambda: transformers.Dinov2Config(**DINO, **CLASSES),
+     '[CLS]+mean concat head is not expressed'),
+    ('Dinov2WithRegistersForImageClassification', lambda: transformers.Dinov2WithRegistersConfig(**DINO, **CLASSES),
+     '[CLS]+mean concat head is not expressed'),
+    ('BeitForMaskedImageModeling', lambda: transformers.BeitConfig(**VISION, use_relative_position_bias=True),
+     'the masked-image-modelling head (lm_head'),
 ])
-def test_class_whose_head_is_not_expressed_is_refused_naming_it(config_cls, cls, tmp_path, capsys):
-    config = getattr(transformers, config_cls)(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, mlp_ratio=2,
-                                               image_size=32, patch_size=8, **CLASSES)
-    getattr(transformers, cls)(config).save_pretrained(str(tmp_path / 'src'))
+def test_class_whose_head_is_not_expressed_is_refused_naming_it(cls, config, part, tmp_path, capsys):
+    getattr(transformers, cls)(config()).save_pretrained(str(tmp_path / 'src'))
     assert main(['convert', str(tmp_path / 'src'), str(tmp_path / 'out')]) == 1
     err = capsys.readouterr().err
     assert err.count('error:') == 1 and 'missing key' not in err and 'Traceback' not in err, err
-    assert f"key 'architectures': {cls}: " in err and '[CLS]+mean concat head is not expressed' in err, err
+    assert f"key 'architectures': {cls}: " in err and part in err, err
     assert not Path(tmp_path / 'out').exists()
 
 
 def test_class_no_reader_converts_is_refused(tmp_path, capsys):
     """A class of a known family whose output is not the image model's (a backbone's feature maps) is refused by
     name, not converted as the family's plain model."""
-    config = transformers.Dinov2Config(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, mlp_ratio=2,
-                                       image_size=32, patch_size=8)
-    transformers.Dinov2Backbone(config).save_pretrained(str(tmp_path / 'src'))
+    transformers.Dinov2Backbone(transformers.Dinov2Config(**DINO)).save_pretrained(str(tmp_path / 'src'))
     assert main(['convert', str(tmp_path / 'src'), str(tmp_path / 'out')]) == 1
     err = capsys.readouterr().err
     assert "key 'architectures': Dinov2Backbone is not a transformers class this reader converts" in err, err

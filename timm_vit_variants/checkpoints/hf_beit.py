@@ -51,8 +51,10 @@ _RULES: Dict[str, Rule] = {
 class HFBeitCheckpoint(HFCheckpoint):
     """A transformers BEiT or data2vec-vision folder (the ViT reader's class names, its own layer names)."""
     RULES = _RULES
-    CLASSES = dict.fromkeys(('BeitModel', 'BeitForImageClassification', 'Data2VecVisionModel',
-                             'Data2VecVisionForImageClassification'))
+    CLASSES = {**dict.fromkeys(('BeitModel', 'BeitForImageClassification', 'Data2VecVisionModel',
+                                'Data2VecVisionForImageClassification')),
+               'BeitForMaskedImageModeling': 'its output is the masked-image-modelling head (lm_head, logits over '
+                                             'the visual-token vocabulary), which is not expressed'}
     PREPROCESSING_DEFAULTS = assumed_preprocessing(
         'bicubic', 1.0, 'squash', "not recorded by the folder; transformers' BeitImageProcessor defaults")
     _shared = False
