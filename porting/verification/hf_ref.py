@@ -16,7 +16,7 @@ from .beit_ref import hf_beit_outputs
 from .result import Check, NoReference, Outputs
 from .streamed import as_float32
 
-__all__ = ['hf_outputs', 'declared_class', 'is_timm_wrapper_folder', 'timm_wrapper_outputs']
+__all__ = ['hf_outputs', 'is_timm_wrapper_folder', 'timm_wrapper_outputs']
 
 # Each transformers DINOv2 model's own table resize, as our rule: without antialias ('hf'), with it ('timm').
 _DINOV2_RULES = {'dinov2': 'hf', 'dinov2_with_registers': 'timm'}
@@ -32,7 +32,7 @@ def hf_outputs(check: Check, x: torch.Tensor, mixed: Optional[Dict[str, torch.Te
     if cfg.get('model_type') in BEIT_MODEL_TYPES:
         stem = 'Data2VecVision' if cfg['model_type'] == 'data2vec-vision' else 'Beit'
         default = stem + ('ForImageClassification' if check.source.num_classes else 'Model')
-        return hf_beit_outputs(declared_class(_transformers(), cfg, default), folder, check, x)
+        return hf_beit_outputs(_declared_class(_transformers(), cfg, default), folder, check, x)
     target = check.target
     dinov3 = cfg.get('model_type') == 'dinov3_vit'  # RoPE: no table to resize
     check.require_own_resize('transformers', None if dinov3 else _DINOV2_RULES.get(cfg.get('model_type'), 'hf'),
@@ -52,7 +52,7 @@ def hf_outputs(check: Check, x: torch.Tensor, mixed: Optional[Dict[str, torch.Te
         return _siglip(transformers, folder, cfg, x, target is not None)
     if cfg.get('model_type') in ('clip', 'clip_vision_model'):
         return _clip(transformers, folder, cfg, x, target is not None)
-    cls = declared_class(transformers, cfg, 'ViTForImageClassification' if check.source.num_classes else 'ViTModel')
+    cls = _declared_class(transformers, cfg, 'ViTForImageClassification' if check.source.num_classes else 'ViTModel')
     classify = cls is transformers.ViTForImageClassification
     # A bare ViTModel's pooler (Dense + tanh) is our pre-logits layer when the reader found one.
     kwargs = {} if classify else {'add_pooling_layer': bool(check.source.rep_size)}
@@ -201,12 +201,12 @@ def _clip(transformers: Any, folder: Path, cfg: Dict[str, Any], x: torch.Tensor,
 def _load(transformers: Any, folder: Path, cfg: Dict[str, Any], default: str) -> Tuple[Any, str]:
     """The class the folder declares (``architectures[0]``, else ``default``) loaded from it, in float32, and its
     name: the reference is the class the folder was saved from, whose output the written folder must give."""
-    cls = declared_class(transformers, cfg, default)
+    cls = _declared_class(transformers, cfg, default)
     model = _run_in_float32(cls.from_pretrained(str(folder), attn_implementation='eager').eval())
     return model, f'transformers {cls.__name__}.from_pretrained'
 
 
-def declared_class(transformers: Any, cfg: Dict[str, Any], default: str) -> Any:
+def _declared_class(transformers: Any, cfg: Dict[str, Any], default: str) -> Any:
     """The transformers class ``config.json`` declares (``architectures[0]``), else ``default``."""
     architectures = cfg.get('architectures')
     name = architectures[0] if isinstance(architectures, list) and architectures and \
@@ -227,13 +227,13 @@ def _forward_seen(run: Callable[[], Any], modules: Dict[str, nn.Module]) -> Tupl
             seen.setdefault(key, (args[0] if args else None, out))
         return record
 
-    hooks = [module.register_forward_hook(hook(key)) for key, module in modules.items()]
+    handles = [module.register_forward_hook(hook(key)) for key, module in modules.items()]
     try:
         with torch.no_grad():
             out = run()
     finally:
-        for hook in hooks:
-            hook.remove()
+        for handle in handles:
+            handle.remove()
     return out, seen
 
 
