@@ -188,6 +188,8 @@ class SimpleViTConfig:
         patch_bias: The patch projection has a bias (CLIP's ``conv1`` has none).
         fc_norm: The final LayerNorm runs on the pooled vector instead of every token (timm's name for
             open_clip's ``final_ln_after_pool``; CLIPA's towers).
+        final_norm: A final LayerNorm at all (timm's name): False leaves the last block's tokens as they are, as
+            transformers' mean-pooled data2vec-vision without its pooling layer gives them; it excludes fc_norm.
         head_bias: The head has a bias; CLIP's projection ``proj`` is a head without one (pooled @ proj).
         attn_pool_queries, attn_pool_heads, attn_pool_dim: CoCa's pooler ('coca'): the query count, its
             heads and its width (the output width; keys and values come in at ``embed_dim``).
@@ -236,6 +238,7 @@ class SimpleViTConfig:
     pre_norm: bool = False
     patch_bias: bool = True
     fc_norm: bool = False
+    final_norm: bool = True
     head_bias: bool = True
     attn_pool_queries: int = 256
     attn_pool_heads: int = 8
@@ -320,7 +323,7 @@ class SimpleViTConfig:
         if self.global_pool == 'token' and not self.class_token:
             raise bad('global_pool', "'token' pooling needs class_token=True")
         self._validate_dist_token(bad)
-        for name in ('pre_norm', 'patch_bias', 'fc_norm', 'head_bias', 'untie_cls_and_patch_norms'):
+        for name in ('pre_norm', 'patch_bias', 'fc_norm', 'final_norm', 'head_bias', 'untie_cls_and_patch_norms'):
             if not isinstance(getattr(self, name), bool):
                 raise bad(name, 'expected True or False')
         if self.global_pool == 'coca' and self.attn_pool_dim % self.attn_pool_heads:
@@ -328,6 +331,9 @@ class SimpleViTConfig:
                                          f'{self.attn_pool_heads} heads')
         if self.fc_norm and self.global_pool == 'coca':
             raise bad('fc_norm', "'coca' pooling holds its own norm after the pool")
+        if not self.final_norm and (self.fc_norm or self.global_pool == 'coca' or self.untie_cls_and_patch_norms):
+            raise bad('final_norm', 'without a final norm there is none to put after the pool (fc_norm), in the '
+                                    "'coca' pooler or on the prefix tokens (untie_cls_and_patch_norms)")
         for name in ('norm_eps', 'sincos_temperature', 'rope_theta'):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:

@@ -180,7 +180,7 @@ class SimpleVisionTransformer(EmbeddingMixin, NaFlexMixin, PositionsMixin, nn.Mo
         self.feature_info = [dict(module=f'blocks.{i}', num_chs=embed_dim, reduction=reduction)
                              for i in range(cfg.depth)]
         # CLIPA (fc_norm) normalises the pooled vector only; CoCa's pooler normalises its own outputs.
-        token_norm = not cfg.fc_norm and cfg.global_pool != 'coca'
+        token_norm = cfg.final_norm and not cfg.fc_norm and cfg.global_pool != 'coca'
         self.norm = norm_layer(embed_dim, **dd) if token_norm else nn.Identity()
         # DINOv3's untied final norms: cls_norm over [CLS, registers], norm over the patch tokens
         self.cls_norm = norm_layer(embed_dim, **dd) if cfg.untie_cls_and_patch_norms else None

@@ -96,18 +96,18 @@ def beit_outputs(check: Check, x: torch.Tensor, mixed: Optional[Dict[str, torch.
     return Outputs(feats, logits, name)
 
 
-def hf_beit_outputs(transformers: Any, folder: Path, cfg: Dict[str, Any], check: Check, x: torch.Tensor) -> Outputs:
-    """transformers' own BEiT / data2vec-vision model, at the source geometry only."""
+def hf_beit_outputs(cls: Any, folder: Path, check: Check, x: torch.Tensor) -> Outputs:
+    """transformers' own BEiT / data2vec-vision class ``cls`` (the one the folder declares), at the source geometry
+    only: its tokens and its logits, or its pooled output where it has a pooling layer."""
     if check.target is not None:
         raise NoReference('transformers resizes the relative position tables bilinearly at run time, which is '
                           "neither BEiT's rule nor timm's")
-    data2vec = cfg.get('model_type') == 'data2vec-vision'
-    stem = 'Data2VecVision' if data2vec else 'Beit'
-    classify = any('ForImageClassification' in a for a in cfg.get('architectures') or [])
-    cls = getattr(transformers, f'{stem}ForImageClassification' if classify else f'{stem}Model')
-    model = cls.from_pretrained(str(folder), attn_implementation='eager').float().eval()
-    backbone = getattr(model, 'data2vec_vision' if data2vec else 'beit') if classify else model
+    # a *Model pools (its pooling layer: the mean's norm, or [CLS]) exactly when the folder was read with pooling
+    pooling = {} if cls.__name__.endswith('ForImageClassification') else \
+        {'add_pooling_layer': bool(check.source.global_pool)}
+    model = cls.from_pretrained(str(folder), attn_implementation='eager', **pooling).float().eval()
+    backbone = next((getattr(model, n) for n in ('data2vec_vision', 'beit') if hasattr(model, n)), model)
     with torch.no_grad():
         out = backbone(pixel_values=x)
-        logits = model(pixel_values=x).logits if classify else out.pooler_output
+        logits = model(pixel_values=x).logits if backbone is not model else out.pooler_output
     return Outputs(out.last_hidden_state, logits, f'transformers {cls.__name__}.from_pretrained')

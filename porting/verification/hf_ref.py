@@ -1,10 +1,13 @@
-"""The transformers reference: ``ViTForImageClassification`` / ``ViTModel`` or ``SiglipVisionModel`` /
-``SiglipModel`` ``.from_pretrained`` on the source folder."""
+"""The transformers reference: the class the source folder declares (``config.json``'s ``architectures[0]``, the one
+the readers accept) ``.from_pretrained`` on the folder, and the output that class returns: a classifier's logits, a
+model's pooled output or embeddings, with its tokens."""
 from pathlib import Path
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
 import torch
+import torch.nn as nn
 
+from timm_vit_variants.checkpoints.detect import WRAPPED_PREFIXES
 from timm_vit_variants.checkpoints.files import read_json
 from timm_vit_variants.checkpoints.hf_beit import BEIT_MODEL_TYPES
 from timm_vit_variants.memory import release_after_use
@@ -13,7 +16,7 @@ from .beit_ref import hf_beit_outputs
 from .result import Check, NoReference, Outputs
 from .streamed import as_float32
 
-__all__ = ['hf_outputs']
+__all__ = ['hf_outputs', 'is_timm_wrapper_folder', 'timm_wrapper_outputs']
 
 # Each transformers DINOv2 model's own table resize, as our rule: without antialias ('hf'), with it ('timm').
 _DINOV2_RULES = {'dinov2': 'hf', 'dinov2_with_registers': 'timm'}
@@ -27,7 +30,9 @@ def hf_outputs(check: Check, x: torch.Tensor, mixed: Optional[Dict[str, torch.Te
     if str(cfg.get('model_type')).startswith('siglip2'):
         return _siglip2(_transformers(), folder, cfg, check, x, mixed)
     if cfg.get('model_type') in BEIT_MODEL_TYPES:
-        return hf_beit_outputs(_transformers(), folder, cfg, check, x)
+        stem = 'Data2VecVision' if cfg['model_type'] == 'data2vec-vision' else 'Beit'
+        default = stem + ('ForImageClassification' if check.source.num_classes else 'Model')
+        return hf_beit_outputs(_declared_class(_transformers(), cfg, default), folder, check, x)
     target = check.target
     dinov3 = cfg.get('model_type') == 'dinov3_vit'  # RoPE: no table to resize
     check.require_own_resize('transformers', None if dinov3 else _DINOV2_RULES.get(cfg.get('model_type'), 'hf'),
@@ -39,17 +44,16 @@ def hf_outputs(check: Check, x: torch.Tensor, mixed: Optional[Dict[str, torch.Te
     if cfg.get('model_type') in _DINOV2_RULES:
         return _dinov2(transformers, folder, cfg, x)
     if cfg.get('model_type') == 'dinov3_vit':
-        model = _run_in_float32(
-            transformers.DINOv3ViTModel.from_pretrained(str(folder), attn_implementation='eager').eval())
+        model, name = _load(transformers, folder, cfg, 'DINOv3ViTModel')
         with torch.no_grad():
             out = model(pixel_values=x)
-        return Outputs(out.last_hidden_state, out.pooler_output, 'transformers DINOv3ViTModel.from_pretrained')
+        return Outputs(out.last_hidden_state, out.pooler_output, name)
     if cfg.get('model_type') in ('siglip', 'siglip_vision_model'):
         return _siglip(transformers, folder, cfg, x, target is not None)
     if cfg.get('model_type') in ('clip', 'clip_vision_model'):
         return _clip(transformers, folder, cfg, x, target is not None)
-    classify = any('ForImageClassification' in a for a in cfg.get('architectures') or [])
-    cls = transformers.ViTForImageClassification if classify else transformers.ViTModel
+    cls = _declared_class(transformers, cfg, 'ViTForImageClassification' if check.source.num_classes else 'ViTModel')
+    classify = cls is transformers.ViTForImageClassification
     # A bare ViTModel's pooler (Dense + tanh) is our pre-logits layer when the reader found one.
     kwargs = {} if classify else {'add_pooling_layer': bool(check.source.rep_size)}
     model = _run_in_float32(cls.from_pretrained(str(folder), attn_implementation='eager', **kwargs).eval())
@@ -66,14 +70,38 @@ def hf_outputs(check: Check, x: torch.Tensor, mixed: Optional[Dict[str, torch.Te
     return Outputs(feats, logits, name, pre_logits=pooled)
 
 
+def is_timm_wrapper_folder(path: str) -> bool:
+    """Whether ``path`` is a folder transformers' ``TimmWrapperModel`` (or its classifier) saved: a timm model that
+    the timm reader reads under ``timm_model.``."""
+    config = Path(path) / 'config.json'
+    return config.is_file() and read_json(str(config)).get('model_type') in WRAPPED_PREFIXES
+
+
+def timm_wrapper_outputs(check: Check, x: torch.Tensor, mixed: Optional[Dict[str, torch.Tensor]] = None) -> Outputs:
+    """The wrapper class the folder declares, at the source geometry (it runs its timm model as built): the classifier's
+    logits and its timm model's tokens, or ``TimmWrapperModel``'s tokens and pooled output."""
+    if check.target is not None:
+        raise NoReference("transformers' TimmWrapperModel runs its timm model as built, with no resize of its own")
+    import timm_vit_variants  # noqa: F401  (a wrapped simple_vit model needs the plugin)
+
+    folder = Path(check.path)
+    cfg = read_json(str(folder / 'config.json'))
+    model, name = _load(_transformers(), folder, cfg, 'TimmWrapperForImageClassification' if check.source.num_classes
+                        else 'TimmWrapperModel')
+    with torch.no_grad():
+        if type(model).__name__.endswith('ForImageClassification'):
+            return Outputs(model.timm_model.forward_features(x), model(pixel_values=x).logits, name)
+        out = model(pixel_values=x)
+    return Outputs(out.last_hidden_state, out.pooler_output, name)
+
+
 def _dinov2(transformers: Any, folder: Path, cfg: Dict[str, Any], x: torch.Tensor) -> Outputs:
     """A DINOv2 folder: its model resizes the table itself at every input size; the pooler is the normed [CLS]."""
-    cls = transformers.Dinov2WithRegistersModel if cfg['model_type'] == 'dinov2_with_registers' else \
-        transformers.Dinov2Model
-    model = _run_in_float32(cls.from_pretrained(str(folder), attn_implementation='eager').eval())
+    model, name = _load(transformers, folder, cfg, 'Dinov2WithRegistersModel' if
+                        cfg['model_type'] == 'dinov2_with_registers' else 'Dinov2Model')
     with torch.no_grad():
         out = model(pixel_values=x)
-    return Outputs(out.last_hidden_state, out.pooler_output, f'transformers {cls.__name__}.from_pretrained')
+    return Outputs(out.last_hidden_state, out.pooler_output, name)
 
 
 def _run_in_float32(model: Any) -> Any:
@@ -106,62 +134,112 @@ def _patchify(x: torch.Tensor, patch: Tuple[int, int]) -> Dict[str, torch.Tensor
 
 def _siglip2(transformers: Any, folder: Path, cfg: Dict[str, Any], check: Check, x: torch.Tensor,
              mixed: Optional[Dict[str, torch.Tensor]]) -> Outputs:
-    """A SigLIP 2 folder's vision tower on ``x`` patchified (any grid: its table is resized per image) and on
-    the mixed-size NaFlex batch."""
+    """A SigLIP 2 folder's class on ``x`` patchified (any grid: its table is resized per image) and on the
+    mixed-size NaFlex batch: a tower's tokens and MAP-pooled embedding, or a classifier's logits and masked mean."""
     check.require_own_resize('transformers', 'flexi', "SigLIP 2's")
-    model, name = _vision_tower(transformers, folder, cfg, 'Siglip2')
-    with torch.no_grad():
-        out = model(**_patchify(x, check.source.patch_size))
-        result = Outputs(out.last_hidden_state, out.pooler_output, name + ' (spatial_shapes; pooler_output: the MAP '
-                         'head)')
-        if mixed is not None:
-            grids = torch.stack([mixed['patch_coord'][i][valid].amax(0) + 1
-                                 for i, valid in enumerate(mixed['patch_valid'])])
-            mixed_out = model(pixel_values=mixed['patches'], pixel_attention_mask=mixed['patch_valid'].long(),
-                              spatial_shapes=grids)
-            result.mixed_features = mixed_out.last_hidden_state[mixed['patch_valid']]
-            result.mixed_pooled = mixed_out.pooler_output
+    model, name = _load(transformers, folder, cfg, 'Siglip2Model' if cfg.get('model_type') == 'siglip2' else
+                        'Siglip2VisionModel')
+    classifier = hasattr(model, 'classifier')
+    tower = model.vision_model if type(model).__name__ == 'Siglip2Model' else model
+
+    def run(**inputs: Any) -> Outputs:
+        if classifier:
+            return _classified(model, name + ' on spatial_shapes', **inputs)
+        with torch.no_grad():
+            out = tower(**inputs)
+        return Outputs(out.last_hidden_state, out.pooler_output, name + ' (spatial_shapes; pooler_output: the MAP '
+                       'head)')
+
+    result = run(**_patchify(x, check.source.patch_size))
+    if mixed is not None:
+        valid = mixed['patch_valid']
+        grids = torch.stack([mixed['patch_coord'][i][row].amax(0) + 1 for i, row in enumerate(valid)])
+        laid = run(pixel_values=mixed['patches'], pixel_attention_mask=valid.long(), spatial_shapes=grids)
+        result.mixed_features = laid.features[valid]
+        result.mixed_pooled = laid.logits if not classifier else laid.pre_logits
     return result
 
 
-def _vision_tower(transformers: Any, folder: Path, cfg: Dict[str, Any], family: str) -> Tuple[Any, str]:
-    """A SigLIP (``family='Siglip'``) or SigLIP 2 folder's vision tower, from a two-tower or a vision-only save."""
-    if cfg.get('model_type') == family.lower():
-        model = getattr(transformers, f'{family}Model').from_pretrained(str(folder), attn_implementation='eager')
-        return _run_in_float32(model.vision_model.eval()), f'transformers {family}Model.from_pretrained(...).vision_model'
-    model = getattr(transformers, f'{family}VisionModel').from_pretrained(str(folder), attn_implementation='eager')
-    return _run_in_float32(model.eval()), f'transformers {family}VisionModel.from_pretrained'
-
-
 def _siglip(transformers: Any, folder: Path, cfg: Dict[str, Any], x: torch.Tensor, resize: bool) -> Outputs:
-    """A SigLIP folder's vision tower: post-LayerNorm tokens, and the MAP head's pooled embedding."""
-    model, name = _vision_tower(transformers, folder, cfg, 'Siglip')
-    with torch.no_grad():
-        out = model(pixel_values=x, interpolate_pos_encoding=resize)
+    """A SigLIP folder's class: a tower's post-LayerNorm tokens and MAP-pooled embedding, or a classifier's logits
+    (and the mean its classifier reads)."""
+    model, name = _load(transformers, folder, cfg, 'SiglipModel' if cfg.get('model_type') == 'siglip' else
+                        'SiglipVisionModel')
     name += ' with interpolate_pos_encoding' if resize else ''
+    if hasattr(model, 'classifier'):
+        return _classified(model, name, pixel_values=x, interpolate_pos_encoding=resize)
+    tower = model.vision_model if type(model).__name__ == 'SiglipModel' else model
+    with torch.no_grad():
+        out = tower(pixel_values=x, interpolate_pos_encoding=resize)
     return Outputs(out.last_hidden_state, out.pooler_output, name + ' (pooler_output: the MAP head)')
 
 
 def _clip(transformers: Any, folder: Path, cfg: Dict[str, Any], x: torch.Tensor, resize: bool) -> Outputs:
-    """A CLIP folder's image tower: the un-normalised tokens, ``image_embeds`` where it has a projection, and the
-    pooled [CLS] after ``post_layernorm``."""
-    architectures = cfg.get('architectures') or []
-    if cfg.get('model_type') == 'clip':
-        cls = transformers.CLIPModel
-    elif 'CLIPVisionModelWithProjection' in architectures:
-        cls = transformers.CLIPVisionModelWithProjection
-    else:
-        cls = transformers.CLIPVisionModel
+    """A CLIP folder's class: the un-normalised tokens and its image output (``CLIPVisionModel``: the pooled [CLS]
+    after ``post_layernorm``; ``CLIPVisionModelWithProjection``: ``image_embeds``; ``CLIPModel``:
+    ``get_image_features``), with the pooled [CLS] its projection reads."""
+    model, name = _load(transformers, folder, cfg, 'CLIPModel' if cfg.get('model_type') == 'clip' else
+                        'CLIPVisionModel')
+    name += ' with interpolate_pos_encoding' if resize else ''
+    inputs = dict(pixel_values=x, interpolate_pos_encoding=resize)
+    kind = type(model).__name__
+    if kind == 'CLIPForImageClassification':
+        return _classified(model, name, **inputs)
+    if kind == 'CLIPVisionModel':
+        with torch.no_grad():
+            out = model(**inputs)
+        return Outputs(out.last_hidden_state, out.pooler_output, name + ' (pooler_output: the normed [CLS])')
+    if kind == 'CLIPVisionModelWithProjection':
+        out, seen = _forward_seen(lambda: model(**inputs), {'head': model.visual_projection})
+        return Outputs(out.last_hidden_state, out.image_embeds, name, pre_logits=seen['head'][0])
+    out, seen = _forward_seen(lambda: model.get_image_features(**inputs),
+                              {'tower': model.vision_model, 'head': model.visual_projection})
+    return Outputs(seen['tower'][1][0], getattr(out, 'pooler_output', out),
+                   name + '.get_image_features', pre_logits=seen['head'][0])
+
+
+def _load(transformers: Any, folder: Path, cfg: Dict[str, Any], default: str) -> Tuple[Any, str]:
+    """The class the folder declares (``architectures[0]``, else ``default``) loaded from it, in float32, and its
+    name: the reference is the class the folder was saved from, whose output the written folder must give."""
+    cls = _declared_class(transformers, cfg, default)
     model = _run_in_float32(cls.from_pretrained(str(folder), attn_implementation='eager').eval())
-    vision = model.vision_model
-    with torch.no_grad():
-        out = vision(pixel_values=x, interpolate_pos_encoding=resize)
-        if cls is transformers.CLIPModel:
-            embeds = model.get_image_features(pixel_values=x, interpolate_pos_encoding=resize)
-            embeds = getattr(embeds, 'pooler_output', embeds)
-        elif cls is transformers.CLIPVisionModelWithProjection:
-            embeds = model(pixel_values=x, interpolate_pos_encoding=resize).image_embeds
-        else:
-            embeds = None
-    name = f'transformers {cls.__name__}.from_pretrained' + (' with interpolate_pos_encoding' if resize else '')
-    return Outputs(out.last_hidden_state, embeds, name, pre_logits=out.pooler_output)
+    return model, f'transformers {cls.__name__}.from_pretrained'
+
+
+def _declared_class(transformers: Any, cfg: Dict[str, Any], default: str) -> Any:
+    """The transformers class ``config.json`` declares (``architectures[0]``), else ``default``."""
+    architectures = cfg.get('architectures')
+    name = architectures[0] if isinstance(architectures, list) and architectures and \
+        isinstance(architectures[0], str) else default
+    cls = getattr(transformers, name, None)
+    if not isinstance(cls, type):
+        raise NoReference(f'transformers has no class {name!r} (config.json architectures)')
+    return cls
+
+
+def _forward_seen(run: Callable[[], Any], modules: Dict[str, nn.Module]) -> Tuple[Any, Dict[str, Tuple[Any, Any]]]:
+    """``run()`` without gradients and, from that one forward, (first input, output) of each of ``modules``: what
+    a class computes inside its own forward (the pooled vector its head reads), taken as it ran."""
+    seen: Dict[str, Tuple[Any, Any]] = {}
+
+    def hook(key: str) -> Callable[..., None]:
+        def record(module: nn.Module, args: tuple, out: Any) -> None:  # returns None: the output is left as it is
+            seen.setdefault(key, (args[0] if args else None, out))
+        return record
+
+    handles = [module.register_forward_hook(hook(key)) for key, module in modules.items()]
+    try:
+        with torch.no_grad():
+            out = run()
+    finally:
+        for handle in handles:
+            handle.remove()
+    return out, seen
+
+
+def _classified(model: Any, name: str, **inputs: Any) -> Outputs:
+    """A ``*ForImageClassification`` of a tower (SigLIP, SigLIP 2, CLIP): the tower's tokens, the logits and the mean
+    its classifier reads."""
+    out, seen = _forward_seen(lambda: model(**inputs), {'tower': model.vision_model, 'head': model.classifier})
+    return Outputs(seen['tower'][1][0], out.logits,
+                   name + ' (logits: its classifier on the mean of the tokens)', pre_logits=seen['head'][0])

@@ -30,7 +30,7 @@ from .deit3_ref import deit3_outputs
 from .dinov2_ref import dinov2_outputs
 from .dinov3_ref import dinov3_outputs, timm_eva_outputs
 from .eva02_ref import eva02_outputs
-from .hf_ref import hf_outputs
+from .hf_ref import hf_outputs, is_timm_wrapper_folder, timm_wrapper_outputs
 from .npz_ref import npz_model
 from .open_clip_ref import open_clip_outputs
 from .ropevit_ref import ropevit_outputs
@@ -67,7 +67,11 @@ def timm_network(build: Callable[[str, SimpleViTConfig], TimmReference]) -> Refe
 
 def _timm_outputs(check: Check, x: torch.Tensor, mixed: Optional[Dict[str, torch.Tensor]]) -> Outputs:
     """timm's VisionTransformer, its Beit for its beit* folders, or its Eva for the rotary ports (DINOv3, RoPE-ViT),
-    which that cannot express."""
+    which that cannot express; a folder transformers' TimmWrapperModel saved runs as that class."""
+    if is_timm_wrapper_folder(check.path):
+        require('hf', 'verifying a transformers TimmWrapperModel folder',
+                'pass --no-verify to convert without the check')
+        return timm_wrapper_outputs(check, x, mixed)
     if is_timm_beit_folder(check.path):
         return beit_outputs(check, x, mixed)
     if check.source.pos_embed.endswith('rope'):

@@ -4,7 +4,8 @@ The store opened here is the one the reader plans and reads from, so nothing is 
 unpickled, twice. Which reader reads it is decided by one table, ``DISPATCH``: its rows, in order, each test
 what the source holds (``Probe``: the store's names, ``config.json``, the path); the first row that holds names
 the reader (whose ``format`` is the detected format) or refuses the source. A family joins with one row, placed
-before the rows its files would otherwise meet.
+before the rows its files would otherwise meet. A wrapper's folder (transformers' ``TimmWrapperModel``, its tensors
+under ``timm_model.``: ``WRAPPED_PREFIXES``) is read as the timm model it holds, that prefix its default.
 """
 import os
 from dataclasses import dataclass, field
@@ -37,8 +38,12 @@ from .timm_eva import TimmEvaCheckpoint, is_eva_architecture, is_timm_eva
 from .timm_format import TimmCheckpoint
 from .timm_naflex import TimmNaFlexCheckpoint
 
-__all__ = ['DISPATCH', 'FORMATS', 'HINTS', 'READERS', 'Probe', 'Refuse', 'Route', 'open_checkpoint',
-           'detect_format']
+__all__ = ['DISPATCH', 'FORMATS', 'HINTS', 'READERS', 'WRAPPED_PREFIXES', 'Probe', 'Refuse', 'Route',
+           'open_checkpoint', 'detect_format']
+
+# config.json's model_type of a folder that wraps a model of another format -> where the wrapped tensors sit:
+# transformers' TimmWrapperModel / TimmWrapperForImageClassification hold a timm model as ``timm_model``.
+WRAPPED_PREFIXES = {'timm_wrapper': 'timm_model.'}
 
 
 @dataclass(frozen=True)
@@ -61,7 +66,9 @@ class Probe:
 
     @property
     def prefix(self) -> str:
-        return self.hints.get('prefix') or ''
+        """The caller's ``prefix`` hint, else the one a wrapper's ``config.json`` implies (``WRAPPED_PREFIXES``)."""
+        wrapped = WRAPPED_PREFIXES.get(self.model_type, '') if isinstance(self.model_type, str) else ''
+        return self.hints.get('prefix') or wrapped
 
     @property
     def model_type(self) -> Any:
@@ -238,6 +245,8 @@ def open_checkpoint(
     store = open_store(files, limits, use_ema=hints.get('use_ema', True))
     try:
         probe = Probe(path, store, config, config_path, hints)
+        if probe.prefix:
+            hints['prefix'] = probe.prefix
         if fmt is None:
             return _route(probe, _detect(probe))(path, store, config, config_path, hints, layout, limits)
         try:

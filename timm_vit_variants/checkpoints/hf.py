@@ -4,8 +4,10 @@ Covers ``ViTForImageClassification`` (``vit.`` prefix, ``classifier``) and bare 
 (no prefix, optional ``pooler``). The pooler is Linear + tanh on the [CLS] token, which is
 exactly SimpleVisionTransformer's ``pre_logits`` under token pooling, so it maps there
 (``rep_size``) instead of being dropped. ``TransformersCheckpoint`` is what every transformers
-reader shares (the encoder settings of ``config.json``, ``preprocessor_config.json``); the SigLIP
-towers' readers (``hf_siglip.py``) sit on it beside ``HFCheckpoint``.
+reader shares (the encoder settings of ``config.json``, ``preprocessor_config.json``, the label names of
+``id2label``, and the class the folder declares, ``architectures[0]``, which must be one of the reader's ``CLASSES``:
+a folder is read as what that class outputs, or refused naming the part of it the model does not express); the
+SigLIP towers' readers (``hf_siglip.py``) sit on it beside ``HFCheckpoint``.
 """
 import os
 from typing import Any, Dict, Optional, Set, Tuple
@@ -57,11 +59,30 @@ class TransformersCheckpoint(SourceCheckpoint):
     """What every transformers reader shares: the encoder's ``config.json`` entries, each checked, and the image
     processor's ``preprocessor_config.json``."""
     format = 'hf'
+    # The transformers classes (``architectures[0]``) the reader converts: None, or what part of the class this
+    # model does not express (the refusal's reason).
+    CLASSES: Dict[str, Optional[str]] = {}
 
     @property
     def _settings(self) -> Dict[str, Any]:
         """The part of ``config.json`` that describes the vision network (all of it for a ViT)."""
         return self.source_config
+
+    def _source_class(self) -> Optional[str]:
+        """The transformers class the folder declares (``config.json``'s ``architectures[0]``; None when it names
+        none), refused unless it is one of ``CLASSES``: a class whose output this model does not express is refused
+        naming the part that is not."""
+        architectures = self.source_config.get('architectures')
+        if not isinstance(architectures, list) or not architectures or not isinstance(architectures[0], str):
+            return None
+        name = architectures[0]
+        if name not in self.CLASSES:
+            raise ViTVariantsError(f'{name} is not a transformers class this reader converts (it reads '
+                                   f'{", ".join(c for c, why in self.CLASSES.items() if why is None)})',
+                                   path=self._config_path, key='architectures')
+        if self.CLASSES[name] is not None:
+            raise ViTVariantsError(f'{name}: {self.CLASSES[name]}', path=self._config_path, key='architectures')
+        return name
 
     def _vision_tower(self, hints: Dict[str, Any], skipped: str, keep: Tuple[str, ...] = ()) -> None:
         """Set ``_prefix`` to the vision tower's: the caller's ``prefix`` hint, else ``vision_model.`` in a two-tower
@@ -141,6 +162,18 @@ class TransformersCheckpoint(SourceCheckpoint):
                     num_heads=num_heads, mlp_dim=mlp_dim, act_layer=hints.get('act_layer') or _ACTS[act],
                     norm_eps=hints.get('norm_eps') or float(eps))
 
+    def _labels(self, num_classes: int) -> Optional[list]:
+        """The class names of ``config.json``'s ``id2label`` when it names each of ``num_classes`` once."""
+        id2label = self.source_config.get('id2label')
+        if not num_classes or not isinstance(id2label, dict) or len(id2label) != num_classes:
+            return None
+        try:
+            if sorted(int(k) for k in id2label) != list(range(num_classes)):
+                return None
+            return [str(id2label[k]) for k in sorted(id2label, key=int)]
+        except (TypeError, ValueError):
+            return None
+
     def _recorded_preprocessing(self) -> Dict[str, Any]:
         """The image processor's mean/std/resample from ``preprocessor_config.json``, when present, each checked."""
         cfg: Dict[str, Any] = {}
@@ -169,6 +202,8 @@ class TransformersCheckpoint(SourceCheckpoint):
 class HFCheckpoint(TransformersCheckpoint):
     """A transformers ViT folder (``ViTForImageClassification``, ``ViTModel``)."""
     RULES = _TABLE
+    CLASSES = {'ViTModel': None, 'ViTForImageClassification': None,
+               'ViTForMaskedImageModeling': _UNSUPPORTED['embeddings.mask_token']}
     PREPROCESSING_DEFAULTS = assumed_preprocessing(
         'bilinear', 1.0, 'squash', "not recorded by the folder; transformers' ViTImageProcessor defaults")
 
@@ -185,6 +220,7 @@ class HFCheckpoint(TransformersCheckpoint):
         if model_type != 'vit':
             raise ViTVariantsError(f"model_type {model_type!r} is not a transformers ViT ('vit')", path=cfg_path,
                                    key='model_type')
+        self._source_class()
         names = self._store.names()
         prefix = hints.get('prefix')
         self._prefix = ('vit.' if any(n.startswith('vit.') for n in names) else '') if prefix is None else prefix
@@ -211,14 +247,3 @@ class HFCheckpoint(TransformersCheckpoint):
             num_classes=num_classes, global_pool='token', qkv_bias=bool(self.source_config.get('qkv_bias', True)),
             class_token=True, pos_embed='learn', pos_embed_cls_slot=True, pos_embed_resample='hf', rep_size=rep_size,
             **network)
-
-    def _labels(self, num_classes: int) -> Optional[list]:
-        id2label = self.source_config.get('id2label')
-        if not num_classes or not isinstance(id2label, dict) or len(id2label) != num_classes:
-            return None
-        try:
-            if sorted(int(k) for k in id2label) != list(range(num_classes)):
-                return None
-            return [str(id2label[k]) for k in sorted(id2label, key=int)]
-        except (TypeError, ValueError):
-            return None

@@ -9,7 +9,9 @@ or one shared ``encoder.relative_position_bias.relative_position_bias_table`` (c
 fine-tuning does), and either mean pooling (``pooler.layernorm``, our ``fc_norm``) or [CLS] pooling after
 ``layernorm``. ``config.json`` says which (``use_relative_position_bias``, ``use_shared_relative_position_bias``,
 ``use_absolute_position_embeddings``, ``use_mean_pooling``, ``layer_scale_init_value``, ``layer_norm_eps``, whose
-default there is 1e-12, not BEiT's 1e-6).
+default there is 1e-12, not BEiT's 1e-6). A mean-pooled model saved without its pooling layer
+(``Data2VecVisionModel``'s default) has no final norm at all: its output is the last block's tokens, read with
+``final_norm=False`` and no pooling.
 
 transformers resizes the tables bilinearly at run time (``interpolate_pos_encoding``); a conversion to another grid
 uses BEiT's own rule instead (``rel_pos_resample='beit'``). The absolute table resizes as transformers does (bicubic,
@@ -49,6 +51,10 @@ _RULES: Dict[str, Rule] = {
 class HFBeitCheckpoint(HFCheckpoint):
     """A transformers BEiT or data2vec-vision folder (the ViT reader's class names, its own layer names)."""
     RULES = _RULES
+    CLASSES = {**dict.fromkeys(('BeitModel', 'BeitForImageClassification', 'Data2VecVisionModel',
+                                'Data2VecVisionForImageClassification')),
+               'BeitForMaskedImageModeling': 'its output is the masked-image-modelling head (lm_head, logits over '
+                                             'the visual-token vocabulary), which is not expressed'}
     PREPROCESSING_DEFAULTS = assumed_preprocessing(
         'bicubic', 1.0, 'squash', "not recorded by the folder; transformers' BeitImageProcessor defaults")
     _shared = False
@@ -72,6 +78,7 @@ class HFBeitCheckpoint(HFCheckpoint):
         if model_type not in BEIT_MODEL_TYPES:
             raise ViTVariantsError(f'model_type {model_type!r} is not a transformers BEiT or data2vec-vision model',
                                    path=cfg_path, key='model_type')
+        self._source_class()
         names = self._store.names()
         default = BEIT_MODEL_TYPES[model_type]
         prefix = hints.get('prefix')
@@ -96,17 +103,24 @@ class HFBeitCheckpoint(HFCheckpoint):
         self._check_dims('classifier.weight', classes=num_classes)
         self.label_names = self._labels(num_classes) if num_classes else None
         ape, mean_pool = flags['use_absolute_position_embeddings'], flags['use_mean_pooling']
+        pooler = not mean_pool or f'{self._prefix}pooler.layernorm.weight' in self._store
+        if not pooler and num_classes:
+            raise self._error('a mean-pooled classifier needs its pooling layer (pooler.layernorm)',
+                              key=f'{self._prefix}pooler.layernorm.weight')
+        pooling = ('mean pooling with fc_norm' if pooler else "no pooling layer and no final norm: the last block's "
+                   'tokens') if mean_pool else '[CLS] pooling'
         self.notes.append(
             f'detected a transformers {model_type} model ('
             f'{"one shared table, copied into every block" if self._shared else "a relative position table per block"}'
             f'{", an absolute table (resize rule " + repr("hf") + ")" if ape else ""}, '
-            f'{"mean pooling with fc_norm" if mean_pool else "[CLS] pooling"}); tables resized by BEiT\'s own rule, '
+            f'{pooling}); tables resized by BEiT\'s own rule, '
             'where transformers interpolates them bilinearly at run time'
             + (f'; {_MASK.format(p=self._prefix)} is for masked pretraining and skipped'
                if _MASK.format(p=self._prefix) in self._store else ''))
         # the folder's activation and eps (``network``) over the family's
         return SimpleViTConfig(**dict(
-            BEIT, num_classes=num_classes, global_pool='avg' if mean_pool else 'token', fc_norm=mean_pool,
+            BEIT, num_classes=num_classes, global_pool=('avg' if pooler else '') if mean_pool else 'token',
+            fc_norm=mean_pool and pooler, final_norm=pooler,
             qkv_bias=True, init_values=float(init) if init > 0 else None,
             pos_embed='learn+relpos' if ape else 'relpos', pos_embed_cls_slot=True, pos_embed_resample='hf',
             **network))

@@ -1,10 +1,13 @@
-"""transformers CLIP image towers: ``CLIPVisionModel``, ``CLIPVisionModelWithProjection`` and ``CLIPModel`` folders.
+"""transformers CLIP image towers: ``CLIPVisionModel``, ``CLIPVisionModelWithProjection`` and ``CLIPModel`` folders,
+and ``CLIPForImageClassification``.
 
 The tower sits under ``vision_model.``: a bias-free patch conv, a (width,) ``class_embedding``, an ``nn.Embedding``
 position table, ``pre_layrnorm`` (our ``norm_pre``), separate q/k/v projections, and ``post_layernorm`` on the
 pooled [CLS] token only (our ``fc_norm``: ``last_hidden_state`` is not normalised). ``visual_projection`` (no bias)
 is the head. The activation is ``hidden_act`` (``quick_gelu`` for OpenAI's towers). A table is resized as
-transformers' ``interpolate_pos_encoding`` does (rule 'hf': bicubic without antialias).
+transformers' ``interpolate_pos_encoding`` does (rule 'hf': bicubic without antialias). ``CLIPForImageClassification``'s
+``classifier`` reads the mean of the patch tokens as the last block leaves them: 'avg' pooling with no final norm
+(``post_layernorm``, which its logits never use, is skipped).
 """
 from typing import Any, Dict, Optional, Tuple
 
@@ -45,10 +48,15 @@ _TABLE: Dict[str, Rule] = {
     'head.weight': Rule(('visual_projection.weight',)),
 }
 _PROJECTION = 'visual_projection.weight'
+_CLASSIFIER = ('classifier.weight', 'classifier.bias')
+_POST_NORM = ('{p}post_layernorm.weight', '{p}post_layernorm.bias')
 
 
 class HFClipCheckpoint(HFCheckpoint):
     """A transformers CLIP folder, read as its image tower (with ``visual_projection`` as the head when present)."""
+    CLASSES = dict.fromkeys(('CLIPModel', 'CLIPVisionModel', 'CLIPVisionModelWithProjection',
+                             'CLIPForImageClassification'))
+    _classifier = False  # CLIPForImageClassification: 'avg' pooling without a final norm, its classifier the head
 
     PREPROCESSING_DEFAULTS = assumed_preprocessing(
         'bicubic', 1.0, 'center', "not recorded by the folder; transformers' CLIPImageProcessor defaults",
@@ -61,12 +69,16 @@ class HFClipCheckpoint(HFCheckpoint):
             self.source_config
 
     def _rule(self, pattern: str, block: Optional[int]) -> Tuple[Rule, Optional[int]]:
+        if self._classifier and pattern.startswith('head.'):
+            return Rule((_CLASSIFIER[pattern == 'head.bias'],)), None
         rule = _TABLE[pattern]
         return Rule(tuple(t.format(p=self._prefix, i=block) for t in rule.sources), rule.fill), None
 
     def _candidates(self) -> set:
         names = SourceCheckpoint._candidates(self)
-        return names | ({_PROJECTION} if _PROJECTION in self._store else set())
+        if self._classifier:
+            names -= {n.format(p=self._prefix) for n in _POST_NORM}
+        return names | {n for n in (_CLASSIFIER if self._classifier else (_PROJECTION,)) if n in self._store}
 
     def _infer(self, hints: Dict[str, Any]) -> SimpleViTConfig:
         cfg_path = self._config_path
@@ -76,10 +88,20 @@ class HFClipCheckpoint(HFCheckpoint):
         if self.source_config.get('model_type') == 'clip' and not isinstance(self.source_config.get('vision_config'),
                                                                              dict):
             raise ViTVariantsError('a CLIP config.json needs a vision_config', path=cfg_path, key='vision_config')
-        self._vision_tower(hints, 'the text tower, its projection and logit_scale', keep=(_PROJECTION,))
+        self._classifier = self._source_class() == 'CLIPForImageClassification'
+        self._vision_tower(hints, 'the text tower, its projection and logit_scale', keep=(_PROJECTION, *_CLASSIFIER))
         network = self._network(hints, eps_default=CLIP_TOWER['norm_eps'])
         depth = network['depth']
         self._check_no_extra_layer(depth, 'encoder.layers.{i}.layer_norm1.weight')
+        if self._classifier:
+            num_classes = self._shape(_CLASSIFIER[0])[0] if _CLASSIFIER[0] in self._store else 0
+            self._check_dims(_CLASSIFIER[0], classes=num_classes)
+            self.label_names = self._labels(num_classes)
+            self.notes.append('detected: CLIPForImageClassification, its classifier on the mean of the patch tokens '
+                              f'as the last block leaves them (avg pooling, no final norm); skipped '
+                              f'{self._prefix}post_layernorm, which its logits do not use')
+            return SimpleViTConfig(**dict(CLIP_TOWER, **network, num_classes=num_classes, global_pool='avg',
+                                          pos_embed_resample='hf', pre_norm=True, final_norm=False, head_bias=True))
         num_classes = 0
         if _PROJECTION in self._store:
             shape = self._shape(_PROJECTION)

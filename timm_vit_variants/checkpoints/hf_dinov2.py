@@ -81,6 +81,10 @@ class HFDinoReader(TransformersCheckpoint):
 class HFDinov2Checkpoint(HFDinoReader, HFCheckpoint):
     format = 'hf'
     _TABLE = _TABLE
+    CLASSES = {'Dinov2Model': None, 'Dinov2WithRegistersModel': None,
+               **dict.fromkeys(('Dinov2ForImageClassification', 'Dinov2WithRegistersForImageClassification'),
+                               'its classifier reads [CLS] concatenated with the mean of the patch tokens, and that '
+                               '[CLS]+mean concat head is not expressed (this model pools one token-wide vector)')}
 
     @property
     def _settings(self) -> Dict[str, Any]:
@@ -106,6 +110,7 @@ class HFDinov2Checkpoint(HFDinoReader, HFCheckpoint):
 
     def _infer(self, hints: Dict[str, Any]) -> SimpleViTConfig:
         model_type = self.source_config.get('model_type')  # one of DINOV2_MODEL_TYPES: detect.DISPATCH's row
+        self._source_class()
         network = self._network(hints, eps_default=DINOV2['norm_eps'])
         registers = self._config_registers(
             self.source_config.get('num_register_tokens', 0) if model_type == 'dinov2_with_registers' else 0)

@@ -51,6 +51,7 @@ def dinov3_periods(theta: float) -> Fill:
 class HFDinov3Checkpoint(HFDinoReader):
     format = 'hf'
     _TABLE = _TABLE
+    CLASSES = {'DINOv3ViTModel': None}
     PREPROCESSING_DEFAULTS = assumed_preprocessing(
         'bilinear', 1.0, 'squash', "not recorded by the folder; transformers' DINOv3 image processor defaults")
 
@@ -79,6 +80,7 @@ class HFDinov3Checkpoint(HFDinoReader):
 
     def _infer(self, hints: Dict[str, Any]) -> SimpleViTConfig:
         cfg_path, cfg = self._config_path, self.source_config
+        self._source_class()
         network = self._network(hints, eps_default=DINOV3['norm_eps'])
         registers = self._config_registers(cfg.get('num_register_tokens', 0))
         if registers and 'embeddings.register_tokens' in self._store and \

@@ -145,6 +145,8 @@ class TimmCheckpoint(SourceCheckpoint):
             args = self.source_config.get('model_args') or {}
             where = dict(path=self._config_path)
             classes = self.source_config.get('num_classes')
+            if self.source_config.get('architectures') == ['TimmWrapperModel']:
+                classes = 0  # transformers' TimmWrapperModel builds its timm model headless, whatever num_classes says
         else:
             trained = self._store.training_args()
             if not trained.get('model'):
