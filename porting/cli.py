@@ -113,8 +113,7 @@ def report_stop(signum: int) -> int:
     name = signal.Signals(signum).name
     done = stopping.done()
     if done:
-        say(f'error: interrupted by {name} after the work was done: {" and ".join(done)} is complete and in place',
-            err=True)
+        say(f'error: interrupted by {name}; {" and ".join(done)} was already complete and in place', err=True)
     else:
         say(f'error: interrupted by {name}; no output was written', err=True)
     return 128 + int(signum)

@@ -13,7 +13,8 @@ The rules, in the order they are checked:
     folder of vit-port's file names, or a partial export file of ours); anything else so named is
     reported and left alone, and nothing that is not a regular file or folder is opened.
   * Signals are held only over the renames of our own entries, never while waiting for a lock; a
-    lock another process holds is waited for a bounded time, then reported.
+    lock another process holds is waited for a bounded time, then reported. Once vit-port received a
+    stop signal, even one something swallowed, OUT is not put in place (``porting.stopping``).
   * A full disk or any other write failure ends in one ``ViTVariantsError``, with nothing left behind.
 
 ``WriteBehind`` is how large files are written: ``pwrite``s run in a thread of their own, so the copy

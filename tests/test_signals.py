@@ -82,7 +82,7 @@ def test_ctrl_c_at_any_moment_stops_the_run(npz, tmp_path):
             assert proc.returncode == 130 and not out.exists(), (delay, err)
         else:
             assert proc.returncode == 130, (delay, err)
-            assert last == f'error: interrupted by SIGINT after the work was done: {out} is complete and in place'
+            assert last == f'error: interrupted by SIGINT; {out} was already complete and in place'
             assert _complete(out)
     print(f'lifetime {lifetime:.2f} s; (delay, sent, rc, last line):', *outcomes, sep='\n')
     assert sum(rc == 130 for _, _, rc, _ in outcomes) >= len(outcomes) // 2, outcomes
@@ -155,7 +155,6 @@ def _run_wrapped(module: str, name: str, body: str, *argv) -> subprocess.Complet
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
-_KILL = 'os.kill(os.getpid(), signal.SIGTERM)'
 _LATE = {  # where SIGTERM is raised: right after the function named returns
     'as OUT is swapped into place': ('porting.output', '_swap'),  # inside the block that holds signals
     'once the command has returned': ('porting.cli', 'main'),  # after the CLI's own report
@@ -164,6 +163,9 @@ _LATE = {  # where SIGTERM is raised: right after the function named returns
 
 @pytest.mark.parametrize('moment', list(_LATE))
 def test_a_late_signal_says_the_output_is_complete(npz, tmp_path, moment):
+    """SIGTERM once OUT is in place still ends the run as any other (143, one line), saying that OUT is complete.
+    Before, the first said 'no output was written' over a complete OUT, and the second killed the process without
+    a word (status -15)."""
     out = tmp_path / 'out'
     assert main(['convert', str(npz), str(out)]) == 0  # an OUT to replace, so that the swap happens
     body = '''
@@ -176,7 +178,7 @@ def test_a_late_signal_says_the_output_is_complete(npz, tmp_path, moment):
     assert proc.returncode == 143, proc.stderr
     assert 'Traceback' not in proc.stderr
     assert proc.stderr.strip().splitlines()[-1] == (
-        f'error: interrupted by SIGTERM after the work was done: {out} is complete and in place'), proc.stderr
+        f'error: interrupted by SIGTERM; {out} was already complete and in place'), proc.stderr
     assert _complete(out) and _leftovers(tmp_path) == []
 
 
@@ -192,6 +194,8 @@ _SWALLOW = '''
 
 @pytest.mark.parametrize('what', ['pass', 'raise RuntimeError("maximum recursion depth exceeded") from e'])
 def test_an_interrupt_a_library_swallows_or_turns_into_an_error_still_stops_the_run(npz, tmp_path, what):
+    """Ctrl-C at the start of a conversion, caught by a bare ``except`` (run on to the end, and OUT written, before)
+    or turned into another error (reported as that error, before)."""
     out = tmp_path / 'out'
     proc = _run_wrapped('porting.pipeline', 'check_output', _SWALLOW.format(what), 'convert', npz, out)
     assert proc.returncode == 130, proc.stderr
