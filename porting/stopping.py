@@ -3,8 +3,8 @@
 The entry point (``porting.__main__.run``, also ``porting.cli.main``) calls ``install`` before anything else, and
 from then until the process exits one handler, ``_on_signal``, answers both signals. It records the signal and
 raises ``Stopped`` (a ``KeyboardInterrupt``) in the main thread. Raising alone is not enough: a library may swallow
-the exception (a bare ``except``, a ``__del__``) or turn it into another one (an interrupted import that fails
-again as ``ImportError``). So the record is what counts:
+the exception (torch's C extension catches any error while it imports numpy, and carries on without it) or turn
+it into another one (an interrupted import that fails again as ``ImportError``). So the record is what counts:
 
   * ``held()`` blocks (the renames of our own entries) record a signal without raising, and raise it at their end;
   * ``check()`` raises ``Stopped`` once any signal was received: output is put in place only after it, so a
