@@ -3,8 +3,9 @@
 This module only parses and reports. Each command module in ``porting.commands`` adds its parser
 and a ``run(args) -> int``; heavy imports (torch, timm) happen inside ``run``, so ``--help`` is
 instant. Exit status: 0 success, 1 failure (``error: <message>`` on stderr, no traceback),
-2 usage error, 128 + N when stopped by signal N (Ctrl-C: 130, SIGTERM: 143), with nothing left
-behind. Set ``VIT_PORT_DEBUG=1`` to see the traceback of an unexpected failure.
+2 usage error, 128 + N when stopped by signal N (Ctrl-C: 130, SIGTERM: 143) whenever it comes, with nothing
+left behind (or, once OUT is in place, a line saying it is complete). Set ``VIT_PORT_DEBUG=1`` to see the
+traceback of an unexpected failure.
 """
 import argparse
 import os
@@ -13,6 +14,7 @@ import sys
 import warnings
 from typing import List, NoReturn, Optional, Sequence
 
+from . import stopping
 from .commands import cmd_convert, cmd_export, cmd_inspect, cmd_push, cmd_resize, cmd_verify
 from .commands.options import UsageError, recorded_command, remedy, say
 
@@ -44,18 +46,6 @@ def _safe_usage_message(message: str) -> str:
         names = [w.split('=', 1)[0] for w in rest.split() if w.startswith('-')]
         message = head + sep + (' '.join(names) if names else '(values not shown)')
     return redact(message)
-
-
-class Stopped(KeyboardInterrupt):
-    """Raised in the main thread by SIGTERM, so cleanup runs as for Ctrl-C."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signum)
-        self.signum = signum
-
-
-def _on_signal(signum: int, frame) -> NoReturn:
-    raise Stopped(signum)
 
 
 class _Version(argparse.Action):
@@ -91,17 +81,48 @@ def build_parser() -> Parser:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """Run ``vit-port``; returns the exit status."""
+    """Run ``vit-port``; returns the exit status.
+
+    Ctrl-C and SIGTERM are answered by ``porting.stopping`` for the whole call (from the process's start when run
+    as ``vit-port`` or ``python -m porting``): one that arrived at any moment decides the status, 128 + N.
+    """
+    installed_here = stopping.install()  # False under porting.__main__.run, which did it first
     try:
-        return _main(list(sys.argv[1:] if argv is None else argv))
-    except KeyboardInterrupt as e:
-        signum = getattr(e, 'signum', signal.SIGINT)
-        say(f'error: interrupted by {signal.Signals(signum).name}; no output was written', err=True)
-        return 128 + int(signum)
+        code = _run_to_end(list(sys.argv[1:] if argv is None else argv))
+        signum = stopping.received() or (signal.SIGINT if code is None else None)
+        return code if signum is None else report_stop(signum)
+    finally:
+        if installed_here:
+            stopping.uninstall()
+
+
+def _run_to_end(argv: List[str]) -> Optional[int]:
+    """``_main``'s status, or None when a ``KeyboardInterrupt`` ended it; once it is over, signals are only
+    recorded, so the report that follows is never cut short."""
+    try:
+        try:
+            return _main(argv)
+        finally:
+            stopping.finish()
+    except KeyboardInterrupt:  # stopping.Stopped, or one raised by hand
+        return None
+
+
+def report_stop(signum: int) -> int:
+    """Say that stop signal ``signum`` ended the run, and what state the output is in; returns 128 + signum."""
+    name = signal.Signals(signum).name
+    done = stopping.done()
+    if done:
+        say(f'error: interrupted by {name}; {" and ".join(done)} was already complete and in place', err=True)
+    else:
+        say(f'error: interrupted by {name}; no output was written', err=True)
+    return 128 + int(signum)
 
 
 def _main(argv: List[str]) -> int:
     from .redact import register_token, tokens_in_argv
+
+    stopping.check()  # a signal that came while the CLI loaded
 
     for token in tokens_in_argv(argv):
         register_token(token)
@@ -113,7 +134,6 @@ def _main(argv: List[str]) -> int:
     subparser = parser.subcommands[args.command]
     register_token(getattr(args, 'token', None))
     args.command_line = recorded_command(subparser, args, f'{PROG} {args.command}')
-    previous = signal.signal(signal.SIGTERM, _on_signal) if _in_main_thread() else None
     try:
         with warnings.catch_warnings():
             warnings.showwarning = _show_warning
@@ -125,10 +145,8 @@ def _main(argv: List[str]) -> int:
     except SystemExit as e:
         return int(e.code or 0)
     except Exception as e:  # noqa: BLE001  (the CLI promises a message, not a traceback)
+        stopping.check()  # an interrupt that a library turned into another error is still the interrupt
         return _report_failure(e)
-    finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
 
 
 def _report_failure(e: Exception) -> int:
@@ -148,9 +166,3 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
     from .redact import redact
 
     say(f'warning: {redact(str(message))}', err=True)
-
-
-def _in_main_thread() -> bool:
-    import threading
-
-    return threading.current_thread() is threading.main_thread()

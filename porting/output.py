@@ -13,7 +13,8 @@ The rules, in the order they are checked:
     folder of vit-port's file names, or a partial export file of ours); anything else so named is
     reported and left alone, and nothing that is not a regular file or folder is opened.
   * Signals are held only over the renames of our own entries, never while waiting for a lock; a
-    lock another process holds is waited for a bounded time, then reported.
+    lock another process holds is waited for a bounded time, then reported. Once vit-port received a
+    stop signal, even one something swallowed, OUT is not put in place (``porting.stopping``).
   * A full disk or any other write failure ends in one ``ViTVariantsError``, with nothing left behind.
 
 ``WriteBehind`` is how large files are written: ``pwrite``s run in a thread of their own, so the copy
@@ -25,7 +26,6 @@ import os
 import re
 import secrets
 import shutil
-import signal
 import stat
 import tempfile
 import threading
@@ -40,6 +40,8 @@ from timm_vit_variants.checkpoints.files import CONFIG_FILE, INDEX_FILES, SINGLE
 from timm_vit_variants.config import is_family_architecture
 from timm_vit_variants.errors import ViTVariantsError
 
+from . import stopping
+
 __all__ = ['PARTIAL', 'OLD', 'check_output', 'atomic_folder', 'atomic_file', 'pwrite_all', 'WriteBehind']
 
 PARTIAL = 'vit-port-partial'
@@ -47,7 +49,6 @@ OLD = 'vit-port-old'
 # Every name vit-port writes into an output folder.
 _OUR_NAMES = re.compile('|'.join(map(re.escape, ('README.md', CONFIG_FILE, SINGLE_WEIGHT_FILES[0], INDEX_FILES[0])))
                         + r'|model-\d{5}-of-\d{5}\.safetensors')
-_STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 # How long to wait for a lock another run holds on OUT's folder (the renames it guards take milliseconds).
 _LOCK_PATIENCE = 30.0
 # The first bytes of what export writes into a partial file: an ONNX model (protobuf field 1, ir_version) or
@@ -216,28 +217,6 @@ def _not_ours(path: Path, fd: int) -> str:
 
 
 @contextmanager
-def _signals_deferred() -> Iterator[None]:
-    """Hold Ctrl-C and SIGTERM over a few renames of our own entries, so OUT is never left half-replaced.
-
-    Never held while waiting for anything another process controls (a lock, a file).
-    """
-    held: List[int] = []
-    # A blocked signal still reaches any other thread (torch's, our writer's), and CPython then runs the handler in
-    # the main thread: so the main thread's handlers record it too, and it is raised again once the block is done.
-    main = threading.current_thread() is threading.main_thread()
-    previous = {s: signal.signal(s, lambda signum, frame: held.append(signum)) for s in _STOP_SIGNALS} if main else {}
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
-        for signum, handler in previous.items():
-            signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
-        if held:
-            signal.raise_signal(held[0])
-
-
-@contextmanager
 def _locked(path: Path, patience: Optional[float] = None) -> Iterator[int]:
     """An exclusive ``flock`` on a folder, waited for at most ``patience`` seconds (Ctrl-C stops the wait)."""
     patience = _LOCK_PATIENCE if patience is None else patience
@@ -255,23 +234,33 @@ def _locked(path: Path, patience: Optional[float] = None) -> Iterator[int]:
         os.close(fd)
 
 
+@contextmanager
+def _putting_in_place(out: Path) -> Iterator[None]:
+    """The renames that put OUT in place: refused once a stop signal came (even one something swallowed); one that
+    comes during them is left for the CLI to report, OUT then being complete."""
+    with stopping.held(raise_after=False):
+        stopping.check()
+        yield
+        stopping.completed(str(out))
+
+
 def _commit(tmp: Path, out: Path, overwrite: bool) -> None:
     with _locked(out.parent):
         if not os.path.lexists(out):
-            with _signals_deferred():
+            with _putting_in_place(out):
                 os.rename(tmp, out)
             return
         if not overwrite:
             raise ViTVariantsError('output appeared while converting; pass --overwrite to replace it', path=str(out))
         old = out.parent / f'.{out.name}.{OLD}-{secrets.token_hex(4)}'
         if out.is_symlink() or not out.is_dir():
-            with _signals_deferred():
+            with _putting_in_place(out):
                 _swap(tmp, out, old)
                 os.unlink(old)
             return
         _check_replaceable(out)  # again: it may have changed while we converted
         with _locked(out):  # held until deleted, so no concurrent cleanup mistakes it for a leftover
-            with _signals_deferred():
+            with _putting_in_place(out):
                 _swap(tmp, out, old)
             shutil.rmtree(old, ignore_errors=True)
 
@@ -313,11 +302,11 @@ def _atomic(out: PathLike, overwrite: bool, sources: Sequence[PathLike], folder:
     lock = -1
     try:
         # Ctrl-C/SIGTERM are held while our own entries are made, then land inside this try.
-        with _signals_deferred():
+        with stopping.held():
             created = _make_parents(out)
         with _locked(out.parent):  # a concurrent run's cleanup never sees our partial before it is locked
             kept = _remove_stale(out)
-            with _signals_deferred():
+            with stopping.held():
                 if folder:
                     tmp = Path(tempfile.mkdtemp(prefix=f'.{out.name}.{PARTIAL}-', dir=out.parent))
                     lock = os.open(tmp, os.O_RDONLY | os.O_DIRECTORY)
@@ -331,11 +320,12 @@ def _atomic(out: PathLike, overwrite: bool, sources: Sequence[PathLike], folder:
         os.chmod(tmp, 0o755 if folder else 0o644)  # mkdtemp/mkstemp make it private
         _commit(tmp, out, overwrite)
     except BaseException as e:
-        if tmp is not None and folder:
-            shutil.rmtree(tmp, ignore_errors=True)
-        elif tmp is not None and os.path.lexists(tmp):
-            os.unlink(tmp)
-        _remove_created(created)
+        with stopping.held(raise_after=False):  # a second Ctrl-C does not cut the cleanup short
+            if tmp is not None and folder:
+                shutil.rmtree(tmp, ignore_errors=True)
+            elif tmp is not None and os.path.lexists(tmp):
+                os.unlink(tmp)
+            _remove_created(created)
         if isinstance(e, OSError):
             raise _write_error(e, out) from None
         raise

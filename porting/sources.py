@@ -13,7 +13,8 @@ Resolved in this order:
    page (by its content type, or by first bytes that are no checkpoint format) is refused before anything is
    cached, and a failed or cut transfer leaves nothing in the cache. Credentials in the URL
    (``https://USER:PASSWORD@HOST/...``) are sent as HTTP basic auth, from the first request and only to that
-   host (as pip and curl use them); they are never printed, recorded or part of the cache key;
+   host (as pip and curl use them); they are never printed, recorded or part of the cache key. Basic auth is
+   not encrypted, so with ``http://`` they are refused, unless the host is this machine (loopback);
 4. a registered timm name or tag (``simple_vit_small_patch16_224.bv_i1k_300ep``): the ``hf_hub_id`` or ``url``
    of its ``pretrained_cfg`` (a file timm itself downloaded for that URL, ``checkpoints/NAME``, is reused).
 
@@ -338,7 +339,23 @@ def _credentials(url: str) -> Tuple[str, Optional[Tuple[str, str]]]:
         return address, None
     register_token(password)
     register_token(unquote(password or ''))
+    if parts.scheme != 'https' and not _loopback(parts.hostname):
+        raise ViTVariantsError(f'the URL holds credentials, and {parts.scheme}:// would send them across the network '
+                               'in clear text (HTTP basic auth is not encrypted); nothing was sent. Use the https:// '
+                               'address, or one without credentials', path=redact(url))
     return address, (unquote(user), unquote(password or ''))
+
+
+def _loopback(host: Optional[str]) -> bool:
+    """Whether ``host`` is this machine (``localhost``, 127.0.0.0/8, ``::1``): what is sent there crosses no network."""
+    import ipaddress
+
+    if host == 'localhost':
+        return True
+    try:
+        return ipaddress.ip_address(host or '').is_loopback
+    except ValueError:
+        return False
 
 
 def _opener(address: str, credentials: Optional[Tuple[str, str]]):

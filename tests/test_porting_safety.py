@@ -12,12 +12,10 @@ import json
 import os
 import resource
 import shutil
-import signal
 import socket
 import struct
 import subprocess
 import sys
-import time
 import zipfile
 from pathlib import Path
 
@@ -440,87 +438,6 @@ def test_stale_partial_folders_are_removed_but_live_ones_kept(npz, tmp_path, cap
         assert not stale.exists() and not stale_old.exists() and live.exists()
     finally:
         os.close(fd)
-
-
-def _wait_for_partial(folder, proc, timeout=600):  # returns as soon as a partial appears or the process ends
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if any(PARTIAL in p.name for p in Path(folder).iterdir()):
-            return True
-        if proc.poll() is not None:
-            return False
-        time.sleep(0.005)
-    return False
-
-
-@pytest.mark.parametrize('signum,code', [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
-def test_signal_during_conversion_leaves_nothing(tmp_path, signum, code):
-    # Wide enough that writing and verifying take a moment, so the signal lands mid-conversion.
-    from timm_vit_variants import SimpleVisionTransformer
-    from porting.hub_folder import save_pretrained_folder
-
-    src = save_pretrained_folder(SimpleVisionTransformer(img_size=64, patch_size=8, embed_dim=384, depth=6,
-                                                         num_heads=6, num_classes=10), tmp_path / 'src')
-    work = tmp_path / 'work'
-    work.mkdir()
-    proc = subprocess.Popen([sys.executable, '-m', 'porting', 'convert', str(src), str(work / 'out')],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
-    if not _wait_for_partial(work, proc):
-        proc.communicate()
-        pytest.skip('the conversion finished before the signal could be sent')
-    proc.send_signal(signum)
-    _, err = proc.communicate(timeout=600)
-    assert proc.returncode == code, err
-    assert 'Traceback' not in err and 'interrupted' in err
-    assert list(work.iterdir()) == []
-
-
-_HELD_SIGNAL = """
-import os, signal, threading, time
-from porting.output import _signals_deferred
-
-class Landed(Exception):
-    pass
-
-def land(signum, frame):
-    raise Landed(signum)
-
-signal.signal(signal.SIGINT, land)
-stop = threading.Event()
-worker = threading.Thread(target=stop.wait)  # a thread that does not block the signal, as torch's and ours do not
-worker.start()
-inside = 'not reached'
-try:
-    with _signals_deferred():
-        os.kill(os.getpid(), signal.SIGINT)
-        for _ in range(200):
-            time.sleep(0.001)  # bytecodes run here: a signal that is not held lands now
-        inside = 'finished'
-    print('after the block: not raised')
-except Landed:
-    print('raised; the block', inside)
-finally:
-    stop.set()
-    worker.join()
-"""
-
-
-def test_a_stop_signal_is_held_over_our_own_entries_with_other_threads_running():
-    """The partial folder is made and named inside ``_signals_deferred``: a signal that another thread receives must
-    wait for the block's end too (CPython runs the handler in the main thread, blocked mask or not)."""
-    out = subprocess.run([sys.executable, '-c', _HELD_SIGNAL], capture_output=True, text=True, cwd=REPO, timeout=300)
-    assert out.stdout.strip() == 'raised; the block finished', out.stdout + out.stderr
-
-
-def test_interrupt_during_startup_prints_no_traceback(npz, tmp_path):
-    proc = subprocess.Popen([sys.executable, '-m', 'porting', 'convert', str(npz), str(tmp_path / 'out')],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
-    time.sleep(0.3)  # inside the torch/timm imports
-    proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=600)
-    assert proc.returncode in (130, -signal.SIGINT), err
-    assert 'Traceback' not in err
-    assert not (tmp_path / 'out').exists() and _leftovers(tmp_path) == []
 
 
 def test_push_respects_hf_hub_offline(npz, tmp_path, capsys, monkeypatch):

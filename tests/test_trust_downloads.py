@@ -246,3 +246,16 @@ def test_a_failed_download_leaves_an_earlier_entry_alone(web, tmp_path, capsys):
     assert main(['convert', f'{base}/cut.npz', str(tmp_path / 'out')]) == 1
     assert 'cut short' in capsys.readouterr().err
     assert cached() == [Path(good.path).name] and Path(good.path).read_bytes() == NPZ
+
+
+@pytest.mark.parametrize('url,shown', [
+    ('http://user:pa55w0rd@example.com/models/vit.npz', 'http://user:REDACTED@example.com/models/vit.npz'),
+    ('http://pa55w0rd@10.0.0.1:8080/vit.npz', 'http://REDACTED@10.0.0.1:8080/vit.npz'),  # a lone user name: a token
+])
+def test_credentials_in_an_http_url_are_refused_before_anything_is_sent(url, shown, tmp_path, capsys, monkeypatch):
+    """HTTP basic auth is not encrypted: over http:// (to another machine) the credentials would cross the network
+    readable by anyone on the way. (test_hostile_round5 sends them to a loopback server, which crosses none.)"""
+    sent = []
+    monkeypatch.setattr(sources, '_download', lambda *args, **kwargs: sent.append(args))
+    line = convert_fails(capsys, ['convert', url, str(tmp_path / 'out')], shown, 'clear text', 'https://')
+    assert 'pa55w0rd' not in line and sent == [] and not (tmp_path / 'out').exists()
