@@ -26,7 +26,7 @@ import torch.nn.functional as F
 
 from timm_vit_variants.checkpoints.eva02 import is_eva02_architecture
 from timm_vit_variants.checkpoints.files import SINGLE_WEIGHT_FILES, read_json
-from timm_vit_variants.checkpoints.pickle_store import mappable_zip
+from timm_vit_variants.checkpoints.pickle_store import read_weights
 from timm_vit_variants.config import SimpleViTConfig
 from timm_vit_variants.dino_models import eva_rope_args
 
@@ -72,22 +72,11 @@ def eva02_table(table: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
     return torch.cat([table[:, :1], grid.permute(0, 2, 3, 1).flatten(1, 2)], dim=1)
 
 
-def _baai_state(path: str) -> Dict[str, torch.Tensor]:
-    """A BAAI file's state dict, unwrapped as EVA's own loader does (``--model_key model|module``)."""
-    state = torch.load(path, map_location='cpu', weights_only=True, mmap=mappable_zip(path))
-    for key in ('model', 'module'):
-        if isinstance(state, dict) and isinstance(state.get(key), dict):
-            return state[key]
-    if not isinstance(state, dict):
-        raise NoReference('the file is not a state dict')
-    return state
-
-
 def _baai_model(check: Check, rows: int, cols: int) -> Tuple[nn.Module, bool]:
     """timm's Eva holding a BAAI file at rows x cols, and whether the file was a MIM pretraining one."""
     from timm.models.eva import checkpoint_filter_fn
 
-    stored = _baai_state(check.path)
+    stored = read_weights(check.path, check.weights_key)  # the entry the converter read
     state = {k: v for k, v in stored.items() if k not in _MIM_ONLY}
     table = eva02_table(state.pop('pos_embed'), rows, cols)
     model = eva02_timm_model(check.source, rows, cols)
@@ -132,7 +121,7 @@ def eva02_outputs(check: Check, x: torch.Tensor, mixed: Optional[Dict[str, torch
             name = ('timm Eva (eva02_* blocks, dynamic_img_size) + the state dict loaded strictly (shared with the '
                     f'converter: the head count and the {source.rope_ref_grid}x{source.rope_ref_grid} RoPE grid a '
                     'state dict does not record)')
-        model = load_eva(model, timm_weights(folder if not folder.is_dir() else files[0]))
+        model = load_eva(model, timm_weights(folder if not folder.is_dir() else files[0], check.weights_key))
     x = x[..., :rows * runs_at.patch_size[0], :cols * runs_at.patch_size[1]]
     with torch.no_grad():
         feats = model.forward_features(x)
