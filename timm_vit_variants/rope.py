@@ -236,8 +236,9 @@ class Eva02Rope(RotaryScheme):
     14), which is how EVA-02 builds its rotations for a fine-tuning size (``ft_seq_len``) and what timm's ``Eva`` does
     with ``ref_feat_shape``. Frequencies ``rope_frequencies(head_dim / 2, theta)`` per axis, laid out [rows | cols]
     and rotated on interleaved pairs (EVA's ``rotate_half``). No tensor is stored: the files' ``freqs_cos`` /
-    ``freqs_sin`` buffers are the training grid's, recomputed here for each image's own grid. EVA-02 defines square
-    grids only (one integer image size); a non-square grid scales each side by its own length, as timm's does.
+    ``freqs_sin`` buffers are the training grid's (``tables``; the reader reads ``ref_grid`` from them), recomputed
+    here for each image's own grid. EVA-02 defines square grids only (one integer image size); a non-square grid
+    scales each side by its own length, as timm's does.
     """
 
     def __init__(self, head_dim: int, theta: float = 10000., ref_grid: Optional[int] = 16) -> None:

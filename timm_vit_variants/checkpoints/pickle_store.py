@@ -57,7 +57,7 @@ def read_weights(file: str, key: Optional[str], limits: Limits = DEFAULT_LIMITS)
     state dict), cleaned as timm cleans it, viewing the file where it is a zip of stored members."""
     state = _torch_load(file, mappable_zip(file, limits))
     if key is None and chosen_weights(state) is not None:
-        raise ViTVariantsError('a training checkpoint, and which of its entries to read was not given', path=file)
+        raise ViTVariantsError('a training checkpoint, read without naming the entry to read (weights_key)', path=file)
     if key is not None:
         if not isinstance(state, dict) or not isinstance(state.get(key), dict):
             raise ViTVariantsError(f'the weights were read from its {key!r} entry, which it does not hold', path=file,
@@ -126,11 +126,9 @@ class TorchPickleStore(TensorStore):
             state = _torch_load(file, self._mapped[-1])
             self._args = self._args or _training_args(state)
             key = chosen_weights(state, use_ema)
-            if index and key != self._wrapper:  # one choice for the whole source, as a reference reads it
-                raise ViTVariantsError(f'its weights sit under {key!r}, those of {self.files[0]!r} under '
-                                       f'{self._wrapper!r}: the files are not one checkpoint', path=file, key=key)
-            self._wrapper = key
-            state = state if key is None else state[key]
+            if key is not None:
+                state = state[key]
+                self._wrapper = self._wrapper or key
             if not isinstance(state, dict):
                 raise ViTVariantsError(f'expected a state dict, found {type(state).__name__}', path=file)
             state = clean_state_dict(state)
