@@ -76,10 +76,10 @@ def test_deit_file_converts_as_deit3_and_matches_deit(name, side, tmp_path, caps
 def test_the_reference_is_deits_own(side, max_delta):
     """timm's port through timm's filter, at DeiT's main.py resize, gives what DeiT's models_v2 wrote."""
     with open_checkpoint(DATA / 'deit3_tiny.pth', num_heads=4) as src:
-        source = src.config
+        source, entry = src.config, src.weights_key
     target = None if side == 6 else source.replace(img_size=side * 16)
-    out = deit3_outputs(Check(str(DATA / 'deit3_tiny.pth'), 'deit3', source, target, None if side == 6 else 'deit'),
-                        _input(side))
+    out = deit3_outputs(Check(str(DATA / 'deit3_tiny.pth'), 'deit3', source, target, None if side == 6 else 'deit',
+                              weights_key=entry), _input(side))
     io, grid = _io('deit3_tiny'), f'{side}x{side}'
     max_delta(f'reference tokens {grid}', out.features, io[f'tokens_{grid}'], BOUND)
     max_delta(f'reference logits {grid}', out.logits, io[f'logits_{grid}'], BOUND)

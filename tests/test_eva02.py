@@ -69,9 +69,10 @@ def test_baai_file_converts_and_matches_eva(name, size, tmp_path, capsys, max_de
 def test_the_reference_is_evas_own(name, size, max_delta):
     """timm's Eva through timm's filter (and EVA's resize, transcribed) gives what EVA-02's own code wrote."""
     with open_checkpoint(DATA / f'{name}.pth', num_heads=2) as src:
-        source = src.config
+        source, entry = src.config, src.weights_key
     target = None if size == FIXTURES[name][0] else source.replace(img_size=size)
-    check = Check(str(DATA / f'{name}.pth'), 'eva02', source, target, None if target is None else 'deit')
+    check = Check(str(DATA / f'{name}.pth'), 'eva02', source, target, None if target is None else 'deit',
+                  weights_key=entry)
     io = _io(name)
     out = eva02_outputs(check, torch.from_numpy(io[f'x_{size}']).float())
     if f'logits_{size}' in io.files:

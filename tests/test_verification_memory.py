@@ -65,7 +65,7 @@ def test_heap_weights_are_never_released(tmp_path):
 
 
 def test_timm_reference_weights_view_the_file_for_zip_pickles(tmp_path):
-    """timm's load_state_dict, run with its own mmap option: a zip .pth is viewed in place, a legacy one still loads."""
+    """A training checkpoint's chosen entry: a zip .pth is viewed in place, a legacy one still loads."""
     from porting.verification.timm_ref import timm_weights as _timm_weights
     from timm_vit_variants.memory import file_mapped_ranges as _file_mapped_ranges
 
@@ -73,7 +73,7 @@ def test_timm_reference_weights_view_the_file_for_zip_pickles(tmp_path):
     torch.save({'state_dict': state}, tmp_path / 'zip.pth')
     torch.save({'state_dict': state}, tmp_path / 'legacy.pth', _use_new_zipfile_serialization=False)
     for name, mapped in (('zip.pth', True), ('legacy.pth', False)):
-        loaded = _timm_weights(tmp_path / name)
+        loaded = _timm_weights(tmp_path / name, 'state_dict')
         assert loaded.keys() == state.keys() and all(torch.equal(loaded[k], state[k]) for k in state)
         tensor = loaded['blocks.0.mlp.fc1.weight']
         begin, end = tensor.data_ptr(), tensor.data_ptr() + tensor.numel() * tensor.element_size()

@@ -4,37 +4,16 @@ These names live in underscore modules (or undocumented helpers) of timm 1.0.31;
 ``pyproject.toml`` (``timm>=1.0.31,<1.1``) exists because of them. Public timm API is imported
 directly where it is used.
 """
-from contextlib import contextmanager
-from functools import partial
-from typing import Iterator
-
 from torch import nn
 
 from timm.layers.helpers import get_device_dtype
-from timm.models import _helpers
 from timm.models._features import feature_take_indices
 from timm.models._input import update_model_args, update_model_input_size
 
 __all__ = ['get_device_dtype', 'feature_take_indices', 'update_model_args', 'update_model_input_size',
-           'declare_first_conv', 'mapped_torch_load']
+           'declare_first_conv']
 
 
 def declare_first_conv(model: nn.Module, name: str) -> None:
     """Name the module whose kernel meets the pixels; timm's builder adapts its input channels (``_traits``)."""
     model._traits = dict(getattr(model, '_traits', {}), first_conv=name)
-
-
-@contextmanager
-def mapped_torch_load() -> Iterator[None]:
-    """Within it, timm's ``load_state_dict`` reads a zip-format ``.pth`` with ``torch.load(mmap=True)``.
-
-    timm's own ``_torch_load`` has the ``mmap`` option but ``load_state_dict`` never passes it; the
-    tensors then view the file instead of being read onto the heap. Only for zip-format files
-    (``torch.load`` refuses ``mmap`` on the legacy format).
-    """
-    original = _helpers._torch_load
-    _helpers._torch_load = partial(original, mmap=True)
-    try:
-        yield
-    finally:
-        _helpers._torch_load = original

@@ -166,8 +166,8 @@ class SimpleViTConfig:
         rope_theta: The RoPE base: DINOv3 and RoPE-ViT axial 100, RoPE-ViT mixed 10 (its frequencies' init),
             EVA-02 10000.
         rope_ref_grid: EVA-02's pretraining grid (16 for 224 px at patch 14), needed by rope_type 'eva02' only:
-            its positions are each side's ``arange(n) / n * rope_ref_grid`` (``rope.Eva02Rope``), a fact of the
-            family (``eva02_models.EVA02_REF_GRID``), not of a file's shapes.
+            its positions are each side's ``arange(n) / n * rope_ref_grid`` (``rope.Eva02Rope``); read from a
+            file's stored RoPE tables, else the family's (``eva02_models.EVA02_REF_GRID``).
         block_type: 'vit' (timm's pre-norm ``Block``, qkv with one bias) or 'eva' (timm's ``EvaBlock``, built with
             no prefix tokens: the q/v-only bias of EVA-02 when ``qkv_bias``, LayerScale as ``gamma_1``/``gamma_2``).
         qkv_fused: With block_type 'eva': one ``attn.qkv`` projection (EVA-02 Ti/S) rather than ``attn.q_proj``,

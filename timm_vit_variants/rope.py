@@ -27,7 +27,7 @@ the sequences in the one embedding step, ``prepare_rows`` lays them into packed 
 block its own, and ``rotate_half`` says which pairs a block rotates.
 """
 import math
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 import torch
 import torch.nn as nn
@@ -236,8 +236,9 @@ class Eva02Rope(RotaryScheme):
     14), which is how EVA-02 builds its rotations for a fine-tuning size (``ft_seq_len``) and what timm's ``Eva`` does
     with ``ref_feat_shape``. Frequencies ``rope_frequencies(head_dim / 2, theta)`` per axis, laid out [rows | cols]
     and rotated on interleaved pairs (EVA's ``rotate_half``). No tensor is stored: the files' ``freqs_cos`` /
-    ``freqs_sin`` buffers are the training grid's, recomputed here for each image's own grid. EVA-02 defines square
-    grids only (one integer image size); a non-square grid scales each side by its own length, as timm's does.
+    ``freqs_sin`` buffers are the training grid's (``tables``; the reader reads ``ref_grid`` from them), recomputed
+    here for each image's own grid. EVA-02 defines square grids only (one integer image size); a non-square grid
+    scales each side by its own length, as timm's does.
     """
 
     def __init__(self, head_dim: int, theta: float = 10000., ref_grid: Optional[int] = 16) -> None:
@@ -252,3 +253,11 @@ class Eva02Rope(RotaryScheme):
         t = coords.float() / grids.float() * self.ref_grid  # (T, 2): EVA's arange(ft) / ft * pt, per side
         angles = torch.cat([t[:, 0, None] * freqs, t[:, 1, None] * freqs], dim=-1)  # (T, hd/2): [rows | cols]
         return _interleaved(angles)[None, None]
+
+    def tables(self, rows: int, cols: int) -> Tuple[torch.Tensor, torch.Tensor]:
+        """(cos, sin), each (rows * cols, head_dim): the ``freqs_cos`` / ``freqs_sin`` buffers EVA-02's files store,
+        its ``VisionRotaryEmbeddingFast(pt_seq_len=ref_grid, ft_seq_len=the grid)``, row-major."""
+        y, x = torch.meshgrid(torch.arange(rows), torch.arange(cols), indexing='ij')
+        coords = torch.stack([y.reshape(-1), x.reshape(-1)], dim=1)
+        sin, cos = self(coords, torch.tensor([rows, cols]).expand_as(coords))[0, 0].chunk(2, dim=-1)
+        return cos, sin

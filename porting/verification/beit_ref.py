@@ -43,13 +43,13 @@ def is_timm_beit_folder(path: str) -> bool:
     return config.is_file() and str(read_json(str(config)).get('architecture', '')).startswith('beit')
 
 
-def _weights(path: Path) -> Dict[str, torch.Tensor]:
-    """The file's tensors (a folder's single weight file), unwrapped as timm does."""
+def _weights(path: Path, key: Optional[str]) -> Dict[str, torch.Tensor]:
+    """The file's tensors (a folder's single weight file), its training checkpoint's entry ``key`` (the converter's)."""
     if path.is_dir():
         path = next((path / n for n in SINGLE_WEIGHT_FILES if (path / n).is_file()), path)
         if path.is_dir():
             raise NoReference('the folder holds no single weight file (model.safetensors, pytorch_model.bin, ...)')
-    return {k: v for k, v in timm_weights(path).items() if not MIM_ONLY.match(k)}
+    return {k: v for k, v in timm_weights(path, key).items() if not MIM_ONLY.match(k)}
 
 
 def beit_outputs(check: Check, x: torch.Tensor, mixed: Optional[Dict[str, torch.Tensor]] = None) -> Outputs:
@@ -64,7 +64,7 @@ def beit_outputs(check: Check, x: torch.Tensor, mixed: Optional[Dict[str, torch.
         check.require_own_resize('BEiT', 'deit' if ape else None, owner="BEiT's")
         if rule == 'beit' and rows != cols:
             raise NoReference(f"BEiT's table resize defines square grids only, and {rows}x{cols} is not one")
-    state = _weights(Path(check.path))
+    state = _weights(Path(check.path), check.weights_key)
     shared = _SHARED in state
     (ph, pw), dim = runs_at.patch_size, source.embed_dim
     model = Beit(img_size=(rows * ph, cols * pw), patch_size=(ph, pw), in_chans=source.in_chans,

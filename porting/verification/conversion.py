@@ -102,7 +102,7 @@ def verify_source(src: SourceCheckpoint, plan: ConversionPlan, folder: Optional[
         other = loads_as_written(folder, plan.target, None if plan.changes_head else src.label_names, src.limits)
         if other:
             return Verification('failed', tolerance=tol, reason=other)
-    check = Check(src.path, src.format, plan.source, tag=tag, limits=src.limits)
+    check = Check(src.path, src.format, plan.source, tag=tag, limits=src.limits, weights_key=src.weights_key)
     written = plan.is_identity and folder is not None
     if written:
         # run in float32, as the reference is; the limits the source was opened under (--limit included)
@@ -179,7 +179,7 @@ def check_at_target(src: SourceCheckpoint, plan: ConversionPlan, folder: Path, t
                     progress: bool = False, tag: Optional[str] = None) -> Verification:
     """The written folder at the target geometry against the reference rebuilt there by the framework's rule."""
     check = Check(src.path, src.format, plan.source, plan.target, plan.rule, compare_logits=not plan.changes_head,
-                  tag=tag, limits=src.limits)
+                  tag=tag, limits=src.limits, weights_key=src.weights_key)
     target = compare(check, lambda: as_float32(load_folder(folder, src.limits)), tol, progress)
     if target.status == 'skipped':
         target.reason = f'the output at the target geometry ({_where(plan)}) was NOT checked: {target.reason}'
@@ -217,7 +217,8 @@ def verify_folder(source: Union[str, Path], folder: Union[str, Path], options: S
             return Verification('failed', tolerance=tol, reason=other)
         bound = cast_bound(plan, tol)
         if plan.is_identity:
-            result = compare(Check(src.path, src.format, plan.source, tag=tag, limits=limits),
+            result = compare(Check(src.path, src.format, plan.source, tag=tag, limits=limits,
+                                   weights_key=src.weights_key),
                              lambda: as_float32(load_folder(folder, limits)), bound, progress)
         else:
             result = check_at_target(src, plan, Path(folder), bound, progress, tag)

@@ -51,7 +51,7 @@ def deit3_outputs(check: Check, x: torch.Tensor, mixed: Optional[Dict[str, torch
     path = Path(check.path)
     if path.is_dir():
         raise NoReference('a DeiT-III checkpoint is one file; this is a folder')
-    state = dict(timm_weights(path))  # timm's own unwrapping of {'model': ...}
+    state = dict(timm_weights(path, check.weights_key))  # {'model': ...}'s entry, as the converter read it
     if 'pos_embed' not in state:
         raise NoReference('the file has no pos_embed')
     table = state['pos_embed'] if check.target is None else deit_table(state['pos_embed'], rows)

@@ -13,7 +13,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from timm_vit_variants.checkpoints.pickle_store import mappable_zip
+from timm_vit_variants.checkpoints.pickle_store import read_weights
 from timm_vit_variants.config import SimpleViTConfig
 from timm_vit_variants.errors import ViTVariantsError
 from timm_vit_variants.memory import release_after_use
@@ -80,10 +80,7 @@ def dinov2_outputs(check: Check, x: torch.Tensor, mixed: Optional[Dict[str, torc
     check.require_own_resize('DINOv2', source.pos_embed_resample)
     registers = bool(source.reg_tokens)
     rows, cols = runs_at.grid_size
-    state = torch.load(check.path, map_location='cpu', weights_only=True, mmap=mappable_zip(check.path))
-    if not isinstance(state, dict):
-        raise NoReference('the file is not a state dict')
-    state = dict(state)
+    state = dict(read_weights(check.path, check.weights_key))
     state['pos_embed'] = dinov2_table(state['pos_embed'], rows, cols, registers)
     model = _timm_dinov2(source, rows, cols)
     state = checkpoint_filter_fn(state, model)  # timm's DINOv2 key map: w12/w3, registers, mask_token dropped

@@ -14,7 +14,7 @@ from typing import Any, Dict, Optional
 import torch
 import torch.nn as nn
 
-from timm_vit_variants.checkpoints.pickle_store import mappable_zip
+from timm_vit_variants.checkpoints.pickle_store import read_weights
 from timm_vit_variants.config import SimpleViTConfig
 from timm_vit_variants.dino_models import EVA_ROPE, eva_rope_args
 from timm_vit_variants.memory import release_after_use
@@ -73,8 +73,8 @@ def dinov3_outputs(check: Check, x: torch.Tensor, mixed: Optional[Dict[str, torc
     source, runs_at = check.source, check.runs_at
     check.require_own_resize('DINOv3', None)  # RoPE only: no table to resize
     rows, cols = runs_at.grid_size
-    state = torch.load(check.path, map_location='cpu', weights_only=True, mmap=mappable_zip(check.path))
-    if not isinstance(state, dict) or 'rope_embed.periods' not in state:
+    state = read_weights(check.path, check.weights_key)
+    if 'rope_embed.periods' not in state:
         raise NoReference('the file is not a DINOv3 state dict')
     state = dict(state)
     periods = state['rope_embed.periods'].float()
@@ -125,10 +125,10 @@ def timm_eva_outputs(check: Check, x: torch.Tensor, mixed: Optional[Dict[str, to
             raise NoReference('timm can only load an unsharded Hub folder (config.json + model.safetensors)')
         with torch.device('meta'):
             model = timm.create_model(f'local-dir:{folder}', pretrained=False, dynamic_img_size=True)
-        model = load_eva(model, timm_weights(files[0]))
+        model = load_eva(model, timm_weights(files[0], check.weights_key))
         name = f"timm.create_model('local-dir:...', dynamic_img_size=True) ({config['architecture']})"
     else:
-        model = load_eva(bare_eva(source), timm_weights(folder))
+        model = load_eva(bare_eva(source), timm_weights(folder, check.weights_key))
         name = (f"timm Eva ({EVA_ROPE[source.rope_type][2]} blocks) + the state dict loaded strictly (shared with "
                 'the converter: the head count, LayerNorm eps and pooling a bare state dict does not record)')
     rows, cols = runs_at.grid_size

@@ -7,14 +7,19 @@ BAAI's files (``{'module': ...}`` or ``{'model': ...}``) go through timm's own l
 * a MIM pretraining file's ``mask_token`` and ``lm_head`` are dropped before timm's filter, as EVA's fine-tuning load
   drops them; timm would otherwise move the final ``norm`` into a fresh-model ``fc_norm`` (a fine-tuning start),
   which is not what the pretraining model computes;
+* at the stored grid, a BAAI file's own RoPE tables (``freqs_cos``/``freqs_sin``, persistent buffers EVA's code loads
+  into its one shared RoPE module, where the last block's copy is the one left) replace the ones timm computes, as
+  they replace the constructor's in EVA's code: the converter reads the pretraining grid from those tables, and the
+  check does not share that reading;
 * at a target geometry, a BAAI file's table is resized as EVA-02's ``run_class_finetuning.py`` writes it (bicubic,
   ``align_corners=False``, no antialias, the [CLS] row kept; timm antialiases), transcribed, and handed to timm at
-  that size. timm computes the RoPE for the grid itself, scaled to its ``ref_feat_shape``.
+  that size. timm computes the RoPE for the grid itself (as EVA's constructor does), scaled to its
+  ``ref_feat_shape``.
 
-The check therefore shares with the converter the table's resize rule (transcribed in both), the 16x16 pretraining
-grid the RoPE positions are scaled to (a fact of the family, no file stores it), and the head count, which no file
-records. That the whole matches EVA-02's own code at three grids is shown by ``tests/test_eva02.py`` against outputs
-EVA's code wrote (tests/data/reference_eva02).
+The check therefore shares with the converter the table's resize rule (transcribed in both), the pretraining grid
+the RoPE positions are scaled to at another grid than the stored one (at every grid for a file without RoPE tables:
+16x16, a fact of the family), and the head count, which no file records. That the whole matches EVA-02's own code
+at three grids is shown by ``tests/test_eva02.py`` against outputs EVA's code wrote (tests/data/reference_eva02).
 """
 from functools import partial
 from pathlib import Path
@@ -26,12 +31,12 @@ import torch.nn.functional as F
 
 from timm_vit_variants.checkpoints.eva02 import is_eva02_architecture
 from timm_vit_variants.checkpoints.files import SINGLE_WEIGHT_FILES, read_json
-from timm_vit_variants.checkpoints.pickle_store import mappable_zip
+from timm_vit_variants.checkpoints.pickle_store import read_weights
 from timm_vit_variants.config import SimpleViTConfig
 from timm_vit_variants.dino_models import eva_rope_args
 
 from .dinov3_ref import load_eva
-from .result import Check, NoReference, Outputs
+from .result import Check, NoReference, Outputs, ReferenceFailed
 from .timm_ref import timm_weights
 
 __all__ = ['eva02_outputs', 'eva02_table', 'eva02_timm_model']
@@ -72,28 +77,29 @@ def eva02_table(table: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
     return torch.cat([table[:, :1], grid.permute(0, 2, 3, 1).flatten(1, 2)], dim=1)
 
 
-def _baai_state(path: str) -> Dict[str, torch.Tensor]:
-    """A BAAI file's state dict, unwrapped as EVA's own loader does (``--model_key model|module``)."""
-    state = torch.load(path, map_location='cpu', weights_only=True, mmap=mappable_zip(path))
-    for key in ('model', 'module'):
-        if isinstance(state, dict) and isinstance(state.get(key), dict):
-            return state[key]
-    if not isinstance(state, dict):
-        raise NoReference('the file is not a state dict')
-    return state
-
-
-def _baai_model(check: Check, rows: int, cols: int) -> Tuple[nn.Module, bool]:
-    """timm's Eva holding a BAAI file at rows x cols, and whether the file was a MIM pretraining one."""
+def _baai_model(check: Check, rows: int, cols: int) -> Tuple[nn.Module, bool, Optional[str]]:
+    """timm's Eva holding a BAAI file at rows x cols, whether the file was a MIM pretraining one, and the stored RoPE
+    table it runs (at the stored grid; None: timm's own)."""
     from timm.models.eva import checkpoint_filter_fn
 
-    stored = _baai_state(check.path)
+    stored = read_weights(check.path, check.weights_key)  # the entry the converter read
     state = {k: v for k, v in stored.items() if k not in _MIM_ONLY}
     table = eva02_table(state.pop('pos_embed'), rows, cols)
     model = eva02_timm_model(check.source, rows, cols)
     state = checkpoint_filter_fn(state, model)
     state['pos_embed'] = table
-    return load_eva(model, state), any(k in stored for k in _MIM_ONLY)
+    model = load_eva(model, state)
+    # EVA's load_state_dict fills its shared RoPE module from every copy in module order: the last block's stays
+    own = next((k for k in (f'blocks.{check.source.depth - 1}.attn.rope.freqs_cos', 'rope.freqs_cos')
+                if k in stored), None) if (rows, cols) == check.source.grid_size else None
+    if own is not None:
+        cos, sin = stored[own], stored[own[:-3] + 'sin']
+        if cos.shape != sin.shape or 2 * cos.shape[-1] != model.rope.pos_embed.shape[-1] or \
+                cos.shape[0] != model.rope.pos_embed.shape[0]:
+            raise ReferenceFailed(f"EVA's code would not load the file's {own} {tuple(cos.shape)} into a "
+                                  f'{rows}x{cols} model of {model.rope.pos_embed.shape[-1] // 2}-wide heads')
+        model.rope.pos_embed = torch.cat([sin, cos], dim=-1).float()  # timm's [sin | cos] layout
+    return model, any(k in stored for k in _MIM_ONLY), own
 
 
 def eva02_outputs(check: Check, x: torch.Tensor, mixed: Optional[Dict[str, torch.Tensor]] = None) -> Outputs:
@@ -108,14 +114,16 @@ def eva02_outputs(check: Check, x: torch.Tensor, mixed: Optional[Dict[str, torch
     folder = Path(check.path)
     if source.pos_embed_resample == 'deit':  # BAAI's file
         check.require_own_resize('EVA-02', 'deit', "EVA-02's run_class_finetuning")
-        model, mim = _baai_model(check, rows, cols)
+        model, mim, own = _baai_model(check, rows, cols)
         resized = check.target is not None
+        grid = f'the {source.rope_ref_grid}x{source.rope_ref_grid} pretraining grid of the RoPE, '
         name = ("timm Eva (eva02_* blocks) + timm's eva checkpoint_filter_fn" +
                 (', the MIM-only mask_token/lm_head dropped by hand' if mim else '') +
+                (f", the file's own RoPE tables ({own[:-3]}cos/sin, as EVA's code loads them)" if own else '') +
                 (", the table resized as EVA-02's run_class_finetuning (bicubic, no antialias, transcribed)"
                  if resized else '') +
-                f' (shared with the converter: {"that resize, " if resized else ""}the {source.rope_ref_grid}x'
-                f'{source.rope_ref_grid} pretraining grid of the RoPE, the head count)')
+                f' (shared with the converter: {"that resize, " if resized else ""}{"" if own else grid}'
+                'the head count)')
     else:  # timm's eva02_* port, resized at run time by timm's own rule
         check.require_own_resize('timm', 'timm')
         if folder.is_dir():
@@ -132,7 +140,7 @@ def eva02_outputs(check: Check, x: torch.Tensor, mixed: Optional[Dict[str, torch
             name = ('timm Eva (eva02_* blocks, dynamic_img_size) + the state dict loaded strictly (shared with the '
                     f'converter: the head count and the {source.rope_ref_grid}x{source.rope_ref_grid} RoPE grid a '
                     'state dict does not record)')
-        model = load_eva(model, timm_weights(folder if not folder.is_dir() else files[0]))
+        model = load_eva(model, timm_weights(folder if not folder.is_dir() else files[0], check.weights_key))
     x = x[..., :rows * runs_at.patch_size[0], :cols * runs_at.patch_size[1]]
     with torch.no_grad():
         feats = model.forward_features(x)

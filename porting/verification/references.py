@@ -76,7 +76,8 @@ def _timm_outputs(check: Check, x: torch.Tensor, mixed: Optional[Dict[str, torch
         return beit_outputs(check, x, mixed)
     if check.source.pos_embed.endswith('rope'):
         return timm_eva_outputs(check, x, mixed)
-    return timm_network(functools.partial(timm_model, limits=check.limits))(check, x, mixed)
+    build = functools.partial(timm_model, limits=check.limits, weights_key=check.weights_key)
+    return timm_network(build)(check, x, mixed)
 
 
 # format -> its reference: the one registration line each reference module needs.

@@ -19,7 +19,9 @@ class Check:
     """One comparison's question: the source (its file, format and config) against ours, at the source geometry or,
     with ``target``, at the target one, its learned table resized by ``rule``; ``compare_logits=False`` leaves the
     logits out (a new, zero head); ``tag`` is the registered tag the source was fetched as, if it was. Every reference
-    takes this one value (``references.REFERENCES``); ``limits`` are the ones the source was opened under."""
+    takes this one value (``references.REFERENCES``); ``limits`` are the ones the source was opened under;
+    ``weights_key`` is the entry of a training checkpoint the converter read (``SourceCheckpoint.weights_key``: EMA
+    or not), which a reference reads too, so both sides run the same weights."""
     path: str
     format: str
     source: SimpleViTConfig
@@ -28,6 +30,7 @@ class Check:
     compare_logits: bool = True
     tag: Optional[str] = None  # the registered tag the source was fetched as (a CLIP tag names its open_clip model)
     limits: Limits = DEFAULT_LIMITS  # what the source was opened under (--limit): a reference rebuilding it keeps them
+    weights_key: Optional[str] = None  # the training checkpoint's entry the weights were read from (None: bare)
 
     @property
     def runs_at(self) -> SimpleViTConfig:

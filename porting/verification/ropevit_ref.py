@@ -12,7 +12,7 @@ from typing import Dict, Optional
 import torch
 import torch.nn.functional as F
 
-from timm_vit_variants.checkpoints.pickle_store import mappable_zip
+from timm_vit_variants.checkpoints.pickle_store import read_weights
 
 from .dinov3_ref import eva_model, load_eva
 from .result import Check, NoReference, Outputs
@@ -42,11 +42,7 @@ def ropevit_outputs(check: Check, x: torch.Tensor, mixed: Optional[Dict[str, tor
     source, runs_at = check.source, check.runs_at
     check.require_own_resize('RoPE-ViT', 'ropevit' if source.pos_embed == 'learn+rope' else None)
     rows, cols = runs_at.grid_size
-    state = torch.load(check.path, map_location='cpu', weights_only=True, mmap=mappable_zip(check.path))
-    state = state.get('model', state) if isinstance(state, dict) else state
-    if not isinstance(state, dict):
-        raise NoReference('the file is not a state dict')
-    state = dict(state)
+    state = dict(read_weights(check.path, check.weights_key))  # RoPE-ViT's {'model': ...}, as the converter read it
     learned, ape = source.rope_type == 'mixed', 'pos_embed' in state
     table = ropevit_table(state.pop('pos_embed'), rows, cols) if ape else None
     freqs = state.pop('freqs', None)

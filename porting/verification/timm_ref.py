@@ -11,7 +11,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from timm_vit_variants.checkpoints.files import SINGLE_WEIGHT_FILES, read_json
-from timm_vit_variants.checkpoints.pickle_store import mappable_zip
+from timm_vit_variants.checkpoints.pickle_store import read_weights
 from timm_vit_variants.config import SimpleViTConfig, grid_for, is_family_architecture
 from timm_vit_variants.errors import ViTVariantsError
 from timm_vit_variants.limits import DEFAULT_LIMITS, Limits
@@ -184,21 +184,15 @@ class TimmReference:
         return out
 
 
-def timm_weights(file: Path) -> Dict[str, torch.Tensor]:
-    """A timm weight file as tensors viewing the file where the format allows (safetensors, zip pickles)."""
-    from timm.models import clean_state_dict, load_state_dict
-
+def timm_weights(file: Path, key: Optional[str] = None) -> Dict[str, torch.Tensor]:
+    """A weight file as tensors viewing the file where the format allows (safetensors, zip pickles); of a training
+    checkpoint, the entry ``key`` the converter read (``Check.weights_key``: EMA or not, chosen once)."""
     if file.suffix == '.safetensors':
         from safetensors import safe_open
 
         with safe_open(str(file), framework='pt') as f:
             return {k: f.get_tensor(k) for k in f.keys()}
-    if mappable_zip(str(file)):  # a zip of stored members; compressed ones are read onto the heap
-        from timm_vit_variants._timm_compat import mapped_torch_load
-
-        with mapped_torch_load():
-            return clean_state_dict(load_state_dict(str(file)))  # timm's own unwrapping of training checkpoints
-    return clean_state_dict(load_state_dict(str(file)))
+    return read_weights(str(file), key)
 
 
 def rebuild_buffers(model: nn.Module) -> None:
@@ -216,12 +210,13 @@ def rebuild_buffers(model: nn.Module) -> None:
             module.init_non_persistent_buffers()
 
 
-def timm_model(path: str, config: SimpleViTConfig, limits: Limits = DEFAULT_LIMITS) -> TimmReference:
+def timm_model(path: str, config: SimpleViTConfig, limits: Limits = DEFAULT_LIMITS,
+               weights_key: Optional[str] = None) -> TimmReference:
     """timm's network, built from config.json (``local-dir:``) or as the equivalent VisionTransformer.
 
     The weights are assigned, not copied, into a meta-device model, so the reference costs the file
     once in memory rather than a state dict plus a model. A simple_vit folder is built under ``limits``, the ones
-    its source was opened under.
+    its source was opened under; a training checkpoint's weights are its entry ``weights_key``, the converter's.
     """
     import timm
 
@@ -237,9 +232,9 @@ def timm_model(path: str, config: SimpleViTConfig, limits: Limits = DEFAULT_LIMI
         ours = is_family_architecture(str(read_json(str(folder / 'config.json'), limits).get('architecture')))
         with torch.device('meta'):
             model = timm.create_model(f'local-dir:{folder}', pretrained=False, **({'limits': limits} if ours else {}))
-        state, name = timm_weights(files[0]), "timm.create_model('local-dir:...') + its weights"
+        state, name = timm_weights(files[0], weights_key), "timm.create_model('local-dir:...') + its weights"
     else:
-        state = timm_weights(folder)
+        state = timm_weights(folder, weights_key)
         if 'embeds.proj.weight' in state:  # a NaFlexVit state dict
             model, name = naflex_vit(config), 'timm NaFlexVit + timm load_state_dict'
         else:

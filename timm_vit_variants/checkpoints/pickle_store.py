@@ -1,7 +1,9 @@
 """``torch.save`` files as a tensor store: loaded with ``weights_only=True`` (zip files memory-mapped).
 
 Nothing is unpickled by anything but torch's weights-only unpickler. timm training checkpoints are
-unwrapped from their ``state_dict``/``model``/EMA keys, as timm does.
+unwrapped from their ``state_dict``/``model``/EMA keys, as timm does. ``chosen_weights`` is the one place the
+EMA-or-not choice is made: the store reads the key it picks, and a verification reference reads that same key
+(``read_weights``), so both sides always run the same tensors.
 
 A zip whose members are compressed (legal, and ``torch.load`` reads it) cannot be mapped: torch's mapping
 views each member's bytes in place, so compressed bytes would be read as weights. Such a file is loaded onto
@@ -20,10 +22,11 @@ from ..limits import DEFAULT_LIMITS, Limits
 from ..memory import release_tensor
 from .store_base import TensorStore
 
-__all__ = ['TorchPickleStore', 'mappable_zip']
+__all__ = ['TorchPickleStore', 'chosen_weights', 'mappable_zip', 'read_weights']
 
-# Keys timm training scripts wrap a state dict in, in timm's order of preference (EMA first).
-_WRAPPER_KEYS = ('state_dict_ema', 'model_ema', 'state_dict', 'model', 'module')  # 'module': DeepSpeed's (EVA-02)
+# Keys training scripts wrap a state dict in, in timm's order of preference (EMA first); 'module': DeepSpeed's (EVA-02)
+_WRAPPER_KEYS = ('state_dict_ema', 'model_ema', 'state_dict', 'model', 'module')
+_EMA_KEYS = ('state_dict_ema', 'model_ema')
 # What timm train.py's saved ``args`` may tell about the network and its preprocessing, with the types accepted.
 _TRAINING_ARGS = {'model': str, 'model_kwargs': dict, 'num_classes': int, 'img_size': int, 'mean': (list, tuple),
                   'std': (list, tuple), 'interpolation': str, 'crop_pct': (int, float)}
@@ -38,6 +41,31 @@ def _training_args(checkpoint: Any) -> Dict[str, Any]:
     if 'model_kwargs' in out and not all(isinstance(k, str) for k in out['model_kwargs']):
         del out['model_kwargs']
     return out
+
+
+def chosen_weights(checkpoint: Any, use_ema: bool = True) -> Optional[str]:
+    """The key of ``checkpoint`` whose state dict is read: the first of timm's wrapper keys holding a dict, the EMA
+    ones (``state_dict_ema``, BAAI's ``model_ema``) skipped unless ``use_ema``; None for a bare state dict."""
+    if not isinstance(checkpoint, dict):
+        return None
+    return next((key for key in _WRAPPER_KEYS if (use_ema or key not in _EMA_KEYS) and
+                 isinstance(checkpoint.get(key), dict)), None)
+
+
+def read_weights(file: str, key: Optional[str], limits: Limits = DEFAULT_LIMITS) -> Dict[str, torch.Tensor]:
+    """``file``'s state dict under ``key`` (the store's ``chosen_weights``, its ``wrapped_in``; None: the file is the
+    state dict), cleaned as timm cleans it, viewing the file where it is a zip of stored members."""
+    state = _torch_load(file, mappable_zip(file, limits))
+    if key is None and chosen_weights(state) is not None:
+        raise ViTVariantsError('a training checkpoint, read without naming the entry to read (weights_key)', path=file)
+    if key is not None:
+        if not isinstance(state, dict) or not isinstance(state.get(key), dict):
+            raise ViTVariantsError(f'the weights were read from its {key!r} entry, which it does not hold', path=file,
+                                   key=key)
+        state = state[key]
+    if not isinstance(state, dict):
+        raise ViTVariantsError(f'expected a state dict, found {type(state).__name__}', path=file)
+    return clean_state_dict(state)
 
 
 def mappable_zip(file: str, limits: Limits = DEFAULT_LIMITS) -> bool:
@@ -97,14 +125,10 @@ class TorchPickleStore(TensorStore):
             self._mapped.append(mappable_zip(file, limits))
             state = _torch_load(file, self._mapped[-1])
             self._args = self._args or _training_args(state)
-            if isinstance(state, dict):
-                for key in _WRAPPER_KEYS:
-                    if not use_ema and key in ('state_dict_ema', 'model_ema'):
-                        continue
-                    if isinstance(state.get(key), dict):
-                        state = state[key]
-                        self._wrapper = self._wrapper or key
-                        break
+            key = chosen_weights(state, use_ema)
+            if key is not None:
+                state = state[key]
+                self._wrapper = self._wrapper or key
             if not isinstance(state, dict):
                 raise ViTVariantsError(f'expected a state dict, found {type(state).__name__}', path=file)
             state = clean_state_dict(state)

@@ -73,6 +73,8 @@ class SourceCheckpoint(abc.ABC):
             assumed (a standard variant's head count, an ecosystem's default, a nominal image size).
         given: Facts of ``config`` the source does not record but the caller gave as hints, {field: value}.
         notes: Lines worth telling the user about how the source was read (e.g. a resize rule chosen).
+        weights_key: The key of a training checkpoint its weights were read from (EMA or not, chosen once by
+            ``pickle_store.chosen_weights``; a verification reference reads the same one), None for a bare one.
     """
 
     format: str = ''
@@ -104,6 +106,7 @@ class SourceCheckpoint(abc.ABC):
         self.given: Dict[str, Any] = {}
         self.notes: List[str] = []
         self._store = store
+        self.weights_key = store.wrapped_in()
         self._config_path = config_path
         self._used: Set[str] = set()
         self.config = self._infer(hints).check_limits(self.limits, self.path)
