@@ -40,7 +40,7 @@ from timm_vit_variants.checkpoints.files import CONFIG_FILE, INDEX_FILES, SINGLE
 from timm_vit_variants.config import is_family_architecture
 from timm_vit_variants.errors import ViTVariantsError
 
-from . import stopping
+from .stopping import check as check_stop, completed, held
 
 __all__ = ['PARTIAL', 'OLD', 'check_output', 'atomic_folder', 'atomic_file', 'pwrite_all', 'WriteBehind']
 
@@ -238,10 +238,10 @@ def _locked(path: Path, patience: Optional[float] = None) -> Iterator[int]:
 def _putting_in_place(out: Path) -> Iterator[None]:
     """The renames that put OUT in place: refused once a stop signal came (even one something swallowed); one that
     comes during them is left for the CLI to report, OUT then being complete."""
-    with stopping.held(raise_after=False):
-        stopping.check()
+    with held(raise_after=False):
+        check_stop()
         yield
-        stopping.completed(str(out))
+        completed(str(out))
 
 
 def _commit(tmp: Path, out: Path, overwrite: bool) -> None:
@@ -302,11 +302,11 @@ def _atomic(out: PathLike, overwrite: bool, sources: Sequence[PathLike], folder:
     lock = -1
     try:
         # Ctrl-C/SIGTERM are held while our own entries are made, then land inside this try.
-        with stopping.held():
+        with held():
             created = _make_parents(out)
         with _locked(out.parent):  # a concurrent run's cleanup never sees our partial before it is locked
             kept = _remove_stale(out)
-            with stopping.held():
+            with held():
                 if folder:
                     tmp = Path(tempfile.mkdtemp(prefix=f'.{out.name}.{PARTIAL}-', dir=out.parent))
                     lock = os.open(tmp, os.O_RDONLY | os.O_DIRECTORY)
@@ -320,7 +320,7 @@ def _atomic(out: PathLike, overwrite: bool, sources: Sequence[PathLike], folder:
         os.chmod(tmp, 0o755 if folder else 0o644)  # mkdtemp/mkstemp make it private
         _commit(tmp, out, overwrite)
     except BaseException as e:
-        with stopping.held(raise_after=False):  # a second Ctrl-C does not cut the cleanup short
+        with held(raise_after=False):  # a second Ctrl-C does not cut the cleanup short
             if tmp is not None and folder:
                 shutil.rmtree(tmp, ignore_errors=True)
             elif tmp is not None and os.path.lexists(tmp):
