@@ -214,13 +214,12 @@ def create_simple_vit(variant: str, pretrained: bool = False, **kwargs: Any) -> 
         # timm builds the model from the folder's model_args: they must describe the folder's own tensors
         check_folder(source['file'], SimpleVisionTransformer.state_layout, kwargs.get('limits', DEFAULT_LIMITS))
     overlay: Optional[Dict[str, Any]] = kwargs.get('pretrained_cfg_overlay')
-    if overlay and overlay.get('file') and os.path.isdir(overlay['file']):
-        # a Hub folder (e.g. train.py --pretrained-path DIR): our reader loads it (sharded or not)
-        kwargs['pretrained_cfg_overlay'] = overlay = dict(overlay, custom_load=overlay.get('custom_load', True))
-    if overlay and any(str(overlay.get(k) or '').endswith('.npz') or (variant in CLIP_ARCHS and _is_clip_file(
-            str(overlay.get(k) or ''))) for k in ('file', 'url')):
-        # timm's generic loader cannot read .npz, an OpenAI TorchScript .pt or open_clip's visual.* keys; route
-        # it to our reader (model.load_pretrained), which tells the format from the content.
+    url = str((overlay or {}).get('url') or '')
+    if overlay and (overlay.get('file') or url.endswith('.npz') or (variant in CLIP_ARCHS and _is_clip_file(url))):
+        # A local file or folder (train.py --pretrained-path) is read as a tag's download is: by our reader
+        # (model.load_pretrained), which tells the format from the content and maps DeiT-III, RoPE-ViT, BEiT,
+        # EVA-02, .npz, CLIP and sharded folders, or refuses what is no checkpoint. timm's generic loader would
+        # load such a file as a plain ViT. So are URLs timm cannot read (.npz, an OpenAI TorchScript .pt).
         kwargs['pretrained_cfg_overlay'] = dict(overlay, custom_load=overlay.get('custom_load', True))
     kwargs = {**clip_tag_args(variant, kwargs.get('pretrained_cfg')), **kwargs}  # a CLIP tag's activation
     kwargs.setdefault('num_classes', _head_size(variant, kwargs))
