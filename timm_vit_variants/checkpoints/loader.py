@@ -123,7 +123,7 @@ def check_folder(folder: str, layout: LayoutFn, limits: Limits = DEFAULT_LIMITS)
         open_checkpoint(folder, layout=layout, limits=limits).close()
     except ViTVariantsError as e:
         config = os.path.join(folder, CONFIG_FILE)
-        if not e.key or e.needs or e.path == config:  # a config.json error, a limit, a file unreadable as such
+        if not (e.key and e.path) or e.needs or e.path == config:  # a config.json error, a limit, a file unreadable as such
             raise
         weights = os.path.relpath(e.path, folder) if e.path != folder else 'the folder'
         raise ViTVariantsError(f'model_args do not describe the weights ({weights}): {e.reason}',

@@ -11,8 +11,7 @@ from typing import Any, Dict, Mapping, Optional, Tuple
 from ..errors import ViTVariantsError
 
 __all__ = ['INTERPOLATIONS', 'CROP_MODES', 'IMAGENET_MEAN', 'IMAGENET_STD', 'checked_preprocessing', 'checked_input_size',
-           'channel_values',
-           'assumed_preprocessing', 'imagenet_preprocessing']
+           'channel_values', 'assumed_preprocessing', 'imagenet_preprocessing']
 
 # The resize filters timm's transforms accept by name (timm.data.transforms.str_to_interp_mode).
 INTERPOLATIONS = ('nearest', 'bilinear', 'bicubic', 'box', 'hamming', 'lanczos')
