@@ -11,6 +11,9 @@ import timm
 import torch
 from timm.models import build_model_with_cfg, generate_default_cfgs, register_model, resolve_pretrained_cfg
 
+from ._timm_compat import check_local_dir_configs
+from .checkpoints import check_folder
+from .checkpoints.files import CONFIG_FILE, read_json
 from .clip_models import CLIP_ARCHS, clip_default_cfgs, clip_tag_args
 from .config import MODELS, SIGLIP_TOWERS, SimpleViTConfig
 from .beit_models import BEIT_CFGS
@@ -206,14 +209,17 @@ def create_simple_vit(variant: str, pretrained: bool = False, **kwargs: Any) -> 
             raise ViTVariantsError(f'dtype must be one of {", ".join(WEIGHT_DTYPES)}, got {kwargs["dtype"]!r}',
                                    path=_pretrained_source(kwargs.get('pretrained_cfg')), key='model_args.dtype')
         kwargs['dtype'] = WEIGHT_DTYPES[kwargs['dtype']]
+    source = kwargs.get('pretrained_cfg')
+    if pretrained and isinstance(source, dict) and source.get('source') == 'local-dir':
+        # timm builds the model from the folder's model_args: they must describe the folder's own tensors
+        check_folder(source['file'], SimpleVisionTransformer.state_layout, kwargs.get('limits', DEFAULT_LIMITS))
     overlay: Optional[Dict[str, Any]] = kwargs.get('pretrained_cfg_overlay')
-    if overlay and overlay.get('file') and os.path.isdir(overlay['file']):
-        # a Hub folder (e.g. train.py --pretrained-path DIR): our reader loads it (sharded or not)
-        kwargs['pretrained_cfg_overlay'] = overlay = dict(overlay, custom_load=overlay.get('custom_load', True))
-    if overlay and any(str(overlay.get(k) or '').endswith('.npz') or (variant in CLIP_ARCHS and _is_clip_file(
-            str(overlay.get(k) or ''))) for k in ('file', 'url')):
-        # timm's generic loader cannot read .npz, an OpenAI TorchScript .pt or open_clip's visual.* keys; route
-        # it to our reader (model.load_pretrained), which tells the format from the content.
+    url = str((overlay or {}).get('url') or '')
+    if overlay and (overlay.get('file') or url.endswith('.npz') or (variant in CLIP_ARCHS and _is_clip_file(url))):
+        # A local file or folder (train.py --pretrained-path) is read as a tag's download is: by our reader
+        # (model.load_pretrained), which tells the format from the content and maps DeiT-III, RoPE-ViT, BEiT,
+        # EVA-02, .npz, CLIP and sharded folders, or refuses what is no checkpoint. timm's generic loader would
+        # load such a file as a plain ViT. So are URLs timm cannot read (.npz, an OpenAI TorchScript .pt).
         kwargs['pretrained_cfg_overlay'] = dict(overlay, custom_load=overlay.get('custom_load', True))
     kwargs = {**clip_tag_args(variant, kwargs.get('pretrained_cfg')), **kwargs}  # a CLIP tag's activation
     kwargs.setdefault('num_classes', _head_size(variant, kwargs))
@@ -257,6 +263,18 @@ def _pretrained_source(cfg: Any) -> Optional[str]:
     return (get('file') or get('hf_hub_id') or None) if cfg is not None else None
 
 
+def _check_local_config(folder: str) -> None:
+    """A ``local-dir:`` folder's ``config.json`` read within our bounds (size, nesting) and its sections checked
+    as JSON objects, before timm parses it (``_timm_compat.check_local_dir_configs``)."""
+    path = os.path.join(folder, CONFIG_FILE)
+    if not os.path.isfile(path):
+        return  # timm says so itself
+    config = read_json(path)
+    for section in ('model_args', 'pretrained_cfg'):
+        if section in config and not isinstance(config[section], dict):
+            raise ViTVariantsError('expected a JSON object', path=path, key=section)
+
+
 def _entrypoint(name: str) -> Callable[..., SimpleVisionTransformer]:
     def entrypoint(pretrained: bool = False, **kwargs: Any) -> SimpleVisionTransformer:
         return create_simple_vit(name, pretrained=pretrained, **kwargs)
@@ -267,6 +285,7 @@ def _entrypoint(name: str) -> Callable[..., SimpleVisionTransformer]:
     return entrypoint
 
 
+check_local_dir_configs(_check_local_config)
 for _name in MODELS:
     setattr(sys.modules[__name__], _name, register_model(_entrypoint(_name)))
 del _name

@@ -21,9 +21,10 @@ from ..geometry import Geometry, check_fit, fit_stream
 from ..relpos_resize import table_rows
 from ..limits import DEFAULT_LIMITS, Limits
 from .detect import open_checkpoint
-from .source import SourceCheckpoint
+from .files import CONFIG_FILE
+from .source import LayoutFn, SourceCheckpoint
 
-__all__ = ['load_into_model']
+__all__ = ['load_into_model', 'check_folder']
 
 
 def _fitted_shape(key: str, shape: Tuple[int, ...], src: Geometry, dst: Geometry) -> Tuple[int, ...]:
@@ -109,3 +110,21 @@ def load_into_model(
                     ckpt.fill(item, targets[item.key], keep)
             for key, tensor in fit_stream(pending, src, dst):
                 targets[key].copy_(tensor)
+
+
+def check_folder(folder: str, layout: LayoutFn, limits: Limits = DEFAULT_LIMITS) -> None:
+    """Refuse a folder whose ``config.json`` does not describe its own tensors, before a model is built from it.
+
+    Opening the folder reads ``config.json`` (bounded), builds its config (unknown fields and bad values refused)
+    and lays that config's tensors out against the weight files' headers (shapes only, no tensor is read). A
+    contradiction (depth, width, class count) is one error naming ``config.json`` and the first key that differs.
+    """
+    try:
+        open_checkpoint(folder, layout=layout, limits=limits).close()
+    except ViTVariantsError as e:
+        config = os.path.join(folder, CONFIG_FILE)
+        if not (e.key and e.path) or e.needs or e.path == config:  # a config.json error, a limit, a file unreadable as such
+            raise
+        weights = os.path.relpath(e.path, folder) if e.path != folder else 'the folder'
+        raise ViTVariantsError(f'model_args do not describe the weights ({weights}): {e.reason}',
+                               path=config, key=e.key, shapes=e.shapes) from None

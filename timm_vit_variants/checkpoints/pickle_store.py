@@ -11,6 +11,7 @@ the heap instead, like a legacy pickle, after its claimed sizes pass the limits 
 ``inflate_ratio`` over all, as for ``.npz``), so a decompression bomb is refused before anything is inflated.
 """
 import argparse
+import pickle
 import zipfile
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -106,8 +107,10 @@ def _torch_load(file: str, mapped: bool) -> Any:
         text = str(e).split('\n')[0]
         if 'Weights only load failed' in str(e) or 'Unsupported global' in str(e):
             reason = f'refused to unpickle: the file needs code or classes that are not plain tensors ({text})'
-        else:
-            reason = f'truncated, corrupt or not a PyTorch weight file ({type(e).__name__}: {text})'
+        elif isinstance(e, (RuntimeError, pickle.UnpicklingError, EOFError)):  # torch's and pickle's own words
+            reason = f'truncated, corrupt or not a PyTorch weight file ({text})'
+        else:  # a Python error from deep inside the unpickler (e.g. IndexError on text) says nothing more
+            reason = 'truncated, corrupt or not a PyTorch weight file'
         raise ViTVariantsError(reason, path=file) from e
 
 

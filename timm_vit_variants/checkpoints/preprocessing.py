@@ -10,8 +10,8 @@ from typing import Any, Dict, Mapping, Optional, Tuple
 
 from ..errors import ViTVariantsError
 
-__all__ = ['INTERPOLATIONS', 'CROP_MODES', 'IMAGENET_MEAN', 'IMAGENET_STD', 'checked_preprocessing', 'channel_values',
-           'assumed_preprocessing', 'imagenet_preprocessing']
+__all__ = ['INTERPOLATIONS', 'CROP_MODES', 'IMAGENET_MEAN', 'IMAGENET_STD', 'checked_preprocessing', 'checked_input_size',
+           'channel_values', 'assumed_preprocessing', 'imagenet_preprocessing']
 
 # The resize filters timm's transforms accept by name (timm.data.transforms.str_to_interp_mode).
 INTERPOLATIONS = ('nearest', 'bilinear', 'bicubic', 'box', 'hamming', 'lanczos')
@@ -61,6 +61,17 @@ def checked_preprocessing(values: Mapping[str, Any], in_chans: int, path: Option
                                    path=path, key=key)
         out[field] = value
     return out
+
+
+def checked_input_size(value: Any, in_chans: int, path: Optional[str], key: str) -> None:
+    """A recorded ``input_size`` (absent, or [channels, height, width]: positive integers, the model's channels),
+    which timm's data config resizes every input to."""
+    if value is None:
+        return
+    if not (isinstance(value, (list, tuple)) and len(value) == 3 and all(
+            isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value) and value[0] == in_chans):
+        raise ViTVariantsError(f'expected [channels, height, width]: positive integers, {in_chans} channels, got '
+                               f'{value!r}', path=path, key=key)
 
 
 _HALF = (0.5, 0.5, 0.5)

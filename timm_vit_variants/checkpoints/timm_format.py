@@ -19,7 +19,8 @@ import torch.nn as nn
 
 from ..config import DATA_CONFIG_KEYS, MODELS, PREPROCESSING_KEYS, SimpleViTConfig, activation_name, heads_for_width
 from ..errors import ViTVariantsError
-from .preprocessing import assumed_preprocessing, checked_preprocessing, imagenet_preprocessing
+from .preprocessing import assumed_preprocessing, checked_input_size, checked_preprocessing,
+                            imagenet_preprocessing
 from .source import SourceCheckpoint
 from .timm_parts import VIT_PARTS, refuse_unexpressed
 
@@ -233,11 +234,6 @@ class TimmCheckpoint(SourceCheckpoint):
         local = {n[len(self._prefix):] for n in self._candidates()}
         if not local:
             raise self._error('no tensors found' + (f' under prefix {self._prefix!r}' if self._prefix else ''))
-        for name in sorted(local):
-            for pattern, reason in _UNSUPPORTED:
-                if pattern.search(name):
-                    raise self._error(reason, key=self._prefix + name)
-        self._refuse_beyond(local)
         arch, args = self._architecture()
         # DeiT's own releases: no config or training args, the state dict under 'model', a DeiT file name or the
         # distillation token only DeiT trains (a DDP checkpoint under 'model' is timm's training format too)
@@ -248,6 +244,12 @@ class TimmCheckpoint(SourceCheckpoint):
             self.label_names = [str(n) for n in names]
         if arch is not None and arch in MODELS:
             return self._ours(arch, args, hints)
+        # a foreign state dict's features we do not express (our own folder's model_args say which it has)
+        for name in sorted(local):
+            for pattern, reason in _UNSUPPORTED:
+                if pattern.search(name):
+                    raise self._error(reason, key=self._prefix + name)
+        self._refuse_beyond(local)
         if arch is None and self._deit:
             self._unrecorded('architecture', {}, "DeiT's DistilledVisionTransformer" if 'dist_token' in local else
                              "DeiT's VisionTransformer (timm's)", _DEIT_WHY)
@@ -282,6 +284,14 @@ class TimmCheckpoint(SourceCheckpoint):
         if hints.get('num_heads') not in (None, config.num_heads):
             raise ViTVariantsError(f'num_heads={hints["num_heads"]} (given) contradicts config.json ({config.num_heads} '
                                    'heads)', path=self._config_path, key='num_heads')
+        head = self._prefix + 'head.weight'
+        rows = self._store.shape(head)[0] if head in self._store else 0
+        if rows != config.num_classes:  # else timm would build another head and load it fresh (random)
+            raise ViTVariantsError(f'num_classes {config.num_classes} contradicts the weights: {head} holds {rows} '
+                                   f'classes {self._store.shape(head) if rows else "(no head)"}',
+                                   path=self._config_path, key='model_args.num_classes')
+        checked_input_size((self.source_config.get('pretrained_cfg') or {}).get('input_size'), config.in_chans,
+                           self._config_path, 'pretrained_cfg.input_size')
         if config.pos_table == 'learn':
             self.grid = config.grid_size
         return config
