@@ -19,8 +19,8 @@ import torch.nn as nn
 
 from ..config import DATA_CONFIG_KEYS, MODELS, PREPROCESSING_KEYS, SimpleViTConfig, activation_name, heads_for_width
 from ..errors import ViTVariantsError
-from .preprocessing import assumed_preprocessing, checked_input_size, checked_preprocessing,
-                            imagenet_preprocessing
+from .preprocessing import (assumed_preprocessing, checked_input_size, checked_preprocessing,
+                            imagenet_preprocessing)
 from .source import SourceCheckpoint
 from .timm_parts import VIT_PARTS, refuse_unexpressed
 
