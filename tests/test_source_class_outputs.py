@@ -53,6 +53,12 @@ def _data2vec_model() -> torch.nn.Module:
     return transformers.Data2VecVisionModel(config)
 
 
+def _deit(cls: str, **kwargs: object) -> Callable[[], torch.nn.Module]:
+    def build() -> torch.nn.Module:
+        return getattr(transformers, cls)(transformers.DeiTConfig(**VISION, **CLASSES), **kwargs)
+    return build
+
+
 def _timm_wrapper(cls: str) -> Callable[[], torch.nn.Module]:
     def build() -> torch.nn.Module:
         config = transformers.TimmWrapperConfig(architecture='vit_tiny_patch16_224', **(
@@ -84,6 +90,13 @@ CASES: Dict[str, Tuple[Callable[[], torch.nn.Module], Callable, Tuple[int, ...]]
     'CLIPVisionModelWithProjection': (
         lambda: transformers.CLIPVisionModelWithProjection(transformers.CLIPVisionConfig(**VISION, projection_dim=16)),
         lambda m, x: m(pixel_values=x, interpolate_pos_encoding=True).image_embeds, (32, 48)),
+    'DeiTForImageClassificationWithTeacher': (
+        _deit('DeiTForImageClassificationWithTeacher'),
+        lambda m, x: m(pixel_values=x, interpolate_pos_encoding=True).logits, (32, 48)),
+    # no pooled output of its own: the mean of its [CLS] and distillation tokens, which ours pools
+    'DeiTModel': (_deit('DeiTModel', add_pooling_layer=False),
+                  lambda m, x: m(pixel_values=x, interpolate_pos_encoding=True).last_hidden_state[:, :2].mean(1),
+                  (32, 48)),
     # transformers resizes BEiT's tables bilinearly at run time, which is not BEiT's rule: the stored grid only
     'Data2VecVisionModel': (_data2vec_model, lambda m, x: m(pixel_values=x).last_hidden_state, (32,)),
     # the wrapped timm model runs at the size it was built for
@@ -120,6 +133,8 @@ DINO = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, mlp_rati
      '[CLS]+mean concat head is not expressed'),
     ('Dinov2WithRegistersForImageClassification', lambda: transformers.Dinov2WithRegistersConfig(**DINO, **CLASSES),
      '[CLS]+mean concat head is not expressed'),
+    ('DeiTForImageClassification', lambda: transformers.DeiTConfig(**VISION, **CLASSES),
+     'its classifier reads [CLS] alone beside the distillation token'),
     ('BeitForMaskedImageModeling', lambda: transformers.BeitConfig(**VISION, use_relative_position_bias=True),
      'the masked-image-modelling head (lm_head'),
 ])
@@ -139,3 +154,11 @@ def test_class_no_reader_converts_is_refused(tmp_path, capsys):
     assert main(['convert', str(tmp_path / 'src'), str(tmp_path / 'out')]) == 1
     err = capsys.readouterr().err
     assert "key 'architectures': Dinov2Backbone is not a transformers class this reader converts" in err, err
+
+
+def test_deit_pooler_is_refused_naming_it(tmp_path, capsys):
+    """DeiTModel's pooler reads [CLS] alone beside the distillation token: refused by its key, not dropped."""
+    transformers.DeiTModel(transformers.DeiTConfig(**VISION)).save_pretrained(str(tmp_path / 'src'))
+    assert main(['convert', str(tmp_path / 'src'), str(tmp_path / 'out')]) == 1
+    err = capsys.readouterr().err
+    assert err.count('error:') == 1 and "key 'pooler.dense.weight': the DeiTModel pooler reads [CLS] alone" in err, err

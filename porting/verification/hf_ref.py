@@ -52,6 +52,8 @@ def hf_outputs(check: Check, x: torch.Tensor, mixed: Optional[Dict[str, torch.Te
         return _siglip(transformers, folder, cfg, x, target is not None)
     if cfg.get('model_type') in ('clip', 'clip_vision_model'):
         return _clip(transformers, folder, cfg, x, target is not None)
+    if cfg.get('model_type') == 'deit':
+        return _deit(transformers, folder, cfg, x, target is not None)
     cls = _declared_class(transformers, cfg, 'ViTForImageClassification' if check.source.num_classes else 'ViTModel')
     classify = cls is transformers.ViTForImageClassification
     # A bare ViTModel's pooler (Dense + tanh) is our pre-logits layer when the reader found one.
@@ -196,6 +198,18 @@ def _clip(transformers: Any, folder: Path, cfg: Dict[str, Any], x: torch.Tensor,
                               {'tower': model.vision_model, 'head': model.visual_projection})
     return Outputs(seen['tower'][1][0], getattr(out, 'pooler_output', out),
                    name + '.get_image_features', pre_logits=seen['head'][0])
+
+
+def _deit(transformers: Any, folder: Path, cfg: Dict[str, Any], x: torch.Tensor, resize: bool) -> Outputs:
+    """A DeiT folder's class: the normed tokens, and ``DeiTForImageClassificationWithTeacher``'s logits (the mean of
+    its two classifiers)."""
+    model, name = _load(transformers, folder, cfg, 'DeiTModel')
+    name += ' with interpolate_pos_encoding' if resize else ''
+    if type(model).__name__ == 'DeiTModel':
+        with torch.no_grad():
+            return Outputs(model(pixel_values=x, interpolate_pos_encoding=resize).last_hidden_state, None, name)
+    out, seen = _forward_seen(lambda: model(pixel_values=x, interpolate_pos_encoding=resize), {'tower': model.deit})
+    return Outputs(seen['tower'][1].last_hidden_state, out.logits, name)
 
 
 def _load(transformers: Any, folder: Path, cfg: Dict[str, Any], default: str) -> Tuple[Any, str]:

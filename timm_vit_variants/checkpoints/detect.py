@@ -27,6 +27,7 @@ from .hf_beit import BEIT_MODEL_TYPES, HFBeitCheckpoint
 from .hf_dinov2 import DINOV2_MODEL_TYPES, HFDinov2Checkpoint
 from .hf_dinov3 import DINOV3_MODEL_TYPES, HFDinov3Checkpoint
 from .hf_clip import CLIP_MODEL_TYPES, HFClipCheckpoint
+from .hf_deit import DEIT_MODEL_TYPES, HFDeitCheckpoint
 from .hf_siglip import SIGLIP_MODEL_TYPES, HFSiglip2Checkpoint, HFSiglipCheckpoint
 from .openclip import OpenAICLIPCheckpoint, OpenCLIPCheckpoint, is_openai_clip
 from .openclip_config import open_clip_config_path
@@ -116,7 +117,7 @@ _NO_CLIP_ARCHIVE = Refuse(lambda p: ViTVariantsError(
     'a TorchScript archive without a CLIP image tower (no visual.conv1.weight among its '
     f'{len(p.names)} tensors)', path=p.path, key='visual.conv1.weight'))
 _NOT_TRANSFORMERS_VIT = Refuse(lambda p: ViTVariantsError(
-    f"model_type {p.model_type!r} is not a transformers ViT, SigLIP or CLIP model", path=p.config_path,
+    f"model_type {p.model_type!r} is not a transformers ViT, DeiT, SigLIP or CLIP model", path=p.config_path,
     key='model_type'))
 _NO_PATCH_EMBED = Refuse(lambda p: ViTVariantsError(
     'no ViT patch embedding among the tensors (neither timm nor transformers layout)', path=p.path,
@@ -155,6 +156,7 @@ DISPATCH: Tuple[Route, ...] = (
     Route(lambda p: p.model_type in DINOV3_MODEL_TYPES, HFDinov3Checkpoint),
     Route(lambda p: p.model_type in CLIP_MODEL_TYPES, HFClipCheckpoint),
     Route(lambda p: p.model_type == 'vit', HFCheckpoint),
+    Route(lambda p: p.model_type in DEIT_MODEL_TYPES, HFDeitCheckpoint),
     Route(lambda p: p.model_type in BEIT_MODEL_TYPES, HFBeitCheckpoint),
     Route(lambda p: 'model_type' in p.config, _NOT_TRANSFORMERS_VIT),
     # open_clip towers on a timm trunk (visual.trunk.*): with their open_clip_config.json, else unless the trunk alone
