@@ -59,6 +59,18 @@ def _deit(cls: str, **kwargs: object) -> Callable[[], torch.nn.Module]:
     return build
 
 
+def _clip_layout(cls: str, config: str) -> Callable[[], torch.nn.Module]:
+    """A two-tower model that carries CLIP's image tower under its own model_type."""
+    def build() -> torch.nn.Module:
+        return getattr(transformers, cls)(getattr(transformers, config)(vision_config=VISION, text_config=TEXT))
+    return build
+
+
+def _image_features(m: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+    out = m.get_image_features(pixel_values=x, interpolate_pos_encoding=True)
+    return getattr(out, 'pooler_output', out)
+
+
 def _timm_wrapper(cls: str) -> Callable[[], torch.nn.Module]:
     def build() -> torch.nn.Module:
         config = transformers.TimmWrapperConfig(architecture='vit_tiny_patch16_224', **(
@@ -97,6 +109,13 @@ CASES: Dict[str, Tuple[Callable[[], torch.nn.Module], Callable, Tuple[int, ...]]
     'DeiTModel': (_deit('DeiTModel', add_pooling_layer=False),
                   lambda m, x: m(pixel_values=x, interpolate_pos_encoding=True).last_hidden_state[:, :2].mean(1),
                   (32, 48)),
+    **{cls: (_clip_layout(cls, config), _image_features, (32, 48)) for cls, config in (
+        ('MetaClip2Model', 'MetaClip2Config'), ('ChineseCLIPModel', 'ChineseCLIPConfig'),
+        ('AltCLIPModel', 'AltCLIPConfig'), ('CLIPSegModel', 'CLIPSegConfig'), ('OwlViTModel', 'OwlViTConfig'),
+        ('Owlv2Model', 'Owlv2Config'))},
+    **{cls: (lambda cls=cls, config=config: getattr(transformers, cls)(getattr(transformers, config)(**VISION)),
+             lambda m, x: m(pixel_values=x, interpolate_pos_encoding=True).pooler_output, (32, 48))
+       for cls, config in (('OwlViTVisionModel', 'OwlViTVisionConfig'), ('AltCLIPVisionModel', 'AltCLIPVisionConfig'))},
     # transformers resizes BEiT's tables bilinearly at run time, which is not BEiT's rule: the stored grid only
     'Data2VecVisionModel': (_data2vec_model, lambda m, x: m(pixel_values=x).last_hidden_state, (32,)),
     # the wrapped timm model runs at the size it was built for
@@ -135,6 +154,10 @@ DINO = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, mlp_rati
      '[CLS]+mean concat head is not expressed'),
     ('DeiTForImageClassification', lambda: transformers.DeiTConfig(**VISION, **CLASSES),
      'its classifier reads [CLS] alone beside the distillation token'),
+    ('OwlViTForObjectDetection', lambda: transformers.OwlViTConfig(vision_config=VISION, text_config=TEXT),
+     'the detection heads (boxes and class embeddings of every patch token) are not expressed'),
+    ('CLIPSegForImageSegmentation', lambda: transformers.CLIPSegConfig(vision_config=VISION, text_config=TEXT),
+     'the segmentation decoder'),
     ('BeitForMaskedImageModeling', lambda: transformers.BeitConfig(**VISION, use_relative_position_bias=True),
      'the masked-image-modelling head (lm_head'),
 ])

@@ -4,8 +4,8 @@ DeiT is a ViT with a distillation token right after [CLS] and a table with a slo
 ``pos_embed_cls_slot``). ``DeiTForImageClassificationWithTeacher``'s logits are the mean of ``cls_classifier`` on
 [CLS] and ``distillation_classifier`` on the distillation token: our ``head`` and ``head_dist``. transformers resizes
 the table bicubic without antialias (rule 'hf'). Refused by name: ``DeiTForImageClassification`` (a classifier on
-[CLS] alone beside the distillation token, where our distilled head averages two heads), a ``DeiTModel`` pooler (Linear +
-act on [CLS] alone, likewise) and ``DeiTForMaskedImageModeling``.
+[CLS] alone beside the distillation token, where our distilled head averages two heads), a ``DeiTModel`` pooler
+(Linear + act on [CLS] alone, likewise) and ``DeiTForMaskedImageModeling``.
 """
 from typing import Any, Dict
 
