@@ -116,6 +116,15 @@ CASES: Dict[str, Tuple[Callable[[], torch.nn.Module], Callable, Tuple[int, ...]]
     **{cls: (lambda cls=cls, config=config: getattr(transformers, cls)(getattr(transformers, config)(**VISION)),
              lambda m, x: m(pixel_values=x, interpolate_pos_encoding=True).pooler_output, (32, 48))
        for cls, config in (('OwlViTVisionModel', 'OwlViTVisionConfig'), ('AltCLIPVisionModel', 'AltCLIPVisionConfig'))},
+    **{cls: (lambda cls=cls, config=config: getattr(transformers, cls)(getattr(transformers, config)(
+        **VISION, **(CLASSES if cls.endswith('ForImageClassification') else {}))),
+        lambda m, x: m(pixel_values=x, interpolate_pos_encoding=True).logits, (32, 48))
+       for cls, config in (('IJepaForImageClassification', 'IJepaConfig'),)},
+    'ViTMSNModel': (lambda: transformers.ViTMSNModel(transformers.ViTMSNConfig(**VISION)),
+                    lambda m, x: m(pixel_values=x, interpolate_pos_encoding=True).last_hidden_state[:, 0], (32, 48)),
+    # no pooled output of its own: the mean of its tokens, which ours pools (I-JEPA has no [CLS])
+    'IJepaModel': (lambda: transformers.IJepaModel(transformers.IJepaConfig(**VISION)),
+                   lambda m, x: m(pixel_values=x, interpolate_pos_encoding=True).last_hidden_state.mean(1), (32, 48)),
     # transformers resizes BEiT's tables bilinearly at run time, which is not BEiT's rule: the stored grid only
     'Data2VecVisionModel': (_data2vec_model, lambda m, x: m(pixel_values=x).last_hidden_state, (32,)),
     # the wrapped timm model runs at the size it was built for
@@ -185,3 +194,12 @@ def test_deit_pooler_is_refused_naming_it(tmp_path, capsys):
     assert main(['convert', str(tmp_path / 'src'), str(tmp_path / 'out')]) == 1
     err = capsys.readouterr().err
     assert err.count('error:') == 1 and "key 'pooler.dense.weight': the DeiTModel pooler reads [CLS] alone" in err, err
+
+
+def test_ijepa_pooler_is_refused_naming_it(tmp_path, capsys):
+    """I-JEPA has no [CLS]: its optional pooler reads the first patch token, which the model does not express."""
+    transformers.IJepaModel(transformers.IJepaConfig(**VISION), add_pooling_layer=True).save_pretrained(
+        str(tmp_path / 'src'))
+    assert main(['convert', str(tmp_path / 'src'), str(tmp_path / 'out')]) == 1
+    err = capsys.readouterr().err
+    assert err.count('error:') == 1 and "key 'pooler.dense.weight': the pooler reads the first patch token" in err, err

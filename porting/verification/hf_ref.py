@@ -56,19 +56,20 @@ def hf_outputs(check: Check, x: torch.Tensor, mixed: Optional[Dict[str, torch.Te
     if cfg.get('model_type') == 'deit':
         return _deit(transformers, folder, cfg, x, target is not None)
     cls = _declared_class(transformers, cfg, 'ViTForImageClassification' if check.source.num_classes else 'ViTModel')
-    classify = cls is transformers.ViTForImageClassification
+    classify = cls.__name__.endswith('ForImageClassification')
     # A bare ViTModel's pooler (Dense + tanh) is our pre-logits layer when the reader found one.
-    kwargs = {} if classify else {'add_pooling_layer': bool(check.source.rep_size)}
+    kwargs = {'add_pooling_layer': bool(check.source.rep_size)} if cls is transformers.ViTModel else {}
     model = _run_in_float32(cls.from_pretrained(str(folder), attn_implementation='eager', **kwargs).eval())
     pooled = None
     resize = {'interpolate_pos_encoding': True} if target is not None else {}
     with torch.no_grad():
         if classify:
-            feats = model.vit(pixel_values=x, **resize).last_hidden_state
+            tower = model.ijepa if hasattr(model, 'ijepa') else model.vit
+            feats = tower(pixel_values=x, **resize).last_hidden_state
             logits = model(pixel_values=x, **resize).logits
         else:
             out = model(pixel_values=x, **resize)
-            feats, logits, pooled = out.last_hidden_state, None, out.pooler_output
+            feats, logits, pooled = out.last_hidden_state, None, getattr(out, 'pooler_output', None)
     name = f'transformers {cls.__name__}.from_pretrained' + (' with interpolate_pos_encoding' if resize else '')
     return Outputs(feats, logits, name, pre_logits=pooled)
 

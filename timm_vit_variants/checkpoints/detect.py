@@ -22,7 +22,7 @@ from .eva02 import Eva02Checkpoint, is_eva02, is_eva02_architecture
 from .rope_vit import RopeVitCheckpoint, is_rope_vit
 from .files import discover
 from .flax import BigVisionCheckpoint, BigVisionNaFlexCheckpoint, VitJaxCheckpoint, is_flat_patch_kernel
-from .hf import HFCheckpoint
+from .hf import HFCheckpoint, VIT_MODEL_TYPES
 from .hf_beit import BEIT_MODEL_TYPES, HFBeitCheckpoint
 from .hf_dinov2 import DINOV2_MODEL_TYPES, HFDinov2Checkpoint
 from .hf_dinov3 import DINOV3_MODEL_TYPES, HFDinov3Checkpoint
@@ -155,7 +155,7 @@ DISPATCH: Tuple[Route, ...] = (
     Route(lambda p: p.model_type in DINOV2_MODEL_TYPES, HFDinov2Checkpoint),
     Route(lambda p: p.model_type in DINOV3_MODEL_TYPES, HFDinov3Checkpoint),
     Route(lambda p: p.model_type in CLIP_MODEL_TYPES, HFClipCheckpoint),
-    Route(lambda p: p.model_type == 'vit', HFCheckpoint),
+    Route(lambda p: p.model_type in VIT_MODEL_TYPES, HFCheckpoint),
     Route(lambda p: p.model_type in DEIT_MODEL_TYPES, HFDeitCheckpoint),
     Route(lambda p: p.model_type in BEIT_MODEL_TYPES, HFBeitCheckpoint),
     Route(lambda p: 'model_type' in p.config, _NOT_TRANSFORMERS_VIT),
