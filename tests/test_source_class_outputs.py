@@ -53,6 +53,24 @@ def _data2vec_model() -> torch.nn.Module:
     return transformers.Data2VecVisionModel(config)
 
 
+def _deit(cls: str, **kwargs: object) -> Callable[[], torch.nn.Module]:
+    def build() -> torch.nn.Module:
+        return getattr(transformers, cls)(transformers.DeiTConfig(**VISION, **CLASSES), **kwargs)
+    return build
+
+
+def _clip_layout(cls: str, config: str) -> Callable[[], torch.nn.Module]:
+    """A two-tower model that carries CLIP's image tower under its own model_type."""
+    def build() -> torch.nn.Module:
+        return getattr(transformers, cls)(getattr(transformers, config)(vision_config=VISION, text_config=TEXT))
+    return build
+
+
+def _image_features(m: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+    out = m.get_image_features(pixel_values=x, interpolate_pos_encoding=True)
+    return getattr(out, 'pooler_output', out)
+
+
 def _timm_wrapper(cls: str) -> Callable[[], torch.nn.Module]:
     def build() -> torch.nn.Module:
         config = transformers.TimmWrapperConfig(architecture='vit_tiny_patch16_224', **(
@@ -84,6 +102,29 @@ CASES: Dict[str, Tuple[Callable[[], torch.nn.Module], Callable, Tuple[int, ...]]
     'CLIPVisionModelWithProjection': (
         lambda: transformers.CLIPVisionModelWithProjection(transformers.CLIPVisionConfig(**VISION, projection_dim=16)),
         lambda m, x: m(pixel_values=x, interpolate_pos_encoding=True).image_embeds, (32, 48)),
+    'DeiTForImageClassificationWithTeacher': (
+        _deit('DeiTForImageClassificationWithTeacher'),
+        lambda m, x: m(pixel_values=x, interpolate_pos_encoding=True).logits, (32, 48)),
+    # no pooled output of its own: the mean of its [CLS] and distillation tokens, which ours pools
+    'DeiTModel': (_deit('DeiTModel', add_pooling_layer=False),
+                  lambda m, x: m(pixel_values=x, interpolate_pos_encoding=True).last_hidden_state[:, :2].mean(1),
+                  (32, 48)),
+    **{cls: (_clip_layout(cls, config), _image_features, (32, 48)) for cls, config in (
+        ('MetaClip2Model', 'MetaClip2Config'), ('ChineseCLIPModel', 'ChineseCLIPConfig'),
+        ('AltCLIPModel', 'AltCLIPConfig'), ('CLIPSegModel', 'CLIPSegConfig'), ('OwlViTModel', 'OwlViTConfig'),
+        ('Owlv2Model', 'Owlv2Config'))},
+    **{cls: (lambda cls=cls, config=config: getattr(transformers, cls)(getattr(transformers, config)(**VISION)),
+             lambda m, x: m(pixel_values=x, interpolate_pos_encoding=True).pooler_output, (32, 48))
+       for cls, config in (('OwlViTVisionModel', 'OwlViTVisionConfig'), ('AltCLIPVisionModel', 'AltCLIPVisionConfig'))},
+    **{cls: (lambda cls=cls, config=config: getattr(transformers, cls)(getattr(transformers, config)(
+        **VISION, **(CLASSES if cls.endswith('ForImageClassification') else {}))),
+        lambda m, x: m(pixel_values=x, interpolate_pos_encoding=True).logits, (32, 48))
+       for cls, config in (('IJepaForImageClassification', 'IJepaConfig'),)},
+    'ViTMSNModel': (lambda: transformers.ViTMSNModel(transformers.ViTMSNConfig(**VISION)),
+                    lambda m, x: m(pixel_values=x, interpolate_pos_encoding=True).last_hidden_state[:, 0], (32, 48)),
+    # no pooled output of its own: the mean of its tokens, which ours pools (I-JEPA has no [CLS])
+    'IJepaModel': (lambda: transformers.IJepaModel(transformers.IJepaConfig(**VISION)),
+                   lambda m, x: m(pixel_values=x, interpolate_pos_encoding=True).last_hidden_state.mean(1), (32, 48)),
     # transformers resizes BEiT's tables bilinearly at run time, which is not BEiT's rule: the stored grid only
     'Data2VecVisionModel': (_data2vec_model, lambda m, x: m(pixel_values=x).last_hidden_state, (32,)),
     # the wrapped timm model runs at the size it was built for
@@ -120,6 +161,12 @@ DINO = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, mlp_rati
      '[CLS]+mean concat head is not expressed'),
     ('Dinov2WithRegistersForImageClassification', lambda: transformers.Dinov2WithRegistersConfig(**DINO, **CLASSES),
      '[CLS]+mean concat head is not expressed'),
+    ('DeiTForImageClassification', lambda: transformers.DeiTConfig(**VISION, **CLASSES),
+     'its classifier reads [CLS] alone beside the distillation token'),
+    ('OwlViTForObjectDetection', lambda: transformers.OwlViTConfig(vision_config=VISION, text_config=TEXT),
+     'the detection heads (boxes and class embeddings of every patch token) are not expressed'),
+    ('CLIPSegForImageSegmentation', lambda: transformers.CLIPSegConfig(vision_config=VISION, text_config=TEXT),
+     'the segmentation decoder'),
     ('BeitForMaskedImageModeling', lambda: transformers.BeitConfig(**VISION, use_relative_position_bias=True),
      'the masked-image-modelling head (lm_head'),
 ])
@@ -139,3 +186,20 @@ def test_class_no_reader_converts_is_refused(tmp_path, capsys):
     assert main(['convert', str(tmp_path / 'src'), str(tmp_path / 'out')]) == 1
     err = capsys.readouterr().err
     assert "key 'architectures': Dinov2Backbone is not a transformers class this reader converts" in err, err
+
+
+def test_deit_pooler_is_refused_naming_it(tmp_path, capsys):
+    """DeiTModel's pooler reads [CLS] alone beside the distillation token: refused by its key, not dropped."""
+    transformers.DeiTModel(transformers.DeiTConfig(**VISION)).save_pretrained(str(tmp_path / 'src'))
+    assert main(['convert', str(tmp_path / 'src'), str(tmp_path / 'out')]) == 1
+    err = capsys.readouterr().err
+    assert err.count('error:') == 1 and "key 'pooler.dense.weight': the DeiTModel pooler reads [CLS] alone" in err, err
+
+
+def test_ijepa_pooler_is_refused_naming_it(tmp_path, capsys):
+    """I-JEPA has no [CLS]: its optional pooler reads the first patch token, which the model does not express."""
+    transformers.IJepaModel(transformers.IJepaConfig(**VISION), add_pooling_layer=True).save_pretrained(
+        str(tmp_path / 'src'))
+    assert main(['convert', str(tmp_path / 'src'), str(tmp_path / 'out')]) == 1
+    err = capsys.readouterr().err
+    assert err.count('error:') == 1 and "key 'pooler.dense.weight': the pooler reads the first patch token" in err, err

@@ -10,6 +10,7 @@ import torch.nn as nn
 from timm_vit_variants.checkpoints.detect import WRAPPED_PREFIXES
 from timm_vit_variants.checkpoints.files import read_json
 from timm_vit_variants.checkpoints.hf_beit import BEIT_MODEL_TYPES
+from timm_vit_variants.checkpoints.hf_clip import CLIP_LAYOUTS, CLIP_MODEL_TYPES, clip_layout
 from timm_vit_variants.memory import release_after_use
 
 from .beit_ref import hf_beit_outputs
@@ -50,22 +51,25 @@ def hf_outputs(check: Check, x: torch.Tensor, mixed: Optional[Dict[str, torch.Te
         return Outputs(out.last_hidden_state, out.pooler_output, name)
     if cfg.get('model_type') in ('siglip', 'siglip_vision_model'):
         return _siglip(transformers, folder, cfg, x, target is not None)
-    if cfg.get('model_type') in ('clip', 'clip_vision_model'):
+    if cfg.get('model_type') in CLIP_MODEL_TYPES:
         return _clip(transformers, folder, cfg, x, target is not None)
+    if cfg.get('model_type') == 'deit':
+        return _deit(transformers, folder, cfg, x, target is not None)
     cls = _declared_class(transformers, cfg, 'ViTForImageClassification' if check.source.num_classes else 'ViTModel')
-    classify = cls is transformers.ViTForImageClassification
+    classify = cls.__name__.endswith('ForImageClassification')
     # A bare ViTModel's pooler (Dense + tanh) is our pre-logits layer when the reader found one.
-    kwargs = {} if classify else {'add_pooling_layer': bool(check.source.rep_size)}
+    kwargs = {'add_pooling_layer': bool(check.source.rep_size)} if cls is transformers.ViTModel else {}
     model = _run_in_float32(cls.from_pretrained(str(folder), attn_implementation='eager', **kwargs).eval())
     pooled = None
     resize = {'interpolate_pos_encoding': True} if target is not None else {}
     with torch.no_grad():
         if classify:
-            feats = model.vit(pixel_values=x, **resize).last_hidden_state
+            tower = model.ijepa if hasattr(model, 'ijepa') else model.vit
+            feats = tower(pixel_values=x, **resize).last_hidden_state
             logits = model(pixel_values=x, **resize).logits
         else:
             out = model(pixel_values=x, **resize)
-            feats, logits, pooled = out.last_hidden_state, None, out.pooler_output
+            feats, logits, pooled = out.last_hidden_state, None, getattr(out, 'pooler_output', None)
     name = f'transformers {cls.__name__}.from_pretrained' + (' with interpolate_pos_encoding' if resize else '')
     return Outputs(feats, logits, name, pre_logits=pooled)
 
@@ -175,27 +179,40 @@ def _siglip(transformers: Any, folder: Path, cfg: Dict[str, Any], x: torch.Tenso
 
 
 def _clip(transformers: Any, folder: Path, cfg: Dict[str, Any], x: torch.Tensor, resize: bool) -> Outputs:
-    """A CLIP folder's class: the un-normalised tokens and its image output (``CLIPVisionModel``: the pooled [CLS]
-    after ``post_layernorm``; ``CLIPVisionModelWithProjection``: ``image_embeds``; ``CLIPModel``:
-    ``get_image_features``), with the pooled [CLS] its projection reads."""
-    model, name = _load(transformers, folder, cfg, 'CLIPModel' if cfg.get('model_type') == 'clip' else
-                        'CLIPVisionModel')
+    """A CLIP-layout folder's class (CLIP's, or that of a model in ``CLIP_LAYOUTS``): the un-normalised tokens and its
+    image output (``*VisionModel``: the pooled [CLS] after ``post_layernorm``; ``*VisionModelWithProjection``:
+    ``image_embeds``; the two-tower ``*Model``: ``get_image_features``), with the pooled [CLS] its projection reads."""
+    _, (stem, *_) = clip_layout(cfg.get('model_type'))
+    model, name = _load(transformers, folder, cfg, stem + ('Model' if cfg.get('model_type') in CLIP_LAYOUTS else
+                                                           'VisionModel'))
     name += ' with interpolate_pos_encoding' if resize else ''
     inputs = dict(pixel_values=x, interpolate_pos_encoding=resize)
-    kind = type(model).__name__
-    if kind == 'CLIPForImageClassification':
+    kind = type(model).__name__[len(stem):]
+    if kind == 'ForImageClassification':
         return _classified(model, name, **inputs)
-    if kind == 'CLIPVisionModel':
+    if kind == 'VisionModel':
         with torch.no_grad():
             out = model(**inputs)
         return Outputs(out.last_hidden_state, out.pooler_output, name + ' (pooler_output: the normed [CLS])')
-    if kind == 'CLIPVisionModelWithProjection':
+    if kind == 'VisionModelWithProjection':
         out, seen = _forward_seen(lambda: model(**inputs), {'head': model.visual_projection})
         return Outputs(out.last_hidden_state, out.image_embeds, name, pre_logits=seen['head'][0])
     out, seen = _forward_seen(lambda: model.get_image_features(**inputs),
                               {'tower': model.vision_model, 'head': model.visual_projection})
     return Outputs(seen['tower'][1][0], getattr(out, 'pooler_output', out),
                    name + '.get_image_features', pre_logits=seen['head'][0])
+
+
+def _deit(transformers: Any, folder: Path, cfg: Dict[str, Any], x: torch.Tensor, resize: bool) -> Outputs:
+    """A DeiT folder's class: the normed tokens, and ``DeiTForImageClassificationWithTeacher``'s logits (the mean of
+    its two classifiers)."""
+    model, name = _load(transformers, folder, cfg, 'DeiTModel')
+    name += ' with interpolate_pos_encoding' if resize else ''
+    if type(model).__name__ == 'DeiTModel':
+        with torch.no_grad():
+            return Outputs(model(pixel_values=x, interpolate_pos_encoding=resize).last_hidden_state, None, name)
+    out, seen = _forward_seen(lambda: model(pixel_values=x, interpolate_pos_encoding=resize), {'tower': model.deit})
+    return Outputs(seen['tower'][1].last_hidden_state, out.logits, name)
 
 
 def _load(transformers: Any, folder: Path, cfg: Dict[str, Any], default: str) -> Tuple[Any, str]:

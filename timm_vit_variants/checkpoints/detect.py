@@ -22,11 +22,12 @@ from .eva02 import Eva02Checkpoint, is_eva02, is_eva02_architecture
 from .rope_vit import RopeVitCheckpoint, is_rope_vit
 from .files import discover
 from .flax import BigVisionCheckpoint, BigVisionNaFlexCheckpoint, VitJaxCheckpoint, is_flat_patch_kernel
-from .hf import HFCheckpoint
+from .hf import HFCheckpoint, VIT_MODEL_TYPES
 from .hf_beit import BEIT_MODEL_TYPES, HFBeitCheckpoint
 from .hf_dinov2 import DINOV2_MODEL_TYPES, HFDinov2Checkpoint
 from .hf_dinov3 import DINOV3_MODEL_TYPES, HFDinov3Checkpoint
 from .hf_clip import CLIP_MODEL_TYPES, HFClipCheckpoint
+from .hf_deit import DEIT_MODEL_TYPES, HFDeitCheckpoint
 from .hf_siglip import SIGLIP_MODEL_TYPES, HFSiglip2Checkpoint, HFSiglipCheckpoint
 from .openclip import OpenAICLIPCheckpoint, OpenCLIPCheckpoint, is_openai_clip
 from .openclip_config import open_clip_config_path
@@ -116,7 +117,7 @@ _NO_CLIP_ARCHIVE = Refuse(lambda p: ViTVariantsError(
     'a TorchScript archive without a CLIP image tower (no visual.conv1.weight among its '
     f'{len(p.names)} tensors)', path=p.path, key='visual.conv1.weight'))
 _NOT_TRANSFORMERS_VIT = Refuse(lambda p: ViTVariantsError(
-    f"model_type {p.model_type!r} is not a transformers ViT, SigLIP or CLIP model", path=p.config_path,
+    f"model_type {p.model_type!r} is not a transformers ViT, DeiT, SigLIP or CLIP model", path=p.config_path,
     key='model_type'))
 _NO_PATCH_EMBED = Refuse(lambda p: ViTVariantsError(
     'no ViT patch embedding among the tensors (neither timm nor transformers layout)', path=p.path,
@@ -154,7 +155,8 @@ DISPATCH: Tuple[Route, ...] = (
     Route(lambda p: p.model_type in DINOV2_MODEL_TYPES, HFDinov2Checkpoint),
     Route(lambda p: p.model_type in DINOV3_MODEL_TYPES, HFDinov3Checkpoint),
     Route(lambda p: p.model_type in CLIP_MODEL_TYPES, HFClipCheckpoint),
-    Route(lambda p: p.model_type == 'vit', HFCheckpoint),
+    Route(lambda p: p.model_type in VIT_MODEL_TYPES, HFCheckpoint),
+    Route(lambda p: p.model_type in DEIT_MODEL_TYPES, HFDeitCheckpoint),
     Route(lambda p: p.model_type in BEIT_MODEL_TYPES, HFBeitCheckpoint),
     Route(lambda p: 'model_type' in p.config, _NOT_TRANSFORMERS_VIT),
     # open_clip towers on a timm trunk (visual.trunk.*): with their open_clip_config.json, else unless the trunk alone

@@ -19,11 +19,20 @@ from .fills import stack_rows
 from .preprocessing import assumed_preprocessing, channel_values
 from .source import Rule, SourceCheckpoint
 
-__all__ = ['TransformersCheckpoint', 'HFCheckpoint']
+__all__ = ['TransformersCheckpoint', 'HFCheckpoint', 'VIT_MODEL_TYPES']
 
 # transformers activation names -> act_layer ('gelu_new' and 'gelu_pytorch_tanh' are both the tanh form).
 _ACTS = {'gelu': 'gelu', 'gelu_new': 'gelu_tanh', 'gelu_pytorch_tanh': 'gelu_tanh', 'quick_gelu': 'quick_gelu'}
 _UNSUPPORTED = {'embeddings.mask_token': 'the mask token of ViTForMaskedImageModeling is not supported'}
+# The models transformers saves under ViT's names: model_type -> (its classifier class's prefix, whether it has a [CLS]
+# token, {class: None, or what part of it is not expressed}). ViT-MSN is ViT; I-JEPA has no [CLS] (a table without its
+# slot) and its classifier reads the mean of the normed tokens.
+VIT_MODEL_TYPES: Dict[str, Tuple[str, bool, Dict[str, Optional[str]]]] = {
+    'vit': ('vit.', True, {'ViTModel': None, 'ViTForImageClassification': None,
+                           'ViTForMaskedImageModeling': _UNSUPPORTED['embeddings.mask_token']}),
+    'vit_msn': ('vit.', True, {'ViTMSNModel': None}),
+    'ijepa': ('ijepa.', False, {'IJepaModel': None, 'IJepaForImageClassification': None}),
+}
 # PIL resample codes used in transformers' preprocessor_config.json.
 _PIL_RESAMPLE = {0: 'nearest', 1: 'lanczos', 2: 'bilinear', 3: 'bicubic', 4: 'box', 5: 'hamming'}
 _QKV = tuple(f'{{p}}encoder.layer.{{i}}.attention.attention.{n}' for n in ('query', 'key', 'value'))
@@ -200,12 +209,15 @@ class TransformersCheckpoint(SourceCheckpoint):
 
 
 class HFCheckpoint(TransformersCheckpoint):
-    """A transformers ViT folder (``ViTForImageClassification``, ``ViTModel``)."""
+    """A transformers ViT folder (``ViTForImageClassification``, ``ViTModel``), or one of a model saved under ViT's
+    names (``VIT_MODEL_TYPES``)."""
     RULES = _TABLE
-    CLASSES = {'ViTModel': None, 'ViTForImageClassification': None,
-               'ViTForMaskedImageModeling': _UNSUPPORTED['embeddings.mask_token']}
     PREPROCESSING_DEFAULTS = assumed_preprocessing(
         'bilinear', 1.0, 'squash', "not recorded by the folder; transformers' ViTImageProcessor defaults")
+
+    @property
+    def CLASSES(self) -> Dict[str, Optional[str]]:  # type: ignore[override]  # the folder's model_type decides
+        return VIT_MODEL_TYPES.get(self.source_config.get('model_type'), ('', True, {}))[2]
 
     def _candidates(self) -> Set[str]:
         # every name: a ViTForImageClassification's classifier sits outside its 'vit.' prefix
@@ -217,13 +229,14 @@ class HFCheckpoint(TransformersCheckpoint):
             raise ViTVariantsError('a transformers ViT needs its config.json next to the weights', path=self.path,
                                    key='config.json')
         model_type = self.source_config.get('model_type')
-        if model_type != 'vit':
-            raise ViTVariantsError(f"model_type {model_type!r} is not a transformers ViT ('vit')", path=cfg_path,
-                                   key='model_type')
+        if model_type not in VIT_MODEL_TYPES:
+            raise ViTVariantsError(f"model_type {model_type!r} is not a transformers ViT "
+                                   f"({', '.join(VIT_MODEL_TYPES)})", path=cfg_path, key='model_type')
+        stem, class_token, _ = VIT_MODEL_TYPES[model_type]
         self._source_class()
         names = self._store.names()
         prefix = hints.get('prefix')
-        self._prefix = ('vit.' if any(n.startswith('vit.') for n in names) else '') if prefix is None else prefix
+        self._prefix = (stem if any(n.startswith(stem) for n in names) else '') if prefix is None else prefix
         for short, reason in _UNSUPPORTED.items():
             if self._prefix + short in self._store:
                 raise self._error(reason, key=self._prefix + short)
@@ -233,6 +246,9 @@ class HFCheckpoint(TransformersCheckpoint):
 
         pooler = self._prefix + 'pooler.dense.weight'
         rep_size = None
+        if pooler in self._store and not class_token:
+            raise self._error('the pooler reads the first patch token (there is no [CLS]), which this model does not '
+                              'express', key=pooler)
         if pooler in self._store:
             if self.source_config.get('pooler_act', 'tanh') != 'tanh':
                 raise ViTVariantsError(f"pooler_act {self.source_config['pooler_act']!r} is not supported (only tanh)",
@@ -244,6 +260,6 @@ class HFCheckpoint(TransformersCheckpoint):
         self._check_dims('classifier.weight', classes=num_classes, width=rep_size)
         self.label_names = self._labels(num_classes)
         return SimpleViTConfig(
-            num_classes=num_classes, global_pool='token', qkv_bias=bool(self.source_config.get('qkv_bias', True)),
-            class_token=True, pos_embed='learn', pos_embed_cls_slot=True, pos_embed_resample='hf', rep_size=rep_size,
-            **network)
+            num_classes=num_classes, global_pool='token' if class_token else 'avg', fc_norm=False,
+            qkv_bias=bool(self.source_config.get('qkv_bias', True)), class_token=class_token, pos_embed='learn',
+            pos_embed_cls_slot=class_token, pos_embed_resample='hf', rep_size=rep_size, **network)

@@ -1,5 +1,9 @@
 """transformers CLIP image towers: ``CLIPVisionModel``, ``CLIPVisionModelWithProjection`` and ``CLIPModel`` folders,
-and ``CLIPForImageClassification``.
+and ``CLIPForImageClassification``; and the models that carry CLIP's image tower unchanged under their own model_type
+(``CLIP_LAYOUTS``: MetaCLIP 2, Chinese-CLIP, AltCLIP, CLIPSeg, OWL-ViT, OWLv2), read by the same rules; the names of the
+pre-norm (``pre_layrnorm`` / ``pre_layernorm``) and of the block list (``layers`` / ``layer``: transformers saves
+AltCLIP's two-tower model with the latter) are read off the tensors. Their detection or segmentation classes are
+refused by name.
 
 The tower sits under ``vision_model.``: a bias-free patch conv, a (width,) ``class_embedding``, an ``nn.Embedding``
 position table, ``pre_layrnorm`` (our ``norm_pre``), separate q/k/v projections, and ``post_layernorm`` on the
@@ -20,17 +24,43 @@ from .fills import add_leading_axis, stack_rows
 from .preprocessing import assumed_preprocessing
 from .source import Rule, SourceCheckpoint
 
-__all__ = ['HFClipCheckpoint', 'CLIP_MODEL_TYPES']
+__all__ = ['HFClipCheckpoint', 'CLIP_MODEL_TYPES', 'CLIP_LAYOUTS', 'clip_layout']
 
-CLIP_MODEL_TYPES = ('clip', 'clip_vision_model')
-_L = '{p}encoder.layers.{i}.'
+_WITH_HEADS = ('VisionModelWithProjection', 'ForImageClassification')
+# A two-tower model_type (its tower alone: '<type>_vision_model') -> (the class stem, the classes beyond '<stem>Model'
+# and '<stem>VisionModel', {refused class suffix: the part not expressed}).
+CLIP_LAYOUTS: Dict[str, Tuple[str, Tuple[str, ...], Dict[str, str]]] = {
+    'clip': ('CLIP', _WITH_HEADS, {}),
+    'metaclip_2': ('MetaClip2', _WITH_HEADS, {}),
+    'chinese_clip': ('ChineseCLIP', (), {}),
+    'altclip': ('AltCLIP', (), {}),
+    'clipseg': ('CLIPSeg', (), {
+        'ForImageSegmentation': 'the segmentation decoder (FiLM-conditioned transformer on chosen layers) is not '
+                                'expressed'}),
+    'owlvit': ('OwlViT', (), {
+        'ForObjectDetection': 'the detection heads (boxes and class embeddings of every patch token) are not '
+                              'expressed'}),
+    'owlv2': ('Owlv2', (), {
+        'ForObjectDetection': 'the detection heads (boxes, objectness and class embeddings of every patch token) are '
+                              'not expressed'}),
+}
+CLIP_MODEL_TYPES = tuple(t for base in CLIP_LAYOUTS for t in (base, base + '_vision_model'))
+
+
+def clip_layout(model_type: Any) -> Tuple[str, Tuple[str, Tuple[str, ...], Dict[str, str]]]:
+    """(the two-tower model_type, its ``CLIP_LAYOUTS`` row) of a CLIP-layout ``model_type``."""
+    base = str(model_type)[:-len('_vision_model')] if str(model_type).endswith('_vision_model') else str(model_type)
+    return base, CLIP_LAYOUTS[base]
+
+
+_L = '{p}encoder.{layers}.{i}.'
 _QKV = tuple(_L + f'self_attn.{n}_proj' for n in 'qkv')
 _TABLE: Dict[str, Rule] = {
     'patch_embed.proj.weight': Rule(('{p}embeddings.patch_embedding.weight',)),
     'cls_token': Rule(('{p}embeddings.class_embedding',), _as_token),
     'pos_embed': Rule(('{p}embeddings.position_embedding.weight',), add_leading_axis),
-    'norm_pre.weight': Rule(('{p}pre_layrnorm.weight',)),
-    'norm_pre.bias': Rule(('{p}pre_layrnorm.bias',)),
+    'norm_pre.weight': Rule(('{p}{pre}.weight',)),
+    'norm_pre.bias': Rule(('{p}{pre}.bias',)),
     'blocks.{i}.norm1.weight': Rule((_L + 'layer_norm1.weight',)),
     'blocks.{i}.norm1.bias': Rule((_L + 'layer_norm1.bias',)),
     'blocks.{i}.attn.qkv.weight': Rule(tuple(n + '.weight' for n in _QKV), stack_rows),
@@ -53,9 +83,9 @@ _POST_NORM = ('{p}post_layernorm.weight', '{p}post_layernorm.bias')
 
 
 class HFClipCheckpoint(HFCheckpoint):
-    """A transformers CLIP folder, read as its image tower (with ``visual_projection`` as the head when present)."""
-    CLASSES = dict.fromkeys(('CLIPModel', 'CLIPVisionModel', 'CLIPVisionModelWithProjection',
-                             'CLIPForImageClassification'))
+    """A transformers CLIP-layout folder, read as its image tower (with ``visual_projection`` as the head when
+    present)."""
+    _pre, _layers = 'pre_layrnorm', 'layers'  # the names of the pre-norm and the block list, read off the tensors
     _classifier = False  # CLIPForImageClassification: 'avg' pooling without a final norm, its classifier the head
 
     PREPROCESSING_DEFAULTS = assumed_preprocessing(
@@ -63,16 +93,26 @@ class HFClipCheckpoint(HFCheckpoint):
         mean=OPENAI_MEAN, std=OPENAI_STD)
 
     @property
+    def _two_tower(self) -> bool:
+        return self.source_config.get('model_type') in CLIP_LAYOUTS
+
+    @property
+    def CLASSES(self) -> Dict[str, Optional[str]]:  # type: ignore[override]  # the folder's model_type decides
+        _, (stem, extra, refused) = clip_layout(self.source_config.get('model_type'))
+        return {**{stem + c: None for c in ('Model', 'VisionModel', *extra)},
+                **{stem + c: why for c, why in refused.items()}}
+
+    @property
     def _settings(self) -> Dict[str, Any]:
         nested = self.source_config.get('vision_config')
-        return nested if self.source_config.get('model_type') == 'clip' and isinstance(nested, dict) else \
-            self.source_config
+        return nested if self._two_tower and isinstance(nested, dict) else self.source_config
 
     def _rule(self, pattern: str, block: Optional[int]) -> Tuple[Rule, Optional[int]]:
         if self._classifier and pattern.startswith('head.'):
             return Rule((_CLASSIFIER[pattern == 'head.bias'],)), None
         rule = _TABLE[pattern]
-        return Rule(tuple(t.format(p=self._prefix, i=block) for t in rule.sources), rule.fill), None
+        return Rule(tuple(t.format(p=self._prefix, i=block, pre=self._pre, layers=self._layers) for t in rule.sources),
+                    rule.fill), None
 
     def _candidates(self) -> set:
         names = SourceCheckpoint._candidates(self)
@@ -85,19 +125,20 @@ class HFClipCheckpoint(HFCheckpoint):
         if cfg_path is None:
             raise ViTVariantsError('a transformers CLIP model needs its config.json next to the weights',
                                    path=self.path, key='config.json')
-        if self.source_config.get('model_type') == 'clip' and not isinstance(self.source_config.get('vision_config'),
-                                                                             dict):
+        if self._two_tower and not isinstance(self.source_config.get('vision_config'), dict):
             raise ViTVariantsError('a CLIP config.json needs a vision_config', path=cfg_path, key='vision_config')
-        self._classifier = self._source_class() == 'CLIPForImageClassification'
+        self._classifier = str(self._source_class()).endswith('ForImageClassification')
         self._vision_tower(hints, 'the text tower, its projection and logit_scale', keep=(_PROJECTION, *_CLASSIFIER))
+        self._pre = 'pre_layernorm' if self._prefix + 'pre_layernorm.weight' in self._store else 'pre_layrnorm'
+        self._layers = 'layer' if self._prefix + 'encoder.layer.0.layer_norm1.weight' in self._store else 'layers'
         network = self._network(hints, eps_default=CLIP_TOWER['norm_eps'])
         depth = network['depth']
-        self._check_no_extra_layer(depth, 'encoder.layers.{i}.layer_norm1.weight')
+        self._check_no_extra_layer(depth, f'encoder.{self._layers}.{{i}}.layer_norm1.weight')
         if self._classifier:
             num_classes = self._shape(_CLASSIFIER[0])[0] if _CLASSIFIER[0] in self._store else 0
             self._check_dims(_CLASSIFIER[0], classes=num_classes)
             self.label_names = self._labels(num_classes)
-            self.notes.append('detected: CLIPForImageClassification, its classifier on the mean of the patch tokens '
+            self.notes.append(f'detected: {self._source_class()}, its classifier on the mean of the patch tokens '
                               f'as the last block leaves them (avg pooling, no final norm); skipped '
                               f'{self._prefix}post_layernorm, which its logits do not use')
             return SimpleViTConfig(**dict(CLIP_TOWER, **network, num_classes=num_classes, global_pool='avg',
