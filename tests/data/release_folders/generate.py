@@ -62,8 +62,8 @@ CONVERSIONS: Dict[str, Tuple[str, Dict[str, Any]]] = {
     'convert_eva02_pth': ('tests/data/reference_eva02/eva02_ft_bl_ls_model.pth', dict(num_heads=2)),
 }
 # A timm VisionTransformer state dict, written here with timm itself, is converted too.
-TIMM_SOURCE = ('vit_small_patch16_224', dict(img_size=16, patch_size=4, embed_dim=32, depth=2, num_heads=2,
-                                                 mlp_ratio=2.0, num_classes=5))
+TIMM_SOURCE = ('vit_small_patch16_224',
+               dict(img_size=16, patch_size=4, embed_dim=32, depth=2, num_heads=2, mlp_ratio=2.0, num_classes=5))
 
 
 def randomized(model: torch.nn.Module, seed: int) -> torch.nn.Module:
