@@ -185,7 +185,7 @@ def test_class_no_reader_converts_is_refused(tmp_path, capsys):
     transformers.Dinov2Backbone(transformers.Dinov2Config(**DINO)).save_pretrained(str(tmp_path / 'src'))
     assert main(['convert', str(tmp_path / 'src'), str(tmp_path / 'out')]) == 1
     err = capsys.readouterr().err
-    assert "key 'architectures': Dinov2Backbone is not a transformers class this reader converts" in err, err
+    assert "key 'architectures': Dinov2Backbone is not a transformers class the reader of model_type 'dinov2' converts" in err, err
 
 
 def test_deit_pooler_is_refused_naming_it(tmp_path, capsys):

@@ -86,7 +86,8 @@ class TransformersCheckpoint(SourceCheckpoint):
             return None
         name = architectures[0]
         if name not in self.CLASSES:
-            raise ViTVariantsError(f'{name} is not a transformers class this reader converts (it reads '
+            raise ViTVariantsError(f'{name} is not a transformers class the reader of model_type '
+                                   f'{self.source_config.get("model_type")!r} converts (it reads '
                                    f'{", ".join(c for c, why in self.CLASSES.items() if why is None)})',
                                    path=self._config_path, key='architectures')
         if self.CLASSES[name] is not None:
