@@ -1,10 +1,11 @@
-"""Every Hub folder release 0.2.0 wrote still loads, with the same outputs: users never reconvert.
+"""Every Hub folder release 0.2.0 converted to still loads, with the same outputs: users never reconvert.
 
-tests/data/release_folders/ holds one tiny folder per family and source form, as that release's ``vit-port convert``
-(or ``save_pretrained_folder``) wrote it, with the outputs that release's model gave on it (its README says which
-forms, and how they were made). Each is loaded as a user loads it, ``timm.create_model('local-dir:FOLDER',
-pretrained=True)``, and its logits and features at two sizes (and a list of images where stored) are compared with
-the stored ones. On the release that wrote them they are bitwise equal; the bound leaves room for float32 noise only.
+tests/data/release_conversions/ holds one tiny folder per family and source form, as that release's
+``vit-port convert`` (or ``save_pretrained_folder``) wrote it, with the outputs that release's model gave on it (its
+README says which forms, and how they were made). Each is loaded as a user loads it,
+``timm.create_model('local-dir:FOLDER', pretrained=True)``, and its logits and features at two sizes (and a list of
+images where stored) are compared with the stored ones. On the release that wrote them they are bitwise equal; the
+bound leaves room for float32 noise only.
 """
 from pathlib import Path
 from typing import Tuple
@@ -17,7 +18,7 @@ from safetensors import safe_open
 import timm_vit_variants  # noqa: F401  registers simple_vit_* with timm
 
 RELEASE = '0.2.0'
-DATA = Path(__file__).parent / 'data' / 'release_folders'
+DATA = Path(__file__).parent / 'data' / 'release_conversions'
 FOLDERS = sorted(p for p in DATA.iterdir() if (p / 'config.json').is_file())
 EXPECTED_COUNT = 31  # a folder deleted (or one added without updating this) is noticed
 BOUND = 1e-6

@@ -1,11 +1,12 @@
-"""Writes tests/data/release_folders/: what release 0.2.0 writes, frozen so later releases can prove they still load it.
+"""Writes tests/data/release_conversions/: the Hub folders release 0.2.0 converts to, frozen so that later releases
+can prove they still load them.
 
 One tiny converted Hub folder per family and source form (``config.json`` and ``model.safetensors`` exactly as
 ``vit_port.convert``, the code behind ``vit-port convert``, wrote them; the card is left out), and beside each an
 ``expected.safetensors``: what ``timm.create_model('local-dir:FOLDER', pretrained=True).eval()`` gives on
-``tests/test_release_folders.release_input`` at the folder's stored size and at one other size: ``logits@HxW``
+``tests/test_release_conversions.release_input`` at the folder's stored size and at one other size: ``logits@HxW``
 (``model(x)``), ``features@HxW`` (``model.forward_features(x)``) and, where the model takes a list of images,
-``logits@HxW+HxW`` (one image of each size, the NaFlex path). ``tests/test_release_folders.py`` reloads them.
+``logits@HxW+HxW`` (one image of each size, the NaFlex path). ``tests/test_release_conversions.py`` reloads them.
 
 The sources are the existing tests' fixtures, kept small: the committed files under tests/data/reference*/ (written
 by each family's own code) cut to their first block, or models built as the tests' own builders build them
@@ -13,7 +14,7 @@ by each family's own code) cut to their first block, or models built as the test
 
 Only meaningful on the release it freezes (it refuses any other version, or changed package code)::
 
-    PYTHONPATH=. python tests/data/release_folders/generate.py
+    PYTHONPATH=. python tests/data/release_conversions/generate.py
 """
 import json
 import re
@@ -38,7 +39,7 @@ from safetensors.torch import save_file  # noqa: E402
 import timm_vit_variants  # noqa: E402
 import vit_port  # noqa: E402
 from timm_vit_variants.errors import ViTVariantsError  # noqa: E402
-from test_release_folders import RELEASE, release_input  # noqa: E402
+from test_release_conversions import RELEASE, release_input  # noqa: E402
 
 REF = TESTS / 'data' / 'reference'
 CLIP_REF = TESTS / 'data' / 'reference_clip'
@@ -355,20 +356,20 @@ def write_readme(rows: List[Dict[str, Any]], commit: str) -> None:
     total = sum(r['bytes'] for r in rows)
     table = '\n'.join(f"| `{r['name']}` | {r['covers']} | `{r['architecture']}` | {', '.join(r['sizes'])} | "
                       f"{r['bytes']:,} |" for r in rows)
-    (HERE / 'README.md').write_text(f"""# Hub folders release {RELEASE} wrote
+    (HERE / 'README.md').write_text(f"""# Hub folders release {RELEASE} converted to
 
 What `vit-port convert` (and `vit_port.save_pretrained_folder`) of timm-vit-variants {RELEASE} wrote, frozen: one
 tiny folder per model family and source form, so that a later release can prove that every `config.json` this
-release wrote still loads, with the same outputs, and users never reconvert. `tests/test_release_folders.py` loads
-each folder with `timm.create_model('local-dir:FOLDER', pretrained=True)` and compares its outputs with the folder's
-`expected.safetensors` (bound 1e-6; on the release that wrote them they are bitwise equal).
+release wrote still loads, with the same outputs, and users never reconvert. `tests/test_release_conversions.py`
+loads each folder with `timm.create_model('local-dir:FOLDER', pretrained=True)` and compares its outputs with the
+folder's `expected.safetensors` (bound 1e-6; on the release that wrote them they are bitwise equal).
 
 Each folder holds the `config.json` and `model.safetensors` exactly as the conversion wrote them (the model card,
 `README.md`, is left out), and `expected.safetensors`: what the loaded model gives on
-`tests/test_release_folders.release_input` (`torch.randn(2, C, H, W)` from `torch.Generator().manual_seed(0)`, in the
-weights' dtype) at the stored size and at one other size (non-square): `logits@HxW` (`model(x)`), `features@HxW`
-(`model.forward_features(x)`), and `logits@HxW+HxW` (a list of one image of each size, the NaFlex path) where the
-model takes a list.
+`tests/test_release_conversions.release_input` (`torch.randn(2, C, H, W)` from `torch.Generator().manual_seed(0)`,
+in the weights' dtype) at the stored size and at one other size (non-square): `logits@HxW` (`model(x)`),
+`features@HxW` (`model.forward_features(x)`), and `logits@HxW+HxW` (a list of one image of each size, the NaFlex
+path) where the model takes a list.
 
 Written by the code of commit `{commit}` (version {RELEASE}, timm {timm.__version__}, torch {torch.__version__}).
 The sources are the tests' fixtures (see `generate.py`): the committed files under `tests/data/reference*/`
@@ -378,7 +379,7 @@ and NaFlex `.npz` towers (their family's rows come from transformers' SigLIP and
 only meaningful on that release (the script refuses another version or changed package code); never regenerate to
 make the test pass:
 
-    PYTHONPATH=. python tests/data/release_folders/generate.py
+    PYTHONPATH=. python tests/data/release_conversions/generate.py
 
 | folder | covers | architecture | sizes | bytes |
 |---|---|---|---|---|
