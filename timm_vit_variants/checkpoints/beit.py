@@ -96,8 +96,8 @@ class BeitCheckpoint(SourceCheckpoint):
                 return Rule((p + key[:-len(ours)] + theirs,)), None
         return Rule((p + key,)), None
 
-    def _infer(self, hints: Dict[str, Any]) -> SimpleViTConfig:
-        p = self._prefix = hints.get('prefix') or ''
+    def _infer(self) -> SimpleViTConfig:
+        p = self._prefix = self.options.prefix or ''
         names = {n[len(p):] for n in self._store.names() if n.startswith(p)}
         dim, in_chans, patch_h, patch_w = self._conv_patch_kernel(p + 'patch_embed.proj.weight')
         depth = self._depth(names, key_of=lambda i: f'{p}blocks.{i}', first=p + 'blocks.0.attn.qkv.weight')
@@ -123,7 +123,7 @@ class BeitCheckpoint(SourceCheckpoint):
         ape = 'pos_embed' in names
         if ape:
             self._check_token_table(p + 'pos_embed', dim, (patch_h, patch_w), class_token=True, slot=True,
-                                    img_size=hints.get('img_size') or (side * patch_h, side * patch_w))
+                                    img_size=self.options.img_size or (side * patch_h, side * patch_w))
         mean_pool = 'fc_norm.weight' in names
         if not mean_pool and 'norm.weight' not in names:
             raise self._error('neither fc_norm (mean pooling) nor a final norm ([CLS] pooling) is stored',
@@ -147,7 +147,7 @@ class BeitCheckpoint(SourceCheckpoint):
             init_values=0.1 if 'blocks.0.gamma_1' in names else None,
             qkv_bias='blocks.0.attn.q_bias' in names or 'blocks.0.attn.qkv.bias' in names,
             pos_embed='learn+relpos' if ape else 'relpos', pos_embed_cls_slot=True, pos_embed_resample='deit',
-            act_layer=hints.get('act_layer') or BEIT['act_layer'], norm_eps=hints.get('norm_eps') or BEIT['norm_eps'],
+            act_layer=self.options.act_layer or BEIT['act_layer'], norm_eps=self.options.norm_eps or BEIT['norm_eps'],
             head_bias='head.bias' in names or 'head.weight' not in names))
 
 
@@ -169,8 +169,8 @@ class TimmBeitCheckpoint(BeitCheckpoint):
     _architecture = TimmCheckpoint._architecture
     _meta_build = TimmCheckpoint._meta_build
 
-    def _infer(self, hints: Dict[str, Any]) -> SimpleViTConfig:
-        config = super()._infer(hints)
+    def _infer(self) -> SimpleViTConfig:
+        config = super()._infer()
         arch, args = self._architecture()
         model = self._meta_build(arch, args)
         block, p = model.blocks[0], self._prefix

@@ -110,19 +110,19 @@ class Deit3Checkpoint(LayerScaleBlocks):
     PREPROCESSING_DEFAULTS = imagenet_preprocessing(
         1.0, "not recorded by the checkpoint; DeiT-III's eval preprocessing (--eval-crop-ratio 1.0, bicubic)")
 
-    def _infer(self, hints: Dict[str, Any]) -> SimpleViTConfig:
+    def _infer(self) -> SimpleViTConfig:
         names, (dim, in_chans, patch_h, patch_w, depth, mlp_dim, num_classes) = self._block_dims()
-        heads = self._head_count(dim, hints, [(_HEADS.get(dim), f"DeiT-III's own of width {dim}")],
+        heads = self._head_count(dim, [(_HEADS.get(dim), f"DeiT-III's own of width {dim}")],
                                  'a DeiT-III checkpoint does not record the number of attention heads, and width '
                                  f"{dim} is none of DeiT-III's; give the head count")
         self._check_token_table('pos_embed', dim, (patch_h, patch_w), class_token=True, slot=False,
-                                img_size=hints.get('img_size'))
+                                img_size=self.options.img_size)
         record_family(self)
         self.notes.append('detected a DeiT-III model (models_v2 vit_models, LayerScale gamma_1/gamma_2, a table with '
                           "no [CLS] slot: resize rule 'deit', DeiT's main.py bicubic without antialias)")
         return SimpleViTConfig(**dict(
             DEIT3, img_size=(self.grid[0] * patch_h, self.grid[1] * patch_w), patch_size=(patch_h, patch_w),
             in_chans=in_chans, num_classes=num_classes, embed_dim=dim, depth=depth, num_heads=heads, mlp_dim=mlp_dim,
-            qkv_bias='blocks.0.attn.qkv.bias' in names, act_layer=hints.get('act_layer') or DEIT3['act_layer'],
-            norm_eps=hints.get('norm_eps') or DEIT3['norm_eps'],
+            qkv_bias='blocks.0.attn.qkv.bias' in names, act_layer=self.options.act_layer or DEIT3['act_layer'],
+            norm_eps=self.options.norm_eps or DEIT3['norm_eps'],
             head_bias='head.bias' in names or 'head.weight' not in names))

@@ -42,11 +42,11 @@ class Dinov2Checkpoint(SourceCheckpoint):
             key = renamed(key, _SWIGLU)
         return Rule((key,)), None
 
-    def _infer(self, hints: Dict[str, Any]) -> SimpleViTConfig:
+    def _infer(self) -> SimpleViTConfig:
         names = set(self._store.names())
         dim, in_chans, patch_h, patch_w = self._conv_patch_kernel()
         self._check_token_table('pos_embed', dim, (patch_h, patch_w), class_token=True, slot=True,
-                         img_size=hints.get('img_size'))
+                         img_size=self.options.img_size)
         depth = self._depth(names)
         swiglu = 'blocks.0.mlp.w12.weight' in names
         mlp_key = 'blocks.0.mlp.w3.weight' if swiglu else 'blocks.0.mlp.fc1.weight'
@@ -54,7 +54,7 @@ class Dinov2Checkpoint(SourceCheckpoint):
         mlp_dim = mlp_shape[1] if swiglu else mlp_shape[0]
         self._check_dims(mlp_key, mlp=mlp_dim)
         reg_tokens = self._token_count(_REGISTERS, dim)
-        heads = self._heads(dim, hints)
+        heads = self._heads(dim)
         rule = 'timm' if reg_tokens else 'dinov2'
         self.notes.append(
             f'detected a DINOv2 backbone ({"SwiGLU, " if swiglu else ""}{reg_tokens} registers): table resize rule '
@@ -65,12 +65,12 @@ class Dinov2Checkpoint(SourceCheckpoint):
             in_chans=in_chans, embed_dim=dim, depth=depth, num_heads=heads, mlp_dim=mlp_dim,
             mlp_layer='swiglu_packed' if swiglu else 'mlp', qkv_bias='blocks.0.attn.qkv.bias' in names,
             reg_tokens=reg_tokens, pos_embed_resample=rule,
-            act_layer=hints.get('act_layer') or ('silu' if swiglu else DINOV2['act_layer']),
-            norm_eps=hints.get('norm_eps') or DINOV2['norm_eps']))
+            act_layer=self.options.act_layer or ('silu' if swiglu else DINOV2['act_layer']),
+            norm_eps=self.options.norm_eps or DINOV2['norm_eps']))
 
-    def _heads(self, dim: int, hints: Dict[str, Any]) -> int:
+    def _heads(self, dim: int) -> int:
         """The caller's head count, else the DINOv2 hub model's of this width, else 64-wide heads when asked for."""
         return self._head_count(
-            dim, hints, [(DINOV2_HEADS.get(dim), f'the DINOv2 hub model of width {dim}')],
+            dim, [(DINOV2_HEADS.get(dim), f'the DINOv2 hub model of width {dim}')],
             f'a DINOv2 checkpoint does not record the number of attention heads, and width {dim} '
             f'is none of the hub models\' ({sorted(DINOV2_HEADS)}); give the head count')

@@ -60,7 +60,7 @@ class Dinov3Checkpoint(SourceCheckpoint):
             key = renamed(key, _SWIGLU)
         return Rule((key,)), None
 
-    def _infer(self, hints: Dict[str, Any]) -> SimpleViTConfig:
+    def _infer(self) -> SimpleViTConfig:
         names = set(self._store.names())
         dim, in_chans, patch_h, patch_w = self._conv_patch_kernel()
         if 'pos_embed' in names:
@@ -71,15 +71,15 @@ class Dinov3Checkpoint(SourceCheckpoint):
         mlp_dim = self._shape(mlp_key)[0]
         self._check_dims(mlp_key, mlp=mlp_dim)
         reg_tokens = self._token_count(_STORAGE, dim, 'storage tokens')
-        heads = self._heads(dim, hints)
+        heads = self._heads(dim)
         self._check_periods(dim // heads)
         qkv_bias = 'blocks.0.attn.qkv.bias' in names
         if qkv_bias:
             self._check_bias_masks(depth)
         untied = 'cls_norm.weight' in names
-        img_size = self._unrecorded('img_size', hints, DINOV3['img_size'],
+        img_size = self._unrecorded('img_size', self.options.img_size, DINOV3['img_size'],
                                     "a RoPE backbone records no grid; the hub's img_size")
-        eps = self._unrecorded('norm_eps', hints, DINOV3['norm_eps'],
+        eps = self._unrecorded('norm_eps', self.options.norm_eps, DINOV3['norm_eps'],
                                "DINOv3's hub models ('layernormbf16': LayerNorm eps 1e-5)")
         skipped = [n for n in _SKIPPED if n in names]
         self.notes.append(
@@ -92,7 +92,7 @@ class Dinov3Checkpoint(SourceCheckpoint):
             DINOV3, img_size=img_size, patch_size=(patch_h, patch_w), in_chans=in_chans, embed_dim=dim, depth=depth,
             num_heads=heads, mlp_dim=mlp_dim, mlp_layer='swiglu' if swiglu else 'mlp', qkv_bias=qkv_bias,
             reg_tokens=reg_tokens, untie_cls_and_patch_norms=untied,
-            act_layer=hints.get('act_layer') or ('silu' if swiglu else DINOV3['act_layer']), norm_eps=eps))
+            act_layer=self.options.act_layer or ('silu' if swiglu else DINOV3['act_layer']), norm_eps=eps))
 
     def _check_periods(self, head_dim: int) -> None:
         shape = self._shape(_PERIODS)
@@ -112,8 +112,8 @@ class Dinov3Checkpoint(SourceCheckpoint):
                 raise self._error('bias_mask is not finite (NaN: the mask was never initialised), so the k bias it '
                                   'masks is undefined', key=key)
 
-    def _heads(self, dim: int, hints: Dict[str, Any]) -> int:
+    def _heads(self, dim: int) -> int:
         """The caller's head count, else the DINOv3 hub model's of this width."""
-        return self._head_count(dim, hints, [(DINOV3_HEADS.get(dim), f'the DINOv3 hub model of width {dim}')],
+        return self._head_count(dim, [(DINOV3_HEADS.get(dim), f'the DINOv3 hub model of width {dim}')],
                                 f'a DINOv3 checkpoint does not record the number of attention heads, and width {dim} '
                                 f"is none of the hub models' ({sorted(DINOV3_HEADS)}); give the head count")

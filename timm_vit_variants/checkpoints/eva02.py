@@ -82,7 +82,7 @@ class Eva02Checkpoint(SourceCheckpoint):
             return Rule((renamed(pattern, _BAAI_NAMES).replace('{i}', str(block)),)), None
         return super()._rule(pattern, block)
 
-    def _infer(self, hints: Dict[str, Any]) -> SimpleViTConfig:
+    def _infer(self) -> SimpleViTConfig:
         names = set(self._store.names())
         self._baai = 'blocks.0.mlp.w3.weight' in names
         dim, in_chans, patch_h, patch_w = self._conv_patch_kernel()
@@ -90,8 +90,8 @@ class Eva02Checkpoint(SourceCheckpoint):
         fused = 'blocks.0.attn.qkv.weight' in names
         mlp_layer, mlp_dim, mlp_norm = self._mlp(names, dim)
         self._check_token_table('pos_embed', dim, (patch_h, patch_w), class_token=True, slot=True,
-                                img_size=hints.get('img_size'))
-        heads = self._heads(dim, hints)
+                                img_size=self.options.img_size)
+        heads = self._heads(dim)
         fc_norm, has_head = 'fc_norm.weight' in names, 'head.weight' in names
         mim = 'mask_token' in names
         # EVA's classifiers pool patch tokens (fc_norm) or, with use_mean_pooling=False, take [CLS] after the norm
@@ -116,7 +116,8 @@ class Eva02Checkpoint(SourceCheckpoint):
             qkv_bias='blocks.0.attn.q_bias' in names or 'blocks.0.attn.q_proj.bias' in names,
             pos_embed_resample=EVA02['pos_embed_resample'] if self._baai else 'timm', qkv_fused=fused,
             mlp_norm=mlp_norm, fc_norm=fc_norm, head_bias='head.bias' in names or not has_head,
-            act_layer=hints.get('act_layer') or EVA02['act_layer'], norm_eps=hints.get('norm_eps') or EVA02['norm_eps']))
+            act_layer=self.options.act_layer or EVA02['act_layer'],
+            norm_eps=self.options.norm_eps or EVA02['norm_eps']))
 
     def _ref_grid(self, names: Set[str], head_dim: int) -> int:
         """EVA-02's pretraining grid, which its RoPE positions are scaled to: read from the stored tables where the
@@ -191,14 +192,14 @@ class Eva02Checkpoint(SourceCheckpoint):
             raise self._error("a sub-LN beside a packed SwiGLU is not EVA-02's (B/L split theirs)", key=norm)
         return layer, width, norm in names
 
-    def _heads(self, dim: int, hints: Dict[str, Any]) -> int:
+    def _heads(self, dim: int) -> int:
         """The caller's head count, else a timm folder's ``model_args`` (recorded), else the standard ViT's of this
         width (assumed)."""
         args = self.source_config.get('model_args')
         recorded = args.get('num_heads') if isinstance(args, dict) else None
-        if not hints.get('num_heads') and isinstance(recorded, int) and not isinstance(recorded, bool) and \
+        if not self.options.num_heads and isinstance(recorded, int) and not isinstance(recorded, bool) and \
                 recorded > 0 and dim % recorded == 0:
             return recorded
-        return self._head_count(dim, hints, [(heads_for_width(dim), f'EVA-02 (the standard ViT) of width {dim}')],
+        return self._head_count(dim, [(heads_for_width(dim), f'EVA-02 (the standard ViT) of width {dim}')],
                                 f'an EVA-02 checkpoint does not record the number of attention heads, and width {dim} '
                                 "is not one of EVA-02's; give the head count", key='blocks.0.attn.proj.weight')

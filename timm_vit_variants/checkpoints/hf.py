@@ -94,12 +94,12 @@ class TransformersCheckpoint(SourceCheckpoint):
             raise ViTVariantsError(f'{name}: {self.CLASSES[name]}', path=self._config_path, key='architectures')
         return name
 
-    def _vision_tower(self, hints: Dict[str, Any], skipped: str, keep: Tuple[str, ...] = ()) -> None:
+    def _vision_tower(self, skipped: str, keep: Tuple[str, ...] = ()) -> None:
         """Set ``_prefix`` to the vision tower's: the caller's ``prefix`` hint, else ``vision_model.`` in a two-tower
         folder (CLIP, SigLIP), else none; one note names what lies outside it (``skipped`` says what that is), apart
         from the tensors in ``keep`` that the reader also takes (CLIP's ``visual_projection``)."""
         names = self._store.names()
-        prefix = hints.get('prefix')
+        prefix = self.options.prefix
         self._prefix = ('vision_model.' if any(n.startswith('vision_model.') for n in names) else '') \
             if prefix is None else prefix
         others = [n for n in names if not n.startswith(self._prefix) and n not in keep]
@@ -136,7 +136,7 @@ class TransformersCheckpoint(SourceCheckpoint):
         """The nominal image size, which a ViT config records."""
         return self._size('image_size')
 
-    def _network(self, hints: Dict[str, Any], eps_default: float) -> Dict[str, Any]:
+    def _network(self, eps_default: float) -> Dict[str, Any]:
         """The encoder's settings from ``config.json``, each checked (and against the limits) before use."""
         cfg_path = self._config_path
         dim = self._entry('hidden_size')
@@ -153,8 +153,9 @@ class TransformersCheckpoint(SourceCheckpoint):
         if dim % num_heads:
             raise ViTVariantsError(f'hidden_size {dim} is not divisible by {num_heads} heads', path=cfg_path,
                                    key='num_attention_heads')
-        if hints.get('num_heads') not in (None, num_heads):
-            raise ViTVariantsError(f'num_heads={hints["num_heads"]} (given) contradicts num_attention_heads={num_heads}',
+        if self.options.num_heads not in (None, num_heads):
+            raise ViTVariantsError(f'num_heads={self.options.num_heads} (given) contradicts '
+                                   f'num_attention_heads={num_heads}',
                                    path=cfg_path, key='num_attention_heads')
         act = self._settings.get('hidden_act', 'gelu')
         if not isinstance(act, str) or act not in _ACTS:
@@ -169,8 +170,8 @@ class TransformersCheckpoint(SourceCheckpoint):
                                    key='image_size')
         self.limits.check('tokens', self.grid[0] * self.grid[1], path=cfg_path, key='image_size')
         return dict(img_size=img, patch_size=patch, in_chans=in_chans, embed_dim=dim, depth=depth,
-                    num_heads=num_heads, mlp_dim=mlp_dim, act_layer=hints.get('act_layer') or _ACTS[act],
-                    norm_eps=hints.get('norm_eps') or float(eps))
+                    num_heads=num_heads, mlp_dim=mlp_dim, act_layer=self.options.act_layer or _ACTS[act],
+                    norm_eps=self.options.norm_eps or float(eps))
 
     def _labels(self, num_classes: int) -> Optional[list]:
         """The class names of ``config.json``'s ``id2label`` when it names each of ``num_classes`` once."""
@@ -224,7 +225,7 @@ class HFCheckpoint(TransformersCheckpoint):
         # every name: a ViTForImageClassification's classifier sits outside its 'vit.' prefix
         return set(self._store.names())
 
-    def _infer(self, hints: Dict[str, Any]) -> SimpleViTConfig:
+    def _infer(self) -> SimpleViTConfig:
         cfg_path = self._config_path
         if cfg_path is None:
             raise ViTVariantsError('a transformers ViT needs its config.json next to the weights', path=self.path,
@@ -236,12 +237,12 @@ class HFCheckpoint(TransformersCheckpoint):
         stem, class_token, _ = VIT_MODEL_TYPES[model_type]
         self._source_class()
         names = self._store.names()
-        prefix = hints.get('prefix')
+        prefix = self.options.prefix
         self._prefix = (stem if any(n.startswith(stem) for n in names) else '') if prefix is None else prefix
         for short, reason in _UNSUPPORTED.items():
             if self._prefix + short in self._store:
                 raise self._error(reason, key=self._prefix + short)
-        network = self._network(hints, eps_default=1e-12)
+        network = self._network(eps_default=1e-12)
         depth = network['depth']
         self._check_no_extra_layer(depth, 'encoder.layer.{i}.layernorm_before.weight')
 

@@ -72,7 +72,7 @@ class HFBeitCheckpoint(HFCheckpoint):
                         stack_tables), None
         return super()._rule(pattern, block)
 
-    def _infer(self, hints: Dict[str, Any]) -> SimpleViTConfig:
+    def _infer(self) -> SimpleViTConfig:
         cfg_path, cfg = self._config_path, self.source_config
         model_type = cfg.get('model_type')
         if model_type not in BEIT_MODEL_TYPES:
@@ -81,9 +81,9 @@ class HFBeitCheckpoint(HFCheckpoint):
         self._source_class()
         names = self._store.names()
         default = BEIT_MODEL_TYPES[model_type]
-        prefix = hints.get('prefix')
+        prefix = self.options.prefix
         self._prefix = (default if any(n.startswith(default) for n in names) else '') if prefix is None else prefix
-        network = self._network(hints, eps_default=1e-12)
+        network = self._network(eps_default=1e-12)
         self._check_no_extra_layer(network['depth'], 'encoder.layer.{i}.layernorm_before.weight')
         flags = {k: cfg.get(k, False) for k in ('use_relative_position_bias', 'use_shared_relative_position_bias',
                                                 'use_absolute_position_embeddings')}

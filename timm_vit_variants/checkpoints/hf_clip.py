@@ -120,7 +120,7 @@ class HFClipCheckpoint(HFCheckpoint):
             names -= {n.format(p=self._prefix) for n in _POST_NORM}
         return names | {n for n in (_CLASSIFIER if self._classifier else (_PROJECTION,)) if n in self._store}
 
-    def _infer(self, hints: Dict[str, Any]) -> SimpleViTConfig:
+    def _infer(self) -> SimpleViTConfig:
         cfg_path = self._config_path
         if cfg_path is None:
             raise ViTVariantsError('a transformers CLIP model needs its config.json next to the weights',
@@ -128,10 +128,10 @@ class HFClipCheckpoint(HFCheckpoint):
         if self._two_tower and not isinstance(self.source_config.get('vision_config'), dict):
             raise ViTVariantsError('a CLIP config.json needs a vision_config', path=cfg_path, key='vision_config')
         self._classifier = str(self._source_class()).endswith('ForImageClassification')
-        self._vision_tower(hints, 'the text tower, its projection and logit_scale', keep=(_PROJECTION, *_CLASSIFIER))
+        self._vision_tower('the text tower, its projection and logit_scale', keep=(_PROJECTION, *_CLASSIFIER))
         self._pre = 'pre_layernorm' if self._prefix + 'pre_layernorm.weight' in self._store else 'pre_layrnorm'
         self._layers = 'layer' if self._prefix + 'encoder.layer.0.layer_norm1.weight' in self._store else 'layers'
-        network = self._network(hints, eps_default=CLIP_TOWER['norm_eps'])
+        network = self._network(eps_default=CLIP_TOWER['norm_eps'])
         depth = network['depth']
         self._check_no_extra_layer(depth, f'encoder.{self._layers}.{{i}}.layer_norm1.weight')
         if self._classifier:

@@ -43,19 +43,19 @@ class HFDeitCheckpoint(TransformersCheckpoint):
         # every name: the classifiers sit outside the 'deit.' prefix
         return set(self._store.names())
 
-    def _infer(self, hints: Dict[str, Any]) -> SimpleViTConfig:
+    def _infer(self) -> SimpleViTConfig:
         cfg_path = self._config_path
         if cfg_path is None:
             raise ViTVariantsError('a transformers DeiT needs its config.json next to the weights', path=self.path,
                                    key='config.json')
         self._source_class()
         names = self._store.names()
-        prefix = hints.get('prefix')
+        prefix = self.options.prefix
         self._prefix = ('deit.' if any(n.startswith('deit.') for n in names) else '') if prefix is None else prefix
         pooler = self._prefix + 'pooler.dense.weight'
         if pooler in self._store:
             raise self._error(f'the DeiTModel pooler {_ONE_TOKEN}; save it with add_pooling_layer=False', key=pooler)
-        network = self._network(hints, eps_default=1e-12)
+        network = self._network(eps_default=1e-12)
         self._check_no_extra_layer(network['depth'], 'encoder.layer.{i}.layernorm_before.weight')
         num_classes = self._shape('cls_classifier.weight')[0] if 'cls_classifier.weight' in self._store else 0
         self._check_dims('cls_classifier.weight', classes=num_classes)

@@ -108,10 +108,10 @@ class HFDinov2Checkpoint(HFDinoReader, HFCheckpoint):
             return Rule((name(_LAYER) + f'mlp.{_SWIGLU[part]}.{kind}',))
         return Rule((name(_LAYER) + f'mlp.{part}.{kind}',))
 
-    def _infer(self, hints: Dict[str, Any]) -> SimpleViTConfig:
+    def _infer(self) -> SimpleViTConfig:
         model_type = self.source_config.get('model_type')  # one of DINOV2_MODEL_TYPES: detect.DISPATCH's row
         self._source_class()
-        network = self._network(hints, eps_default=DINOV2['norm_eps'])
+        network = self._network(eps_default=DINOV2['norm_eps'])
         registers = self._config_registers(
             self.source_config.get('num_register_tokens', 0) if model_type == 'dinov2_with_registers' else 0)
         swiglu = bool(self.source_config.get('use_swiglu_ffn', False))

@@ -78,10 +78,10 @@ class HFDinov3Checkpoint(HFDinoReader):
             return Rule((name(_LAYER) + f'{part}.{kind}',))
         return Rule((name(_LAYER) + f'mlp.{_MLP[part]}.{kind}',))
 
-    def _infer(self, hints: Dict[str, Any]) -> SimpleViTConfig:
+    def _infer(self) -> SimpleViTConfig:
         cfg_path, cfg = self._config_path, self.source_config
         self._source_class()
-        network = self._network(hints, eps_default=DINOV3['norm_eps'])
+        network = self._network(eps_default=DINOV3['norm_eps'])
         registers = self._config_registers(cfg.get('num_register_tokens', 0))
         if registers and 'embeddings.register_tokens' in self._store and \
                 self._shape('embeddings.register_tokens')[1] != registers:

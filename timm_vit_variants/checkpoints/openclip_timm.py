@@ -84,7 +84,7 @@ class OpenCLIPTimmCheckpoint(TimmCheckpoint):
     def _recorded_preprocessing(self) -> Dict[str, Any]:
         return open_clip_data_config(self._open_clip_config)
 
-    def _infer(self, hints: Dict[str, Any]) -> SimpleViTConfig:
+    def _infer(self) -> SimpleViTConfig:
         self._open_clip_config, model_cfg, cfg_path = read_open_clip_config(self.path, self.limits)
         if cfg_path is None:
             raise self._error("an open_clip tower on a timm trunk records its timm model only in open_clip_config.json, "
@@ -102,7 +102,8 @@ class OpenCLIPTimmCheckpoint(TimmCheckpoint):
             raise ViTVariantsError(f"timm_pool {pool!r} over a trunk built to pool {trunk.global_pool!r}: open_clip "
                                    'resets the pooling after building it, leaving its final norm where the default '
                                    'put it, which is not expressed', path=cfg_path, key=_VISION + 'timm_pool')
-        config = super()._infer(dict(hints, prefix=TRUNK))
+        self.options = self.options.with_prefix(TRUNK)
+        config = super()._infer()
         self._whole = True
         if proj == 'linear':
             config = self._linear_head(config, embed_dim, vision.get('timm_proj_bias', False), cfg_path)

@@ -63,9 +63,9 @@ class RopeVitCheckpoint(LayerScaleBlocks):
             return (Rule((_FREQS,), mixed_freqs) if _FREQS in self._store else Rule((_TIMM_FREQS,))), None
         return super()._rule(pattern, block)
 
-    def _infer(self, hints: Dict[str, Any]) -> SimpleViTConfig:
+    def _infer(self) -> SimpleViTConfig:
         names, (dim, in_chans, patch_h, patch_w, depth, mlp_dim, num_classes) = self._block_dims()
-        heads = self._heads(dim, hints)
+        heads = self._heads(dim)
         mixed = _FREQS in names or _TIMM_FREQS in names
         if _FREQS in names:
             shape, want = self._shape(_FREQS), (2, depth, dim // 2)
@@ -75,10 +75,11 @@ class RopeVitCheckpoint(LayerScaleBlocks):
         ape = 'pos_embed' in names
         if ape:
             self._check_token_table('pos_embed', dim, (patch_h, patch_w), class_token=True, slot=False,
-                                    img_size=hints.get('img_size'))
+                                    img_size=self.options.img_size)
             img_size: Any = (self.grid[0] * patch_h, self.grid[1] * patch_w)
         else:
-            img_size = self._unrecorded('img_size', hints, ROPEVIT['img_size'], 'a RoPE model without a table '
+            img_size = self._unrecorded('img_size', self.options.img_size, ROPEVIT['img_size'], 'a RoPE model without '
+                                        'a table '
                                         "records no grid; RoPE-ViT's training size")
         kind = 'mixed' if mixed else 'axial'
         if is_layerscale_ape(names):
@@ -91,12 +92,12 @@ class RopeVitCheckpoint(LayerScaleBlocks):
         return SimpleViTConfig(**dict(
             ROPEVIT, **ROPEVIT_KINDS[kind + ('_ape' if ape else '')], img_size=img_size, patch_size=(patch_h, patch_w),
             in_chans=in_chans, num_classes=num_classes, embed_dim=dim, depth=depth, num_heads=heads, mlp_dim=mlp_dim,
-            qkv_bias='blocks.0.attn.qkv.bias' in names, act_layer=hints.get('act_layer') or ROPEVIT['act_layer'],
-            norm_eps=hints.get('norm_eps') or ROPEVIT['norm_eps'],
+            qkv_bias='blocks.0.attn.qkv.bias' in names, act_layer=self.options.act_layer or ROPEVIT['act_layer'],
+            norm_eps=self.options.norm_eps or ROPEVIT['norm_eps'],
             head_bias='head.bias' in names or 'head.weight' not in names))
 
-    def _heads(self, dim: int, hints: Dict[str, Any]) -> int:
+    def _heads(self, dim: int) -> int:
         """The caller's head count, else the standard ViT's of this width (RoPE-ViT's are DeiT S/B/L)."""
-        return self._head_count(dim, hints, [(heads_for_width(dim), f'the standard ViT of width {dim}')],
+        return self._head_count(dim, [(heads_for_width(dim), f'the standard ViT of width {dim}')],
                                 f'a RoPE-ViT checkpoint does not record the number of attention heads, and width {dim} '
                                 'is not a standard ViT width; give the head count')

@@ -23,6 +23,7 @@ from ..errors import ViTVariantsError
 from ..geometry import Geometry, infer_grid
 from ..limits import DEFAULT_LIMITS, Limits
 from .fills import Fill, Misfit, copy
+from .options import ReaderOptions
 from .stores import TensorStore
 
 __all__ = ['SourceCheckpoint', 'PlanItem', 'Rule', 'Inventory', 'LayoutFn', 'renamed']
@@ -71,7 +72,8 @@ class SourceCheckpoint(abc.ABC):
         source_config: The ``config.json`` found next to the weights, if any.
         assumed: Facts of ``config`` the source does not record, as {field: (value, why)}: the value was
             assumed (a standard variant's head count, an ecosystem's default, a nominal image size).
-        given: Facts of ``config`` the source does not record but the caller gave as hints, {field: value}.
+        given: Facts of ``config`` the source does not record but the caller gave as options, {field: value}.
+        options: The caller's ``ReaderOptions``.
         notes: Lines worth telling the user about how the source was read (e.g. a resize rule chosen).
         weights_key: The key of a training checkpoint its weights were read from (EMA or not, chosen once by
             ``pickle_store.chosen_weights``; a verification reference reads the same one), None for a bare one.
@@ -93,13 +95,14 @@ class SourceCheckpoint(abc.ABC):
             store: TensorStore,
             source_config: Dict[str, Any],
             config_path: Optional[str],
-            hints: Dict[str, Any],
+            options: ReaderOptions,
             layout: Optional[LayoutFn] = None,
             limits: Limits = DEFAULT_LIMITS,
     ) -> None:
         self.path = str(path)
         self.source_config = source_config or {}
         self.limits = limits
+        self.options = options
         self.grid: Optional[Tuple[int, int]] = None
         self.label_names: Optional[List[str]] = None
         self.assumed: Dict[str, Tuple[Any, str]] = {}
@@ -109,13 +112,13 @@ class SourceCheckpoint(abc.ABC):
         self.weights_key = store.wrapped_in()
         self._config_path = config_path
         self._used: Set[str] = set()
-        self.config = self._infer(hints).check_limits(self.limits, self.path)
+        self.config = self._infer().check_limits(self.limits, self.path)
         self._data_config = self._recorded_preprocessing()  # checked as the source is opened, before any work
         self._plan = self._build_plan(layout) if layout is not None else None
 
     # -- provided by each format ---------------------------------------------------------------------
     @abc.abstractmethod
-    def _infer(self, hints: Dict[str, Any]) -> SimpleViTConfig:
+    def _infer(self) -> SimpleViTConfig:
         """The config the source describes, from names, shapes and config files only (no tensor data)."""
 
     def _rule(self, pattern: str, block: Optional[int]) -> Tuple[Rule, Optional[int]]:
@@ -309,11 +312,12 @@ class SourceCheckpoint(abc.ABC):
         path = self._store.file_of(key) if key is not None and key in self._store else self.path
         return ViTVariantsError(reason, path=path, key=key, shapes=shapes, needs=needs)
 
-    def _unrecorded(self, field: str, hints: Dict[str, Any], default: Any, why: str) -> Any:
-        """A fact the source does not record: the caller's hint (``given``), else ``default`` (``assumed``)."""
-        if hints.get(field) is not None:
-            self.given[field] = hints[field]
-            return hints[field]
+    def _unrecorded(self, field: str, given: Any, default: Any, why: str) -> Any:
+        """A fact the source does not record: ``given`` by the caller (an option, None when not given), else
+        ``default`` (``assumed``)."""
+        if given is not None:
+            self.given[field] = given
+            return given
         self.assumed[field] = (default, why)
         return default
 
@@ -367,20 +371,20 @@ class SourceCheckpoint(abc.ABC):
             raise self._error('no transformer blocks found', key=first)
         return depth
 
-    def _head_count(self, dim: int, hints: Dict[str, Any], assumed: Sequence[Tuple[Optional[int], str]],
+    def _head_count(self, dim: int, assumed: Sequence[Tuple[Optional[int], str]],
                     refusal: str, key: str = 'blocks.0.attn.qkv.weight') -> int:
         """A head count the source does not record: the caller's ``num_heads``, else the first known count of
         ``assumed`` ((count or None, why), in order), else 64-wide heads where ``assume_heads`` asks for them, else
         refused with ``refusal``; it must divide ``dim``."""
-        if hints.get('num_heads'):
-            heads = self._unrecorded('num_heads', hints, None, '')
+        if self.options.num_heads:
+            heads = self._unrecorded('num_heads', self.options.num_heads, None, '')
         else:
-            asked = (dim // 64 if hints.get('assume_heads') and dim % 64 == 0 else None,
+            asked = (dim // 64 if self.options.assume_heads and dim % 64 == 0 else None,
                      '64-wide heads (asked for with assume_heads)')
             known = [(count, why) for count, why in (*assumed, asked) if count is not None]
             if not known:
                 raise self._error(refusal, key=key, needs='num_heads')
-            heads = self._unrecorded('num_heads', {}, *known[0])
+            heads = self._unrecorded('num_heads', None, *known[0])
         if dim % int(heads):
             raise self._error(f'width {dim} is not divisible by {heads} heads', key=key)
         return int(heads)

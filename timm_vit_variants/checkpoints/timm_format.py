@@ -229,8 +229,8 @@ class TimmCheckpoint(SourceCheckpoint):
         self.notes.append(note)
 
     # -- inference --------------------------------------------------------------------------------------
-    def _infer(self, hints: Dict[str, Any]) -> SimpleViTConfig:
-        self._prefix = hints.get('prefix') or ''
+    def _infer(self) -> SimpleViTConfig:
+        self._prefix = self.options.prefix or ''
         local = {n[len(self._prefix):] for n in self._candidates()}
         if not local:
             raise self._error('no tensors found' + (f' under prefix {self._prefix!r}' if self._prefix else ''))
@@ -243,7 +243,7 @@ class TimmCheckpoint(SourceCheckpoint):
         if isinstance(names, list) and names:
             self.label_names = [str(n) for n in names]
         if arch is not None and arch in MODELS:
-            return self._ours(arch, args, hints)
+            return self._ours(arch, args)
         # a foreign state dict's features we do not express (our own folder's model_args say which it has)
         for name in sorted(local):
             for pattern, reason in _UNSUPPORTED:
@@ -251,13 +251,13 @@ class TimmCheckpoint(SourceCheckpoint):
                     raise self._error(reason, key=self._prefix + name)
         self._refuse_beyond(local)
         if arch is None and self._deit:
-            self._unrecorded('architecture', {}, "DeiT's DistilledVisionTransformer" if 'dist_token' in local else
+            self._unrecorded('architecture', None, "DeiT's DistilledVisionTransformer" if 'dist_token' in local else
                              "DeiT's VisionTransformer (timm's)", _DEIT_WHY)
         elif arch is None:
-            self._unrecorded('architecture', {}, f'{self.KIND}Distilled' if 'dist_token' in local else self.KIND,
+            self._unrecorded('architecture', None, f'{self.KIND}Distilled' if 'dist_token' in local else self.KIND,
                              "a state dict does not record its architecture; timm models whose RoPE stores no tensor "
                              "(EVA02, Perception Encoder) have the same keys")
-        return self._from_tensors(local, self._foreign_facts(arch, args) if arch else {}, hints)
+        return self._from_tensors(local, self._foreign_facts(arch, args) if arch else {})
 
     def _preprocessing_defaults(self) -> Dict[str, Tuple[Any, str]]:
         """DeiT's eval transform for its own releases, timm's deit_* one for a distilled state dict, else timm's."""
@@ -265,13 +265,13 @@ class TimmCheckpoint(SourceCheckpoint):
             return _DEIT_PREPROCESSING
         return _DISTILLED_PREPROCESSING if self.config.dist_token else self.PREPROCESSING_DEFAULTS
 
-    def _ours(self, arch: str, args: Dict[str, Any], hints: Dict[str, Any]) -> SimpleViTConfig:
+    def _ours(self, arch: str, args: Dict[str, Any]) -> SimpleViTConfig:
         """A simple_vit folder: its config.json is the config (the entrypoint's defaults fill any gaps)."""
         args = dict(args)
         args.pop('dtype', None)  # the weights' dtype (read off the tensors), not an architectural field
         if 'num_classes' not in args and isinstance(self.source_config.get('num_classes'), int):
             args['num_classes'] = self.source_config['num_classes']
-        args.update({k: hints[k] for k in ('act_layer', 'norm_eps') if hints.get(k)})
+        args.update({k: getattr(self.options, k) for k in ('act_layer', 'norm_eps') if getattr(self.options, k)})
         known = set(SimpleViTConfig.__dataclass_fields__)
         unknown = sorted(set(args) - known)
         if unknown:
@@ -281,8 +281,9 @@ class TimmCheckpoint(SourceCheckpoint):
             config = MODELS[arch].config(**args)
         except ViTVariantsError as e:
             raise ViTVariantsError(e.reason, path=self._config_path, key=f'model_args.{e.key}') from None
-        if hints.get('num_heads') not in (None, config.num_heads):
-            raise ViTVariantsError(f'num_heads={hints["num_heads"]} (given) contradicts config.json ({config.num_heads} '
+        if self.options.num_heads not in (None, config.num_heads):
+            raise ViTVariantsError(f'num_heads={self.options.num_heads} (given) contradicts config.json '
+                                   f'({config.num_heads} '
                                    'heads)', path=self._config_path, key='num_heads')
         head = self._prefix + 'head.weight'
         rows = self._store.shape(head)[0] if head in self._store else 0
@@ -299,17 +300,17 @@ class TimmCheckpoint(SourceCheckpoint):
     def _refuse_beyond(self, local: set) -> None:
         """Refuse tensors of features this family does not express, beyond ``_UNSUPPORTED``."""
 
-    def _from_tensors(self, local: set, facts: Dict[str, Any], hints: Dict[str, Any]) -> SimpleViTConfig:
+    def _from_tensors(self, local: set, facts: Dict[str, Any]) -> SimpleViTConfig:
         """A timm ``vit_*`` state dict (with ``facts`` from its config.json when there is one)."""
         p = self._prefix
-        dim, in_chans, patch_h, patch_w = self._patch_kernel(facts, hints)
+        dim, in_chans, patch_h, patch_w = self._patch_kernel(facts)
         self._check_dims(p + self.KERNEL, width=dim, img_size=max(patch_h, patch_w))
         class_token = self.CLS in local
         dist_token = bool(self._token_count(p + 'dist_token', dim, 'a distillation token'))
         if dist_token and self._shape(p + 'dist_token')[1] != 1:
             raise self._error('DeiT has one distillation token', key=p + 'dist_token',
                               shapes=(self._shape(p + 'dist_token'), (1, 1, dim)))
-        pos_embed, slot = self._position(local, dim, (patch_h, patch_w), class_token, facts, hints)
+        pos_embed, slot = self._position(local, dim, (patch_h, patch_w), class_token, facts)
         depth = self._block_count([int(m.group(1)) for m in map(_BLOCK_RE.match, local) if m],
                                   lambda i: f'{p}blocks.{i}')
         if not depth:
@@ -320,7 +321,7 @@ class TimmCheckpoint(SourceCheckpoint):
         rep_size = self._shape(p + 'pre_logits.fc.weight')[0] if 'pre_logits.fc.weight' in local else None
         num_classes = self._shape(p + 'head.weight')[0] if 'head.weight' in local else 0
         self._check_dims(p + 'blocks.0.mlp.fc1.weight', mlp=mlp_dim, classes=num_classes, width=rep_size)
-        num_heads = self._heads(dim, facts, hints)
+        num_heads = self._heads(dim, facts)
         declared = facts.get('img_size')
         # timm's patch conv is VALID: a declared size the patch does not divide (SigLIP's 384 at patch 14) is cropped
         # to the table's grid, and is the size timm's model takes
@@ -331,15 +332,15 @@ class TimmCheckpoint(SourceCheckpoint):
         elif declared:
             img_size = declared
         else:
-            img_size = self._unrecorded('img_size', hints, 224, 'the state dict has no position table, so its image '
-                                        'size is not recorded')
-        settings = self._settings(local, facts, hints, class_token, dim, mlp_dim)
+            img_size = self._unrecorded('img_size', self.options.img_size, 224, 'the state dict has no position table, '
+                                        'so its image size is not recorded')
+        settings = self._settings(local, facts, class_token, dim, mlp_dim)
         if self._deit:
             self.notes.append(f"read as facebookresearch/deit's own format ({{'model': ...}}, "
                               f"{'DistilledVisionTransformer' if dist_token else 'VisionTransformer'}); table resize "
                               "rule 'deit' (its main.py: bicubic, no antialias, square grids)")
             settings['pos_embed_resample'] = self._unrecorded(
-                'pos_embed_resample', {}, 'deit', "DeiT's main.py fine-tuning resize, told by its {'model': ...} "
+                'pos_embed_resample', None, 'deit', "DeiT's main.py fine-tuning resize, told by its {'model': ...} "
                 'wrapper')
         qkv_bias = 'blocks.0.attn.qkv.bias' in local
         if 'built' in facts:
@@ -353,8 +354,8 @@ class TimmCheckpoint(SourceCheckpoint):
             init_values=facts.get('init_values') or (1.0 if 'blocks.0.ls1.gamma' in local else None),
             mlp_layer=facts.get('mlp_layer', 'mlp'), pos_embed=pos_embed, pos_embed_cls_slot=slot,
             pos_embed_resample=settings.get('pos_embed_resample', 'timm'), patch_embed=self.PATCH_EMBED,
-            rep_size=rep_size, act_layer=hints.get('act_layer') or settings['act_layer'],
-            norm_eps=hints.get('norm_eps') or settings['norm_eps'],
+            rep_size=rep_size, act_layer=self.options.act_layer or settings['act_layer'],
+            norm_eps=self.options.norm_eps or settings['norm_eps'],
             grid_mode='crop' if settings['global_pool'] == 'map' or self.ALWAYS_CROPS or cropped else None,
             pre_norm='norm_pre.weight' in local,
             patch_bias=self.KERNEL[:-len('weight')] + 'bias' in local,
@@ -373,7 +374,7 @@ class TimmCheckpoint(SourceCheckpoint):
                               'not supported: registers carry no position here (timm\'s DINOv2 models use '
                               'no_embed_class=True)', key=p + 'pos_embed')
 
-    def _patch_kernel(self, facts: Dict[str, Any], hints: Dict[str, Any]) -> Tuple[int, int, int, int]:
+    def _patch_kernel(self, facts: Dict[str, Any]) -> Tuple[int, int, int, int]:
         """(D, C, P, P) of the patch conv."""
         key = self._prefix + self.KERNEL
         kernel = self._shape(key)
@@ -381,23 +382,23 @@ class TimmCheckpoint(SourceCheckpoint):
             raise self._error('patch embedding must be a (D, C, P, P) convolution', key=key, shapes=(kernel,))
         return kernel
 
-    def _position(self, local: set, dim: int, patch: Tuple[int, int], class_token: bool, facts: Dict[str, Any],
-                  hints: Dict[str, Any]) -> Tuple[str, bool]:
+    def _position(self, local: set, dim: int, patch: Tuple[int, int], class_token: bool,
+                  facts: Dict[str, Any]) -> Tuple[str, bool]:
         """(pos_embed, whether the table has a cls slot): a stored (1, tokens, D) table, else the one given or
         recorded, else sin-cos."""
         if 'pos_embed' not in local:
-            pos_embed = hints.get('pos_embed') or facts.get('pos_embed') or 'sincos'
+            pos_embed = self.options.pos_embed or facts.get('pos_embed') or 'sincos'
             if pos_embed == 'learn':
                 raise self._error('missing key', key=self._prefix + 'pos_embed')
             return pos_embed, False
         self._registers_without_position(local, facts)
         slot = self._check_token_table(self._prefix + 'pos_embed', dim, patch, class_token=class_token,
                                        slot=facts.get('pos_embed_cls_slot'),
-                                       img_size=hints.get('img_size') or facts.get('img_size'),
+                                       img_size=self.options.img_size or facts.get('img_size'),
                                        dist_token='dist_token' in local)
         return 'learn', bool(slot)
 
-    def _settings(self, local: set, facts: Dict[str, Any], hints: Dict[str, Any], class_token: bool, dim: int,
+    def _settings(self, local: set, facts: Dict[str, Any], class_token: bool, dim: int,
                   mlp_dim: int) -> Dict[str, Any]:
         """``SETTINGS``: recorded by the architecture, said by the tensors (a MAP head; fc_norm and no final norm: average
         pooling), else timm's defaults."""
@@ -416,7 +417,8 @@ class TimmCheckpoint(SourceCheckpoint):
         for name, default in settings.items():
             if name not in recorded:
                 default = default or ('token' if class_token else 'avg')
-                recorded[name] = self._unrecorded(name, hints, default, "not recorded by a state dict; timm's "
+                recorded[name] = self._unrecorded(name, getattr(self.options, name, None), default,
+                                                  "not recorded by a state dict; timm's "
                                                   f'{self.KIND} default')
         return recorded
 
@@ -430,7 +432,7 @@ class TimmCheckpoint(SourceCheckpoint):
             raise self._error(f'the attention pool\'s MLP width {self._shape(fc1)[0]} differs from the blocks\' '
                               f'{mlp_dim}; the MAP head shares it', key=fc1)
 
-    def _heads(self, dim: int, facts: Dict[str, Any], hints: Dict[str, Any]) -> int:
+    def _heads(self, dim: int, facts: Dict[str, Any]) -> int:
         """The head count: from the recorded architecture, else the caller's, else assumed where that is sound.
 
         A timm state dict alone does not record it. The standard ViT of the width (192: 3, 384: 6, ...)
@@ -439,16 +441,16 @@ class TimmCheckpoint(SourceCheckpoint):
         """
         key = self._prefix + 'blocks.0.attn.qkv.weight'
         if facts.get('num_heads'):
-            if hints.get('num_heads') not in (None, facts['num_heads']):
-                raise ViTVariantsError(f"num_heads={hints['num_heads']} contradicts the recorded architecture "
+            if self.options.num_heads not in (None, facts['num_heads']):
+                raise ViTVariantsError(f"num_heads={self.options.num_heads} contradicts the recorded architecture "
                                        f"({facts['num_heads']} heads)", path=self._config_path, key='num_heads')
             heads = facts['num_heads']
-        elif hints.get('num_heads'):
-            heads = self._unrecorded('num_heads', hints, None, '')
+        elif self.options.num_heads:
+            heads = self._unrecorded('num_heads', self.options.num_heads, None, '')
         elif heads_for_width(dim) is not None:
-            heads = self._unrecorded('num_heads', {}, heads_for_width(dim), f'the standard ViT of width {dim}')
-        elif hints.get('assume_heads') and dim % 64 == 0:
-            heads = self._unrecorded('num_heads', {}, dim // 64, "timm's 64-wide heads (asked for)")
+            heads = self._unrecorded('num_heads', None, heads_for_width(dim), f'the standard ViT of width {dim}')
+        elif self.options.assume_heads and dim % 64 == 0:
+            heads = self._unrecorded('num_heads', None, dim // 64, "timm's 64-wide heads (asked for)")
         else:
             sixty_four = f'; 64-wide heads, as timm vit_* use, would be {dim // 64}' if dim % 64 == 0 else \
                 ' (64-wide heads, as timm vit_* use, do not divide it)'
