@@ -20,7 +20,7 @@ loaded); 0.1 is written, as BEiT's base fine-tuning uses.
 """
 import math
 import re
-from typing import AbstractSet, Any, Dict, Optional, Set, Tuple
+from typing import AbstractSet, Any, Dict, Optional, Set
 
 import torch
 import torch.nn as nn
@@ -28,9 +28,9 @@ import torch.nn as nn
 from ..beit_models import BEIT
 from ..config import SimpleViTConfig
 from .fills import Misfit
-from .hf_dinov3 import q_none_v_bias
 from .preprocessing import assumed_preprocessing
 from .source import Rule, SourceCheckpoint
+from .tensor_rules import LAYER_SCALE, for_key, qv_bias, renamed_keys, timm_recorded_preprocessing
 from .timm_format import Built, TimmCheckpoint
 
 __all__ = ['BeitCheckpoint', 'TimmBeitCheckpoint', 'is_beit', 'stack_tables', 'expand_table', 'MIM_ONLY']
@@ -40,7 +40,6 @@ _SHARED = 'rel_pos_bias.relative_position_bias_table'
 # Pretraining-only parts of unilm's MIM models, and the index buffers the model rebuilds.
 MIM_ONLY = re.compile(r'^(mask_token$|lm_head\.|cls_pt_layers\.|cls_pt_norm\.|cls_pt_lm_head\.)')
 _INDEX = re.compile(r'(^|\.)relative_position_index$')
-_LAYER_SCALE = {'ls1.gamma': 'gamma_1', 'ls2.gamma': 'gamma_2'}
 
 
 def is_beit(names: AbstractSet[str]) -> bool:
@@ -82,19 +81,17 @@ class BeitCheckpoint(SourceCheckpoint):
         return {n for n in super()._candidates()
                 if not MIM_ONLY.match(n[len(self._prefix):]) and not _INDEX.search(n)}
 
-    def _rule(self, pattern: str, block: Optional[int]) -> Tuple[Rule, Optional[int]]:
-        p, key = self._prefix, pattern.replace('{i}', str(block))
-        if key == 'rel_pos.tables':
-            if self._shared:
-                return Rule((p + _SHARED,), expand_table), None
-            return Rule(tuple(f'{p}blocks.{i}.{_TABLE}' for i in range(self.config.depth)), stack_tables), None
-        if key.endswith('attn.qkv.bias') and p + key not in self._store:
-            base = p + key[:-len('qkv.bias')]
-            return Rule((base + 'q_bias', base + 'v_bias'), q_none_v_bias), None
-        for ours, theirs in _LAYER_SCALE.items():
-            if key.endswith(ours):
-                return Rule((p + key[:-len(ours)] + theirs,)), None
-        return Rule((p + key,)), None
+    TENSOR_RULES = (
+        for_key('rel_pos.tables', lambda r: r._tables_rule()),
+        qv_bias('{p}blocks.{i}.attn.q_bias', '{p}blocks.{i}.attn.v_bias', unless='{p}blocks.{i}.attn.qkv.bias'),
+        renamed_keys(LAYER_SCALE),
+    )
+
+    def _tables_rule(self) -> Rule:
+        """Our ``rel_pos.tables``: the shared pretraining table copied into every block, else each block's."""
+        if self._shared:
+            return Rule(('{p}' + _SHARED,), expand_table)
+        return Rule(tuple(f'{{p}}blocks.{i}.{_TABLE}' for i in range(self.config.depth)), stack_tables)
 
     def _infer(self) -> SimpleViTConfig:
         p = self._prefix = self.options.prefix or ''
@@ -165,9 +162,11 @@ class TimmBeitCheckpoint(BeitCheckpoint):
     against timm's build of the recorded architecture and model_args (a contradiction is refused, naming the config
     key and the tensor that shows it), and the preprocessing is the folder's ``pretrained_cfg``."""
     format = 'timm'
-    _recorded_preprocessing = TimmCheckpoint._recorded_preprocessing
     _architecture = TimmCheckpoint._architecture
     _meta_build = TimmCheckpoint._meta_build
+
+    def _recorded_preprocessing(self) -> Dict[str, Any]:
+        return timm_recorded_preprocessing(self)
 
     def _infer(self) -> SimpleViTConfig:
         config = super()._infer()

@@ -13,17 +13,17 @@ choice among the facts a verification shares with its reference (``record_family
 """
 import os
 import re
-from typing import Any, Dict, Optional, Set, Tuple
+from typing import Optional, Set, Tuple
 
 from ..config import SimpleViTConfig
 from ..deit_models import DEIT3
 from .preprocessing import imagenet_preprocessing
-from .source import Rule, SourceCheckpoint
+from .source import SourceCheckpoint
+from .tensor_rules import LAYER_SCALE, renamed_keys
 
 __all__ = ['Deit3Checkpoint', 'LayerScaleBlocks', 'FAMILIES', 'is_layerscale_ape', 'family_evidence', 'layerscale_ape_format',
            'record_family']
 
-_LAYER_SCALE = {'ls1.gamma': 'gamma_1', 'ls2.gamma': 'gamma_2'}
 # DeiT-III's widths and head counts (models_v2.py: tiny ... Giant).
 _HEADS = {192: 3, 384: 6, 512: 8, 768: 12, 1024: 16, 1280: 16, 1408: 16, 1664: 16}
 # The two families of the shared layout, as the pass line names them.
@@ -85,12 +85,7 @@ class LayerScaleBlocks(SourceCheckpoint):
     """DeiT-III's ``Layer_scale_init_Block`` layout (DeiT-III, RoPE-ViT): timm's names but for LayerScale
     (``gamma_1`` is our ``ls1.gamma``)."""
 
-    def _rule(self, pattern: str, block: Optional[int]) -> Tuple[Rule, Optional[int]]:
-        key = pattern.replace('{i}', str(block))
-        for ours, theirs in _LAYER_SCALE.items():
-            if key.endswith(ours):
-                return Rule((key[:-len(ours)] + theirs,)), None
-        return Rule((key,)), None
+    TENSOR_RULES = (renamed_keys(LAYER_SCALE),)
 
     def _block_dims(self) -> Tuple[Set[str], Tuple[int, int, int, int, int, int, int]]:
         """(the file's names, (width, input channels, patch height and width, depth, MLP width, classes)),

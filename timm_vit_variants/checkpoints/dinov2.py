@@ -7,12 +7,13 @@ that is either ``fc1``/``fc2`` or ViT-g's packed SwiGLU (``w12`` then ``w3``), a
 The hub builds the models without registers with ``interpolate_offset=0.1`` and no antialias (our
 'dinov2' rule), and the register models with offset 0 and antialias (exactly the 'timm' rule).
 """
-from typing import Any, Dict, Optional, Set, Tuple
+from typing import Set
 
 from ..config import SimpleViTConfig
 from ..dino_models import DINOV2, DINOV2_HEADS
 from .preprocessing import imagenet_preprocessing
-from .source import Rule, SourceCheckpoint, renamed
+from .source import SourceCheckpoint
+from .tensor_rules import named, renamed_keys
 
 __all__ = ['DINOV2_HEADS', 'Dinov2Checkpoint', 'is_dinov2']
 
@@ -34,13 +35,8 @@ class Dinov2Checkpoint(SourceCheckpoint):
     PREPROCESSING_DEFAULTS = imagenet_preprocessing(
         0.875, "not recorded by the checkpoint; DINOv2's ImageNet preprocessing")
 
-    def _rule(self, pattern: str, block: Optional[int]) -> Tuple[Rule, Optional[int]]:
-        key = pattern.replace('{i}', str(block))
-        if key == 'reg_token':
-            return Rule((_REGISTERS,)), None
-        if self.config.mlp_layer == 'swiglu_packed':
-            key = renamed(key, _SWIGLU)
-        return Rule((key,)), None
+    TENSOR_RULES = (named({'reg_token': _REGISTERS}),
+                    renamed_keys(_SWIGLU, when=lambda r: r.config.mlp_layer == 'swiglu_packed'))
 
     def _infer(self) -> SimpleViTConfig:
         names = set(self._store.names())

@@ -10,7 +10,7 @@ and ``cls_norm`` where the norms are untied. The SAT-493M ViT-L also stores ``lo
 training. The head count is not recorded; the published width's is assumed (H+ has 20 heads) and checked
 against the length of ``periods`` (head width / 4).
 """
-from typing import Any, Dict, Optional, Set, Tuple
+from typing import Set
 
 import torch
 
@@ -18,7 +18,8 @@ from ..config import SimpleViTConfig
 from ..dino_models import DINOV3, DINOV3_HEADS
 from .fills import Misfit
 from .preprocessing import imagenet_preprocessing
-from .source import Rule, SourceCheckpoint, renamed
+from .source import SourceCheckpoint
+from .tensor_rules import named, renamed_keys
 
 __all__ = ['DINOV3_HEADS', 'Dinov3Checkpoint', 'is_dinov3']
 
@@ -48,17 +49,10 @@ class Dinov3Checkpoint(SourceCheckpoint):
     PREPROCESSING_DEFAULTS = imagenet_preprocessing(
         1.0, "not recorded by the checkpoint; DINOv3's ImageNet preprocessing")
 
-    def _rule(self, pattern: str, block: Optional[int]) -> Tuple[Rule, Optional[int]]:
-        key = pattern.replace('{i}', str(block))
-        if key == 'reg_token':
-            return Rule((_STORAGE,)), None
-        if key == 'rope.periods':
-            return Rule((_PERIODS,)), None
-        if key.endswith('attn.qkv.bias'):
-            return Rule((key, key + '_mask'), masked_bias), None
-        if self.config.mlp_layer == 'swiglu':
-            key = renamed(key, _SWIGLU)
-        return Rule((key,)), None
+    TENSOR_RULES = (named({'reg_token': _STORAGE, 'rope.periods': _PERIODS}),
+                    named({'blocks.{i}.attn.qkv.bias': ('{p}blocks.{i}.attn.qkv.bias',
+                                                        '{p}blocks.{i}.attn.qkv.bias_mask')}, masked_bias),
+                    renamed_keys(_SWIGLU, when=lambda r: r.config.mlp_layer == 'swiglu'))
 
     def _infer(self) -> SimpleViTConfig:
         names = set(self._store.names())

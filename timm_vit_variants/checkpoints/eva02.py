@@ -24,7 +24,7 @@ The head count is not stored: EVA-02's widths are the standard ViT's (192: 3, 38
 rule (bicubic, no antialias: our 'deit'); timm's by timm's own ('timm').
 """
 import math
-from typing import Any, Dict, Optional, Set, Tuple
+from typing import Any, Dict, Set, Tuple
 
 import torch
 
@@ -32,8 +32,8 @@ from ..config import SimpleViTConfig, heads_for_width
 from ..eva02_models import EVA02, EVA02_MEAN, EVA02_REF_GRID, EVA02_ROPE_THETA, EVA02_STD
 from ..rope import Eva02Rope, rope_frequencies
 from .preprocessing import assumed_preprocessing
-from .source import Rule, SourceCheckpoint, renamed
-from .timm_format import TimmCheckpoint
+from .source import SourceCheckpoint
+from .tensor_rules import renamed_keys, timm_recorded_preprocessing
 
 __all__ = ['Eva02Checkpoint', 'is_eva02', 'is_eva02_architecture']
 
@@ -69,18 +69,16 @@ class Eva02Checkpoint(SourceCheckpoint):
     PREPROCESSING_DEFAULTS = assumed_preprocessing(
         'bicubic', 1.0, 'center', "not recorded by the checkpoint; EVA-02's evaluation (OpenAI CLIP mean and std, "
         'bicubic, crop 1.0)', mean=EVA02_MEAN, std=EVA02_STD)
-    # a timm folder's config.json pretrained_cfg, read as timm's own reader reads it
-    _recorded_preprocessing = TimmCheckpoint._recorded_preprocessing
+    TENSOR_RULES = (renamed_keys(_BAAI_NAMES, when=lambda r: r._baai),)
+
+    def _recorded_preprocessing(self) -> Dict[str, Any]:
+        """A timm folder's config.json pretrained_cfg, read as timm's own reader reads it."""
+        return timm_recorded_preprocessing(self)
 
     def _candidates(self) -> Set[str]:
         """The stored training-grid RoPE tables are evidence of the pretraining grid (``_ref_grid``), not weights:
         the RoPE is recomputed for each grid."""
         return {n for n in super()._candidates() if not n.endswith(_ROPE_CACHE)}
-
-    def _rule(self, pattern: str, block: Optional[int]) -> Tuple[Rule, Optional[int]]:
-        if self._baai:
-            return Rule((renamed(pattern, _BAAI_NAMES).replace('{i}', str(block)),)), None
-        return super()._rule(pattern, block)
 
     def _infer(self) -> SimpleViTConfig:
         names = set(self._store.names())

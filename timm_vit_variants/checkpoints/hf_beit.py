@@ -17,16 +17,16 @@ transformers resizes the tables bilinearly at run time (``interpolate_pos_encodi
 uses BEiT's own rule instead (``rel_pos_resample='beit'``). The absolute table resizes as transformers does (bicubic,
 no antialias: our 'hf' rule).
 """
-from typing import Any, Dict, Optional, Set, Tuple
+from typing import Dict, Set
 
 from ..beit_models import BEIT
 from ..config import SimpleViTConfig
 from ..errors import ViTVariantsError
 from .beit import expand_table, stack_tables
 from .hf import HFCheckpoint
-from .hf_dinov3 import q_none_v_bias
 from .preprocessing import assumed_preprocessing
 from .source import Rule
+from .tensor_rules import for_key, q_none_v_bias
 
 __all__ = ['BEIT_MODEL_TYPES', 'HFBeitCheckpoint']
 
@@ -64,13 +64,13 @@ class HFBeitCheckpoint(HFCheckpoint):
         return {n for n in self._store.names()
                 if (n.startswith(self._prefix) or n.startswith('classifier.')) and n != _MASK.format(p=self._prefix)}
 
-    def _rule(self, pattern: str, block: Optional[int]) -> Tuple[Rule, Optional[int]]:
-        if pattern == 'rel_pos.tables':
-            if self._shared:
-                return Rule((_SHARED_TABLE.format(p=self._prefix),), expand_table), None
-            return Rule(tuple(_LAYER_TABLE.format(p=self._prefix, i=i) for i in range(self.config.depth)),
-                        stack_tables), None
-        return super()._rule(pattern, block)
+    TENSOR_RULES = (for_key('rel_pos.tables', lambda r: r._tables_rule()),)
+
+    def _tables_rule(self) -> Rule:
+        """Our ``rel_pos.tables``: the shared table copied into every block, else each layer's."""
+        if self._shared:
+            return Rule((_SHARED_TABLE,), expand_table)
+        return Rule(tuple(_LAYER_TABLE.replace('{i}', str(i)) for i in range(self.config.depth)), stack_tables)
 
     def _infer(self) -> SimpleViTConfig:
         cfg_path, cfg = self._config_path, self.source_config

@@ -19,10 +19,10 @@ from ..clip_models import CLIP_TOWER, OPENAI_MEAN, OPENAI_STD
 from ..config import SimpleViTConfig
 from ..errors import ViTVariantsError
 from .hf import HFCheckpoint
-from .openclip import _as_token
 from .fills import add_leading_axis, stack_rows
 from .preprocessing import assumed_preprocessing
 from .source import Rule, SourceCheckpoint
+from .tensor_rules import as_token, named
 
 __all__ = ['HFClipCheckpoint', 'CLIP_MODEL_TYPES', 'CLIP_LAYOUTS', 'clip_layout']
 
@@ -57,7 +57,7 @@ _L = '{p}encoder.{layers}.{i}.'
 _QKV = tuple(_L + f'self_attn.{n}_proj' for n in 'qkv')
 _TABLE: Dict[str, Rule] = {
     'patch_embed.proj.weight': Rule(('{p}embeddings.patch_embedding.weight',)),
-    'cls_token': Rule(('{p}embeddings.class_embedding',), _as_token),
+    'cls_token': Rule(('{p}embeddings.class_embedding',), as_token),
     'pos_embed': Rule(('{p}embeddings.position_embedding.weight',), add_leading_axis),
     'norm_pre.weight': Rule(('{p}{pre}.weight',)),
     'norm_pre.bias': Rule(('{p}{pre}.bias',)),
@@ -107,12 +107,12 @@ class HFClipCheckpoint(HFCheckpoint):
         nested = self.source_config.get('vision_config')
         return nested if self._two_tower and isinstance(nested, dict) else self.source_config
 
-    def _rule(self, pattern: str, block: Optional[int]) -> Tuple[Rule, Optional[int]]:
-        if self._classifier and pattern.startswith('head.'):
-            return Rule((_CLASSIFIER[pattern == 'head.bias'],)), None
-        rule = _TABLE[pattern]
-        return Rule(tuple(t.format(p=self._prefix, i=block, pre=self._pre, layers=self._layers) for t in rule.sources),
-                    rule.fill), None
+    RULES = _TABLE
+    TENSOR_RULES = (named(dict(zip(('head.weight', 'head.bias'), _CLASSIFIER)), when=lambda r: r._classifier),)
+
+    def _fields(self, block: Optional[int]) -> Dict[str, Any]:
+        """``RULES``' fields, with the names of the pre-norm and the block list this folder uses."""
+        return dict(super()._fields(block), pre=self._pre, layers=self._layers)
 
     def _candidates(self) -> set:
         names = SourceCheckpoint._candidates(self)

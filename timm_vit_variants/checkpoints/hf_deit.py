@@ -7,7 +7,7 @@ the table bicubic without antialias (rule 'hf'). Refused by name: ``DeiTForImage
 [CLS] alone beside the distillation token, where our distilled head averages two heads), a ``DeiTModel`` pooler
 (Linear + act on [CLS] alone, likewise) and ``DeiTForMaskedImageModeling``.
 """
-from typing import Any, Dict
+from typing import Dict
 
 from ..config import SimpleViTConfig
 from ..errors import ViTVariantsError

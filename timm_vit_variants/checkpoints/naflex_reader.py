@@ -7,7 +7,7 @@ and transformers' SigLIP 2 (``hf_siglip.HFSiglip2Checkpoint``); ``variant`` on t
 it from the file's content.
 """
 import math
-from typing import Any, Dict, Tuple
+from typing import Tuple
 
 from .source import SourceCheckpoint
 

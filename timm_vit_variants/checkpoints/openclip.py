@@ -19,10 +19,11 @@ from ..clip_models import CLIP_TOWER, OPENAI_MEAN, OPENAI_STD
 from ..config import SimpleViTConfig, pair
 from ..errors import ViTVariantsError
 from ..geometry import infer_grid
-from .fills import _put, _rank, add_leading_axis, transpose
+from .fills import add_leading_axis, transpose
 from .openclip_config import (OPEN_CLIP_CONFIG, OPENAI_SCALARS, VISUAL as _V, open_clip_data_config,
                               read_open_clip_config, skipped_note)
 from .source import Rule, SourceCheckpoint
+from .tensor_rules import as_token
 from .torchscript_store import TorchScriptStore
 
 __all__ = ['OpenCLIPCheckpoint', 'OpenAICLIPCheckpoint', 'OPEN_CLIP_CONFIG', 'OPENAI_SCALARS', 'is_openai_clip']
@@ -34,15 +35,10 @@ _VISION_KEYS = {'image_size', 'layers', 'width', 'head_width', 'patch_size', 'ml
                 'patch_dropout', 'emb_dropout', 'ls_init_value'}
 
 
-def _as_token(dst: Any, src: Any) -> None:
-    """CLIP's (width,) ``class_embedding`` as our (1, 1, width) ``cls_token``."""
-    _put(dst, _rank(src, 1).reshape(1, 1, -1))
-
-
 _B = 'visual.transformer.resblocks.{i}.'
 _TABLE: Dict[str, Rule] = {
     'patch_embed.proj.weight': Rule((_V + 'conv1.weight',)),
-    'cls_token': Rule((_V + 'class_embedding',), _as_token),
+    'cls_token': Rule((_V + 'class_embedding',), as_token),
     'pos_embed': Rule((_V + 'positional_embedding',), add_leading_axis),
     'norm_pre.weight': Rule((_V + 'ln_pre.weight',)),
     'norm_pre.bias': Rule((_V + 'ln_pre.bias',)),
@@ -79,14 +75,11 @@ class OpenCLIPCheckpoint(SourceCheckpoint):
 
     format = 'openclip'
     _prefix = _V
+    RULES = _TABLE
     _WHY = "not recorded by the source; open_clip's OpenAI preprocessing"
     PREPROCESSING_DEFAULTS = {'mean': (OPENAI_MEAN, _WHY), 'std': (OPENAI_STD, _WHY),
                               'interpolation': ('bicubic', _WHY), 'crop_pct': (1.0, _WHY),
                               'crop_mode': ('center', _WHY)}
-
-    def _rule(self, pattern: str, block: Optional[int]) -> Tuple[Rule, Optional[int]]:
-        rule = _TABLE[pattern]
-        return Rule(tuple(t.format(i=block) for t in rule.sources), rule.fill), None
 
     # -- what the source records beside its tensors ----------------------------------------------------
     def _model_cfg(self) -> Tuple[Dict[str, Any], Optional[str]]:

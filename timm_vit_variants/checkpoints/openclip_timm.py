@@ -25,7 +25,7 @@ from ..config import SimpleViTConfig
 from ..errors import ViTVariantsError
 from .openclip import OpenCLIPCheckpoint
 from .openclip_config import open_clip_data_config, read_open_clip_config, skipped_note
-from .source import Rule
+from .tensor_rules import named
 from .timm_format import TimmCheckpoint
 
 __all__ = ['OpenCLIPTimmCheckpoint', 'TRUNK', 'trunk_refusal']
@@ -76,10 +76,7 @@ class OpenCLIPTimmCheckpoint(TimmCheckpoint):
     def _candidates(self) -> Set[str]:
         return {n for n in self._store.names() if n.startswith('visual.' if self._whole else TRUNK)}
 
-    def _rule(self, pattern: str, block: Optional[int]) -> Tuple[Rule, Optional[int]]:
-        if self._proj and pattern in ('head.weight', 'head.bias'):
-            return Rule((_PROJ + pattern[len('head.'):],)), None
-        return super()._rule(pattern, block)
+    TENSOR_RULES = (named({'head.weight': _PROJ + 'weight', 'head.bias': _PROJ + 'bias'}, when=lambda r: r._proj),)
 
     def _recorded_preprocessing(self) -> Dict[str, Any]:
         return open_clip_data_config(self._open_clip_config)

@@ -15,7 +15,7 @@ another shape (4x9 for a 6x6 model) reuses the stored grid there; this reader's 
 own grid. The files do not record the head count: the standard ViT width's is assumed (384: 6, 768: 12,
 1024: 16), ``num_heads`` gives any other.
 """
-from typing import Any, Dict, Optional, Set, Tuple
+from typing import Any, Set
 
 import torch
 
@@ -24,7 +24,7 @@ from ..dino_models import ROPEVIT, ROPEVIT_KINDS
 from .deit import LayerScaleBlocks, is_layerscale_ape, record_family
 from .fills import Misfit
 from .preprocessing import imagenet_preprocessing
-from .source import Rule
+from .tensor_rules import named
 
 __all__ = ['RopeVitCheckpoint', 'is_rope_vit']
 
@@ -57,11 +57,9 @@ class RopeVitCheckpoint(LayerScaleBlocks):
     PREPROCESSING_DEFAULTS = imagenet_preprocessing(
         1.0, "not recorded by the checkpoint; RoPE-ViT's DeiT-III ImageNet preprocessing")
 
-    def _rule(self, pattern: str, block: Optional[int]) -> Tuple[Rule, Optional[int]]:
-        key = pattern.replace('{i}', str(block))
-        if key == 'rope.freqs':  # naver's freqs, or a timm state dict's rope.freqs (already timm's layout)
-            return (Rule((_FREQS,), mixed_freqs) if _FREQS in self._store else Rule((_TIMM_FREQS,))), None
-        return super()._rule(pattern, block)
+    # naver's freqs, else a timm state dict's rope.freqs (already timm's layout: the default rule)
+    TENSOR_RULES = (named({'rope.freqs': _FREQS}, mixed_freqs, when=lambda r: _FREQS in r._store),
+                    *LayerScaleBlocks.TENSOR_RULES)
 
     def _infer(self) -> SimpleViTConfig:
         names, (dim, in_chans, patch_h, patch_w, depth, mlp_dim, num_classes) = self._block_dims()

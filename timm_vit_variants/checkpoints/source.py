@@ -1,8 +1,9 @@
 """``SourceCheckpoint``: the skeleton every reader shares.
 
 A reader says two things: which ``SimpleViTConfig`` the source describes (``_infer``), and, for
-each of our state-dict keys, which source tensors it is made of and how (its ``RULES``: source name
-templates plus a fill from ``fills.py``, the names filled in by ``_fields``). The skeleton does the
+each of our state-dict keys, which source tensors it is made of and how (its ``TENSOR_RULES``, combinators of
+``tensor_rules.py``, then its ``RULES`` table: source name templates plus a fill from ``fills.py``, the names filled
+in by ``_fields``). The skeleton does the
 rest once for all formats. It is given the model's layout as
 data (a function from a config to its (key, shape, dtype) list, ``SimpleVisionTransformer.state_layout``),
 as big_vision's ``vit.load`` is given ``init_params``, so no reader builds or imports the model. It
@@ -25,8 +26,9 @@ from ..limits import DEFAULT_LIMITS, Limits
 from .fills import Fill, Misfit, copy
 from .options import ReaderOptions
 from .stores import TensorStore
+from .tensor_rules import Rule, RuleFn, first_rule
 
-__all__ = ['SourceCheckpoint', 'PlanItem', 'Rule', 'Inventory', 'LayoutFn', 'renamed']
+__all__ = ['SourceCheckpoint', 'PlanItem', 'Rule', 'Inventory', 'LayoutFn']
 
 Inventory = List[Tuple[str, Tuple[int, ...], str]]
 # The model's state-dict layout for a config: ``SimpleVisionTransformer.state_layout``.
@@ -34,21 +36,7 @@ LayoutFn = Callable[[SimpleViTConfig], Sequence[TensorSpec]]
 _BLOCK = re.compile(r'^blocks\.(\d+)\.')
 
 
-def renamed(key: str, names: Mapping[str, str]) -> str:
-    """``key`` with each part ``names`` maps (ours -> theirs) replaced, in the mapping's order."""
-    for ours, theirs in names.items():
-        key = key.replace(ours, theirs)
-    return key
-
-
 # -- the plan -----------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Rule:
-    """Where one of our tensors comes from: source name templates and the fill that lays them out."""
-    sources: Tuple[str, ...]
-    fill: Fill = copy
-
 
 @dataclass(frozen=True)
 class PlanItem:
@@ -81,8 +69,10 @@ class SourceCheckpoint(abc.ABC):
 
     format: str = ''
     _prefix: str = ''  # where the network's tensors sit in the store, set by ``_infer``
-    # Our key (blocks as ``blocks.{i}.``) -> source name templates and their fill; the templates' fields
-    # come from ``_fields``. A key the table does not name is the same name under the prefix, copied.
+    # Rules asked first, in order, for each of our keys (``tensor_rules``' combinators); a key none answers is
+    # looked up in ``RULES``: our key (blocks as ``blocks.{i}.``) -> source name templates and their fill. The
+    # templates' fields come from ``_fields``. A key neither names is the same name under the prefix, copied.
+    TENSOR_RULES: Tuple[RuleFn, ...] = ()
     RULES: Mapping[str, Rule] = {}
     PATCH_EMBED = 'conv'  # the patch embedding the reader's config uses
     SKIPPED: Tuple[str, ...] = ()  # source names read for nothing (training-only state), left out of the plan
@@ -124,8 +114,9 @@ class SourceCheckpoint(abc.ABC):
     def _rule(self, pattern: str, block: Optional[int]) -> Tuple[Rule, Optional[int]]:
         """The rule for our key ``pattern`` (blocks as ``blocks.{i}.``), with full source names filled in
         for ``block``, and the index to slice scanned sources at (or None)."""
-        rule = self.RULES.get(pattern) or Rule(('{p}' + pattern,))
         fields = self._fields(block)
+        rule = first_rule(self, self.TENSOR_RULES, pattern, fields) or self.RULES.get(pattern) or \
+            Rule(('{p}' + pattern,))
         return Rule(tuple(t.format(**fields) for t in rule.sources), rule.fill), self._scan_index(block)
 
     def _fields(self, block: Optional[int]) -> Dict[str, Any]:

@@ -4,7 +4,7 @@ as EVA-01's), and bare state dicts of those ports (told by their keys, ``is_timm
 ``gamma_1``/``gamma_2``, the attention keeps q and v biases apart (``q_bias``, ``v_bias``; the k bias is fixed at
 zero), and DINOv3's periods are recomputed in fp32 from the temperature, as timm does."""
 import re
-from typing import Any, Dict, Optional, Tuple
+from typing import Any
 
 import timm
 import torch.nn as nn
@@ -13,9 +13,9 @@ from timm.models.eva import Eva
 from ..config import SimpleViTConfig, activation_name
 from ..dino_models import DINOV3, DINOV3_HEADS, EVA_ROPE, ROPEVIT, ROPEVIT_KINDS
 from ..errors import ViTVariantsError
-from .hf_dinov3 import dinov3_periods, q_none_v_bias
 from .preprocessing import imagenet_preprocessing
 from .source import Rule
+from .tensor_rules import LAYER_SCALE, dinov3_periods, for_key, qv_bias, renamed_keys
 from .timm_parts import EVA_PARTS, refuse_unexpressed
 from .timm_format import TimmCheckpoint
 
@@ -51,16 +51,11 @@ class TimmEvaCheckpoint(TimmCheckpoint):
     KIND = 'Eva'
     PREPROCESSING_DEFAULTS = imagenet_preprocessing(1.0, _EVA_WHY.format(port='DINOv3'))
 
-    def _rule(self, pattern: str, block: Optional[int]) -> Tuple[Rule, Optional[int]]:
-        p, key = self._prefix, pattern.replace('{i}', str(block))
-        if key == 'rope.periods':
-            return Rule((), dinov3_periods(self._theta)), None
-        if key.endswith('ls1.gamma') or key.endswith('ls2.gamma'):
-            return Rule((p + key[:-len('ls1.gamma')] + f'gamma_{key[-7]}',)), None
-        if key.endswith('attn.qkv.bias') and p + key not in self._store:
-            base = p + key[:-len('qkv.bias')]
-            return Rule((base + 'q_bias', base + 'v_bias'), q_none_v_bias), None
-        return Rule((p + key,)), None
+    TENSOR_RULES = (
+        for_key('rope.periods', lambda r: Rule((), dinov3_periods(r._theta))),
+        renamed_keys(LAYER_SCALE),
+        qv_bias('{p}blocks.{i}.attn.q_bias', '{p}blocks.{i}.attn.v_bias', unless='{p}blocks.{i}.attn.qkv.bias'),
+    )
 
     def _infer(self) -> SimpleViTConfig:
         self._prefix = self.options.prefix or ''

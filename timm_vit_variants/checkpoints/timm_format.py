@@ -17,11 +17,12 @@ import timm
 import torch
 import torch.nn as nn
 
-from ..config import DATA_CONFIG_KEYS, MODELS, PREPROCESSING_KEYS, SimpleViTConfig, activation_name, heads_for_width
+from ..config import MODELS, SimpleViTConfig, activation_name, heads_for_width
 from ..errors import ViTVariantsError
-from .preprocessing import (assumed_preprocessing, checked_input_size, checked_preprocessing,
+from .preprocessing import (assumed_preprocessing, checked_input_size,
                             imagenet_preprocessing)
 from .source import SourceCheckpoint
+from .tensor_rules import timm_recorded_preprocessing
 from .timm_parts import VIT_PARTS, refuse_unexpressed
 
 __all__ = ['TimmCheckpoint', 'Built']
@@ -126,16 +127,7 @@ class TimmCheckpoint(SourceCheckpoint):
 
     def _recorded_preprocessing(self) -> Dict[str, Any]:
         """``config.json``'s ``pretrained_cfg`` preprocessing, else what a timm training checkpoint's args record."""
-        if self.source_config.get('pretrained_cfg'):
-            timm_cfg, path, section = self.source_config['pretrained_cfg'], self._config_path, 'pretrained_cfg'
-        else:
-            timm_cfg, path, section = self._store.training_args(), self.path, 'args'
-        if not isinstance(timm_cfg, dict):
-            raise ViTVariantsError('expected a JSON object', path=path, key=section)
-        recorded = checked_preprocessing({k: timm_cfg.get(k) for k in PREPROCESSING_KEYS}, self.config.in_chans, path,
-                                         {k: f'{section}.{k}' for k in PREPROCESSING_KEYS})
-        extra = {k: timm_cfg[k] for k in DATA_CONFIG_KEYS if k not in PREPROCESSING_KEYS and timm_cfg.get(k) is not None}
-        return {**recorded, **extra}
+        return timm_recorded_preprocessing(self)
 
     # -- the architecture -------------------------------------------------------------------------------
     def _architecture(self) -> Tuple[Optional[str], Dict[str, Any]]:
