@@ -30,8 +30,8 @@ from ..config import SimpleViTConfig
 from .fills import Misfit
 from .preprocessing import assumed_preprocessing
 from .source import Rule, SourceCheckpoint
-from .tensor_rules import LAYER_SCALE, for_key, qv_bias, renamed_keys, timm_recorded_preprocessing
-from .timm_format import Built, TimmCheckpoint
+from .tensor_rules import LAYER_SCALE, for_key, qv_bias, renamed_keys
+from .timm_build import Built, TimmFolder
 
 __all__ = ['BeitCheckpoint', 'TimmBeitCheckpoint', 'is_beit', 'stack_tables', 'expand_table', 'MIM_ONLY']
 
@@ -157,16 +157,11 @@ def _summary(names: Any) -> str:
     return ', '.join(f'{k} ({v})' if v > 1 else k for k, v in parts.items())
 
 
-class TimmBeitCheckpoint(BeitCheckpoint):
+class TimmBeitCheckpoint(TimmFolder, BeitCheckpoint):
     """A timm ``beit*`` folder (``config.json``'s ``architecture``): the tensors are read as a BEiT state dict, held
     against timm's build of the recorded architecture and model_args (a contradiction is refused, naming the config
     key and the tensor that shows it), and the preprocessing is the folder's ``pretrained_cfg``."""
     format = 'timm'
-    _architecture = TimmCheckpoint._architecture
-    _meta_build = TimmCheckpoint._meta_build
-
-    def _recorded_preprocessing(self) -> Dict[str, Any]:
-        return timm_recorded_preprocessing(self)
 
     def _infer(self) -> SimpleViTConfig:
         config = super()._infer()

@@ -134,7 +134,8 @@ class TimmEvaCheckpoint(TimmCheckpoint):
         self._check_dims(p + 'blocks.0.mlp.fc2.weight', mlp=mlp_dim, classes=num_classes)
         if 'reg_token' in local or 'blocks.0.attn.q_bias' in local:
             kind, theta, family, port = 'dinov3', DINOV3['rope_theta'], DINOV3, 'DINOv3'
-            heads = self._dinov3_heads(dim)
+            # timm's DINOv3 port of the width (H+ has 20 heads, not ViT-H's 16), else timm's policy
+            heads = self._heads(dim, {}, [(DINOV3_HEADS.get(dim), f"timm's DINOv3 port of width {dim}")])
         else:
             kind, theta, family, port = 'mixed', ROPEVIT_KINDS['mixed']['rope_theta'], ROPEVIT, 'mixed RoPE-ViT'
             heads = self._heads(dim, {})
@@ -173,9 +174,3 @@ class TimmEvaCheckpoint(TimmCheckpoint):
             norm_eps=self._unrecorded('norm_eps', self.options.norm_eps, family['norm_eps'],
                                       f"timm's {port} port's LayerNorm eps"), grid_mode='crop',
             head_bias='head.bias' in local or 'head.weight' not in local)
-
-    def _dinov3_heads(self, dim: int) -> int:
-        """The caller's head count, else that of timm's DINOv3 port of this width (H+ has 20, not ViT-H's 16)."""
-        if self.options.num_heads or dim not in DINOV3_HEADS:
-            return self._heads(dim, {})
-        return self._unrecorded('num_heads', None, DINOV3_HEADS[dim], f"timm's DINOv3 port of width {dim}")
