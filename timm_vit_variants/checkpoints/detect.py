@@ -16,11 +16,12 @@ from ..errors import ViTVariantsError
 from ..limits import DEFAULT_LIMITS, Limits
 from .beit import BeitCheckpoint, TimmBeitCheckpoint, is_beit
 from .dinov2 import Dinov2Checkpoint, is_dinov2
-from .deit import Deit3Checkpoint, is_layerscale_ape, layerscale_ape_format
+from .deit import Deit3Checkpoint
 from .dinov3 import Dinov3Checkpoint, is_dinov3
 from .eva02 import Eva02Checkpoint, is_eva02, is_eva02_architecture
 from .rope_vit import RopeVitCheckpoint, is_rope_vit
 from .files import discover
+from .layerscale_blocks import is_layerscale_ape, layerscale_ape_format
 from .flax import BigVisionCheckpoint, BigVisionNaFlexCheckpoint, VitJaxCheckpoint, is_flat_patch_kernel
 from .hf import HFCheckpoint, VIT_MODEL_TYPES
 from .hf_beit import BEIT_MODEL_TYPES, HFBeitCheckpoint

@@ -23,10 +23,10 @@ from ..beit_models import BEIT
 from ..config import SimpleViTConfig
 from ..errors import ViTVariantsError
 from .beit import expand_table, stack_tables
-from .hf import HFCheckpoint
 from .preprocessing import assumed_preprocessing
 from .source import Rule
 from .tensor_rules import for_key, q_none_v_bias
+from .transformers_folder import VIT_LAYER_NAMES, TransformersCheckpoint
 
 __all__ = ['BEIT_MODEL_TYPES', 'HFBeitCheckpoint']
 
@@ -36,10 +36,10 @@ _ATTN = _LAYER + 'attention.attention.'
 _LAYER_TABLE = _ATTN + 'relative_position_bias.relative_position_bias_table'
 _SHARED_TABLE = '{p}encoder.relative_position_bias.relative_position_bias_table'
 _MASK = '{p}embeddings.mask_token'
-# transformers ViT's layer names (``hf._TABLE``) without its pooler's dense layer, with BEiT's q/v-only bias,
+# transformers ViT's layer names (``VIT_LAYER_NAMES``) without its pooler's dense layer, with BEiT's q/v-only bias,
 # LayerScale and mean-pooling norm
 _RULES: Dict[str, Rule] = {
-    **{key: rule for key, rule in HFCheckpoint.RULES.items() if not key.startswith('pre_logits.')},
+    **{key: rule for key, rule in VIT_LAYER_NAMES.items() if not key.startswith('pre_logits.')},
     'blocks.{i}.attn.qkv.bias': Rule((_ATTN + 'query.bias', _ATTN + 'value.bias'), q_none_v_bias),
     'blocks.{i}.ls1.gamma': Rule((_LAYER + 'lambda_1',)),
     'blocks.{i}.ls2.gamma': Rule((_LAYER + 'lambda_2',)),
@@ -48,9 +48,10 @@ _RULES: Dict[str, Rule] = {
 }
 
 
-class HFBeitCheckpoint(HFCheckpoint):
+class HFBeitCheckpoint(TransformersCheckpoint):
     """A transformers BEiT or data2vec-vision folder (the ViT reader's class names, its own layer names)."""
     RULES = _RULES
+    TENSOR_RULES = (for_key('rel_pos.tables', lambda r: r._tables_rule()),)
     CLASSES = {**dict.fromkeys(('BeitModel', 'BeitForImageClassification', 'Data2VecVisionModel',
                                 'Data2VecVisionForImageClassification')),
                'BeitForMaskedImageModeling': 'its output is the masked-image-modelling head (lm_head, logits over '
@@ -63,8 +64,6 @@ class HFBeitCheckpoint(HFCheckpoint):
         # the classifier sits outside the prefix; the mask token is for masked-image pretraining only
         return {n for n in self._store.names()
                 if (n.startswith(self._prefix) or n.startswith('classifier.')) and n != _MASK.format(p=self._prefix)}
-
-    TENSOR_RULES = (for_key('rel_pos.tables', lambda r: r._tables_rule()),)
 
     def _tables_rule(self) -> Rule:
         """Our ``rel_pos.tables``: the shared table copied into every block, else each layer's."""

@@ -18,11 +18,11 @@ from typing import Any, Dict, Optional, Tuple
 from ..clip_models import CLIP_TOWER, OPENAI_MEAN, OPENAI_STD
 from ..config import SimpleViTConfig
 from ..errors import ViTVariantsError
-from .hf import HFCheckpoint
 from .fills import add_leading_axis, stack_rows
 from .preprocessing import assumed_preprocessing
 from .source import Rule, SourceCheckpoint
 from .tensor_rules import as_token, named
+from .transformers_folder import TransformersCheckpoint
 
 __all__ = ['HFClipCheckpoint', 'CLIP_MODEL_TYPES', 'CLIP_LAYOUTS', 'clip_layout']
 
@@ -82,7 +82,7 @@ _CLASSIFIER = ('classifier.weight', 'classifier.bias')
 _POST_NORM = ('{p}post_layernorm.weight', '{p}post_layernorm.bias')
 
 
-class HFClipCheckpoint(HFCheckpoint):
+class HFClipCheckpoint(TransformersCheckpoint):
     """A transformers CLIP-layout folder, read as its image tower (with ``visual_projection`` as the head when
     present)."""
     _pre, _layers = 'pre_layrnorm', 'layers'  # the names of the pre-norm and the block list, read off the tensors

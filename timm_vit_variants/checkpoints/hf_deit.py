@@ -11,7 +11,7 @@ from typing import Dict
 
 from ..config import SimpleViTConfig
 from ..errors import ViTVariantsError
-from .hf import _TABLE as VIT_RULES, TransformersCheckpoint
+from .transformers_folder import VIT_LAYER_NAMES, TransformersCheckpoint
 from .preprocessing import imagenet_preprocessing
 from .source import Rule
 
@@ -20,7 +20,7 @@ __all__ = ['HFDeitCheckpoint', 'DEIT_MODEL_TYPES']
 DEIT_MODEL_TYPES = ('deit',)
 # transformers saves DeiT's tensors under ViT's names: ViT's rules, with the distillation token and the two classifiers.
 _TABLE: Dict[str, Rule] = {
-    **{ours: rule for ours, rule in VIT_RULES.items() if not ours.startswith(('head.', 'pre_logits.'))},
+    **{ours: rule for ours, rule in VIT_LAYER_NAMES.items() if not ours.startswith(('head.', 'pre_logits.'))},
     'dist_token': Rule(('{p}embeddings.distillation_token',)),
     'head.weight': Rule(('cls_classifier.weight',)),
     'head.bias': Rule(('cls_classifier.bias',)),

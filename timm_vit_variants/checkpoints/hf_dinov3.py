@@ -13,23 +13,22 @@ from ..config import SimpleViTConfig
 from ..dino_models import DINOV3
 from ..errors import ViTVariantsError
 from .fills import stack_rows
-from .hf_dinov2 import HFDinoReader, dino_table
 from .preprocessing import assumed_preprocessing
 from .source import Rule
 from .tensor_rules import dinov3_periods, for_key, qv_bias
+from .transformers_dino import KINDS, HFDinoReader, dino_table
 
 __all__ = ['DINOV3_MODEL_TYPES', 'HFDinov3Checkpoint']
 
 DINOV3_MODEL_TYPES = ('dinov3_vit',)
 _LAYER = 'layer.{i}.'  # as save_pretrained writes it (transformers v5 names it model.layer in memory)
 _ATTN = _LAYER + 'attention.'
-_KINDS = ('weight', 'bias')
 _MLP = {'fc1': 'up_proj', 'fc2': 'down_proj', 'fc1_g': 'gate_proj', 'fc1_x': 'up_proj'}
 _TABLE = {**dino_table(_LAYER, 'embeddings.patch_embeddings', 'o_proj', 'norm'),
           **{f'blocks.{{i}}.attn.qkv.{k}': Rule(tuple(f'{_ATTN}{q}_proj.{k}' for q in 'qkv'), stack_rows)
-             for k in _KINDS},
+             for k in KINDS},
           **{f'blocks.{{i}}.mlp.{ours}.{k}': Rule((f'{_LAYER}mlp.{theirs}.{k}',)) for ours, theirs in _MLP.items()
-             for k in _KINDS}}
+             for k in KINDS}}
 
 
 class HFDinov3Checkpoint(HFDinoReader):

@@ -19,10 +19,10 @@ from typing import Any, Dict, Set, Tuple
 from ..config import SimpleViTConfig
 from ..errors import ViTVariantsError
 from .fills import add_leading_axis, linear_patch_kernel, split_rows, stack_rows
-from .hf import TransformersCheckpoint
 from .naflex_reader import NaFlexReader
 from .preprocessing import assumed_preprocessing
 from .source import Rule
+from .transformers_folder import TransformersCheckpoint
 
 __all__ = ['HFSiglipCheckpoint', 'HFSiglip2Checkpoint', 'SIGLIP_MODEL_TYPES']
 

@@ -7,8 +7,8 @@ timm's ``rope.freqs`` (2, depth, heads, hd / 2); the stored ``freqs_t_x``/``freq
 coordinates, recomputed here for each image's own grid). The ``_ape`` models add a learned table with no [CLS]
 slot, resized bicubic without antialias (our 'ropevit' rule).
 
-An axial ``_ape`` file has the keys of a plain DeiT-III one; ``deit.family_evidence`` tells them apart by name (see
-``deit.py``), and the choice is named among the facts not read from the file.
+An axial ``_ape`` file has the keys of a plain DeiT-III one; ``layerscale_blocks.family_evidence`` tells them apart
+by name, and the choice is named among the facts not read from the file.
 
 The original recomputes its grid only when the token count changes, so an input with the stored count and
 another shape (4x9 for a 6x6 model) reuses the stored grid there; this reader's model always uses each image's
@@ -21,8 +21,8 @@ import torch
 
 from ..config import SimpleViTConfig, heads_for_width
 from ..dino_models import ROPEVIT, ROPEVIT_KINDS
-from .deit import LayerScaleBlocks, is_layerscale_ape, record_family
 from .fills import Misfit
+from .layerscale_blocks import LayerScaleBlocks, is_layerscale_ape, record_family
 from .preprocessing import imagenet_preprocessing
 from .tensor_rules import named
 
@@ -37,7 +37,7 @@ _APE_NOTE = ", a table with no [CLS] slot: resize rule 'ropevit' (bicubic, no an
 def is_rope_vit(names: Set[str]) -> bool:
     """Whether a state dict has RoPE-ViT's layout: DeiT-III blocks (LayerScale as ``gamma_1``) and a patch conv.
 
-    A plain DeiT-III file (no RoPE) has the keys of an axial ``_ape`` one (``deit.is_layerscale_ape``): which of the
+    A plain DeiT-III file (no RoPE) has the keys of an axial ``_ape`` one (``layerscale_blocks.is_layerscale_ape``): which of the
     two it is, the detection decides from its name.
     """
     return 'blocks.0.gamma_1' in names and 'patch_embed.proj.weight' in names
