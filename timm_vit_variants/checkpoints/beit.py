@@ -76,16 +76,15 @@ class BeitCheckpoint(SourceCheckpoint):
     PREPROCESSING_DEFAULTS = assumed_preprocessing(
         'bicubic', 0.9, 'center', "not recorded by the checkpoint; BEiT's eval (crop 0.9, bicubic, mean = std = 0.5)")
     _shared = False
-
-    def _candidates(self) -> Set[str]:
-        return {n for n in super()._candidates()
-                if not MIM_ONLY.match(n[len(self._prefix):]) and not _INDEX.search(n)}
-
     TENSOR_RULES = (
         for_key('rel_pos.tables', lambda r: r._tables_rule()),
         qv_bias('{p}blocks.{i}.attn.q_bias', '{p}blocks.{i}.attn.v_bias', unless='{p}blocks.{i}.attn.qkv.bias'),
         renamed_keys(LAYER_SCALE),
     )
+
+    def _candidates(self) -> Set[str]:
+        return {n for n in super()._candidates()
+                if not MIM_ONLY.match(n[len(self._prefix):]) and not _INDEX.search(n)}
 
     def _tables_rule(self) -> Rule:
         """Our ``rel_pos.tables``: the shared pretraining table copied into every block, else each block's."""
