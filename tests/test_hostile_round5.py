@@ -22,7 +22,7 @@ from porting.pipeline import all_finite as pipeline_all_finite
 from porting.redact import redact, without_credentials
 from porting.sources import download_dir
 
-import _porting_fixtures as F
+import checkpoint_fixtures as F
 from hub_server import serving
 from model_probes import load_like_user
 

@@ -14,7 +14,7 @@ from porting.safetensors_writer import SafetensorsWriter
 from timm_vit_variants import SimpleVisionTransformer
 from timm_vit_variants.errors import ViTVariantsError
 
-import _porting_fixtures as F
+import checkpoint_fixtures as F
 
 
 @pytest.fixture(scope='module')
