@@ -255,7 +255,7 @@ def test_a_failed_download_leaves_an_earlier_entry_alone(web, tmp_path, capsys):
 ])
 def test_credentials_in_an_http_url_are_refused_before_anything_is_sent(url, shown, tmp_path, capsys, monkeypatch):
     """HTTP basic auth is not encrypted: over http:// (to another machine) the credentials would cross the network
-    readable by anyone on the way. (test_hostile_round5 sends them to a loopback server, which crosses none.)"""
+    readable by anyone on the way. (test_hostile_inputs sends them to a loopback server, which crosses none.)"""
     sent = []
     monkeypatch.setattr(url_download, '_download', lambda *args, **kwargs: sent.append(args))
     line = convert_fails(capsys, ['convert', url, str(tmp_path / 'out')], shown, 'clear text', 'https://')
