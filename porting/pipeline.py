@@ -24,11 +24,12 @@ from timm_vit_variants.config import HEAD_KEYS, PREPROCESSING_KEYS
 from timm_vit_variants.errors import ViTVariantsError
 from timm_vit_variants.geometry import fit_stream
 
-from .hub_folder import CONFIG_FILE, SINGLE_FILE, SafetensorsWriter, parse_size, write_card, write_config
+from .hub_folder import CONFIG_FILE, parse_size, write_card, write_config
 from .output import atomic_folder, check_output
 from .hashing import source_sha256
 from .plan import ConversionPlan, make_plan, open_source
 from .request import ConvertRequest, SourceOptions, request_of
+from .safetensors_writer import SINGLE_FILE, SafetensorsWriter
 from .sources import resolve_source
 from .verification import Verification
 from .verification.conversion import loads_as_written, shared_caveats, verify_source, with_tag_facts

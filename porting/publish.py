@@ -33,7 +33,8 @@ from timm_vit_variants.errors import ViTVariantsError, first_line, reraised_as
 from .card import REPO_PLACEHOLDER, build_model_card, fill_repo_id
 from .hub_access import full_repo_id, is_offline
 from .redact import holds_token, known_tokens, redact
-from .hub_folder import CARD_FILE, INDEX_FILE, SINGLE_FILE, check_config_fields, read_config
+from .hub_folder import CARD_FILE, check_config_fields, read_config
+from .safetensors_writer import INDEX_FILE, SINGLE_FILE
 
 DEFAULT_BRANCH = 'main'
 _CHUNK = 8 << 20

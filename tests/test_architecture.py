@@ -15,7 +15,7 @@ import timm_vit_variants  # noqa: F401
 from porting.hub_folder import save_pretrained_folder
 from timm_vit_variants import SimpleViTConfig, architecture_for
 
-from ckpt_fixtures import jax_params, randomize, tiny_timm_vit, write_npz
+from checkpoint_fixtures import jax_params, randomize, tiny_timm_vit, write_npz_at as write_npz
 
 REPO = Path(__file__).resolve().parents[1]
 NAME = 'simple_vit_tiny_patch4_32'

@@ -12,7 +12,7 @@ from safetensors.torch import save_file
 from timm_vit_variants import SimpleVisionTransformer, ViTVariantsError
 from timm_vit_variants.checkpoints import detect_format, load_into_model
 
-from ckpt_fixtures import jax_params, open_checkpoint, tiny_timm_vit, write_npz
+from checkpoint_fixtures import jax_params, open_checkpoint, tiny_timm_vit, write_npz_at as write_npz
 
 
 torch.set_num_threads(1)

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from timm_vit_variants import ViTVariantsError
 
-from ckpt_fixtures import jax_params, open_checkpoint, tiny_timm_vit
+from checkpoint_fixtures import jax_params, open_checkpoint, tiny_timm_vit
 
 torch.set_num_threads(1)
 BV = dict(class_token=True, no_embed_class=True, global_pool='token', fc_norm=False, act_layer='gelu_tanh')

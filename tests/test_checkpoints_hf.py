@@ -11,7 +11,7 @@ from safetensors.torch import load_file  # noqa: E402
 from timm_vit_variants import SimpleVisionTransformer  # noqa: E402
 from timm_vit_variants.checkpoints import detect_format, load_into_model  # noqa: E402
 
-from ckpt_fixtures import open_checkpoint, randomize  # noqa: E402
+from checkpoint_fixtures import open_checkpoint, randomize  # noqa: E402
 
 
 TOL = 1e-4

@@ -13,7 +13,8 @@ import torch
 from timm_vit_variants import SimpleVisionTransformer
 from timm_vit_variants.checkpoints import detect_format, load_into_model
 
-from ckpt_fixtures import jax_params, np_posemb_sincos_2d, open_checkpoint, round_to_bf16, tiny_timm_vit, write_npz
+from checkpoint_fixtures import (
+    jax_params, np_posemb_sincos_2d, open_checkpoint, round_to_bf16, tiny_timm_vit, write_npz_at as write_npz)
 
 TOL = 1e-5
 torch.set_num_threads(1)
@@ -192,7 +193,7 @@ def test_load_into_model_pi_resize_and_resample(tmp_path):
 def test_timm_create_model_pretrained_npz(tmp_path):
     """simple_vit_small_patch16_224 reads a big_vision S/16 npz (gap, sin-cos, rep 384) exactly; patch 8 PI-resizes."""
     src = timm.create_model('simple_vit_small_patch16_224', depth=1, num_classes=3, weight_init='skip')
-    from ckpt_fixtures import randomize
+    from checkpoint_fixtures import randomize
     randomize(src)
     # A big_vision-named archive written from the source model through timm-layout tensors.
     timm_twin = tiny_timm_vit(img_size=224, patch_size=16, embed_dim=384, depth=1, num_heads=6, mlp_ratio=4.0,
@@ -281,7 +282,7 @@ def test_iter_tensors_streams_each_array_once(tmp_path, monkeypatch, scan):
 def test_registered_bv_tag_downloads_through_timm_url_path(tmp_path, monkeypatch):
     """The bv_i1k tags use timm's url + custom_load path: download into the hub cache, then our reader."""
     src = timm.create_model('simple_vit_small_patch16_224', depth=1, weight_init='skip')
-    from ckpt_fixtures import randomize
+    from checkpoint_fixtures import randomize
     randomize(src)
     timm_twin = tiny_timm_vit(img_size=224, patch_size=16, embed_dim=384, depth=1, num_heads=6, mlp_ratio=4.0,
                               num_classes=0, **BV_GAP)

@@ -13,7 +13,7 @@ from timm.models.vision_transformer import VisionTransformer
 from timm_vit_variants import SimpleVisionTransformer, ViTVariantsError
 from timm_vit_variants.checkpoints import detect_format, load_into_model
 
-from ckpt_fixtures import open_checkpoint, randomize
+from checkpoint_fixtures import open_checkpoint, randomize
 
 
 TOL = 1e-5

@@ -11,7 +11,7 @@ import timm_vit_variants  # noqa: F401  (registers simple_vit_*)
 from porting.cli import main
 from timm_vit_variants.errors import ViTVariantsError
 
-import _porting_fixtures as F
+import checkpoint_fixtures as F
 
 REPO = Path(__file__).resolve().parents[1]
 NPZ = REPO / 'tests' / 'data' / 'reference' / 'bigvision_learn_tok.npz'

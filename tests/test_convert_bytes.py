@@ -11,7 +11,7 @@ import pytest
 
 from porting.cli import main
 
-import _porting_fixtures as F
+import checkpoint_fixtures as F
 
 PREVIOUS_WRITER = {
     'pth': 'b9542f79b31c7fbb9fcf1a0a2270d266c0db95696aa0af6475f7e22adf85f168',

@@ -4,7 +4,7 @@ import os
 import numpy as np
 import pytest
 
-import _porting_fixtures as F
+import checkpoint_fixtures as F
 from porting.output import WriteBehind
 from timm_vit_variants.checkpoints.npz_store import NpzStore
 

@@ -19,7 +19,7 @@ from porting.export import METADATA_FILE, export_onnx, export_pt2
 from porting.hub_folder import save_pretrained_folder
 from timm_vit_variants import SimpleVisionTransformer
 
-import _porting_fixtures as F
+import checkpoint_fixtures as F
 
 onnx = pytest.importorskip('onnx')
 ort = pytest.importorskip('onnxruntime')

@@ -26,7 +26,7 @@ from porting.cli import main
 from porting.hub_folder import save_pretrained_folder
 from porting.publish import push_folder
 
-import _porting_fixtures as F
+import checkpoint_fixtures as F
 from hub_server import FakeHub, keep_client_local
 
 pytest.importorskip('transformers')

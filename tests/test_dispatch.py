@@ -1,7 +1,7 @@
 """Reader dispatch is one table (``detect.DISPATCH``): every source format reaches its reader through it, the table's
 order decides the layouts that overlap, ``fmt=`` picks within a format's rows, and a family joins with one row.
 
-The sources are the project's fixtures (``tests/data``, ``_porting_fixtures``) and tiny files written by timm's and
+The sources are the project's fixtures (``tests/data``, ``checkpoint_fixtures``) and tiny files written by timm's and
 transformers' own ``save_*`` code; opening one reads only its names, shapes and config, so the whole file is fast.
 """
 import shutil
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from _porting_fixtures import write_hf_folder, write_timm_file, write_timm_folder, write_timm_naflex_folder
+from checkpoint_fixtures import write_hf_folder, write_timm_file, write_timm_folder, write_timm_naflex_folder
 from timm_vit_variants.checkpoints import detect, detect_format, open_checkpoint
 from timm_vit_variants.checkpoints.rope_vit import is_rope_vit
 from timm_vit_variants.errors import ViTVariantsError

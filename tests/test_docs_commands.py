@@ -43,7 +43,7 @@ DOWNLOADS = {
     'webli_en_so400m_384_58765454.npz': REF / 'siglip_tiny384.npz',  # SigLIP So400m/14 at 384 (two towers, MAP head)
     'siglip2_so400m16_naflex.npz': REF / 'naflex_tiny.npz',         # SigLIP 2 NaFlex So400m/16 (Dense kernel, G x G table)
 }
-# Hub repos the documents read -> the _porting_fixtures writer of what the loopback Hub holds there.
+# Hub repos the documents read -> the checkpoint_fixtures writer of what the loopback Hub holds there.
 HUB_REPOS = {'google/vit-base-patch16-224': 'write_hf_folder',  # a transformers ViT folder
              'timm/naflexvit_so400m_patch16_siglip.v2_webli': 'write_timm_naflex_folder'}  # timm NaFlexVit
 
@@ -134,7 +134,7 @@ def plan_for(document):
 
 @pytest.fixture(scope='module')
 def hub(tmp_path_factory):
-    import _porting_fixtures as F
+    import checkpoint_fixtures as F
     root = tmp_path_factory.mktemp('hub-repos')
     with FakeHub(token=TOKEN, user=USER, max_lifetime=900) as server:
         for repo_id, writer in HUB_REPOS.items():

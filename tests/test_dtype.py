@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-import _porting_fixtures as F
+import checkpoint_fixtures as F
 from porting import cli
 from porting.commands.options import DTYPES
 from porting.hub_folder import load_folder

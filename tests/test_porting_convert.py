@@ -19,7 +19,7 @@ from model_probes import load_like_user
 from porting.cli import main
 from porting.hub_folder import load_folder
 
-import _porting_fixtures as F
+import checkpoint_fixtures as F
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -9,7 +9,7 @@ from porting.cli import main
 from porting.hub_folder import save_pretrained_folder
 from timm_vit_variants import SimpleVisionTransformer
 
-import _porting_fixtures as F
+import checkpoint_fixtures as F
 
 
 @pytest.fixture(scope='module')
@@ -147,7 +147,7 @@ def test_shard_size_is_validated(npz, tmp_path, capsys):
 
 def test_cli_adds_the_flag_for_what_the_plugin_needs(tmp_path, capsys):
     """The plugin's error names the missing fact; the command line names the flag that gives it."""
-    from ckpt_fixtures import jax_params, tiny_timm_vit, write_npz
+    from checkpoint_fixtures import jax_params, tiny_timm_vit, write_npz_at as write_npz
     from porting.cli import main
 
     ref = tiny_timm_vit(img_size=(16, 12), class_token=False, no_embed_class=True, global_pool='avg', fc_norm=False)

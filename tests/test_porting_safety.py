@@ -26,7 +26,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from porting.cli import main
 from porting.output import OLD, PARTIAL
 
-import _porting_fixtures as F
+import checkpoint_fixtures as F
 
 REPO = Path(__file__).resolve().parents[1]
 SECRET = 'hf_' + 'S3cr3tT0kenValue' * 2

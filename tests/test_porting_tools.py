@@ -7,13 +7,14 @@ from safetensors import safe_open
 
 import timm
 from porting.cli import main
-from porting.hub_folder import SafetensorsWriter, parse_size
+from porting.hub_folder import parse_size
 from porting.verification import bigvision_posemb_sincos_2d
 from porting.hub_folder import save_pretrained_folder
+from porting.safetensors_writer import SafetensorsWriter
 from timm_vit_variants import SimpleVisionTransformer
 from timm_vit_variants.errors import ViTVariantsError
 
-import _porting_fixtures as F
+import checkpoint_fixtures as F
 
 
 @pytest.fixture(scope='module')

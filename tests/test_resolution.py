@@ -8,7 +8,7 @@ from timm.layers import resample_patch_embed
 
 import timm_vit_variants  # noqa: F401
 from model_probes import embedded
-from ckpt_fixtures import np_posemb_sincos_2d  # independent numpy transcription of big_vision's formula
+from checkpoint_fixtures import np_posemb_sincos_2d  # independent numpy transcription of big_vision's formula
 from timm_vit_variants import ViTVariantsError, sincos_2d
 
 TINY = dict(embed_dim=32, depth=2, num_heads=2, mlp_dim=64, num_classes=5)

@@ -18,7 +18,7 @@ import pytest
 from porting.cli import main
 from porting.output import OLD, PARTIAL
 
-import _porting_fixtures as F
+import checkpoint_fixtures as F
 
 REPO = Path(__file__).resolve().parents[1]
 HANG = 600  # seconds; only a hang gets near it

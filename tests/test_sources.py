@@ -18,7 +18,7 @@ from porting.cli import main
 from porting.sources import download_dir, resolve_source, url_cache_path
 from timm_vit_variants.errors import ViTVariantsError
 
-import _porting_fixtures as F
+import checkpoint_fixtures as F
 from hub_server import FakeHub, keep_client_local
 
 REF = Path(__file__).parent / 'data' / 'reference'

@@ -6,7 +6,7 @@ import pytest
 
 from porting.cli import main
 
-import _porting_fixtures as F
+import checkpoint_fixtures as F
 
 REF = Path(__file__).resolve().parent / 'data' / 'reference'
 

@@ -237,7 +237,7 @@ def test_pretrained_path_hub_folder(tmp_path):
 def test_pretrained_path_big_vision_npz(data_dir, tmp_path):
     # --pretrained --pretrained-path FILE.npz: a big_vision archive (gap pooling, sin-cos, no stored table)
     # goes through the plugin's reader; the body matches the timm model it was written from.
-    from ckpt_fixtures import jax_params, tiny_timm_vit, write_npz
+    from checkpoint_fixtures import jax_params, tiny_timm_vit, write_npz_at as write_npz
     ref = tiny_timm_vit(class_token=False, no_embed_class=True, global_pool='avg', fc_norm=False,
                         act_layer='gelu_tanh', num_heads=2)
     params = jax_params(ref, 'bigvision')

@@ -7,7 +7,7 @@ import pytest
 import timm
 import torch
 
-from ckpt_fixtures import randomize
+from checkpoint_fixtures import randomize
 from model_probes import load_like_user
 from porting.cli import main
 from porting.verification.eva02_ref import eva02_outputs

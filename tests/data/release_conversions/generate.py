@@ -10,7 +10,7 @@ One tiny converted Hub folder per family and source form (``config.json`` and ``
 
 The sources are the existing tests' fixtures, kept small: the committed files under tests/data/reference*/ (written
 by each family's own code) cut to their first block, or models built as the tests' own builders build them
-(``_porting_fixtures``, ``ckpt_fixtures``, ``test_*`` helpers), narrower.
+(``checkpoint_fixtures``, ``test_*`` helpers), narrower.
 
 Only meaningful on the release it freezes (it refuses any other version, or changed package code)::
 
@@ -89,19 +89,19 @@ def first_block(path: Path, name: Optional[str] = None) -> Callable[[Path], Path
 # -- sources built the way the tests build them ---------------------------------------------------------------------
 
 def timm_folder(tmp: Path) -> Path:
-    from _porting_fixtures import write_timm_folder
+    from checkpoint_fixtures import write_timm_folder
     return write_timm_folder(tmp)
 
 
 def hf_vit_folder(tmp: Path) -> Path:
-    from _porting_fixtures import write_hf_folder
+    from checkpoint_fixtures import write_hf_folder
     return write_hf_folder(tmp)
 
 
 def deit_file(arch: str) -> Callable[[Path], Path]:
     """DeiT's ``{'model': state_dict}`` of timm's class, as DeiT's models.py builds it (tests/test_deit.py), narrow."""
     def build(tmp: Path) -> Path:
-        from ckpt_fixtures import randomize
+        from checkpoint_fixtures import randomize
         model = timm.create_model(arch, pretrained=False, img_size=16, patch_size=4, embed_dim=32, depth=2,
                                   num_heads=2, mlp_ratio=2, num_classes=5)
         path = tmp / f'{arch}.pth'
@@ -215,7 +215,7 @@ def saved_model(**kwargs: Any) -> Callable[[Path], Path]:
     """A model of the family built in memory and written by ``vit_port.save_pretrained_folder`` (the API's other
     writer: CPVT and the patch-embedding options have no source format)."""
     def build(tmp: Path) -> Path:
-        from ckpt_fixtures import randomize
+        from checkpoint_fixtures import randomize
         from timm_vit_variants import SimpleVisionTransformer
         model = randomize(SimpleVisionTransformer(embed_dim=32, depth=2, num_heads=2, mlp_dim=64, patch_size=8,
                                                   img_size=32, num_classes=5, **kwargs), seed=5)
@@ -237,7 +237,7 @@ CASES: List[Case] = [
     Case('siglip', 'transformers SiglipVisionModel: MAP head, gelu_tanh, no classes', hf_siglip_folder, (20, 36)),
     Case('siglip2_naflex', 'transformers Siglip2VisionModel: NaFlex tower, linear patch embedding, MAP head',
          hf_siglip2_folder, (12, 28)),
-    # timm and transformers ViTs (tests/_porting_fixtures.py)
+    # timm and transformers ViTs (tests/checkpoint_fixtures.py)
     Case('timm_vit', 'timm save_for_hf folder: [CLS] pooling, table with a cls slot, exact GELU',
          timm_folder, (24, 40)),
     Case('hf_vit_bf16', 'transformers ViT folder (eps 1e-12), written in bfloat16 (model_args.dtype)',

@@ -14,7 +14,7 @@ import torch
 import timm_vit_variants  # noqa: F401
 from porting.cli import main
 
-import _porting_fixtures as F
+import checkpoint_fixtures as F
 
 REF = Path(__file__).resolve().parent / 'data' / 'reference'
 MAP_ATTN = 'params/img/MAPHead_0/MultiHeadDotProductAttention_0/'

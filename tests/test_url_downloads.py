@@ -13,6 +13,7 @@ import pytest
 from huggingface_hub import constants
 
 import porting.sources as sources
+import porting.url_download as url_download
 from porting import api
 from porting.cli import main
 from porting.sources import download_dir, resolve_source, url_cache_path
@@ -188,7 +189,7 @@ def _help(capsys, command):
 
 def test_progress_is_a_line_every_few_seconds_off_a_terminal(web, capsys, monkeypatch):
     _, base = web
-    monkeypatch.setattr(sources, '_PROGRESS_EVERY', 0.3)
+    monkeypatch.setattr(url_download, '_PROGRESS_EVERY', 0.3)
     resolved = resolve_source(f'{base}/slow/vit_tiny.npz')
     lines = capsys.readouterr().err.splitlines()
     assert len(lines) >= 2, lines
@@ -254,8 +255,8 @@ def test_a_failed_download_leaves_an_earlier_entry_alone(web, tmp_path, capsys):
 ])
 def test_credentials_in_an_http_url_are_refused_before_anything_is_sent(url, shown, tmp_path, capsys, monkeypatch):
     """HTTP basic auth is not encrypted: over http:// (to another machine) the credentials would cross the network
-    readable by anyone on the way. (test_hostile_round5 sends them to a loopback server, which crosses none.)"""
+    readable by anyone on the way. (test_hostile_inputs sends them to a loopback server, which crosses none.)"""
     sent = []
-    monkeypatch.setattr(sources, '_download', lambda *args, **kwargs: sent.append(args))
+    monkeypatch.setattr(url_download, '_download', lambda *args, **kwargs: sent.append(args))
     line = convert_fails(capsys, ['convert', url, str(tmp_path / 'out')], shown, 'clear text', 'https://')
     assert 'pa55w0rd' not in line and sent == [] and not (tmp_path / 'out').exists()

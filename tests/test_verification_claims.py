@@ -27,8 +27,8 @@ from timm_vit_variants import SimpleVisionTransformer
 from porting.output import OLD, PARTIAL
 from timm_vit_variants import ViTVariantsError
 
-import _porting_fixtures as F
-from ckpt_fixtures import open_checkpoint
+import checkpoint_fixtures as F
+from checkpoint_fixtures import open_checkpoint
 
 REPO = Path(__file__).resolve().parents[1]
 REF = REPO / 'tests' / 'data' / 'reference'

@@ -1,4 +1,4 @@
-"""The fifth hostile round (issue 32, build item 5): each case a file or request that went wrong before.
+"""Hostile files and requests (issue 32, build item 5): each case a file or request that went wrong before.
 
 Each case ends in the correct result or in one clear refusal: one ``error:`` line naming the file, key and
 reason, a non-zero exit, and nothing left behind. Each test failed on the code before its fix.
@@ -22,7 +22,7 @@ from porting.pipeline import all_finite as pipeline_all_finite
 from porting.redact import redact, without_credentials
 from porting.sources import download_dir
 
-import _porting_fixtures as F
+import checkpoint_fixtures as F
 from hub_server import serving
 from model_probes import load_like_user
 
