@@ -9,7 +9,7 @@ CLIP's (width,) [CLS] embedding, DINOv3's periods computed as its ports compute 
 ``config.json`` or training checkpoint records.
 """
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Dict, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
 
@@ -19,8 +19,8 @@ from ..rope import dinov3_periods as rope_periods
 from .fills import Fill, Misfit, _put, _rank, copy
 from .preprocessing import checked_preprocessing
 
-if TYPE_CHECKING:  # only for annotations: source.py imports this module
-    from .source import SourceCheckpoint
+# The reader a rule is asked by: a ``source.SourceCheckpoint``, not imported (source.py imports this module).
+Reader = Any
 
 __all__ = ['Rule', 'RuleFn', 'LAYER_SCALE', 'renamed', 'renamed_keys', 'named', 'for_key', 'qv_bias', 'q_none_v_bias',
            'as_token', 'dinov3_periods', 'timm_recorded_preprocessing', 'first_rule']
@@ -34,8 +34,8 @@ class Rule:
 
 
 # (reader, our key pattern, the reader's template fields for the block) -> a rule of source templates, or None.
-RuleFn = Callable[['SourceCheckpoint', str, Dict[str, Any]], Optional[Rule]]
-Condition = Callable[['SourceCheckpoint'], bool]
+RuleFn = Callable[[Reader, str, Dict[str, Any]], Optional[Rule]]
+Condition = Callable[[Reader], bool]
 # Our LayerScale names -> those of DeiT-III's ``Layer_scale_init_Block``, BEiT and timm's Eva (``gamma_1``/``gamma_2``).
 LAYER_SCALE = {'ls1.gamma': 'gamma_1', 'ls2.gamma': 'gamma_2'}
 
@@ -50,7 +50,7 @@ def renamed(key: str, names: Mapping[str, str]) -> str:
 def renamed_keys(names: Mapping[str, str], when: Optional[Condition] = None) -> RuleFn:
     """Our key with the parts ``names`` maps (ours -> theirs) replaced, under the prefix, for the keys one of them
     is part of, where ``when`` holds."""
-    def rule(reader: 'SourceCheckpoint', pattern: str, fields: Dict[str, Any]) -> Optional[Rule]:
+    def rule(reader: Reader, pattern: str, fields: Dict[str, Any]) -> Optional[Rule]:
         if not any(ours in pattern for ours in names) or (when is not None and not when(reader)):
             return None
         return Rule(('{p}' + renamed(pattern, names),))
@@ -60,7 +60,7 @@ def renamed_keys(names: Mapping[str, str], when: Optional[Condition] = None) -> 
 def named(table: Mapping[str, Union[str, Tuple[str, ...]]], fill: Fill = copy,
           when: Optional[Condition] = None) -> RuleFn:
     """Our keys -> source name templates (one, or several for ``fill``), where ``when`` holds."""
-    def rule(reader: 'SourceCheckpoint', pattern: str, fields: Dict[str, Any]) -> Optional[Rule]:
+    def rule(reader: Reader, pattern: str, fields: Dict[str, Any]) -> Optional[Rule]:
         if pattern not in table or (when is not None and not when(reader)):
             return None
         sources = table[pattern]
@@ -68,9 +68,9 @@ def named(table: Mapping[str, Union[str, Tuple[str, ...]]], fill: Fill = copy,
     return rule
 
 
-def for_key(pattern: str, make: Callable[['SourceCheckpoint'], Rule]) -> RuleFn:
+def for_key(pattern: str, make: Callable[[Reader], Rule]) -> RuleFn:
     """Our key ``pattern``'s rule, made from what the reader has read (e.g. a count of tables, a computed fill)."""
-    def rule(reader: 'SourceCheckpoint', key: str, fields: Dict[str, Any]) -> Optional[Rule]:
+    def rule(reader: Reader, key: str, fields: Dict[str, Any]) -> Optional[Rule]:
         return make(reader) if key == pattern else None
     return rule
 
@@ -78,7 +78,7 @@ def for_key(pattern: str, make: Callable[['SourceCheckpoint'], Rule]) -> RuleFn:
 def qv_bias(q: str, v: str, unless: Optional[str] = None) -> RuleFn:
     """Our fused ``qkv.bias`` from separate q and v bias templates (the k third zero), unless the source stores the
     tensor ``unless`` names (its own fused or k bias)."""
-    def rule(reader: 'SourceCheckpoint', pattern: str, fields: Dict[str, Any]) -> Optional[Rule]:
+    def rule(reader: Reader, pattern: str, fields: Dict[str, Any]) -> Optional[Rule]:
         if pattern != 'blocks.{i}.attn.qkv.bias' or (unless is not None and unless.format(**fields) in reader._store):
             return None
         return Rule((q, v), q_none_v_bias)
@@ -111,7 +111,7 @@ def dinov3_periods(theta: float) -> Fill:
     return fill
 
 
-def timm_recorded_preprocessing(reader: 'SourceCheckpoint') -> Dict[str, Any]:
+def timm_recorded_preprocessing(reader: Reader) -> Dict[str, Any]:
     """A timm source's recorded preprocessing: ``config.json``'s ``pretrained_cfg``, else what a timm training
     checkpoint's args record; each value checked."""
     if reader.source_config.get('pretrained_cfg'):
@@ -126,7 +126,7 @@ def timm_recorded_preprocessing(reader: 'SourceCheckpoint') -> Dict[str, Any]:
     return {**recorded, **extra}
 
 
-def first_rule(reader: 'SourceCheckpoint', rules: Sequence[RuleFn], pattern: str,
+def first_rule(reader: Reader, rules: Sequence[RuleFn], pattern: str,
                fields: Dict[str, Any]) -> Optional[Rule]:
     """The first of ``rules`` that answers for ``pattern``, None when none does."""
     for rule_fn in rules:
