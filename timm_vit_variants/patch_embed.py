@@ -1,4 +1,5 @@
 """Patch embedding that accepts any input size and can change its patch size (FlexiViT PI-resize)."""
+from functools import partial
 from typing import Callable, List, Optional, Tuple, Union
 
 import torch
@@ -95,6 +96,7 @@ class AdaptivePatchEmbed(nn.Module):
             norm: Optional[str] = None,
             norm_eps: float = 1e-6,
             act_layer: Callable[[], nn.Module] = nn.GELU,
+            norm_layer: Optional[Callable[..., nn.Module]] = None,
             device=None,
             dtype=None,
     ) -> None:
@@ -104,6 +106,8 @@ class AdaptivePatchEmbed(nn.Module):
                 divide; 'pool' pads, then pools every token grid to the nominal one.
             kind: ``SimpleViTConfig.patch_embed``; norm: ``SimpleViTConfig.patch_norm``.
             act_layer: The activation between the two projections of 'mlp'.
+            norm_layer: The embedding's norm ('post', 'dual'): the model's norm layer; timm's ``LayerNorm`` of
+                ``norm_eps`` when None. The pixel norm ('pre') and the stem's norms are LayerNorms of ``norm_eps``.
         """
         super().__init__()
         dd = dict(device=device, dtype=dtype)
@@ -126,7 +130,8 @@ class AdaptivePatchEmbed(nn.Module):
         self.proj = patch_projection(kind, stem_chans, embed_dim, self.patch_size, bias, **dd)
         self.act = act_layer() if kind == 'mlp' else nn.Identity()
         self.fc = nn.Linear(embed_dim, embed_dim, **dd) if kind == 'mlp' else nn.Identity()
-        self.norm = LayerNorm(embed_dim, eps=norm_eps, **dd) if norm in ('post', 'dual') else nn.Identity()
+        norm_layer = norm_layer or partial(LayerNorm, eps=norm_eps)
+        self.norm = norm_layer(embed_dim, **dd) if norm in ('post', 'dual') else nn.Identity()
 
     def set_input_size(
             self,

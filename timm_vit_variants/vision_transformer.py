@@ -10,14 +10,13 @@ The input side is configurable (``patch_embed``, ``patch_norm``, ``pos_embed`` i
 ViT checkpoints map one to one.
 """
 from collections import OrderedDict
-from functools import partial
 from typing import Any, Dict, List, Optional, Set, Tuple, Union
 
 import torch
 import torch.nn as nn
-from timm.layers import AttentionPoolLatent, LayerNorm, Mlp, SwiGLU, SwiGLUPacked, get_act_layer, trunc_normal_
+from timm.layers import AttentionPoolLatent, get_act_layer, trunc_normal_
 from timm.models import named_apply
-from timm.models.vision_transformer import Block, init_weights_vit_jax
+from timm.models.vision_transformer import init_weights_vit_jax
 from torch.utils.checkpoint import checkpoint
 
 from .attention_pool import QueryAttentionPool
@@ -27,77 +26,15 @@ from .checkpoints import load_into_model
 from .config import SimpleViTConfig, TensorSpec
 from .errors import ViTVariantsError
 from .geometry import Geometry, check_fit
+from .layers import BLOCKS, MLP_LAYERS, build_blocks, norm_layer as layer_norm
 from .limits import DEFAULT_LIMITS, Limits
 from .block_context import BlockContext
 from .embedding import EmbeddingMixin
 from .naflex import NaFlexMixin, Patches, drop_tokens, is_naflex
 from .patch_embed import AdaptivePatchEmbed
 from .positions import AFTER_FIRST_BLOCK, STEM_PATTERN, PositionsMixin, block_rotation, build_positions
-from .eva_block import eva_blocks
-from .rope import RopeBlock
 
 __all__ = ['SimpleVisionTransformer']
-
-
-def _exact_width_mlp(in_features: int, hidden_features: Optional[int] = None, *, width: int, **kwargs) -> Mlp:
-    # timm's Block sizes the MLP as int(dim * ratio); checkpoints need an exact width.
-    return Mlp(in_features, width, **kwargs)
-
-
-def _exact_width_swiglu(in_features: int, hidden_features: Optional[int] = None, *, width: int,
-                        **kwargs) -> nn.Module:
-    # SwiGLUPacked's fc1 holds both halves: twice the gated width.
-    return SwiGLUPacked(in_features, 2 * width, **kwargs)
-
-
-def _exact_width_split_swiglu(in_features: int, hidden_features: Optional[int] = None, *, width: int,
-                              **kwargs) -> nn.Module:
-    # timm's SwiGLU: separate gate (fc1_g) and value (fc1_x) projections of the gated width (DINOv3's w1, w2).
-    return SwiGLU(in_features, width, **kwargs)
-
-
-_MLPS = {'mlp': _exact_width_mlp, 'swiglu_packed': _exact_width_swiglu, 'swiglu': _exact_width_split_swiglu}
-
-
-class PlainBlock(Block):
-    """timm's pre-norm ``Block``, callable as every block of the loop is, ``(x, attn_mask, rope)``: it has no
-    rotations, so ``rope`` is None (the position schemes hand one only to rotary blocks)."""
-
-    def forward(self, x: torch.Tensor, attn_mask: Optional[torch.Tensor] = None,
-                rope: Optional[torch.Tensor] = None) -> torch.Tensor:
-        x = x + self.drop_path1(self.ls1(self.attn(self.norm1(x), attn_mask=attn_mask)))
-        x = x + self.drop_path2(self.ls2(self.mlp(self.norm2(x))))
-        return x
-
-
-def _blocks(cfg: SimpleViTConfig, act_layer: Any, norm_layer: Any, dd: Dict[str, Any],
-            rotate_half: Optional[bool]) -> nn.Sequential:
-    """timm's pre-norm transformer blocks, with the config's exact MLP width and a linear drop-path schedule.
-
-    ``rotate_half`` (None without rotations) is the rotary scheme's pair layout: the same block, its attention
-    taking each layer's rotations (rope.py).
-    """
-    dpr = [x.item() for x in torch.linspace(0, cfg.drop_path_rate, cfg.depth, device='cpu')]
-    if cfg.block_type == 'eva':  # EVA-02: timm's EvaBlock (eva_block.py)
-        return eva_blocks(cfg, act_layer, norm_layer, dpr, dd, rotate_half)
-    block = PlainBlock if rotate_half is None else partial(RopeBlock, rotate_half=rotate_half)
-    return nn.Sequential(*[
-        block(
-            dim=cfg.embed_dim,
-            num_heads=cfg.num_heads,
-            mlp_ratio=cfg.mlp_dim / cfg.embed_dim,
-            qkv_bias=cfg.qkv_bias,
-            proj_drop=cfg.proj_drop_rate,
-            attn_drop=cfg.attn_drop_rate,
-            drop_path=dpr[i],
-            act_layer=act_layer,
-            norm_layer=norm_layer,
-            init_values=cfg.init_values,
-            mlp_layer=partial(_MLPS[cfg.mlp_layer], width=cfg.mlp_dim),
-            depth=i,
-            **dd,
-        )
-        for i in range(cfg.depth)])
 
 
 def _init_weights(module: nn.Module, name: str = '') -> None:
@@ -141,7 +78,7 @@ class SimpleVisionTransformer(EmbeddingMixin, NaFlexMixin, PositionsMixin, nn.Mo
             config = config.replace(**kwargs)
         self.config = cfg = config
         dd = {'device': device, 'dtype': dtype}
-        norm_layer = partial(LayerNorm, eps=cfg.norm_eps)
+        norm_layer = layer_norm('layernorm', cfg.norm_eps)
         act_layer = get_act_layer(cfg.act_layer)
         embed_dim = cfg.embed_dim
 
@@ -161,7 +98,7 @@ class SimpleVisionTransformer(EmbeddingMixin, NaFlexMixin, PositionsMixin, nn.Mo
         self.patch_embed = AdaptivePatchEmbed(
             img_size=cfg.img_size, patch_size=cfg.patch_size, in_chans=cfg.in_chans, embed_dim=embed_dim,
             grid_mode=cfg.grid_mode, kind=cfg.patch_embed, norm=cfg.patch_norm, norm_eps=cfg.norm_eps,
-            act_layer=act_layer, bias=cfg.patch_bias, **dd)
+            act_layer=act_layer, norm_layer=norm_layer, bias=cfg.patch_bias, **dd)
         declare_first_conv(self, Geometry.of(cfg).kernel_key.rsplit('.', 1)[0])
         grid = self.patch_embed.grid_size
 
@@ -175,7 +112,11 @@ class SimpleVisionTransformer(EmbeddingMixin, NaFlexMixin, PositionsMixin, nn.Mo
         self.pos_drop = nn.Dropout(cfg.pos_drop_rate)
         self.norm_pre = norm_layer(embed_dim, **dd) if cfg.pre_norm else nn.Identity()
 
-        self.blocks = _blocks(cfg, act_layer, norm_layer, dd, block_rotation(positions))
+        self.blocks = build_blocks(
+            BLOCKS[cfg.block_type], cfg.depth, cfg.drop_path_rate, dim=embed_dim, num_heads=cfg.num_heads,
+            mlp=MLP_LAYERS[cfg.mlp_layer], mlp_width=cfg.mlp_dim, mlp_norm=cfg.mlp_norm, qkv_bias=cfg.qkv_bias,
+            qkv_fused=cfg.qkv_fused, init_values=cfg.init_values, act_layer=act_layer, norm_layer=norm_layer,
+            proj_drop=cfg.proj_drop_rate, attn_drop=cfg.attn_drop_rate, rotate_half=block_rotation(positions), **dd)
         reduction = self.patch_embed.patch_size[0]
         self.feature_info = [dict(module=f'blocks.{i}', num_chs=embed_dim, reduction=reduction)
                              for i in range(cfg.depth)]
