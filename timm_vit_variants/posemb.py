@@ -104,6 +104,7 @@ class LearnedPosResampler(SchemeModule):
     """Resamples a learned table to the runtime grid; in inference, each grid is resampled once and cached."""
 
     __jit_ignored_attributes__ = ['_cache']  # a Python-side cache keyed by grid; TorchScript takes the uncached path
+    learned_table = True
 
     def __init__(self, num_prefix_tokens: int = 0, rule: str = 'bigvision') -> None:
         super().__init__()

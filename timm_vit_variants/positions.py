@@ -91,8 +91,9 @@ def build_positions(cfg: SimpleViTConfig, grid: Tuple[int, int], dd: Dict[str, A
         slot, build = SCHEMES[name]
         if slot is not None:
             built[slot] = build(cfg, grid, dd)
+    learned = any(scheme is not None and scheme.learned_table for scheme in built.values())
     built['pos_embed'] = nn.Parameter(torch.zeros(1, grid[0] * grid[1] + cfg.num_prefix_slots, cfg.embed_dim, **dd)) \
-        if cfg.pos_table == 'learn' else None
+        if learned else None
     return built
 
 

@@ -16,7 +16,12 @@ __all__ = ['SchemeModule']
 
 
 class SchemeModule(nn.Module):
-    """Abstract base of a position scheme's module: each hook a no-op until a scheme overrides it."""
+    """Abstract base of a position scheme's module: each hook a no-op until a scheme overrides it.
+
+    ``learned_table``: the scheme reads the model's learned table ``pos_embed`` (timm's parameter, which the model
+    holds so its key stays ``pos_embed``), made for it at the nominal grid with the prefix slots.
+    """
+    learned_table = False
 
     @torch.jit.ignore
     def check_cost(self, longest: int, grids: Iterable[Tuple[int, int]], itemsize: int, limits: Limits, what: str,
