@@ -13,7 +13,8 @@ from timm_vit_variants.heads import POOL_MODULES, CocaPool, DistilledTokenPool, 
 
 PACKAGE = Path(__file__).resolve().parents[1] / 'timm_vit_variants'
 TINY = dict(embed_dim=32, depth=1, num_heads=2, patch_size=8, img_size=32, class_token=True, num_classes=3)
-CORE = ('vision_transformer.py', 'heads.py', 'layers.py', 'positions.py', 'eva_block.py', 'embedding.py')
+CORE = ('vision_transformer.py', 'heads.py', 'layers.py', 'positions.py', 'eva_block.py', 'embedding.py', 'rope.py',
+        'patch_embed.py', 'patch_layers.py')
 
 
 def test_every_pooling_kind_is_a_registered_module_class():
@@ -30,7 +31,8 @@ def test_every_pooling_kind_is_a_registered_module_class():
 def test_the_model_core_compares_no_kind_name():
     """No ``== 'coca'``-style branch: the model core reads classes and their declared attributes."""
     kinds = set(POOL_TYPES) | {'eva', 'vit', 'sincos', 'learn', 'rope', 'relpos', 'cpe', 'none', 'dinov3', 'axial',
-                               'mixed', 'eva02', 'mlp', 'swiglu', 'swiglu_packed'}
+                               'mixed', 'eva02', 'mlp', 'swiglu', 'swiglu_packed', 'conv', 'linear', 'conv_stem',
+                               'overlap', 'pre', 'post', 'dual'}
     for name in CORE:
         for node in ast.walk(ast.parse((PACKAGE / name).read_text())):
             if isinstance(node, ast.Compare):
