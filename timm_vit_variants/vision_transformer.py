@@ -6,8 +6,10 @@ One class covers both input pipelines:
   * the original ViT / vit_jax / timm pipeline: Conv2d patchifier, [CLS] token and a
     learned position table (with or without a cls slot) resampled when the grid changes.
 The input side is configurable (``patch_embed``, ``patch_norm``, ``pos_embed`` incl. CPVT's 'cpe',
-``grid_mode``; see ``SimpleViTConfig``). State-dict names follow timm's VisionTransformer, so timm
-ViT checkpoints map one to one.
+``grid_mode``; see ``SimpleViTConfig``). The model is built from parts by class: norms, MLPs and blocks from
+``layers.py``'s tables (timm's ``norm_layer``, ``mlp_layer``, ``block_fn``), the position schemes from
+``positions.py``, the pooling kind and head from ``heads.py``; it names no kind itself. State-dict names follow
+timm's VisionTransformer, so timm ViT checkpoints map one to one.
 """
 from typing import Any, Dict, List, Optional, Set, Tuple, Union
 
