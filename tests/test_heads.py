@@ -94,3 +94,14 @@ def test_the_map_pool_keeps_timms_keys():
     assert {k for k in model.state_dict() if k.startswith('attn_pool.')} >= {
         'attn_pool.latent', 'attn_pool.q.weight', 'attn_pool.kv.weight', 'attn_pool.proj.weight',
         'attn_pool.norm.weight', 'attn_pool.mlp.fc1.weight'}
+
+
+@pytest.mark.parametrize('kwargs', [dict(global_pool=kind) for kind in POOL_TYPES] + [
+    dict(global_pool='token', dist_token=True, pos_embed='learn', pos_embed_cls_slot=True)], ids=str)
+def test_each_pooling_kind_scripts(kwargs):
+    """TorchScript compiles each pool's own ``pool_tokens`` (CoCa's key mask included) to the eager numbers."""
+    if kwargs['global_pool'] == 'coca':
+        kwargs = dict(kwargs, attn_pool_dim=16, attn_pool_queries=4)
+    model = SimpleVisionTransformer(**TINY, **kwargs).eval()
+    x = torch.randn(2, 3, 32, 32)
+    torch.testing.assert_close(torch.jit.script(model)(x), model(x))
