@@ -12,7 +12,7 @@ constructor for callers: it takes parts (objects or their JSON dicts) and every 
 """
 import dataclasses
 from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING, Any, Dict, Mapping, Optional, Tuple, Type, TypeVar, Union
+from typing import TYPE_CHECKING, Any, ClassVar, Dict, Mapping, Optional, Tuple, Type, TypeVar, Union
 
 from .clip_models import CLIP_ROWS
 from .beit_models import BEIT_ROWS
@@ -144,6 +144,8 @@ class SimpleViTConfig:
     block: BlockPart = field(default_factory=BlockPart)
     head: HeadPart = field(default_factory=HeadPart)
     training: TrainingPart = field(default_factory=TrainingPart)
+    # The names of the fields that hold parts (``of`` and ``replace`` take them whole, objects or JSON dicts).
+    PARTS: ClassVar[Tuple[str, ...]] = ('patch', 'tokens', 'positions', 'block', 'head', 'training')
 
     def __post_init__(self) -> None:
         fix = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731  (frozen dataclass)
@@ -403,6 +405,10 @@ class ModelEntry:
         return {**VARIANTS[self.variant].config_args(), **self.args}
 
     def config(self, **overrides: Any) -> SimpleViTConfig:
+        """This row's config with ``overrides`` (a folder's model_args, a caller's kwargs) on top: a part given whole
+        replaces the row's, flat names win over both."""
+        if any(name in SimpleViTConfig.PARTS for name in overrides):
+            return SimpleViTConfig.of(**self.kwargs).replace(**overrides)
         return SimpleViTConfig.of(**{**self.kwargs, **overrides})
 
 
