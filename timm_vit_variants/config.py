@@ -19,7 +19,7 @@ from .beit_models import BEIT_ROWS
 from .deit_models import DEIT3_ROWS, DEIT_ROWS
 from .dino_models import DINO_ROWS
 from .eva02_models import EVA02_ROWS
-from .errors import ViTVariantsError
+from .errors import UnknownOptionError, ViTVariantsError
 from .limits import DEFAULT_LIMITS, Limits, rel_pos_bytes
 from .parts import (POOL_KINDS, POSITION_SCHEMES, BlockPart, HeadPart, Part, PatchPart, PoolPart, PositionScheme,
                     TokensPart, TrainingPart)
@@ -29,7 +29,7 @@ __all__ = [
     'PATCH_EMBED_TYPES', 'PATCH_NORM_TYPES', 'GRID_MODES', 'ACT_LAYERS', 'SIGLIP_TOWERS', 'pair', 'grid_for',
     'architecture_for', 'heads_for_width', 'activation_name', 'is_family_architecture', 'resample_rule', 'TensorSpec', 'HEAD_KEYS',
     'DATA_CONFIG_KEYS', 'PREPROCESSING_KEYS', 'MLP_LAYERS', 'ROPE_TYPES', 'REL_POS_RESAMPLE_RULES', 'BLOCK_TYPES',
-    'FLAT_NAMES',
+    'FLAT_NAMES', 'ARGUMENT_NAMES',
 ]
 
 POOL_TYPES = tuple(POOL_KINDS)
@@ -55,8 +55,10 @@ _TRAINING = tuple(f.name for f in fields(TrainingPart))
 _NEWER = tuple(flat for flat in BlockPart.FLAT.values() if flat not in _FLAT_0_2)
 _POOL_FLAT = {flat: (cls, f) for cls in POOL_KINDS.values() for f, flat in cls.FLAT.items()}
 _SCHEME_FLAT = {flat: (cls, f) for cls in POSITION_SCHEMES.values() for f, flat in cls.FLAT.items()}
-# Every flat name ``of`` accepts.
+# Every flat name ``of`` accepts, and every name it accepts (the fields, parts whole, flat names).
 FLAT_NAMES = _FLAT_0_2 + _NEWER + _TRAINING + ('dynamic_img_pad',)
+_PART_FIELDS = ('patch', 'tokens', 'positions', 'block', 'head', 'training')
+ARGUMENT_NAMES = frozenset(_TOP + _PART_FIELDS + FLAT_NAMES)
 
 Size = Union[int, Tuple[int, int]]
 S = TypeVar('S', bound=PositionScheme)
@@ -112,7 +114,7 @@ class SimpleViTConfig:
     head: HeadPart = field(default_factory=HeadPart)
     training: TrainingPart = field(default_factory=TrainingPart)
     # The names of the fields that hold parts (``of`` and ``replace`` take them whole, objects or JSON dicts).
-    PARTS: ClassVar[Tuple[str, ...]] = ('patch', 'tokens', 'positions', 'block', 'head', 'training')
+    PARTS: ClassVar[Tuple[str, ...]] = _PART_FIELDS
 
     def __post_init__(self) -> None:
         fix = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731  (frozen dataclass)
@@ -187,11 +189,10 @@ class SimpleViTConfig:
 
     @classmethod
     def _compose(cls, base: 'SimpleViTConfig', kwargs: Mapping[str, Any], fresh: bool) -> 'SimpleViTConfig':
-        unknown = [k for k in kwargs if k not in _TOP and k not in _PARTS and k != 'positions'
-                   and k not in FLAT_NAMES]
+        unknown = [k for k in kwargs if k not in ARGUMENT_NAMES]
         if unknown:
-            raise ViTVariantsError(f'unknown model argument(s) {sorted(unknown)} for SimpleViTConfig',
-                                   key=sorted(unknown)[0])
+            raise UnknownOptionError(f'unknown model argument(s) {sorted(unknown)} for SimpleViTConfig',
+                                     key=sorted(unknown)[0])
         top = {name: kwargs.get(name, getattr(base, name)) for name in _TOP}
         if fresh and 'grid_mode' not in kwargs:
             top['grid_mode'] = None
