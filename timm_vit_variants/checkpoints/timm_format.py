@@ -17,12 +17,13 @@ import timm
 import torch
 import torch.nn as nn
 
-from ..config import DATA_CONFIG_KEYS, MODELS, PREPROCESSING_KEYS, SimpleViTConfig, activation_name, heads_for_width
+from ..config import (ARGUMENT_NAMES, DATA_CONFIG_KEYS, MODELS, PREPROCESSING_KEYS, SimpleViTConfig, activation_name,
+                      heads_for_width)
 from ..errors import ViTVariantsError
+from ..parts import Learned
 from .preprocessing import (assumed_preprocessing, checked_input_size, checked_preprocessing,
                             imagenet_preprocessing)
 from .source import SourceCheckpoint
-from ..parts import Learned
 from .timm_parts import VIT_PARTS, refuse_unexpressed
 
 __all__ = ['TimmCheckpoint', 'Built']
@@ -273,8 +274,7 @@ class TimmCheckpoint(SourceCheckpoint):
         if 'num_classes' not in args and isinstance(self.source_config.get('num_classes'), int):
             args['num_classes'] = self.source_config['num_classes']
         args.update({k: hints[k] for k in ('act_layer', 'norm_eps') if hints.get(k)})
-        known = set(SimpleViTConfig.__dataclass_fields__)
-        unknown = sorted(set(args) - known)
+        unknown = sorted(set(args) - ARGUMENT_NAMES)
         if unknown:
             raise ViTVariantsError(f'unknown model argument(s) {unknown} for {arch}', path=self._config_path,
                                    key=f'model_args.{unknown[0]}')
