@@ -1,51 +1,38 @@
-"""The model's settings: one frozen ``SimpleViTConfig`` composed of parts (``parts.py``), the variant table, and the
-family's names.
+"""The model's settings: one frozen ``SimpleViTConfig`` composed of parts (``parts.py``), and the variant table.
 
-A config is the grid-level numbers (sizes, width, depth, heads, ``grid_mode``) plus the parts: ``patch``,
-``tokens``, ``positions`` (a tuple of position schemes), ``block``, ``head`` and ``training``. Each part validates
-itself; the config checks only what needs two parts, through the parts' properties. ``SimpleViTConfig.of`` is the
-constructor for callers: it takes parts (objects or their JSON dicts) and every flat name release 0.2.0 accepted
-(``global_pool``, ``pos_embed='learn+rope'``, ``dynamic_img_pad``, ...); ``to_flat`` gives that flat dict back and
-``to_dict`` the composed JSON that ``config.json`` is written from. Variants are data, as in big_vision's
-``decode_variant``: a name gives width, depth, MLP width and heads, and each registered model is one row of
-``MODELS``.
+A config is the grid-level numbers (sizes, width, depth, heads, ``grid_mode``) plus the parts; each part validates
+itself and the config checks only what needs two parts, through the parts' properties. ``SimpleViTConfig.of`` takes
+parts (objects or JSON dicts) and every flat name of release 0.2.0 (``global_pool``, ``pos_embed='learn+rope'``, ...);
+``to_flat`` gives that flat dict back, ``to_dict`` the composed JSON ``config.json`` is written from. Variants are
+data, as in big_vision's ``decode_variant``; each registered model is one row of ``MODELS``.
 """
 import dataclasses
 from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING, Any, Dict, Mapping, Optional, Tuple, Type, TypeVar, Union
+from typing import Any, ClassVar, Dict, Mapping, Optional, Tuple, Type, TypeVar, Union
 
+from .choices import (ACT_LAYERS, BLOCK_TYPES, DATA_CONFIG_KEYS, GRID_MODES, HEAD_KEYS, MLP_LAYERS,
+                      PATCH_EMBED_TYPES, PATCH_NORM_TYPES, POS_EMBED_TYPES, PREPROCESSING_KEYS,
+                      REL_POS_RESAMPLE_RULES, RESAMPLE_RULE_NAMES, ROPE_TYPES, TensorSpec, activation_name, grid_for,
+                      is_family_architecture, pair, resample_rule)
 from .clip_models import CLIP_ROWS
 from .beit_models import BEIT_ROWS
 from .deit_models import DEIT3_ROWS, DEIT_ROWS
 from .dino_models import DINO_ROWS
 from .eva02_models import EVA02_ROWS
-from .errors import ViTVariantsError
+from .errors import UnknownOptionError, ViTVariantsError
 from .limits import DEFAULT_LIMITS, Limits, rel_pos_bytes
-from .parts import (ACT_LAYERS, BLOCK_TYPES, MLP_LAYERS, PATCH_EMBED_TYPES, PATCH_NORM_TYPES, POOL_KINDS,
-                    POSITION_SCHEMES, REL_POS_RESAMPLE_RULES, RESAMPLE_RULE_NAMES, ROPE_TYPES, BlockPart, HeadPart,
-                    Part, PatchPart, PoolPart, PositionScheme, TokensPart, TrainingPart, activation_name, pair,
-                    resample_rule)
-
-if TYPE_CHECKING:
-    import torch
+from .parts import (POOL_KINDS, POSITION_SCHEMES, BlockPart, HeadPart, Part, PatchPart, PoolPart, PositionScheme,
+                    TokensPart, TrainingPart)
 
 __all__ = [
     'SimpleViTConfig', 'Variant', 'VARIANTS', 'MODELS', 'POOL_TYPES', 'POS_EMBED_TYPES', 'RESAMPLE_RULE_NAMES',
     'PATCH_EMBED_TYPES', 'PATCH_NORM_TYPES', 'GRID_MODES', 'ACT_LAYERS', 'SIGLIP_TOWERS', 'pair', 'grid_for',
-    'architecture_for',
-    'heads_for_width', 'activation_name', 'is_family_architecture', 'resample_rule', 'TensorSpec', 'HEAD_KEYS',
+    'architecture_for', 'heads_for_width', 'activation_name', 'is_family_architecture', 'resample_rule', 'TensorSpec', 'HEAD_KEYS',
     'DATA_CONFIG_KEYS', 'PREPROCESSING_KEYS', 'MLP_LAYERS', 'ROPE_TYPES', 'REL_POS_RESAMPLE_RULES', 'BLOCK_TYPES',
-    'FLAT_NAMES',
+    'FLAT_NAMES', 'ARGUMENT_NAMES',
 ]
 
 POOL_TYPES = tuple(POOL_KINDS)
-# The flat ``pos_embed`` values release 0.2.0 accepted: '+'-joined scheme names, 'none' for no scheme.
-POS_EMBED_TYPES = ('sincos', 'learn', 'none', 'cpe', 'sincos+cpe', 'learn+cpe', 'rope', 'learn+rope', 'relpos',
-                   'learn+relpos')
-# What the model does with an input size the patch does not divide: pad it right/bottom, refuse it,
-# pad and then pool the token grid to the nominal one (the same token count at every size), or crop the
-# remainder away as a VALID convolution does (big_vision's and timm's patch conv).
-GRID_MODES = ('pad', 'strict', 'pool', 'crop')
 # The order position schemes are listed in (and joined in a flat ``pos_embed``): the table first.
 _SLOT_ORDER = ('abs_pos', 'pos_cpe', 'rope', 'rel_pos')
 _PARTS: Dict[str, Type[Part]] = {'patch': PatchPart, 'tokens': TokensPart, 'block': BlockPart, 'head': HeadPart,
@@ -68,31 +55,13 @@ _TRAINING = tuple(f.name for f in fields(TrainingPart))
 _NEWER = tuple(flat for flat in BlockPart.FLAT.values() if flat not in _FLAT_0_2)
 _POOL_FLAT = {flat: (cls, f) for cls in POOL_KINDS.values() for f, flat in cls.FLAT.items()}
 _SCHEME_FLAT = {flat: (cls, f) for cls in POSITION_SCHEMES.values() for f, flat in cls.FLAT.items()}
-# Every flat name ``of`` accepts.
+# Every flat name ``of`` accepts, and every name it accepts (the fields, parts whole, flat names).
 FLAT_NAMES = _FLAT_0_2 + _NEWER + _TRAINING + ('dynamic_img_pad',)
+_PART_FIELDS = ('patch', 'tokens', 'positions', 'block', 'head', 'training')
+ARGUMENT_NAMES = frozenset(_TOP + _PART_FIELDS + FLAT_NAMES)
 
 Size = Union[int, Tuple[int, int]]
-# One tensor of a state dict: (key, shape, dtype); ``SimpleVisionTransformer.state_layout`` lists them.
-TensorSpec = Tuple[str, Tuple[int, ...], 'torch.dtype']
-# The classifier's tensors (DeiT's distillation head too): left out when a conversion or load changes the class count.
-HEAD_KEYS = ('head.weight', 'head.bias', 'head_dist.weight', 'head_dist.bias')
-# The timm ``pretrained_cfg`` fields of a set of weights' preprocessing (a source records them, or they are assumed).
-PREPROCESSING_KEYS = ('mean', 'std', 'interpolation', 'crop_pct', 'crop_mode')
-# The timm ``pretrained_cfg`` fields that belong to a set of weights (their preprocessing), not to the network.
-DATA_CONFIG_KEYS = PREPROCESSING_KEYS + ('license',)
 S = TypeVar('S', bound=PositionScheme)
-
-
-def grid_for(img_size: Tuple[int, int], patch_size: Tuple[int, int], pad: bool = True) -> Tuple[int, int]:
-    """Token grid for an image size: ceil division when padding, floor division otherwise (strict, crop)."""
-    if pad:
-        return -(-img_size[0] // patch_size[0]), -(-img_size[1] // patch_size[1])
-    return img_size[0] // patch_size[0], img_size[1] // patch_size[1]
-
-
-def is_family_architecture(name: Any) -> bool:
-    """Whether a ``config.json`` ``architecture`` names a member of this family (registered or not)."""
-    return isinstance(name, str) and name.startswith('simple_vit')
 
 
 def _grid_mode(mode: Any, legacy: Any) -> Optional[str]:
@@ -144,6 +113,8 @@ class SimpleViTConfig:
     block: BlockPart = field(default_factory=BlockPart)
     head: HeadPart = field(default_factory=HeadPart)
     training: TrainingPart = field(default_factory=TrainingPart)
+    # The names of the fields that hold parts (``of`` and ``replace`` take them whole, objects or JSON dicts).
+    PARTS: ClassVar[Tuple[str, ...]] = _PART_FIELDS
 
     def __post_init__(self) -> None:
         fix = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731  (frozen dataclass)
@@ -218,11 +189,10 @@ class SimpleViTConfig:
 
     @classmethod
     def _compose(cls, base: 'SimpleViTConfig', kwargs: Mapping[str, Any], fresh: bool) -> 'SimpleViTConfig':
-        unknown = [k for k in kwargs if k not in _TOP and k not in _PARTS and k != 'positions'
-                   and k not in FLAT_NAMES]
+        unknown = [k for k in kwargs if k not in ARGUMENT_NAMES]
         if unknown:
-            raise ViTVariantsError(f'unknown model argument(s) {sorted(unknown)} for SimpleViTConfig',
-                                   key=sorted(unknown)[0])
+            raise UnknownOptionError(f'unknown model argument(s) {sorted(unknown)} for SimpleViTConfig',
+                                     key=sorted(unknown)[0])
         top = {name: kwargs.get(name, getattr(base, name)) for name in _TOP}
         if fresh and 'grid_mode' not in kwargs:
             top['grid_mode'] = None
@@ -403,6 +373,10 @@ class ModelEntry:
         return {**VARIANTS[self.variant].config_args(), **self.args}
 
     def config(self, **overrides: Any) -> SimpleViTConfig:
+        """This row's config with ``overrides`` (a folder's model_args, a caller's kwargs) on top: a part given whole
+        replaces the row's, flat names win over both."""
+        if any(name in SimpleViTConfig.PARTS for name in overrides):
+            return SimpleViTConfig.of(**self.kwargs).replace(**overrides)
         return SimpleViTConfig.of(**{**self.kwargs, **overrides})
 
 
