@@ -11,7 +11,6 @@ The input side is configurable (``patch_embed``, ``patch_norm``, ``pos_embed`` i
 ``positions.py``, the pooling kind and head from ``heads.py``; it names no kind itself. State-dict names follow
 timm's VisionTransformer, so timm ViT checkpoints map one to one.
 """
-from dataclasses import fields
 from typing import Any, Dict, List, Optional, Set, Tuple, Union
 
 import torch
@@ -23,7 +22,7 @@ from torch.utils.checkpoint import checkpoint
 
 from ._timm_compat import declare_first_conv, feature_take_indices, update_model_input_size
 from .checkpoints import load_into_model
-from .config import FLAT_NAMES, SimpleViTConfig, TensorSpec
+from .config import SimpleViTConfig, TensorSpec
 from .errors import ViTVariantsError
 from .geometry import Geometry, check_fit
 from .heads import HeadMixin
@@ -37,9 +36,6 @@ from .patch_embed import AdaptivePatchEmbed
 from .positions import AFTER_FIRST_BLOCK, STEM_PATTERN, PositionsMixin, block_rotation, build_positions
 
 __all__ = ['SimpleVisionTransformer']
-
-# What ``SimpleViTConfig.of`` and ``replace`` take: the config's fields (parts, positions) and the flat names.
-_ARGUMENTS = frozenset(f.name for f in fields(SimpleViTConfig)) | frozenset(FLAT_NAMES)
 
 
 def _init_weights(module: nn.Module, name: str = '') -> None:
@@ -79,9 +75,6 @@ class SimpleVisionTransformer(EmbeddingMixin, NaFlexMixin, PositionsMixin, HeadM
         super().__init__()
         if limits is not None:
             self.limits = limits
-        unknown = sorted(set(kwargs) - _ARGUMENTS)
-        if unknown:
-            raise TypeError(f'SimpleVisionTransformer got unexpected keyword argument(s) {unknown}')
         if config is None:
             config = SimpleViTConfig.of(**kwargs)
         elif kwargs:
