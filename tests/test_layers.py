@@ -84,3 +84,19 @@ def test_a_block_refuses_an_option_its_layers_do_not_have(kind, option):
     with pytest.raises(ViTVariantsError) as e:
         BLOCKS[kind](**_options(**{option: False}))
     assert e.value.key == option
+
+
+def test_a_model_of_rms_norms_and_bias_free_swiglu_blocks_needs_no_core_change():
+    """AIMv2's shape from config alone: every norm (patch 'post' norm too) is RmsNorm, no q/k/v, proj or MLP bias,
+    q/k norms; the state dict keeps timm's names."""
+    from timm_vit_variants import SimpleVisionTransformer
+    model = SimpleVisionTransformer(embed_dim=DIM, depth=2, num_heads=HEADS, patch_size=8, img_size=32,
+                                    block=dict(norm='rmsnorm', norm_eps=1e-5, act='silu', mlp='swiglu', mlp_dim=40,
+                                               mlp_bias=False, qkv_bias=False, proj_bias=False, qk_norm=True),
+                                    patch_norm='post', pos_embed='learn', device='meta')
+    norms = [m for m in model.modules() if isinstance(m, (LayerNorm, RmsNorm, nn.LayerNorm))]
+    assert norms and all(isinstance(m, RmsNorm) and m.eps == 1e-5 for m in norms)
+    assert isinstance(model.patch_embed.norm, RmsNorm)
+    keys = set(model.state_dict())
+    assert 'blocks.0.mlp.fc1_g.weight' in keys and 'blocks.0.attn.q_norm.weight' in keys
+    assert not [k for k in keys if k.startswith('blocks.') and k.endswith('.bias')]
