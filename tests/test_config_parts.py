@@ -162,6 +162,7 @@ def test_each_part_refuses_its_own_bad_values_naming_the_key(part, kwargs, key):
     (dict(untie_cls_and_patch_norms=True), 'untie_cls_and_patch_norms'),
     (dict(patch_embed='conv_stem', patch_size=12), 'patch_size'),
     (dict(pos_embed='sincos+learn'), 'pos_embed'),  # two tables
+    (dict(pos_embed='rope+learn'), 'pos_embed'),  # not the order flat names are written in
     (dict(pos_embed='learn+spiral'), 'pos_embed'),
     (dict(grid_mode='pad', dynamic_img_pad=False), 'dynamic_img_pad'),
     (dict(grid_mode='wrap'), 'grid_mode'),

@@ -260,10 +260,11 @@ def test_cpe_is_a_depthwise_conv_after_the_first_block_and_adapts_to_the_grid():
 
 def test_config_fields_validate_and_round_trip():
     config = SimpleViTConfig.of(**TINY, patch_embed='mlp', patch_norm='dual', pos_embed='learn+cpe', grid_mode='pool')
-    data = json.loads(json.dumps(config.to_dict()))
+    data = json.loads(json.dumps(config.to_flat()))
     assert data['patch_embed'] == 'mlp' and data['patch_norm'] == 'dual' and data['pos_embed'] == 'learn+cpe'
     assert data['grid_mode'] == 'pool' and 'dynamic_img_pad' not in data
-    assert SimpleViTConfig.from_dict(data) == config
+    assert SimpleViTConfig.from_dict(data) == config == SimpleViTConfig.from_dict(json.loads(json.dumps(
+        config.to_dict())))
     # the older name, as existing config.json files carry it
     assert SimpleViTConfig.of(dynamic_img_pad=False).grid_mode == 'strict'
     assert SimpleViTConfig.of(dynamic_img_pad=True).grid_mode == 'pad' == SimpleViTConfig.of().grid_mode

@@ -77,11 +77,18 @@ def _grid_mode(mode: Any, legacy: Any) -> Optional[str]:
 
 
 def _parse_pos_embed(value: Any) -> Tuple[Type[PositionScheme], ...]:
-    """The scheme classes a flat ``pos_embed`` names ('learn+rope'; 'none' for none)."""
+    """The scheme classes a flat ``pos_embed`` names ('learn+rope'; 'none' for none), in slot order as
+    ``flat_pos_embed`` writes them (the table first)."""
     names = value.split('+') if isinstance(value, str) and value != 'none' else [] if value == 'none' else [None]
-    if not all(name in POSITION_SCHEMES for name in names):
+    schemes = tuple(POSITION_SCHEMES.get(name) for name in names)
+    if None in schemes or list(schemes) != sorted(schemes, key=_slot_rank):
         raise ViTVariantsError(f'pos_embed={value!r}: expected one of {POS_EMBED_TYPES}', key='pos_embed')
-    return tuple(POSITION_SCHEMES[name] for name in names)
+    return schemes
+
+
+def _slot_rank(scheme: Any) -> int:
+    """Where a scheme is listed: by its slot, the table first (slots a family adds last)."""
+    return _SLOT_ORDER.index(scheme.slot) if scheme.slot in _SLOT_ORDER else len(_SLOT_ORDER)
 
 
 @dataclass(frozen=True)
@@ -134,8 +141,7 @@ class SimpleViTConfig:
         slots = [s.slot for s in schemes]
         if len(set(slots)) != len(slots):
             raise self._bad('pos_embed', [s.scheme for s in schemes], 'at most one position scheme per slot')
-        order = lambda s: _SLOT_ORDER.index(s.slot) if s.slot in _SLOT_ORDER else len(_SLOT_ORDER)  # noqa: E731
-        fix('positions', tuple(sorted(schemes, key=order)))
+        fix('positions', tuple(sorted(schemes, key=_slot_rank)))
         fix('block', dataclasses.replace(self.block, mlp_dim=self.block.mlp_dim or 4 * self.embed_dim))
         fix('head', dataclasses.replace(self.head, pool=self.head.pool.resolved(self.embed_dim)))
         self._validate()
