@@ -50,8 +50,10 @@ def test_unilm_file_matches_unilm_at_three_grids(name, max_delta):
     pos_embed, mean_pool, layer_scale, classes = FIXTURES[name]
     with open_checkpoint(DATA / f'{name}.pth') as src:
         cfg, notes = src.config, ' '.join(src.notes)
-        assert src.format == 'beit' and (cfg.flat_pos_embed, cfg.head.fc_norm, cfg.num_classes) == (pos_embed, mean_pool, classes)
-        assert cfg.head.pool.kind == ('avg' if mean_pool else 'token') and (cfg.block.init_values is not None) == layer_scale
+        assert src.format == 'beit' and (cfg.flat_pos_embed, cfg.head.fc_norm, cfg.num_classes) == \
+            (pos_embed, mean_pool, classes)
+        assert cfg.head.pool.kind == ('avg' if mean_pool else 'token')
+        assert (cfg.block.init_values is not None) == layer_scale
         assert (cfg.num_heads, cfg.depth, cfg.img_size, cfg.position(RelPos).resample) == (2, 2, (48, 48), 'beit')
         if pos_embed.startswith('learn'):  # 37 rows: a [CLS] slot and 6x6, not "37 positions, no square grid"
             assert src.grid == (6, 6) and cfg.position(Learned).cls_slot and cfg.position(Learned).resample == 'deit'

@@ -254,7 +254,7 @@ def test_cpe_is_a_depthwise_conv_after_the_first_block_and_adapts_to_the_grid():
             torch.testing.assert_close(model.forward_features(x), model.norm(model.blocks[1](expected)))
         finally:
             model.set_grad_checkpointing(False)
-    assert model.config.position(SinCos) is not None and model.config.position(Cpe) is not None and isinstance(model.abs_pos, SinCos2dPosEmbed)
+    assert model.config.position(SinCos) and model.config.position(Cpe) and isinstance(model.abs_pos, SinCos2dPosEmbed)
     assert _model('cpe').abs_pos is None and _model('cpe').pos_embed is None
 
 

@@ -27,7 +27,8 @@ from .parts import (POOL_KINDS, POSITION_SCHEMES, BlockPart, HeadPart, Part, Pat
 __all__ = [
     'SimpleViTConfig', 'Variant', 'VARIANTS', 'MODELS', 'POOL_TYPES', 'POS_EMBED_TYPES', 'RESAMPLE_RULE_NAMES',
     'PATCH_EMBED_TYPES', 'PATCH_NORM_TYPES', 'GRID_MODES', 'ACT_LAYERS', 'SIGLIP_TOWERS', 'pair', 'grid_for',
-    'architecture_for', 'heads_for_width', 'activation_name', 'is_family_architecture', 'resample_rule', 'TensorSpec', 'HEAD_KEYS',
+    'architecture_for', 'heads_for_width', 'activation_name', 'is_family_architecture', 'resample_rule', 'TensorSpec',
+    'HEAD_KEYS',
     'DATA_CONFIG_KEYS', 'PREPROCESSING_KEYS', 'MLP_LAYERS', 'ROPE_TYPES', 'REL_POS_RESAMPLE_RULES', 'BLOCK_TYPES',
     'FLAT_NAMES', 'ARGUMENT_NAMES',
 ]

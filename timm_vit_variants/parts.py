@@ -1,12 +1,8 @@
-"""The parts a ``SimpleViTConfig`` is composed of: patch embedding, prefix tokens, position schemes, block, head
-(with its pooling) and training settings. Torch-free: the CLI and the config read it without building a model.
-
-Each part is a frozen dataclass that validates its own values in ``__post_init__`` (a ``ViTVariantsError`` naming
-the release-0.2.0 flat key, as ``config.json`` files and callers know it) and round-trips through plain JSON
-(``to_dict`` / ``from_dict``). Checks that need two parts (a [CLS] token for 'token' pooling, a head width for
-RoPE) live in the config and read the parts' properties, never their kind names. Position schemes and pooling kinds
-are registries: a subclass registers itself by name (``scheme=`` / ``kind=``), so a family adds its own from its
-own module.
+"""The parts of a ``SimpleViTConfig``: patch embedding, prefix tokens, position schemes, block, head (with its pool)
+and training settings. Torch-free. Each is a frozen dataclass that validates itself (a ``ViTVariantsError`` naming
+the release-0.2.0 flat key) and round-trips through plain JSON. Checks needing two parts live in the config and read
+the parts' properties, never their kind names. Position schemes and pools register by name (``scheme=``/``kind=``),
+so a family adds its own from its own module.
 """
 import dataclasses
 from dataclasses import dataclass, field, fields

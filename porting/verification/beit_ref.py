@@ -71,7 +71,8 @@ def beit_outputs(check: Check, x: torch.Tensor, mixed: Optional[Dict[str, torch.
     model = Beit(img_size=(rows * ph, cols * pw), patch_size=(ph, pw), in_chans=source.in_chans,
                  num_classes=source.num_classes, global_pool='avg' if source.head.fc_norm else 'token', embed_dim=dim,
                  depth=source.depth, num_heads=source.num_heads, qkv_bias=source.block.qkv_bias,
-                 mlp_ratio=(source.block.mlp_dim + 0.5) / dim, norm_layer=partial(nn.LayerNorm, eps=source.block.norm_eps),
+                 mlp_ratio=(source.block.mlp_dim + 0.5) / dim,
+                 norm_layer=partial(nn.LayerNorm, eps=source.block.norm_eps),
                  init_values=source.block.init_values, use_abs_pos_emb=ape, use_rel_pos_bias=not shared,
                  use_shared_rel_pos_bias=shared, use_fc_norm=source.head.fc_norm)
     name = "timm Beit + timm's beit checkpoint_filter_fn"

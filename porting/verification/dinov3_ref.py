@@ -130,7 +130,8 @@ def timm_eva_outputs(check: Check, x: torch.Tensor, mixed: Optional[Dict[str, to
         name = f"timm.create_model('local-dir:...', dynamic_img_size=True) ({config['architecture']})"
     else:
         model = load_eva(bare_eva(source), timm_weights(folder, check.weights_key))
-        name = (f"timm Eva ({EVA_ROPE[source.position(Rope).kind][2]} blocks) + the state dict loaded strictly (shared with "
+        kind = source.position(Rope).kind
+        name = (f"timm Eva ({EVA_ROPE[kind][2]} blocks) + the state dict loaded strictly (shared with "
                 'the converter: the head count, LayerNorm eps and pooling a bare state dict does not record)')
     rows, cols = runs_at.grid_size
     x = x[..., :rows * runs_at.patch_size[0], :cols * runs_at.patch_size[1]]

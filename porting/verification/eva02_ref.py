@@ -61,7 +61,8 @@ def eva02_timm_model(config: SimpleViTConfig, rows: int, cols: int, dynamic: boo
             swiglu_mlp=True, scale_mlp=config.block.mlp_norm, swiglu_align_to=1 if config.block.mlp == 'swiglu' else 0,
             init_values=config.block.init_values, use_rot_pos_emb=True, ref_feat_shape=(ref, ref),
             **eva_rope_args(config.position(Rope).kind, config.position(Rope).theta),
-            use_fc_norm=config.head.fc_norm, dynamic_img_size=dynamic, norm_layer=partial(LayerNorm, eps=config.block.norm_eps))
+            use_fc_norm=config.head.fc_norm, dynamic_img_size=dynamic,
+            norm_layer=partial(LayerNorm, eps=config.block.norm_eps))
 
 
 def eva02_table(table: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
@@ -112,12 +113,12 @@ def eva02_outputs(check: Check, x: torch.Tensor, mixed: Optional[Dict[str, torch
     if source.img_size[0] != source.img_size[1] or runs_at.img_size[0] != runs_at.img_size[1]:
         raise NoReference('EVA-02 takes one integer image size: it defines no non-square grid')
     rows, cols = runs_at.grid_size
-    folder = Path(check.path)
+    folder, ref = Path(check.path), source.position(Rope).ref_grid
     if getattr(source.position(Learned), 'resample', None) == 'deit':  # BAAI's file
         check.require_own_resize('EVA-02', 'deit', "EVA-02's run_class_finetuning")
         model, mim, own = _baai_model(check, rows, cols)
         resized = check.target is not None
-        grid = f'the {source.position(Rope).ref_grid}x{source.position(Rope).ref_grid} pretraining grid of the RoPE, '
+        grid = f'the {ref}x{ref} pretraining grid of the RoPE, '
         name = ("timm Eva (eva02_* blocks) + timm's eva checkpoint_filter_fn" +
                 (', the MIM-only mask_token/lm_head dropped by hand' if mim else '') +
                 (f", the file's own RoPE tables ({own[:-3]}cos/sin, as EVA's code loads them)" if own else '') +
@@ -139,7 +140,7 @@ def eva02_outputs(check: Check, x: torch.Tensor, mixed: Optional[Dict[str, torch
             rows0, cols0 = source.grid_size
             model = eva02_timm_model(source, rows0, cols0, dynamic=True)
             name = ('timm Eva (eva02_* blocks, dynamic_img_size) + the state dict loaded strictly (shared with the '
-                    f'converter: the head count and the {source.position(Rope).ref_grid}x{source.position(Rope).ref_grid} RoPE grid a '
+                    f'converter: the head count and the {ref}x{ref} RoPE grid a '
                     'state dict does not record)')
         model = load_eva(model, timm_weights(folder if not folder.is_dir() else files[0], check.weights_key))
     x = x[..., :rows * runs_at.patch_size[0], :cols * runs_at.patch_size[1]]

@@ -186,7 +186,8 @@ class TimmBeitCheckpoint(BeitCheckpoint):
         built.check(self, dict(
             depth=config.depth, embed_dim=config.embed_dim, mlp_dim=config.block.mlp_dim, num_heads=config.num_heads,
             qkv_bias=config.block.qkv_bias, abs_pos_emb=config.position(Learned) is not None,
-            shared_rel_pos_bias=self._shared, layer_scale=config.block.init_values is not None, fc_norm=config.head.fc_norm,
+            shared_rel_pos_bias=self._shared, layer_scale=config.block.init_values is not None,
+            fc_norm=config.head.fc_norm,
             num_classes=config.num_classes), local, evidence=dict(
             num_heads=f'{p}{table} {self._shape(p + table)}: (rows, heads)',
             qkv_bias=f'{p}blocks.0.attn.q_bias {"stored" if "blocks.0.attn.q_bias" in local else "absent"}',
