@@ -85,7 +85,7 @@ def config_dict(
     weights' dtype) is a ``model_args`` entry, so timm's ``local-dir:`` and ``hf-hub:`` build the model in it.
     """
     architecture = architecture or architecture_for(config)
-    model_args = {k: _json_safe(v) for k, v in config.to_dict().items() if v is not None and k != 'num_classes'}
+    model_args = {k: _json_safe(v) for k, v in config.to_flat().items() if v is not None and k != 'num_classes'}
     if dtype != 'float32':
         model_args['dtype'] = check_dtype_name(dtype)
     pretrained_cfg = {k: _json_safe(v) for k, v in pretrained_cfg_for(config, architecture).items()}
@@ -96,8 +96,8 @@ def config_dict(
         'num_classes': config.num_classes,
         'num_features': config.embed_dim,
     }
-    if config.global_pool:
-        out['global_pool'] = config.global_pool
+    if config.head.pool.kind:
+        out['global_pool'] = config.head.pool.kind
     labels = list(label_names or [])
     if labels and len(labels) == config.num_classes:
         out['label_names'] = [str(n) for n in labels]
@@ -220,7 +220,7 @@ def save_pretrained_folder(
         dtype = names.pop() if len(names) == 1 else 'float32'  # a model of mixed dtypes loads as float32
         write_config(tmp / CONFIG_FILE, config, data_config=data_cfg, label_names=labels, architecture=architecture,
                      dtype=dtype)
-        write_card(tmp, architecture=architecture, model_args=config.to_dict(), num_classes=config.num_classes,
+        write_card(tmp, architecture=architecture, model_args=config.to_flat(), num_classes=config.num_classes,
                    label_names=labels, **card_kwargs)
     return Path(os.path.abspath(out_dir))
 

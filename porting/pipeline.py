@@ -236,7 +236,7 @@ def convert(source: Union[str, Path], out: Union[str, Path], request: Optional[C
             if other:  # the final config.json, the one the user loads, still builds the verified network
                 raise ViTVariantsError(other, path=src.path)
             write_card(
-                tmp, architecture=architecture, model_args=dict(plan.target.to_dict(), dtype=plan.dtype),
+                tmp, architecture=architecture, model_args=dict(plan.target.to_flat(), dtype=plan.dtype),
                 num_classes=plan.target.num_classes,
                 source={'name': resolved.label, **resolved.provenance, 'format': src.format,
                         'dtype': plan.source_dtype, 'sha256': sha256},

@@ -8,6 +8,8 @@ from typing import Dict, Optional
 
 import torch
 
+from timm_vit_variants.parts import Rope
+
 from ..extras import require
 from .beit_ref import beit_outputs, is_timm_beit_folder
 from .dinov3_ref import timm_eva_outputs
@@ -27,7 +29,7 @@ def timm_outputs(check: Check, x: torch.Tensor, mixed: Optional[Dict[str, torch.
         return timm_wrapper_outputs(check, x, mixed)
     if is_timm_beit_folder(check.path):
         return beit_outputs(check, x, mixed)
-    if check.source.pos_embed.endswith('rope'):
+    if check.source.position(Rope) is not None:
         return timm_eva_outputs(check, x, mixed)
     build = functools.partial(timm_model, limits=check.limits, weights_key=check.weights_key)
     return timm_network(build)(check, x, mixed)

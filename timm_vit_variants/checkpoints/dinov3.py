@@ -52,7 +52,7 @@ class Dinov3Checkpoint(SourceCheckpoint):
     TENSOR_RULES = (named({'reg_token': _STORAGE, 'rope.periods': _PERIODS}),
                     named({'blocks.{i}.attn.qkv.bias': ('{p}blocks.{i}.attn.qkv.bias',
                                                         '{p}blocks.{i}.attn.qkv.bias_mask')}, masked_bias),
-                    renamed_keys(_SWIGLU, when=lambda r: r.config.mlp_layer == 'swiglu'))
+                    renamed_keys(_SWIGLU, when=lambda r: r.config.block.mlp == 'swiglu'))
 
     def _infer(self) -> SimpleViTConfig:
         names = set(self._store.names())
@@ -82,7 +82,7 @@ class Dinov3Checkpoint(SourceCheckpoint):
             'coordinates, half-split) '
             f'from the stored {self._store.dtype(_PERIODS)} periods; the k third of the qkv bias zeroed by its '
             f'bias_mask at load; {", ".join(skipped) or "nothing"} stored for training and skipped')
-        return SimpleViTConfig(**dict(
+        return SimpleViTConfig.of(**dict(
             DINOV3, img_size=img_size, patch_size=(patch_h, patch_w), in_chans=in_chans, embed_dim=dim, depth=depth,
             num_heads=heads, mlp_dim=mlp_dim, mlp_layer='swiglu' if swiglu else 'mlp', qkv_bias=qkv_bias,
             reg_tokens=reg_tokens, untie_cls_and_patch_norms=untied,

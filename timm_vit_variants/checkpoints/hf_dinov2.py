@@ -37,7 +37,7 @@ class HFDinov2Checkpoint(HFDinoReader):
     format = 'hf'
     PREPROCESSING_DEFAULTS = VIT_PROCESSOR_DEFAULTS
     RULES = _TABLE
-    TENSOR_RULES = (named(_SWIGLU, when=lambda r: r.config.mlp_layer == 'swiglu_packed'),)
+    TENSOR_RULES = (named(_SWIGLU, when=lambda r: r.config.block.mlp == 'swiglu_packed'),)
     CLASSES = {'Dinov2Model': None, 'Dinov2WithRegistersModel': None,
                **dict.fromkeys(('Dinov2ForImageClassification', 'Dinov2WithRegistersForImageClassification'),
                                'its classifier reads [CLS] concatenated with the mean of the patch tokens, and that '
@@ -70,7 +70,7 @@ class HFDinov2Checkpoint(HFDinoReader):
                           f"registers): table resize rule {rule!r} (transformers' own: bicubic "
                           f"{'with' if rule == 'timm' else 'without'} antialias); {MASK} is stored for masked "
                           'training and skipped')
-        return SimpleViTConfig(**dict(
+        return SimpleViTConfig.of(**dict(
             DINOV2, **network, qkv_bias=bool(self.source_config.get('qkv_bias', True)), reg_tokens=registers,
             init_values=float(self.source_config.get('layerscale_value', 1.0)),
             mlp_layer='swiglu_packed' if swiglu else 'mlp', pos_embed_resample=rule))

@@ -154,8 +154,9 @@ class SourceCheckpoint(abc.ABC):
     # -- shared ----------------------------------------------------------------------------------------
     @property
     def model_args(self) -> Dict[str, Any]:
-        """``SimpleVisionTransformer`` kwargs that reproduce the source network (``config.to_dict()``)."""
-        return self.config.to_dict()
+        """``SimpleVisionTransformer`` kwargs that reproduce the source network (``config.to_flat()``, release
+        0.2.0's flat names; ``config.to_dict()`` is the composed form)."""
+        return self.config.to_flat()
 
     @property
     def geometry(self) -> Geometry:

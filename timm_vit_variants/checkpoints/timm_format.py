@@ -15,8 +15,9 @@ from typing import Any, Dict, Optional, Sequence, Tuple
 
 import torch.nn as nn
 
-from ..config import MODELS, SimpleViTConfig, activation_name, heads_for_width
+from ..config import ARGUMENT_NAMES, MODELS, SimpleViTConfig, activation_name, heads_for_width
 from ..errors import ViTVariantsError
+from ..parts import Learned
 from .preprocessing import (assumed_preprocessing, checked_input_size,
                             imagenet_preprocessing)
 from .timm_build import Built, TimmFolder, block_facts
@@ -131,7 +132,7 @@ class TimmCheckpoint(TimmFolder):
         """DeiT's eval transform for its own releases, timm's deit_* one for a distilled state dict, else timm's."""
         if self._deit:
             return _DEIT_PREPROCESSING
-        return _DISTILLED_PREPROCESSING if self.config.dist_token else self.PREPROCESSING_DEFAULTS
+        return _DISTILLED_PREPROCESSING if self.config.tokens.dist else self.PREPROCESSING_DEFAULTS
 
     def _ours(self, arch: str, args: Dict[str, Any]) -> SimpleViTConfig:
         """A simple_vit folder: its config.json is the config (the entrypoint's defaults fill any gaps)."""
@@ -140,8 +141,7 @@ class TimmCheckpoint(TimmFolder):
         if 'num_classes' not in args and isinstance(self.source_config.get('num_classes'), int):
             args['num_classes'] = self.source_config['num_classes']
         args.update({k: getattr(self.options, k) for k in ('act_layer', 'norm_eps') if getattr(self.options, k)})
-        known = set(SimpleViTConfig.__dataclass_fields__)
-        unknown = sorted(set(args) - known)
+        unknown = sorted(set(args) - ARGUMENT_NAMES)
         if unknown:
             raise ViTVariantsError(f'unknown model argument(s) {unknown} for {arch}', path=self._config_path,
                                    key=f'model_args.{unknown[0]}')
@@ -161,7 +161,7 @@ class TimmCheckpoint(TimmFolder):
                                    path=self._config_path, key='model_args.num_classes')
         checked_input_size((self.source_config.get('pretrained_cfg') or {}).get('input_size'), config.in_chans,
                            self._config_path, 'pretrained_cfg.input_size')
-        if config.pos_table == 'learn':
+        if config.position(Learned) is not None:
             self.grid = config.grid_size
         return config
 
@@ -214,7 +214,7 @@ class TimmCheckpoint(TimmFolder):
         if 'built' in facts:
             facts['built'].check(self, dict(depth=depth, embed_dim=dim, mlp_dim=fc1_width, num_classes=num_classes,
                                             qkv_bias=qkv_bias, class_token=class_token), local)
-        return SimpleViTConfig(
+        return SimpleViTConfig.of(
             img_size=img_size, patch_size=(patch_h, patch_w), in_chans=in_chans, num_classes=num_classes,
             global_pool=settings['global_pool'], embed_dim=dim, depth=depth, num_heads=num_heads, mlp_dim=mlp_dim,
             qkv_bias=qkv_bias, class_token=class_token, dist_token=dist_token,
