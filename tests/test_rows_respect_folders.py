@@ -33,8 +33,8 @@ def _poolings(name: str):
 
 
 # Each row with 0, 10 and 1000 classes at its own pooling, and with 10 classes at every other pooling it can take.
-CASES = [(name, classes, MODELS[name].config().global_pool) for name in MODELS for classes in (0, 10, 1000)] + [
-    (name, 10, pool) for name in MODELS for pool in _poolings(name) if pool != MODELS[name].config().global_pool]
+CASES = [(name, classes, MODELS[name].config().head.pool.kind) for name in MODELS for classes in (0, 10, 1000)] + [
+    (name, 10, pool) for name in MODELS for pool in _poolings(name) if pool != MODELS[name].config().head.pool.kind]
 
 
 @pytest.mark.parametrize('name,classes,pool', CASES, ids=[f'{n}-{c}-{p or "none"}' for n, c, p in CASES])
