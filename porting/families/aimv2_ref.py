@@ -1,0 +1,61 @@
+"""AIMv2 references: the sources' own libraries run on a checkpoint, for the converter's check.
+
+- timm: its ``aimv2_*`` entry (``timm.create_model``, sized to the file) loads the file through timm's own
+  ``checkpoint_filter_fn`` (which reads Apple's layout itself, ``_convert_aimv2``), and runs at any grid with
+  ``dynamic_img_size`` (timm resamples the learned table bicubically). timm keeps no attention-pool head: its
+  outputs are the final-normed tokens.
+- transformers: ``Aimv2VisionModel.from_pretrained`` on the folder; its learned table covers the nominal grid only
+  (transformers adds it as is), the native towers' sin-cos any grid. Outputs: ``last_hidden_state`` and, with the
+  head, ``pooler_output``.
+
+Each function imports its library when called, so the porting family module stays light.
+"""
+from pathlib import Path
+from typing import Dict, Mapping, Optional, Tuple, Union
+
+import torch
+
+__all__ = ['timm_aimv2', 'timm_aimv2_outputs', 'hf_aimv2_outputs', 'TIMM_AIMV2_ENTRY']
+
+# The timm entry every AIMv2 reference is built from; sizes come from the file, so one entry serves all.
+TIMM_AIMV2_ENTRY = 'aimv2_large_patch14_224'
+
+
+def timm_aimv2(embed_dim: int, depth: int, num_heads: int, mlp_dim: int, patch_size: int,
+               img_size: Tuple[int, int], in_chans: int = 3) -> torch.nn.Module:
+    """timm's ``aimv2_*`` network at these sizes (its entry's RMSNorm, SwiGLU, biases and table), at nominal
+    ``img_size``, taking any other whole-patch size; random weights, eval mode."""
+    import timm
+
+    # timm sizes the MLP as int(D * ratio): half a unit more lands on the exact width
+    return timm.create_model(
+        TIMM_AIMV2_ENTRY, pretrained=False, num_classes=0, embed_dim=embed_dim, depth=depth, num_heads=num_heads,
+        mlp_ratio=(mlp_dim + 0.5) / embed_dim, patch_size=patch_size, img_size=img_size, in_chans=in_chans,
+        dynamic_img_size=True).eval()
+
+
+@torch.no_grad()
+def timm_aimv2_outputs(state: Mapping[str, torch.Tensor], num_heads: int, img_size: Tuple[int, int],
+                       x: torch.Tensor) -> torch.Tensor:
+    """timm's final-normed tokens [B, N, D] for ``x``, the model at nominal ``img_size`` loading ``state`` (Apple's
+    or timm's layout) through timm's ``checkpoint_filter_fn``."""
+    from timm.models.vision_transformer import checkpoint_filter_fn
+
+    state = {k: v for k, v in state.items() if not k.startswith('head.')}  # timm keeps no attention pool
+    weight = state.get('preprocessor.patchifier.proj.weight', state.get('patch_embed.proj.weight'))
+    mlp = state.get('trunk.blocks.0.mlp.fc1.weight', state.get('blocks.0.mlp.fc1_g.weight'))
+    depth = sum(k.endswith(('norm_1.weight', 'norm1.weight')) for k in state)
+    model = timm_aimv2(weight.shape[0], depth, num_heads, mlp.shape[0], weight.shape[-1], img_size, weight.shape[1])
+    model.load_state_dict(checkpoint_filter_fn(dict(state), model), strict=True)
+    return model.forward_features(x)
+
+
+@torch.no_grad()
+def hf_aimv2_outputs(folder: Union[str, Path], x: torch.Tensor) -> Dict[str, Optional[torch.Tensor]]:
+    """transformers' ``Aimv2VisionModel`` from ``folder`` on ``x``: ``tokens`` (``last_hidden_state``) and
+    ``pooled`` (``pooler_output``, None without the head)."""
+    from transformers import Aimv2VisionModel
+
+    model = Aimv2VisionModel.from_pretrained(str(folder), attn_implementation='eager').eval()
+    out = model(pixel_values=x)
+    return {'tokens': out.last_hidden_state, 'pooled': out.pooler_output}
