@@ -8,6 +8,7 @@ from safetensors.torch import load_file
 
 from porting.families.aimv2_ref import hf_aimv2_outputs, timm_aimv2, timm_aimv2_outputs
 from timm_vit_variants.families.aimv2_layouts import fill_state, layout_of
+from timm_vit_variants.families.aimv2_layers import AttentionPoolingHead, aimv2_sincos
 
 DATA = Path(__file__).parent / 'data' / 'aimv2'
 OUTPUTS = load_file(DATA / 'apple_outputs.safetensors')
@@ -66,3 +67,54 @@ def test_hf_layout_fills_timm_network(tmp_path, max_delta):
     with torch.no_grad():
         tokens = model.forward_features(x)
     max_delta('aimv2 hf: hf table vs transformers', tokens, hf_aimv2_outputs(folder, x)['tokens'], 2e-5)
+
+
+def _pool(state, layout: str) -> AttentionPoolingHead:
+    pool = AttentionPoolingHead(16, 2).eval()
+    targets = {f'attn_pool.{k}': v for k, v in pool.state_dict(keep_vars=True).items()}
+    assert fill_state(targets, state, layout) == ()
+    return pool
+
+
+def test_attention_pool_is_apples(max_delta):
+    """Apple's LiT tower: our pool on the trunk's tokens gives Apple's pooled output."""
+    state = _apple('lit')
+    model = timm_aimv2(img_size=(28, 28), **TINY)
+    fill_state(dict(model.state_dict(keep_vars=True)), state, 'apple')
+    with torch.no_grad():
+        pooled = _pool(state, 'apple')(model.forward_features(OUTPUTS['x28x28']))
+    max_delta('aimv2 apple lit: attention pool vs Apple', pooled, OUTPUTS['lit.x28x28.out'], 2e-5)
+
+
+def test_attention_pool_is_transformers(tmp_path, max_delta):
+    """transformers' head: our pool on its tokens gives its ``pooler_output``; padding left out of the keys is
+    the same as the shorter sequence."""
+    folder = _hf_folder(tmp_path, use_head=True)
+    expected = hf_aimv2_outputs(folder, OUTPUTS['x28x28'])
+    pool = _pool(load_file(folder / 'model.safetensors'), 'hf')
+    with torch.no_grad():
+        max_delta('aimv2 hf: attention pool vs transformers', pool(expected['tokens']), expected['pooled'], 2e-5)
+        tokens = expected['tokens']
+        padded = torch.cat([tokens, torch.randn(2, 3, 16)], dim=1)
+        valid = torch.cat([torch.ones(2, 16), torch.zeros(2, 3)], dim=1).bool()
+        max_delta('aimv2 pool: masked padding', pool(padded, valid), pool(tokens), 1e-6)
+
+
+@pytest.mark.parametrize('grid', [(4, 4), (3, 5), (6, 4)])
+def test_native_sincos_is_apples_and_transformers(grid, tmp_path, max_delta):
+    """The native towers' computed table at three grids (one non-square): timm's network with ``aimv2_sincos`` as
+    its table gives Apple's tokens and transformers' ``is_native`` tokens."""
+    h, w = grid
+    x = OUTPUTS[f'x{7 * h}x{7 * w}']
+    model = timm_aimv2(img_size=(7 * h, 7 * w), **TINY)
+    with torch.no_grad():
+        model.pos_embed.copy_(aimv2_sincos(h, w, 16)[None])
+        assert fill_state(dict(model.state_dict(keep_vars=True)), _apple('native'), 'apple') == ('pos_embed',)
+        tokens = model.forward_features(x)
+    max_delta(f'aimv2 apple native {h}x{w}: sin-cos vs Apple', tokens, OUTPUTS[f'native.x{7 * h}x{7 * w}.out'], 2e-5)
+    folder = _hf_folder(tmp_path, is_native=True, use_head=False)
+    assert fill_state(dict(model.state_dict(keep_vars=True)), load_file(folder / 'model.safetensors'), 'hf') == \
+        ('pos_embed',)
+    with torch.no_grad():
+        tokens = model.forward_features(x)
+    max_delta(f'aimv2 hf native {h}x{w}: sin-cos vs transformers', tokens, hf_aimv2_outputs(folder, x)['tokens'], 2e-5)
