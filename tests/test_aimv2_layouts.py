@@ -7,7 +7,7 @@ import torch
 from safetensors.torch import load_file
 
 from porting.families.aimv2_ref import hf_aimv2_outputs, timm_aimv2, timm_aimv2_outputs
-from timm_vit_variants.families.aimv2_layouts import fill_state, layout_of
+from timm_vit_variants.families.aimv2_layouts import fill_state, find_layout, layout_of, tower_facts
 from timm_vit_variants.families.aimv2_layers import AttentionPoolingHead, aimv2_sincos
 
 DATA = Path(__file__).parent / 'data' / 'aimv2'
@@ -118,3 +118,35 @@ def test_native_sincos_is_apples_and_transformers(grid, tmp_path, max_delta):
     with torch.no_grad():
         tokens = model.forward_features(x)
     max_delta(f'aimv2 hf native {h}x{w}: sin-cos vs transformers', tokens, hf_aimv2_outputs(folder, x)['tokens'], 2e-5)
+
+
+def _shapes(state, prefix: str = ''):
+    return {prefix + k: tuple(v.shape) for k, v in state.items()}
+
+
+def test_tower_facts_of_each_layout(tmp_path):
+    """Each layout's tensors give the same network facts; a LiT file's tower is found under its prefix."""
+    expected = dict(embed_dim=16, in_chans=3, patch_size=(7, 7), depth=2, mlp_dim=24, grid=(4, 4),
+                    attention_pool=False)
+    absolute = _shapes(_apple('absolute'))
+    assert find_layout(absolute) == ('apple', '')
+    assert tower_facts(absolute, 'apple') == expected
+    assert tower_facts(_shapes(_apple('native')), 'apple') == dict(expected, grid=None)
+    lit = dict(_shapes(_apple('lit'), 'image_encoder.'), **{'image_projector.weight': (8, 16)})
+    assert find_layout(lit) == ('apple', 'image_encoder.')
+    assert tower_facts(lit, 'apple', 'image_encoder.') == dict(expected, attention_pool=True)
+    hf = _shapes(load_file(_hf_folder(tmp_path, use_head=True) / 'model.safetensors'))
+    assert find_layout(hf) == ('hf', '')
+    assert tower_facts(hf, 'hf') == dict(expected, attention_pool=True)
+    timm = _shapes(timm_aimv2(img_size=(28, 28), **TINY).state_dict())
+    assert find_layout(timm) == ('timm', '')
+    assert tower_facts(timm, 'timm') == expected
+
+
+def test_tower_facts_refuse_what_no_tower_has():
+    """A table that is no square grid, or a gate of the wrong width, is named."""
+    shapes = _shapes(_apple('absolute'))
+    with pytest.raises(ValueError, match='preprocessor.pos_embed'):
+        tower_facts(dict(shapes, **{'preprocessor.pos_embed': (1, 15, 16)}), 'apple')
+    with pytest.raises(ValueError, match=r'trunk\.blocks\.0\.mlp\.fc1\.weight'):
+        tower_facts(dict(shapes, **{'trunk.blocks.0.mlp.fc1.weight': (24, 8)}), 'apple')

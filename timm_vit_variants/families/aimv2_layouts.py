@@ -25,7 +25,8 @@ import torch
 from ..checkpoints.fills import add_leading_axis, stack_rows
 from ..checkpoints.source import Rule
 
-__all__ = ['AIMV2_NORM_EPS', 'APPLE', 'HF', 'TIMM', 'LAYOUTS', 'POOL_KEYS', 'layout_of', 'layout_rule', 'fill_state']
+__all__ = ['AIMV2_NORM_EPS', 'AIMV2_HEADS', 'APPLE', 'HF', 'TIMM', 'LAYOUTS', 'POOL_KEYS', 'PREFIXES', 'layout_of',
+           'find_layout', 'layout_rule', 'fill_state', 'tower_facts']
 
 AIMV2_NORM_EPS = 1e-5
 
@@ -127,3 +128,59 @@ def fill_state(targets: Dict[str, torch.Tensor], state: Mapping[str, torch.Tenso
         rule.fill(dst, *(state[s] for s in rule.sources))
     return tuple(missing)
 
+
+
+# AIMv2's head counts by width (Apple's aimv2_{large,huge,1B,3B}; their files do not record it).
+AIMV2_HEADS: Mapping[int, int] = {1024: 8, 1536: 12, 2048: 16, 3072: 24}
+# Prefixes a tower sits under: Apple's LiT model (``image_encoder.``), transformers' ``Aimv2Model``
+# (``vision_model.``); the other towers' tensors (text, projections, logit scale) are not the image tower's.
+PREFIXES: Mapping[str, Tuple[str, ...]] = {'apple': ('', 'image_encoder.'), 'hf': ('', 'vision_model.'),
+                                           'timm': ('',)}
+_PATCH = {'apple': 'preprocessor.patchifier.proj.weight', 'hf': 'embeddings.patch_embed.weight',
+          'timm': 'patch_embed.proj.weight'}
+_GATE = {'apple': 'trunk.blocks.{i}.mlp.fc1.weight', 'hf': _HF_LAYER + 'ffn.gate_proj.weight',
+         'timm': 'blocks.{i}.mlp.fc1_g.weight'}
+_NORM1 = {layout: LAYOUTS[layout]['blocks.{i}.norm1.weight'].sources[0] for layout in LAYOUTS}
+
+
+def find_layout(names: Iterable[str]) -> Optional[Tuple[str, str]]:
+    """The (layout, prefix) of the AIMv2 tower ``names`` hold, None if they hold none."""
+    names = set(names)
+    for layout, prefixes in PREFIXES.items():
+        for prefix in prefixes:
+            if layout_of(names, prefix) == layout and prefix + _PATCH[layout] in names:
+                return layout, prefix
+    return None
+
+
+def tower_facts(shapes: Mapping[str, Tuple[int, ...]], layout: str, prefix: str = '') -> Dict[str, object]:
+    """What the tensors of an AIMv2 tower say about its network: ``embed_dim``, ``in_chans``, ``patch_size``,
+    ``depth``, ``mlp_dim``, ``grid`` (the learned table's, None for a native tower), ``table_rows`` and
+    ``attention_pool`` (the LiT head's tensors are there). Shapes are trusted only as far as they agree; a
+    disagreement raises ``ValueError`` naming the tensor (the reader reports it as its own error)."""
+    kernel = shapes[prefix + _PATCH[layout]]
+    if len(kernel) != 4:
+        raise ValueError(f'{prefix + _PATCH[layout]}: expected a [D, C, p, p] patch kernel, got {list(kernel)}')
+    dim, chans, ph, pw = kernel
+    depth = 0
+    while prefix + _NORM1[layout].format(i=depth) in shapes:
+        depth += 1
+    if not depth:
+        raise ValueError(f'{prefix + _NORM1[layout].format(i=0)}: no block found')
+    gate = shapes.get(prefix + _GATE[layout].format(i=0))
+    if gate is None or len(gate) != 2 or gate[1] != dim:
+        raise ValueError(f'{prefix + _GATE[layout].format(i=0)}: expected a [width, {dim}] SwiGLU gate, got {gate}')
+    table_key = prefix + LAYOUTS[layout]['pos_embed'].sources[0]
+    table = shapes.get(table_key)
+    grid = None
+    if table is not None:
+        rows = table[-2]
+        side = int(round(rows ** 0.5))
+        if side * side != rows or table[-1] != dim:
+            raise ValueError(f'{table_key}: a table of {rows} rows of width {table[-1]} is not a square grid of '
+                             f'width {dim}')
+        grid = (side, side)
+    rules = LAYOUTS[layout]
+    pool = all(k in rules and prefix + rules[k].sources[0] in shapes for k in POOL_KEYS)
+    return dict(embed_dim=dim, in_chans=chans, patch_size=(ph, pw), depth=depth, mlp_dim=gate[0], grid=grid,
+                attention_pool=pool)
