@@ -16,10 +16,12 @@ by the state-dict prefix of what fills it, so saved folders keep their keys (``p
 Schemes of packed NaFlex rows also ``prepare_rows`` for each chunk (rotations into the rows, a canvas, an index)
 into the ``BlockContext``, under their slot name. A scheme whose cost grows with the input says what a chunk holds
 for it per token pair (``pair_bytes``, counted in the packing budget) and refuses an input or a nominal grid over
-the model's ``limits`` before anything is made (``check_cost``). ``PositionsMixin`` is the one code that reads the
-slots: the embedding step, the block loop, the packed-row loop and ``set_input_size`` call it and name no scheme.
+the model's ``limits`` before anything is made (``check_cost``). These hooks are the declared protocol
+``SchemeModule`` (``scheme.py``), whose no-op defaults a scheme overrides where it needs them. ``PositionsMixin`` is
+the one code that reads the slots: the embedding step, the block loop, the packed-row loop and ``set_input_size``
+call it and name no scheme.
 
-A new scheme: a module with its slot's methods, a builder and a ``SCHEMES`` row (a new kind: a slot in ``SLOTS``
+A new scheme: a ``SchemeModule`` with its slot's methods, a builder and a ``SCHEMES`` row (a new kind: a slot in ``SLOTS``
 and a call in ``PositionsMixin``), its ``pos_embed`` values in ``config.POS_EMBEDS``, and, if it owns a tensor that a
 grid change resizes, that key's rule in ``geometry.fit_tensor`` (listed in ``RESIZED_KEYS``).
 """
@@ -35,8 +37,9 @@ from .geometry import Geometry, fit_tensor, is_capturing
 from .posemb import LearnedPosResampler, PosEncodingGenerator, SinCos2dPosEmbed
 from .relpos import RelPosBias
 from .rope import create_rope
+from .scheme import SchemeModule
 
-__all__ = ['SCHEMES', 'SLOTS', 'RESIZED_KEYS', 'STEM_PATTERN', 'AFTER_FIRST_BLOCK', 'PositionsMixin', 'block_rotation',
+__all__ = ['SchemeModule', 'SCHEMES', 'SLOTS', 'RESIZED_KEYS', 'STEM_PATTERN', 'AFTER_FIRST_BLOCK', 'PositionsMixin', 'block_rotation',
            'build_positions']
 
 Builder = Callable[[SimpleViTConfig, Tuple[int, int], Dict[str, Any]], nn.Module]
@@ -88,8 +91,9 @@ def build_positions(cfg: SimpleViTConfig, grid: Tuple[int, int], dd: Dict[str, A
         slot, build = SCHEMES[name]
         if slot is not None:
             built[slot] = build(cfg, grid, dd)
+    learned = any(scheme is not None and scheme.learned_table for scheme in built.values())
     built['pos_embed'] = nn.Parameter(torch.zeros(1, grid[0] * grid[1] + cfg.num_prefix_slots, cfg.embed_dim, **dd)) \
-        if cfg.pos_table == 'learn' else None
+        if learned else None
     return built
 
 
@@ -167,14 +171,14 @@ class PositionsMixin:
         """Each scheme's ``check_cost`` for sequences of up to ``longest`` tokens on ``grids``."""
         for slot in SLOTS:
             scheme = getattr(self, slot)
-            if scheme is not None and hasattr(scheme, 'check_cost'):
+            if scheme is not None:
                 scheme.check_cost(longest, grids, itemsize, self.limits, what, device, key)
 
     @torch.jit.ignore
     def _pair_bytes(self, itemsize: int) -> int:
         """Bytes the schemes add to each (query, key) pair of a chunk of packed rows, beside its mask."""
         schemes = (getattr(self, slot) for slot in SLOTS)
-        return sum(s.pair_bytes(itemsize) for s in schemes if s is not None and hasattr(s, 'pair_bytes'))
+        return sum(s.pair_bytes(itemsize) for s in schemes if s is not None)
 
     @torch.jit.ignore
     def _rows_context(self, chunk, patches, inputs: Dict[str, torch.Tensor], dtype: torch.dtype) -> BlockContext:
@@ -183,7 +187,7 @@ class PositionsMixin:
         sizes: Dict[str, List[int]] = {}
         for slot in SLOTS:
             scheme = getattr(self, slot)
-            if scheme is not None and hasattr(scheme, 'prepare_rows'):
+            if scheme is not None:
                 scheme.prepare_rows(chunk, patches, inputs, tensors, sizes)
         return BlockContext(chunk.attn_mask(dtype), None, tensors, sizes)
 
@@ -201,7 +205,7 @@ class PositionsMixin:
                     setattr(module, name, nn.Parameter(fitted, requires_grad=old.requires_grad))
         for slot in SLOTS:
             scheme = getattr(self, slot)
-            if scheme is not None and hasattr(scheme, 'set_grid_size'):
+            if scheme is not None:
                 scheme.set_grid_size(after.grid)
 
     @torch.jit.ignore
@@ -209,7 +213,7 @@ class PositionsMixin:
         """``prune_intermediate_layers``' part: per-layer tensors kept for the first ``depth`` blocks only."""
         for slot in SLOTS:
             scheme = getattr(self, slot)
-            if scheme is not None and hasattr(scheme, 'keep_layers'):
+            if scheme is not None:
                 scheme.keep_layers(depth)
 
     def _init_positions(self) -> None:
