@@ -150,3 +150,25 @@ def test_tower_facts_refuse_what_no_tower_has():
         tower_facts(dict(shapes, **{'preprocessor.pos_embed': (1, 15, 16)}), 'apple')
     with pytest.raises(ValueError, match=r'trunk\.blocks\.0\.mlp\.fc1\.weight'):
         tower_facts(dict(shapes, **{'trunk.blocks.0.mlp.fc1.weight': (24, 8)}), 'apple')
+
+
+def test_two_tower_folder_tower_is_found(tmp_path, max_delta):
+    """transformers' ``Aimv2Model`` folder: the image tower under ``vision_model.`` fills timm's network with the
+    tokens its ``vision_model`` computes."""
+    from transformers import Aimv2Config, Aimv2Model
+
+    torch.manual_seed(0)
+    config = Aimv2Config(
+        vision_config=dict(hidden_size=16, intermediate_size=24, num_hidden_layers=2, num_attention_heads=2,
+                           image_size=28, patch_size=7, use_head=True),
+        text_config=dict(hidden_size=16, intermediate_size=24, num_hidden_layers=1, num_attention_heads=2,
+                         vocab_size=50, max_position_embeddings=8), projection_dim=8)
+    Aimv2Model(config).eval().save_pretrained(tmp_path)
+    state = load_file(tmp_path / 'model.safetensors')
+    assert find_layout(state) == ('hf', 'vision_model.')
+    model = timm_aimv2(img_size=(28, 28), **TINY)
+    assert fill_state(dict(model.state_dict(keep_vars=True)), state, 'hf', 'vision_model.') == ()
+    x = OUTPUTS['x28x28']
+    with torch.no_grad():
+        tokens = model.forward_features(x)
+    max_delta('aimv2 hf two-tower: hf table vs transformers', tokens, hf_aimv2_outputs(tmp_path, x)['tokens'], 2e-5)

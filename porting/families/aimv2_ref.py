@@ -11,11 +11,11 @@
 Each function imports its library when called, so the porting family module stays light.
 """
 from pathlib import Path
-from typing import Dict, Mapping, Optional, Tuple, Union
+from typing import Any, Dict, Mapping, Optional, Tuple, Union
 
 import torch
 
-__all__ = ['timm_aimv2', 'timm_aimv2_outputs', 'hf_aimv2_outputs', 'TIMM_AIMV2_ENTRY']
+__all__ = ['timm_aimv2', 'timm_aimv2_outputs', 'hf_aimv2_outputs', 'aimv2_outputs', 'TIMM_AIMV2_ENTRY']
 
 # The timm entry every AIMv2 reference is built from; sizes come from the file, so one entry serves all.
 TIMM_AIMV2_ENTRY = 'aimv2_large_patch14_224'
@@ -52,10 +52,59 @@ def timm_aimv2_outputs(state: Mapping[str, torch.Tensor], num_heads: int, img_si
 
 @torch.no_grad()
 def hf_aimv2_outputs(folder: Union[str, Path], x: torch.Tensor) -> Dict[str, Optional[torch.Tensor]]:
-    """transformers' ``Aimv2VisionModel`` from ``folder`` on ``x``: ``tokens`` (``last_hidden_state``) and
-    ``pooled`` (``pooler_output``, None without the head)."""
-    from transformers import Aimv2VisionModel
+    """transformers' AIMv2 image tower from ``folder`` on ``x`` (an ``Aimv2VisionModel``, or an ``Aimv2Model``'s
+    ``vision_model``): ``tokens`` (``last_hidden_state``) and ``pooled`` (``pooler_output``, None without the head)."""
+    import json
 
-    model = Aimv2VisionModel.from_pretrained(str(folder), attn_implementation='eager').eval()
+    from transformers import Aimv2Model, Aimv2VisionModel
+
+    model_type = json.loads((Path(folder) / 'config.json').read_text()).get('model_type')
+    if model_type == 'aimv2':
+        model = Aimv2Model.from_pretrained(str(folder), attn_implementation='eager').vision_model.eval()
+    else:
+        model = Aimv2VisionModel.from_pretrained(str(folder), attn_implementation='eager').eval()
     out = model(pixel_values=x)
     return {'tokens': out.last_hidden_state, 'pooled': out.pooler_output}
+
+
+def _weights_file(path: Path) -> Path:
+    """The one weights file of ``path`` (itself, or a folder's ``model.safetensors``)."""
+    return path / 'model.safetensors' if path.is_dir() else path
+
+
+def aimv2_outputs(check: Any, x: torch.Tensor, mixed: Optional[Dict[str, torch.Tensor]]) -> Any:
+    """The 'aimv2' reference for a ``Check``: transformers for its folders, timm (its ``aimv2_*`` entry and loader)
+    for Apple's and timm's files, at the source geometry or at a target one by the source's own rule (timm's
+    bicubic resize; transformers' native sin-cos at any grid, its learned table at its own grid only)."""
+    from safetensors.torch import load_file
+
+    from porting.verification.result import NoReference, Outputs
+    from timm_vit_variants.families.aimv2_layouts import find_layout
+    from timm_vit_variants.parts import Learned
+
+    path = Path(check.path)
+    if path.is_dir() and (path / 'config.json').is_file():
+        native = check.source.position(Learned) is None
+        if check.target is not None and not native:
+            raise NoReference("transformers adds AIMv2's learned table as it is: it runs the tower at its own grid only")
+        check.require_own_resize('transformers', None)
+        out = hf_aimv2_outputs(path, x)
+        return Outputs(out['tokens'], out['pooled'] if out['pooled'] is not None else out['tokens'].mean(dim=1),
+                       'transformers Aimv2VisionModel', note=None if out['pooled'] is not None else
+                       'no head: the mean of its tokens')
+    state = load_file(str(_weights_file(path)))
+    found = find_layout(state)
+    if found is None:
+        raise NoReference('no AIMv2 tower in the file')
+    _, prefix = found
+    state = {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
+    if 'preprocessor.pos_embed' not in state and 'pos_embed' not in state:
+        raise NoReference("timm's aimv2_* have a learned table: the native tower's sin-cos runs in Apple's code only "
+                          '(tests/test_aimv2*.py checks it against outputs Apple wrote)')
+    check.require_own_resize('timm', 'timm')
+    grid = check.source.grid_size
+    patch = check.source.patch_size
+    tokens = timm_aimv2_outputs(state, check.source.num_heads, (grid[0] * patch[0], grid[1] * patch[1]), x)
+    pooled = 'head.cls_token' in state
+    return Outputs(tokens, None if pooled else tokens.mean(dim=1), f'timm {TIMM_AIMV2_ENTRY}',
+                   note="timm keeps no attention-pool head: the pooled output is not checked" if pooled else None)
