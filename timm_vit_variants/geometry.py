@@ -20,6 +20,7 @@ from timm.models import adapt_input_conv
 from .config import SimpleViTConfig, grid_for, pair, resample_rule
 from .errors import ViTVariantsError
 from .limits import DEFAULT_LIMITS, Limits
+from .parts import Learned, RelPos
 from .relpos_resize import beit_resize_table, table_rows, timm_resize_table
 
 __all__ = [
@@ -214,9 +215,9 @@ class Geometry:
     @classmethod
     def of(cls, config: SimpleViTConfig, grid: Optional[Tuple[int, int]] = None) -> 'Geometry':
         """The geometry of a model built from ``config`` (``grid`` overrides the nominal one)."""
+        learned, relpos = config.position(Learned) or Learned(), config.position(RelPos) or RelPos()
         return cls(tuple(grid or config.grid_size), tuple(config.patch_size), config.num_prefix_slots,
-                   config.pos_embed_resample, config.in_chans, config.patch_embed, config.patch_norm,
-                   config.rel_pos_resample)
+                   learned.resample, config.in_chans, config.patch.kind, config.patch.norm, relpos.resample)
 
     @property
     def kernel_key(self) -> str:

@@ -1,7 +1,9 @@
 """The model's head: the final norms, the pooling kind as a module, fc-norm, pre-logits and the classifier(s).
 
 Each pooling kind (``global_pool``) is one ``PoolModule`` class, registered by its kind name in ``POOL_MODULES``; it
-owns its pooling (``pool_tokens``), what a reset may do with it (``weighted``, ``holds_final_norm``) and its keys. A
+owns its pooling (``pool_tokens``), whether a reset may make it (``weighted``) and its keys; its config part
+(``parts.PoolPart`` of the same kind) says the rest (``owns_final_norm``: the tokens get no final norm, and a reset
+cannot leave the pool). A
 pool with weights sits in timm's slot ``attn_pool`` (keys ``attn_pool.*``): big_vision's MAP head (``MapPool``, timm's
 ``AttentionPoolLatent``) and CoCa's attentional pooler (``CocaPool``); one without, in ``pooler`` (no keys): the mean
 of the patch tokens, the [CLS] token (DeiT's pair of tokens, whose two classifiers ``DistilledTokenPool`` declares),
@@ -40,13 +42,11 @@ class PoolModule(nn.Module):
     """Abstract base of a pooling kind: ``pool_tokens`` maps the final tokens [B, T, D] to what the head reads.
 
     Class attributes a kind sets: ``kind`` (its ``global_pool`` name, given as ``class X(PoolModule, kind=...)``),
-    ``weighted`` (it holds weights, in ``attn_pool``: made with the model only, never by a reset),
-    ``holds_final_norm`` (it normalises its own outputs: the tokens get no final norm, and a reset cannot leave it)
-    and ``two_heads`` (DeiT: a classifier per token, ``head`` and ``head_dist``).
+    ``weighted`` (it holds weights, in ``attn_pool``: made with the model only, never by a reset) and ``two_heads``
+    (DeiT: a classifier per token, ``head`` and ``head_dist``).
     """
     kind = ''
     weighted = False
-    holds_final_norm = False
     two_heads = False
 
     def __init_subclass__(cls, kind: Optional[str] = None, **kwargs: Any) -> None:
@@ -94,7 +94,7 @@ class TokenPool(PoolModule, kind='token'):
     @classmethod
     def create(cls, cfg: SimpleViTConfig, norm_layer: Callable[..., nn.Module], act_layer: Any,
                dd: Dict[str, Any]) -> PoolModule:
-        return (DistilledTokenPool if cfg.dist_token else TokenPool)().with_prefix(cfg.num_prefix_tokens)
+        return (DistilledTokenPool if cfg.tokens.dist else TokenPool)().with_prefix(cfg.num_prefix_tokens)
 
     def pool_tokens(self, x: torch.Tensor, patch_valid: Optional[torch.Tensor] = None) -> torch.Tensor:
         return x[:, 0]
@@ -125,8 +125,8 @@ class MapPool(PoolModule, AttentionPoolLatent, kind='map'):
     def create(cls, cfg: SimpleViTConfig, norm_layer: Callable[..., nn.Module], act_layer: Any,
                dd: Dict[str, Any]) -> PoolModule:
         # timm sizes its MLP as int(D * ratio): half a unit more lands on the exact width (4304 for So400m)
-        pool = cls(cfg.embed_dim, num_heads=cfg.num_heads, mlp_ratio=(cfg.mlp_dim + 0.5) / cfg.embed_dim,
-                   qkv_bias=cfg.qkv_bias, norm_layer=norm_layer, act_layer=act_layer, **dd)
+        pool = cls(cfg.embed_dim, num_heads=cfg.num_heads, mlp_ratio=(cfg.block.mlp_dim + 0.5) / cfg.embed_dim,
+                   qkv_bias=cfg.block.qkv_bias, norm_layer=norm_layer, act_layer=act_layer, **dd)
         return pool.with_prefix(cfg.num_prefix_tokens)
 
     def pool_tokens(self, x: torch.Tensor, patch_valid: Optional[torch.Tensor] = None) -> torch.Tensor:
@@ -137,12 +137,12 @@ class MapPool(PoolModule, AttentionPoolLatent, kind='map'):
 class CocaPool(PoolModule, QueryAttentionPool, kind='coca'):
     """CoCa's attentional pooler (``attention_pool.py``) with its final norm; its first output is pooled."""
     weighted = True
-    holds_final_norm = True
 
     @classmethod
     def create(cls, cfg: SimpleViTConfig, norm_layer: Callable[..., nn.Module], act_layer: Any,
                dd: Dict[str, Any]) -> PoolModule:
-        pool = cls(cfg.attn_pool_dim, cfg.embed_dim, cfg.attn_pool_heads, cfg.attn_pool_queries, norm_layer, **dd)
+        part = cfg.head.pool  # parts.CocaPool, its width resolved
+        pool = cls(part.dim, cfg.embed_dim, part.heads, part.queries, norm_layer, **dd)
         return pool.with_prefix(cfg.num_prefix_tokens)
 
     def init_pool(self) -> None:
@@ -158,25 +158,25 @@ class HeadMixin:
     def _build_head(self, cfg: SimpleViTConfig, norm_layer: Callable[..., nn.Module], act_layer: Any,
                     dd: Dict[str, Any]) -> None:
         """The final norms, the pool of ``global_pool``, fc-norm, pre-logits and classifier(s), in timm's order."""
-        kind = POOL_MODULES[cfg.global_pool]
+        head = cfg.head
         dim = cfg.embed_dim
         # CLIPA (fc_norm) normalises the pooled vector only; a pool holding its own norm (CoCa's) its outputs.
-        token_norm = cfg.final_norm and not cfg.fc_norm and not kind.holds_final_norm
+        token_norm = head.final_norm and not head.fc_norm and not head.pool.owns_final_norm
         self.norm = norm_layer(dim, **dd) if token_norm else nn.Identity()
         # DINOv3's untied final norms: cls_norm over [CLS, registers], norm over the patch tokens
-        self.cls_norm = norm_layer(dim, **dd) if cfg.untie_cls_and_patch_norms else None
-        self.fc_norm = norm_layer(dim, **dd) if cfg.fc_norm else nn.Identity()
-        self._set_pool(kind.create(cfg, norm_layer, act_layer, dd))
-        if cfg.rep_size:
-            self.pre_logits = nn.Sequential(OrderedDict([('fc', nn.Linear(cfg.pool_width, cfg.rep_size, **dd)),
+        self.cls_norm = norm_layer(dim, **dd) if head.untie_norms else None
+        self.fc_norm = norm_layer(dim, **dd) if head.fc_norm else nn.Identity()
+        self._set_pool(POOL_MODULES[head.pool.kind].create(cfg, norm_layer, act_layer, dd))
+        if head.rep_size:
+            self.pre_logits = nn.Sequential(OrderedDict([('fc', nn.Linear(cfg.pool_width, head.rep_size, **dd)),
                                                          ('act', nn.Tanh())]))
         else:
             self.pre_logits = nn.Identity()
-        self.head_drop = nn.Dropout(cfg.drop_rate)
-        self.head = nn.Linear(self.head_hidden_size, cfg.num_classes, bias=cfg.head_bias, **dd) \
+        self.head_drop = nn.Dropout(cfg.training.drop_rate)
+        self.head = nn.Linear(self.head_hidden_size, cfg.num_classes, bias=head.bias, **dd) \
             if cfg.num_classes > 0 else nn.Identity()
         # DeiT's classifier of the distillation token
-        self.head_dist = self._dist_head(cfg.num_classes, dd) if cfg.dist_token else None
+        self.head_dist = self._dist_head(cfg.num_classes, dd) if cfg.tokens.dist else None
 
     def _set_pool(self, pool: PoolModule) -> None:
         """``pool`` into its slot: ``attn_pool`` (timm's, with its keys) when it holds weights, else ``pooler``."""
@@ -227,7 +227,7 @@ class HeadMixin:
             if new.weighted:
                 raise ViTVariantsError(f"global_pool={global_pool!r} needs the model's attention pool, which a reset "
                                        f"cannot create (create the model with global_pool={global_pool!r})")
-            if old.holds_final_norm:
+            if self.config.head.pool.owns_final_norm:
                 raise ViTVariantsError(f'a {self.global_pool!r} pooler holds the final norm and sets the pooled width, '
                                        'so it cannot be reset to another pooling')
             self._set_pool(new.create(self.config.replace(global_pool=global_pool), None, None,

@@ -1,7 +1,7 @@
-"""Position schemes: each way the model knows where its tokens are is one object, chosen from ``pos_embed``.
+"""Position schemes: each way the model knows where its tokens are is one object, built from the config's parts.
 
-``pos_embed`` names one scheme or two joined by '+' ('learn+rope', 'sincos+cpe', 'learn+relpos'); ``SCHEMES``, the
-one registry, builds each into the model's slot for its kind. A slot is a model attribute, None or a module, named
+``config.positions`` holds at most one scheme part per slot (``parts.PositionScheme``: 'learn' and 'rope', say);
+``SCHEMES``, the one registry, builds each into the model's slot its part names. A slot is a model attribute, None or a module, named
 by the state-dict prefix of what fills it, so saved folders keep their keys (``pos_embed``, ``rope.periods``,
 ``rope.freqs``, ``pos_cpe.proj.*``, ``rel_pos.tables``):
 
@@ -21,9 +21,9 @@ the model's ``limits`` before anything is made (``check_cost``). These hooks are
 the one code that reads the slots: the embedding step, the block loop, the packed-row loop and ``set_input_size``
 call it and name no scheme.
 
-A new scheme: a ``SchemeModule`` with its slot's methods, a builder and a ``SCHEMES`` row (a new kind: a slot in ``SLOTS``
-and a call in ``PositionsMixin``), its ``pos_embed`` values in ``config.POS_EMBEDS``, and, if it owns a tensor that a
-grid change resizes, that key's rule in ``geometry.fit_tensor`` (listed in ``RESIZED_KEYS``).
+A new scheme: its part (a ``parts.PositionScheme`` subclass naming its slot), a ``SchemeModule`` with its slot's
+methods, a builder and a ``SCHEMES`` row (a new kind: a slot in ``SLOTS`` and a call in ``PositionsMixin``), and, if
+it owns a tensor that a grid change resizes, that key's rule in ``geometry.fit_tensor`` (listed in ``RESIZED_KEYS``).
 """
 from typing import Any, Callable, Dict, Iterable, List, Optional, Set, Tuple
 
@@ -33,6 +33,7 @@ from timm.layers import trunc_normal_
 
 from .block_context import BlockContext
 from .config import SimpleViTConfig
+from .parts import Cpe, Learned, RelPos, Rope, SinCos
 from .geometry import Geometry, fit_tensor, is_capturing
 from .posemb import LearnedPosResampler, PosEncodingGenerator, SinCos2dPosEmbed
 from .relpos import RelPosBias
@@ -42,35 +43,33 @@ from .scheme import SchemeModule
 __all__ = ['SchemeModule', 'SCHEMES', 'SLOTS', 'RESIZED_KEYS', 'STEM_PATTERN', 'AFTER_FIRST_BLOCK', 'PositionsMixin', 'block_rotation',
            'build_positions']
 
-Builder = Callable[[SimpleViTConfig, Tuple[int, int], Dict[str, Any]], nn.Module]
+# A scheme's module from the config, its part (``parts.PositionScheme``), the nominal grid and device/dtype.
+Builder = Callable[[SimpleViTConfig, Any, Tuple[int, int], Dict[str, Any]], SchemeModule]
 
 
-def _sincos(cfg: SimpleViTConfig, grid: Tuple[int, int], dd: Dict[str, Any]) -> nn.Module:
-    return SinCos2dPosEmbed(cfg.embed_dim, grid, cfg.sincos_temperature, device=dd['device'])
+def _sincos(cfg: SimpleViTConfig, part: SinCos, grid: Tuple[int, int], dd: Dict[str, Any]) -> SchemeModule:
+    return SinCos2dPosEmbed(cfg.embed_dim, grid, part.temperature, device=dd['device'])
 
 
-def _learn(cfg: SimpleViTConfig, grid: Tuple[int, int], dd: Dict[str, Any]) -> nn.Module:
-    return LearnedPosResampler(cfg.num_prefix_slots, cfg.pos_embed_resample)
+def _learn(cfg: SimpleViTConfig, part: Learned, grid: Tuple[int, int], dd: Dict[str, Any]) -> SchemeModule:
+    return LearnedPosResampler(cfg.num_prefix_slots, part.resample)
 
 
-def _cpe(cfg: SimpleViTConfig, grid: Tuple[int, int], dd: Dict[str, Any]) -> nn.Module:
+def _cpe(cfg: SimpleViTConfig, part: Cpe, grid: Tuple[int, int], dd: Dict[str, Any]) -> SchemeModule:
     return PosEncodingGenerator(cfg.embed_dim, cfg.num_prefix_tokens, **dd)
 
 
-def _rope(cfg: SimpleViTConfig, grid: Tuple[int, int], dd: Dict[str, Any]) -> nn.Module:
-    return create_rope(cfg.rope_type, cfg.embed_dim // cfg.num_heads, cfg.depth, cfg.num_heads, cfg.rope_theta,
-                       ref_grid=cfg.rope_ref_grid, **dd)
+def _rope(cfg: SimpleViTConfig, part: Rope, grid: Tuple[int, int], dd: Dict[str, Any]) -> SchemeModule:
+    return create_rope(part.kind, cfg.embed_dim // cfg.num_heads, cfg.depth, cfg.num_heads, part.theta,
+                       ref_grid=part.ref_grid, **dd)
 
 
-def _relpos(cfg: SimpleViTConfig, grid: Tuple[int, int], dd: Dict[str, Any]) -> nn.Module:
+def _relpos(cfg: SimpleViTConfig, part: RelPos, grid: Tuple[int, int], dd: Dict[str, Any]) -> SchemeModule:
     return RelPosBias(grid, cfg.depth, cfg.num_heads, **dd)
 
 
-# Each scheme of a ``pos_embed`` value: its slot and its builder ('none' fills none).
-SCHEMES: Dict[str, Tuple[Optional[str], Optional[Builder]]] = {
-    'none': (None, None), 'sincos': ('abs_pos', _sincos), 'learn': ('abs_pos', _learn), 'rope': ('rope', _rope),
-    'relpos': ('rel_pos', _relpos), 'cpe': ('pos_cpe', _cpe),
-}
+# Each position scheme's builder, by its part's ``scheme`` name; the part says which slot it fills.
+SCHEMES: Dict[str, Builder] = {'sincos': _sincos, 'learn': _learn, 'rope': _rope, 'relpos': _relpos, 'cpe': _cpe}
 SLOTS = ('abs_pos', 'rope', 'rel_pos', 'pos_cpe')
 # The schemes' tensors a change of the nominal grid resizes (``geometry.fit_tensor``): the learned table, the
 # relative-position tables.
@@ -87,10 +86,8 @@ def build_positions(cfg: SimpleViTConfig, grid: Tuple[int, int], dd: Dict[str, A
                     ) -> Dict[str, Optional[nn.Module]]:
     """Every slot of a model of ``cfg`` (None where no scheme fills it), and the learned table ``pos_embed``."""
     built: Dict[str, Any] = {slot: None for slot in SLOTS}
-    for name in cfg.pos_embed.split('+'):
-        slot, build = SCHEMES[name]
-        if slot is not None:
-            built[slot] = build(cfg, grid, dd)
+    for part in cfg.positions:
+        built[part.slot] = SCHEMES[part.scheme](cfg, part, grid, dd)
     learned = any(scheme is not None and scheme.learned_table for scheme in built.values())
     built['pos_embed'] = nn.Parameter(torch.zeros(1, grid[0] * grid[1] + cfg.num_prefix_slots, cfg.embed_dim, **dd)) \
         if learned else None

@@ -11,6 +11,7 @@ The input side is configurable (``patch_embed``, ``patch_norm``, ``pos_embed`` i
 ``positions.py``, the pooling kind and head from ``heads.py``; it names no kind itself. State-dict names follow
 timm's VisionTransformer, so timm ViT checkpoints map one to one.
 """
+from dataclasses import fields
 from typing import Any, Dict, List, Optional, Set, Tuple, Union
 
 import torch
@@ -22,19 +23,23 @@ from torch.utils.checkpoint import checkpoint
 
 from ._timm_compat import declare_first_conv, feature_take_indices, update_model_input_size
 from .checkpoints import load_into_model
-from .config import SimpleViTConfig, TensorSpec
+from .config import FLAT_NAMES, SimpleViTConfig, TensorSpec
 from .errors import ViTVariantsError
 from .geometry import Geometry, check_fit
-from .heads import POOL_MODULES, HeadMixin
+from .heads import HeadMixin
 from .layers import BLOCKS, MLP_LAYERS, build_blocks, norm_layer as layer_norm
 from .limits import DEFAULT_LIMITS, Limits
 from .block_context import BlockContext
 from .embedding import EmbeddingMixin
+from .parts import Learned
 from .naflex import NaFlexMixin, Patches, drop_tokens, is_naflex
 from .patch_embed import AdaptivePatchEmbed
 from .positions import AFTER_FIRST_BLOCK, STEM_PATTERN, PositionsMixin, block_rotation, build_positions
 
 __all__ = ['SimpleVisionTransformer']
+
+# What ``SimpleViTConfig.of`` and ``replace`` take: the config's fields (parts, positions) and the flat names.
+_ARGUMENTS = frozenset(f.name for f in fields(SimpleViTConfig)) | frozenset(FLAT_NAMES)
 
 
 def _init_weights(module: nn.Module, name: str = '') -> None:
@@ -65,64 +70,73 @@ class SimpleVisionTransformer(EmbeddingMixin, NaFlexMixin, PositionsMixin, HeadM
     ) -> None:
         """
         Args:
-            config: The settings; when None, ``kwargs`` are ``SimpleViTConfig`` fields (unknown ones raise TypeError).
+            config: The settings; when None, built by ``SimpleViTConfig.of(**kwargs)``: its parts (objects or JSON
+                dicts) and release 0.2.0's flat names, which timm's ``create_model`` passes (an unknown name raises
+                TypeError, as any Python call's); else ``kwargs`` change it (``config.replace``).
             device, dtype: Where and in what dtype to create the parameters (e.g. 'meta').
             limits: What one input may cost (``Limits.rel_pos_bytes``); ``DEFAULT_LIMITS`` when None.
         """
         super().__init__()
         if limits is not None:
             self.limits = limits
+        unknown = sorted(set(kwargs) - _ARGUMENTS)
+        if unknown:
+            raise TypeError(f'SimpleVisionTransformer got unexpected keyword argument(s) {unknown}')
         if config is None:
-            config = SimpleViTConfig(**kwargs)
+            config = SimpleViTConfig.of(**kwargs)
         elif kwargs:
             config = config.replace(**kwargs)
         self.config = cfg = config
         dd = {'device': device, 'dtype': dtype}
-        norm_layer = layer_norm('layernorm', cfg.norm_eps)
-        act_layer = get_act_layer(cfg.act_layer)
+        block = cfg.block
+        norm_layer = layer_norm(block.norm, block.norm_eps)
+        act_layer = get_act_layer(block.act)
         embed_dim = cfg.embed_dim
 
         self.num_classes = cfg.num_classes
-        self.global_pool = cfg.global_pool
+        self.global_pool = cfg.head.pool.kind
         self.in_chans = cfg.in_chans
         self.embed_dim = self.num_features = embed_dim
-        self.head_hidden_size = cfg.rep_size or cfg.pool_width
+        self.head_hidden_size = cfg.head.rep_size or cfg.pool_width
         self.num_prefix_tokens = cfg.num_prefix_tokens
-        self.num_reg_tokens = cfg.reg_tokens
-        self.has_class_token = cfg.class_token
+        self.num_reg_tokens = cfg.tokens.registers
+        self.has_class_token = cfg.tokens.cls
         self.distilled_training = False  # DeiT: forward_head returns both heads' logits in training when set
-        self.pos_embed_type = cfg.pos_embed
-        self.pos_embed_cls_slot = cfg.pos_embed_cls_slot
+        self.pos_embed_type = cfg.flat_pos_embed
+        self.pos_embed_cls_slot = cfg.num_prefix_slots > 0
         self.grad_checkpointing = False
 
         self.patch_embed = AdaptivePatchEmbed(
             img_size=cfg.img_size, patch_size=cfg.patch_size, in_chans=cfg.in_chans, embed_dim=embed_dim,
-            grid_mode=cfg.grid_mode, kind=cfg.patch_embed, norm=cfg.patch_norm, norm_eps=cfg.norm_eps,
-            act_layer=act_layer, norm_layer=norm_layer, bias=cfg.patch_bias, **dd)
+            grid_mode=cfg.grid_mode, kind=cfg.patch.kind, norm=cfg.patch.norm, norm_eps=block.norm_eps,
+            act_layer=act_layer, norm_layer=norm_layer, bias=cfg.patch.bias, **dd)
         declare_first_conv(self, Geometry.of(cfg).kernel_key.rsplit('.', 1)[0])
         grid = self.patch_embed.grid_size
 
-        self.cls_token = nn.Parameter(torch.zeros(1, 1, embed_dim, **dd)) if cfg.class_token else None
-        self.dist_token = nn.Parameter(torch.zeros(1, 1, embed_dim, **dd)) if cfg.dist_token else None
-        self.reg_token = nn.Parameter(torch.zeros(1, cfg.reg_tokens, embed_dim, **dd)) if cfg.reg_tokens else None
-        # The position schemes of pos_embed, each in its slot (positions.py), and a learned table's pos_embed.
+        tokens = cfg.tokens
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, embed_dim, **dd)) if tokens.cls else None
+        self.dist_token = nn.Parameter(torch.zeros(1, 1, embed_dim, **dd)) if tokens.dist else None
+        self.reg_token = nn.Parameter(torch.zeros(1, tokens.registers, embed_dim, **dd)) if tokens.registers else None
+        # The position schemes, each in its slot (positions.py), and a learned table's pos_embed.
         positions = build_positions(cfg, grid, dd)
         for name, value in positions.items():
             setattr(self, name, value)
-        self.pos_drop = nn.Dropout(cfg.pos_drop_rate)
-        self.norm_pre = norm_layer(embed_dim, **dd) if cfg.pre_norm else nn.Identity()
+        self.pos_drop = nn.Dropout(cfg.training.pos_drop_rate)
+        self.norm_pre = norm_layer(embed_dim, **dd) if tokens.pre_norm else nn.Identity()
 
         self.blocks = build_blocks(
-            BLOCKS[cfg.block_type], cfg.depth, cfg.drop_path_rate, dim=embed_dim, num_heads=cfg.num_heads,
-            mlp=MLP_LAYERS[cfg.mlp_layer], mlp_width=cfg.mlp_dim, mlp_norm=cfg.mlp_norm, qkv_bias=cfg.qkv_bias,
-            qkv_fused=cfg.qkv_fused, init_values=cfg.init_values, act_layer=act_layer, norm_layer=norm_layer,
-            proj_drop=cfg.proj_drop_rate, attn_drop=cfg.attn_drop_rate, rotate_half=block_rotation(positions), **dd)
+            BLOCKS[block.kind], cfg.depth, cfg.training.drop_path_rate, dim=embed_dim, num_heads=cfg.num_heads,
+            mlp=MLP_LAYERS[block.mlp], mlp_width=block.mlp_dim, mlp_bias=block.mlp_bias, mlp_norm=block.mlp_norm,
+            qkv_bias=block.qkv_bias, qkv_fused=block.qkv_fused, qk_norm=block.qk_norm, proj_bias=block.proj_bias,
+            init_values=block.init_values, act_layer=act_layer, norm_layer=norm_layer,
+            proj_drop=cfg.training.proj_drop_rate, attn_drop=cfg.training.attn_drop_rate,
+            rotate_half=block_rotation(positions), **dd)
         reduction = self.patch_embed.patch_size[0]
         self.feature_info = [dict(module=f'blocks.{i}', num_chs=embed_dim, reduction=reduction)
                              for i in range(cfg.depth)]
         self._build_head(cfg, norm_layer, act_layer, dd)
 
-        if cfg.weight_init != 'skip':
+        if cfg.training.weight_init != 'skip':
             self.init_weights()
 
     @classmethod
@@ -166,7 +180,8 @@ class SimpleVisionTransformer(EmbeddingMixin, NaFlexMixin, PositionsMixin, HeadM
         what the model computes there itself (for FlexiViT: big_vision's run-time resize from the stored
         7x7 table, at any patch size).
         """
-        load_into_model(self, checkpoint_path, prefix=prefix, resample_like=self.config.pos_embed_resample)
+        learned = self.config.position(Learned) or Learned()
+        load_into_model(self, checkpoint_path, prefix=prefix, resample_like=learned.resample)
 
     @torch.jit.ignore
     def no_weight_decay(self) -> Set[str]:
@@ -224,8 +239,9 @@ class SimpleVisionTransformer(EmbeddingMixin, NaFlexMixin, PositionsMixin, HeadM
         if not torch.jit.is_scripting():
             if is_naflex(x):
                 patches = self._naflex_patches(x)
-                if self.training and self.config.patch_drop_rate > 0:
-                    patches = drop_tokens(patches, self.config.patch_drop_rate)
+                rate = self.config.training.patch_drop_rate
+                if self.training and rate > 0:
+                    patches = drop_tokens(patches, rate)
                 self._check_positions_cost(patches, 'patch_coord' if isinstance(x, dict) else None)
                 sequences, inputs = self._embed(patches)
                 final, taken = self._run_packed(sequences[0], patches, inputs, take, stop)
@@ -319,7 +335,7 @@ class SimpleVisionTransformer(EmbeddingMixin, NaFlexMixin, PositionsMixin, HeadM
             self.head_hidden_size = self.embed_dim
             self.config = self.config.replace(rep_size=None)
             # a pool holding the final norm (CoCa's) stays
-            self.reset_classifier(0, None if POOL_MODULES[self.global_pool].holds_final_norm else '')
+            self.reset_classifier(0, None if self.config.head.pool.owns_final_norm else '')
         return take_indices
 
     def get_intermediate_layers(
