@@ -19,8 +19,10 @@ from timm.layers import register_notrace_module
 
 from ..config import SimpleViTConfig
 from ..heads import PoolModule
+from ..positions import SCHEMES
 from ..posemb import grid_coords
 from ..scheme import SchemeModule
+from .aimv2 import Aimv2SinCos
 
 __all__ = ['aimv2_sincos', 'aimv2_sincos_at', 'Aimv2SinCosEmbed', 'AttentionPoolingHead', 'Aimv2PoolModule']
 
@@ -110,3 +112,11 @@ class Aimv2PoolModule(PoolModule, AttentionPoolingHead, kind='aimv2'):
             return self(x)
         prefix = patch_valid.new_ones(x.shape[0], self.num_prefix_tokens)
         return self(x, torch.cat([prefix, patch_valid], dim=1))
+
+
+def _build_sincos(cfg: SimpleViTConfig, part: Aimv2SinCos, grid: Tuple[int, int], dd: Dict[str, Any]
+                  ) -> SchemeModule:
+    return Aimv2SinCosEmbed(cfg.embed_dim, part.temperature)
+
+
+SCHEMES[Aimv2SinCos.scheme] = _build_sincos  # the 'aimv2_sincos' part's module, in the one registry of schemes
