@@ -163,7 +163,7 @@ def test_a_non_square_target_is_not_checked_by_deits_rule(tmp_path, capsys):
 def test_published_tags_are_deit3_files_read_as_deit3():
     """Every tag downloads one of README_revenge.md's files, whose name says DeiT-III, with DeiT-III's eval
     preprocessing; every row is a DeiT-III network (width, heads, patch, table, LayerScale)."""
-    from timm_vit_variants.checkpoints.deit import layerscale_ape_format
+    from timm_vit_variants.checkpoints.layerscale_blocks import layerscale_ape_format
 
     assert len(DEIT3_CFGS) == 16 and len({cfg['url'] for cfg in DEIT3_CFGS.values()}) == 16
     for tag, cfg in DEIT3_CFGS.items():

@@ -20,7 +20,7 @@ loaded); 0.1 is written, as BEiT's base fine-tuning uses.
 """
 import math
 import re
-from typing import AbstractSet, Any, Dict, Optional, Set, Tuple
+from typing import AbstractSet, Any, Dict, Optional, Set
 
 import torch
 import torch.nn as nn
@@ -28,10 +28,10 @@ import torch.nn as nn
 from ..beit_models import BEIT
 from ..config import SimpleViTConfig
 from .fills import Misfit
-from .hf_dinov3 import q_none_v_bias
 from .preprocessing import assumed_preprocessing
 from .source import Rule, SourceCheckpoint
-from .timm_format import Built, TimmCheckpoint
+from .tensor_rules import LAYER_SCALE, for_key, qv_bias, renamed_keys
+from .timm_build import Built, TimmFolder
 
 __all__ = ['BeitCheckpoint', 'TimmBeitCheckpoint', 'is_beit', 'stack_tables', 'expand_table', 'MIM_ONLY']
 
@@ -40,7 +40,6 @@ _SHARED = 'rel_pos_bias.relative_position_bias_table'
 # Pretraining-only parts of unilm's MIM models, and the index buffers the model rebuilds.
 MIM_ONLY = re.compile(r'^(mask_token$|lm_head\.|cls_pt_layers\.|cls_pt_norm\.|cls_pt_lm_head\.)')
 _INDEX = re.compile(r'(^|\.)relative_position_index$')
-_LAYER_SCALE = {'ls1.gamma': 'gamma_1', 'ls2.gamma': 'gamma_2'}
 
 
 def is_beit(names: AbstractSet[str]) -> bool:
@@ -77,27 +76,24 @@ class BeitCheckpoint(SourceCheckpoint):
     PREPROCESSING_DEFAULTS = assumed_preprocessing(
         'bicubic', 0.9, 'center', "not recorded by the checkpoint; BEiT's eval (crop 0.9, bicubic, mean = std = 0.5)")
     _shared = False
+    TENSOR_RULES = (
+        for_key('rel_pos.tables', lambda r: r._tables_rule()),
+        qv_bias('{p}blocks.{i}.attn.q_bias', '{p}blocks.{i}.attn.v_bias', unless='{p}blocks.{i}.attn.qkv.bias'),
+        renamed_keys(LAYER_SCALE),
+    )
 
     def _candidates(self) -> Set[str]:
         return {n for n in super()._candidates()
                 if not MIM_ONLY.match(n[len(self._prefix):]) and not _INDEX.search(n)}
 
-    def _rule(self, pattern: str, block: Optional[int]) -> Tuple[Rule, Optional[int]]:
-        p, key = self._prefix, pattern.replace('{i}', str(block))
-        if key == 'rel_pos.tables':
-            if self._shared:
-                return Rule((p + _SHARED,), expand_table), None
-            return Rule(tuple(f'{p}blocks.{i}.{_TABLE}' for i in range(self.config.depth)), stack_tables), None
-        if key.endswith('attn.qkv.bias') and p + key not in self._store:
-            base = p + key[:-len('qkv.bias')]
-            return Rule((base + 'q_bias', base + 'v_bias'), q_none_v_bias), None
-        for ours, theirs in _LAYER_SCALE.items():
-            if key.endswith(ours):
-                return Rule((p + key[:-len(ours)] + theirs,)), None
-        return Rule((p + key,)), None
+    def _tables_rule(self) -> Rule:
+        """Our ``rel_pos.tables``: the shared pretraining table copied into every block, else each block's."""
+        if self._shared:
+            return Rule(('{p}' + _SHARED,), expand_table)
+        return Rule(tuple(f'{{p}}blocks.{i}.{_TABLE}' for i in range(self.config.depth)), stack_tables)
 
-    def _infer(self, hints: Dict[str, Any]) -> SimpleViTConfig:
-        p = self._prefix = hints.get('prefix') or ''
+    def _infer(self) -> SimpleViTConfig:
+        p = self._prefix = self.options.prefix or ''
         names = {n[len(p):] for n in self._store.names() if n.startswith(p)}
         dim, in_chans, patch_h, patch_w = self._conv_patch_kernel(p + 'patch_embed.proj.weight')
         depth = self._depth(names, key_of=lambda i: f'{p}blocks.{i}', first=p + 'blocks.0.attn.qkv.weight')
@@ -123,7 +119,7 @@ class BeitCheckpoint(SourceCheckpoint):
         ape = 'pos_embed' in names
         if ape:
             self._check_token_table(p + 'pos_embed', dim, (patch_h, patch_w), class_token=True, slot=True,
-                                    img_size=hints.get('img_size') or (side * patch_h, side * patch_w))
+                                    img_size=self.options.img_size or (side * patch_h, side * patch_w))
         mean_pool = 'fc_norm.weight' in names
         if not mean_pool and 'norm.weight' not in names:
             raise self._error('neither fc_norm (mean pooling) nor a final norm ([CLS] pooling) is stored',
@@ -147,7 +143,7 @@ class BeitCheckpoint(SourceCheckpoint):
             init_values=0.1 if 'blocks.0.gamma_1' in names else None,
             qkv_bias='blocks.0.attn.q_bias' in names or 'blocks.0.attn.qkv.bias' in names,
             pos_embed='learn+relpos' if ape else 'relpos', pos_embed_cls_slot=True, pos_embed_resample='deit',
-            act_layer=hints.get('act_layer') or BEIT['act_layer'], norm_eps=hints.get('norm_eps') or BEIT['norm_eps'],
+            act_layer=self.options.act_layer or BEIT['act_layer'], norm_eps=self.options.norm_eps or BEIT['norm_eps'],
             head_bias='head.bias' in names or 'head.weight' not in names))
 
 
@@ -160,17 +156,14 @@ def _summary(names: Any) -> str:
     return ', '.join(f'{k} ({v})' if v > 1 else k for k, v in parts.items())
 
 
-class TimmBeitCheckpoint(BeitCheckpoint):
+class TimmBeitCheckpoint(TimmFolder, BeitCheckpoint):
     """A timm ``beit*`` folder (``config.json``'s ``architecture``): the tensors are read as a BEiT state dict, held
     against timm's build of the recorded architecture and model_args (a contradiction is refused, naming the config
     key and the tensor that shows it), and the preprocessing is the folder's ``pretrained_cfg``."""
     format = 'timm'
-    _recorded_preprocessing = TimmCheckpoint._recorded_preprocessing
-    _architecture = TimmCheckpoint._architecture
-    _meta_build = TimmCheckpoint._meta_build
 
-    def _infer(self, hints: Dict[str, Any]) -> SimpleViTConfig:
-        config = super()._infer(hints)
+    def _infer(self) -> SimpleViTConfig:
+        config = super()._infer()
         arch, args = self._architecture()
         model = self._meta_build(arch, args)
         block, p = model.blocks[0], self._prefix

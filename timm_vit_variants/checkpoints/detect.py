@@ -8,7 +8,7 @@ before the rows its files would otherwise meet. A wrapper's folder (transformers
 under ``timm_model.``: ``WRAPPED_PREFIXES``) is read as the timm model it holds, that prefix its default.
 """
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Callable, Dict, FrozenSet, Optional, Tuple, Type, Union
 
@@ -16,11 +16,12 @@ from ..errors import ViTVariantsError
 from ..limits import DEFAULT_LIMITS, Limits
 from .beit import BeitCheckpoint, TimmBeitCheckpoint, is_beit
 from .dinov2 import Dinov2Checkpoint, is_dinov2
-from .deit import Deit3Checkpoint, is_layerscale_ape, layerscale_ape_format
+from .deit import Deit3Checkpoint
 from .dinov3 import Dinov3Checkpoint, is_dinov3
 from .eva02 import Eva02Checkpoint, is_eva02, is_eva02_architecture
 from .rope_vit import RopeVitCheckpoint, is_rope_vit
 from .files import discover
+from .layerscale_blocks import is_layerscale_ape, layerscale_ape_format
 from .flax import BigVisionCheckpoint, BigVisionNaFlexCheckpoint, VitJaxCheckpoint, is_flat_patch_kernel
 from .hf import HFCheckpoint, VIT_MODEL_TYPES
 from .hf_beit import BEIT_MODEL_TYPES, HFBeitCheckpoint
@@ -32,6 +33,7 @@ from .hf_siglip import SIGLIP_MODEL_TYPES, HFSiglip2Checkpoint, HFSiglipCheckpoi
 from .openclip import OpenAICLIPCheckpoint, OpenCLIPCheckpoint, is_openai_clip
 from .openclip_config import open_clip_config_path
 from .openclip_timm import TRUNK, OpenCLIPTimmCheckpoint
+from .options import HINTS, ReaderOptions
 from .source import LayoutFn, SourceCheckpoint
 from .stores import NpzStore, TensorStore, open_store
 from .torchscript_store import TorchScriptStore
@@ -49,13 +51,13 @@ WRAPPED_PREFIXES = {'timm_wrapper': 'timm_model.'}
 
 @dataclass(frozen=True)
 class Probe:
-    """What a ``DISPATCH`` row tests: the opened store and its tensor names (``local``: under the ``prefix`` hint,
-    without it), ``config.json`` (empty without one) and the path asked for."""
+    """What a ``DISPATCH`` row tests: the opened store and its tensor names (``local``: under the ``prefix`` option,
+    without it), ``config.json`` (empty without one), the path asked for and the caller's options."""
     path: str
     store: TensorStore
     config: Dict[str, Any]
     config_path: Optional[str]
-    hints: Dict[str, Any] = field(default_factory=dict)
+    options: ReaderOptions = ReaderOptions()
 
     @cached_property
     def names(self) -> FrozenSet[str]:
@@ -67,9 +69,9 @@ class Probe:
 
     @property
     def prefix(self) -> str:
-        """The caller's ``prefix`` hint, else the one a wrapper's ``config.json`` implies (``WRAPPED_PREFIXES``)."""
+        """The caller's ``prefix`` option, else the one a wrapper's ``config.json`` implies (``WRAPPED_PREFIXES``)."""
         wrapped = WRAPPED_PREFIXES.get(self.model_type, '') if isinstance(self.model_type, str) else ''
-        return self.hints.get('prefix') or wrapped
+        return self.options.prefix or wrapped
 
     @property
     def model_type(self) -> Any:
@@ -136,7 +138,7 @@ DISPATCH: Tuple[Route, ...] = (
     Route(lambda p: isinstance(p.store, NpzStore) and p.has('MultiHeadDotProductAttention_1/', 'posembed_input/'),
           VitJaxCheckpoint),
     Route(lambda p: isinstance(p.store, NpzStore) and not p.has(*_NPZ_BLOCKS), _NO_NPZ_BLOCKS),
-    Route(lambda p: isinstance(p.store, NpzStore) and is_flat_patch_kernel(p.store, p.hints.get('prefix')),
+    Route(lambda p: isinstance(p.store, NpzStore) and is_flat_patch_kernel(p.store, p.options.prefix),
           BigVisionNaFlexCheckpoint),
     Route(lambda p: isinstance(p.store, NpzStore), BigVisionCheckpoint),
     # OpenAI's TorchScript archives
@@ -188,19 +190,6 @@ READERS: Dict[str, Type[SourceCheckpoint]] = {
     fmt: [r.reader for r in DISPATCH if not isinstance(r.reader, Refuse) and r.reader.format == fmt][-1]
     for fmt in FORMATS}
 
-# Facts a checkpoint may not record, supplied by the caller (CLI flags of the same name):
-#   prefix     key prefix inside the file (npz: e.g. 'params/'; torch: stripped before mapping)
-#   img_size   source image size, to split a non-square learned table into its grid
-#   num_heads  attention heads (bare timm state dicts of non-standard width; checked against others)
-#   assume_heads  for a bare timm state dict of a non-standard width: assume timm's 64-wide heads
-#   act_layer  override the MLP activation (e.g. 'gelu' to match timm's exact-GELU AugReg port)
-#   norm_eps   override the LayerNorm epsilon
-#   pos_embed  'sincos' or 'none' when a checkpoint has no position table (default 'sincos')
-#   use_ema    prefer EMA weights in timm training checkpoints (default True, as timm)
-HINTS = ('prefix', 'img_size', 'num_heads', 'assume_heads', 'act_layer', 'norm_eps', 'pos_embed', 'use_ema',
-         'in_chans')
-
-
 def _route(probe: Probe, fmt: Optional[str] = None) -> Type[SourceCheckpoint]:
     """The reader of the first ``DISPATCH`` row that holds for ``probe`` (raising a refusing row's error); given
     ``fmt``, of the first row of that format that holds (refusals skipped), else the format's plain reader."""
@@ -216,7 +205,7 @@ def _route(probe: Probe, fmt: Optional[str] = None) -> Type[SourceCheckpoint]:
 
 
 def _detect(probe: Probe) -> str:
-    """The format of the content (the hints play no part: they are the caller's facts, not the file's)."""
+    """The format of the content (the options play no part: they are the caller's facts, not the file's)."""
     return _route(Probe(probe.path, probe.store, probe.config, probe.config_path)).format
 
 
@@ -232,27 +221,22 @@ def open_checkpoint(
 
     ``fmt`` skips detection; ``layout`` is the model's layout function
     (``SimpleVisionTransformer.state_layout``), without which only the config and the raw inventory
-    are available; ``limits`` bound what the file may claim; ``hints`` are listed in ``HINTS``.
+    are available; ``limits`` bound what the file may claim; ``hints`` are ``ReaderOptions`` fields (``HINTS``).
     """
-    unknown = sorted(set(hints) - set(HINTS))
-    if unknown:
-        raise TypeError(f'unknown checkpoint hint(s) {unknown}; expected some of {HINTS}')
-    if hints.get('pos_embed') not in (None, 'sincos', 'none', 'learn'):
-        raise ViTVariantsError(f"pos_embed hint must be 'sincos', 'none' or 'learn', got {hints['pos_embed']!r}")
+    options = ReaderOptions.of(**hints)
     if fmt is not None and fmt not in READERS:
         raise ViTVariantsError(f'unknown checkpoint format {fmt!r}; expected one of {FORMATS}', path=str(path))
-    hints = {k: v for k, v in hints.items() if v is not None}
     path = os.fspath(path)
     files, config, config_path = discover(path, limits)
-    store = open_store(files, limits, use_ema=hints.get('use_ema', True))
+    store = open_store(files, limits, use_ema=options.use_ema)
     try:
-        probe = Probe(path, store, config, config_path, hints)
+        probe = Probe(path, store, config, config_path, options)
         if probe.prefix:
-            hints['prefix'] = probe.prefix
+            options = options.with_prefix(probe.prefix)
         if fmt is None:
-            return _route(probe, _detect(probe))(path, store, config, config_path, hints, layout, limits)
+            return _route(probe, _detect(probe))(path, store, config, config_path, options, layout, limits)
         try:
-            return _route(probe, fmt)(path, store, config, config_path, hints, layout, limits)
+            return _route(probe, fmt)(path, store, config, config_path, options, layout, limits)
         except ViTVariantsError as e:
             raise _wrong_format(e, fmt, probe) from None
     except BaseException:

@@ -7,12 +7,13 @@ that is either ``fc1``/``fc2`` or ViT-g's packed SwiGLU (``w12`` then ``w3``), a
 The hub builds the models without registers with ``interpolate_offset=0.1`` and no antialias (our
 'dinov2' rule), and the register models with offset 0 and antialias (exactly the 'timm' rule).
 """
-from typing import Any, Dict, Optional, Set, Tuple
+from typing import Set
 
 from ..config import SimpleViTConfig
 from ..dino_models import DINOV2, DINOV2_HEADS
 from .preprocessing import imagenet_preprocessing
-from .source import Rule, SourceCheckpoint, renamed
+from .source import SourceCheckpoint
+from .tensor_rules import named, renamed_keys
 
 __all__ = ['DINOV2_HEADS', 'Dinov2Checkpoint', 'is_dinov2']
 
@@ -34,19 +35,14 @@ class Dinov2Checkpoint(SourceCheckpoint):
     PREPROCESSING_DEFAULTS = imagenet_preprocessing(
         0.875, "not recorded by the checkpoint; DINOv2's ImageNet preprocessing")
 
-    def _rule(self, pattern: str, block: Optional[int]) -> Tuple[Rule, Optional[int]]:
-        key = pattern.replace('{i}', str(block))
-        if key == 'reg_token':
-            return Rule((_REGISTERS,)), None
-        if self.config.mlp_layer == 'swiglu_packed':
-            key = renamed(key, _SWIGLU)
-        return Rule((key,)), None
+    TENSOR_RULES = (named({'reg_token': _REGISTERS}),
+                    renamed_keys(_SWIGLU, when=lambda r: r.config.mlp_layer == 'swiglu_packed'))
 
-    def _infer(self, hints: Dict[str, Any]) -> SimpleViTConfig:
+    def _infer(self) -> SimpleViTConfig:
         names = set(self._store.names())
         dim, in_chans, patch_h, patch_w = self._conv_patch_kernel()
         self._check_token_table('pos_embed', dim, (patch_h, patch_w), class_token=True, slot=True,
-                         img_size=hints.get('img_size'))
+                         img_size=self.options.img_size)
         depth = self._depth(names)
         swiglu = 'blocks.0.mlp.w12.weight' in names
         mlp_key = 'blocks.0.mlp.w3.weight' if swiglu else 'blocks.0.mlp.fc1.weight'
@@ -54,7 +50,7 @@ class Dinov2Checkpoint(SourceCheckpoint):
         mlp_dim = mlp_shape[1] if swiglu else mlp_shape[0]
         self._check_dims(mlp_key, mlp=mlp_dim)
         reg_tokens = self._token_count(_REGISTERS, dim)
-        heads = self._heads(dim, hints)
+        heads = self._heads(dim)
         rule = 'timm' if reg_tokens else 'dinov2'
         self.notes.append(
             f'detected a DINOv2 backbone ({"SwiGLU, " if swiglu else ""}{reg_tokens} registers): table resize rule '
@@ -65,12 +61,12 @@ class Dinov2Checkpoint(SourceCheckpoint):
             in_chans=in_chans, embed_dim=dim, depth=depth, num_heads=heads, mlp_dim=mlp_dim,
             mlp_layer='swiglu_packed' if swiglu else 'mlp', qkv_bias='blocks.0.attn.qkv.bias' in names,
             reg_tokens=reg_tokens, pos_embed_resample=rule,
-            act_layer=hints.get('act_layer') or ('silu' if swiglu else DINOV2['act_layer']),
-            norm_eps=hints.get('norm_eps') or DINOV2['norm_eps']))
+            act_layer=self.options.act_layer or ('silu' if swiglu else DINOV2['act_layer']),
+            norm_eps=self.options.norm_eps or DINOV2['norm_eps']))
 
-    def _heads(self, dim: int, hints: Dict[str, Any]) -> int:
+    def _heads(self, dim: int) -> int:
         """The caller's head count, else the DINOv2 hub model's of this width, else 64-wide heads when asked for."""
         return self._head_count(
-            dim, hints, [(DINOV2_HEADS.get(dim), f'the DINOv2 hub model of width {dim}')],
+            dim, [(DINOV2_HEADS.get(dim), f'the DINOv2 hub model of width {dim}')],
             f'a DINOv2 checkpoint does not record the number of attention heads, and width {dim} '
             f'is none of the hub models\' ({sorted(DINOV2_HEADS)}); give the head count')

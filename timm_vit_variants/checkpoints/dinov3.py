@@ -10,7 +10,7 @@ and ``cls_norm`` where the norms are untied. The SAT-493M ViT-L also stores ``lo
 training. The head count is not recorded; the published width's is assumed (H+ has 20 heads) and checked
 against the length of ``periods`` (head width / 4).
 """
-from typing import Any, Dict, Optional, Set, Tuple
+from typing import Set
 
 import torch
 
@@ -18,7 +18,8 @@ from ..config import SimpleViTConfig
 from ..dino_models import DINOV3, DINOV3_HEADS
 from .fills import Misfit
 from .preprocessing import imagenet_preprocessing
-from .source import Rule, SourceCheckpoint, renamed
+from .source import SourceCheckpoint
+from .tensor_rules import named, renamed_keys
 
 __all__ = ['DINOV3_HEADS', 'Dinov3Checkpoint', 'is_dinov3']
 
@@ -48,19 +49,12 @@ class Dinov3Checkpoint(SourceCheckpoint):
     PREPROCESSING_DEFAULTS = imagenet_preprocessing(
         1.0, "not recorded by the checkpoint; DINOv3's ImageNet preprocessing")
 
-    def _rule(self, pattern: str, block: Optional[int]) -> Tuple[Rule, Optional[int]]:
-        key = pattern.replace('{i}', str(block))
-        if key == 'reg_token':
-            return Rule((_STORAGE,)), None
-        if key == 'rope.periods':
-            return Rule((_PERIODS,)), None
-        if key.endswith('attn.qkv.bias'):
-            return Rule((key, key + '_mask'), masked_bias), None
-        if self.config.mlp_layer == 'swiglu':
-            key = renamed(key, _SWIGLU)
-        return Rule((key,)), None
+    TENSOR_RULES = (named({'reg_token': _STORAGE, 'rope.periods': _PERIODS}),
+                    named({'blocks.{i}.attn.qkv.bias': ('{p}blocks.{i}.attn.qkv.bias',
+                                                        '{p}blocks.{i}.attn.qkv.bias_mask')}, masked_bias),
+                    renamed_keys(_SWIGLU, when=lambda r: r.config.mlp_layer == 'swiglu'))
 
-    def _infer(self, hints: Dict[str, Any]) -> SimpleViTConfig:
+    def _infer(self) -> SimpleViTConfig:
         names = set(self._store.names())
         dim, in_chans, patch_h, patch_w = self._conv_patch_kernel()
         if 'pos_embed' in names:
@@ -71,15 +65,15 @@ class Dinov3Checkpoint(SourceCheckpoint):
         mlp_dim = self._shape(mlp_key)[0]
         self._check_dims(mlp_key, mlp=mlp_dim)
         reg_tokens = self._token_count(_STORAGE, dim, 'storage tokens')
-        heads = self._heads(dim, hints)
+        heads = self._heads(dim)
         self._check_periods(dim // heads)
         qkv_bias = 'blocks.0.attn.qkv.bias' in names
         if qkv_bias:
             self._check_bias_masks(depth)
         untied = 'cls_norm.weight' in names
-        img_size = self._unrecorded('img_size', hints, DINOV3['img_size'],
+        img_size = self._unrecorded('img_size', self.options.img_size, DINOV3['img_size'],
                                     "a RoPE backbone records no grid; the hub's img_size")
-        eps = self._unrecorded('norm_eps', hints, DINOV3['norm_eps'],
+        eps = self._unrecorded('norm_eps', self.options.norm_eps, DINOV3['norm_eps'],
                                "DINOv3's hub models ('layernormbf16': LayerNorm eps 1e-5)")
         skipped = [n for n in _SKIPPED if n in names]
         self.notes.append(
@@ -92,7 +86,7 @@ class Dinov3Checkpoint(SourceCheckpoint):
             DINOV3, img_size=img_size, patch_size=(patch_h, patch_w), in_chans=in_chans, embed_dim=dim, depth=depth,
             num_heads=heads, mlp_dim=mlp_dim, mlp_layer='swiglu' if swiglu else 'mlp', qkv_bias=qkv_bias,
             reg_tokens=reg_tokens, untie_cls_and_patch_norms=untied,
-            act_layer=hints.get('act_layer') or ('silu' if swiglu else DINOV3['act_layer']), norm_eps=eps))
+            act_layer=self.options.act_layer or ('silu' if swiglu else DINOV3['act_layer']), norm_eps=eps))
 
     def _check_periods(self, head_dim: int) -> None:
         shape = self._shape(_PERIODS)
@@ -112,8 +106,8 @@ class Dinov3Checkpoint(SourceCheckpoint):
                 raise self._error('bias_mask is not finite (NaN: the mask was never initialised), so the k bias it '
                                   'masks is undefined', key=key)
 
-    def _heads(self, dim: int, hints: Dict[str, Any]) -> int:
+    def _heads(self, dim: int) -> int:
         """The caller's head count, else the DINOv3 hub model's of this width."""
-        return self._head_count(dim, hints, [(DINOV3_HEADS.get(dim), f'the DINOv3 hub model of width {dim}')],
+        return self._head_count(dim, [(DINOV3_HEADS.get(dim), f'the DINOv3 hub model of width {dim}')],
                                 f'a DINOv3 checkpoint does not record the number of attention heads, and width {dim} '
                                 f"is none of the hub models' ({sorted(DINOV3_HEADS)}); give the head count")

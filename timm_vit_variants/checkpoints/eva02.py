@@ -24,7 +24,7 @@ The head count is not stored: EVA-02's widths are the standard ViT's (192: 3, 38
 rule (bicubic, no antialias: our 'deit'); timm's by timm's own ('timm').
 """
 import math
-from typing import Any, Dict, Optional, Set, Tuple
+from typing import Any, Dict, Set, Tuple
 
 import torch
 
@@ -32,8 +32,8 @@ from ..config import SimpleViTConfig, heads_for_width
 from ..eva02_models import EVA02, EVA02_MEAN, EVA02_REF_GRID, EVA02_ROPE_THETA, EVA02_STD
 from ..rope import Eva02Rope, rope_frequencies
 from .preprocessing import assumed_preprocessing
-from .source import Rule, SourceCheckpoint, renamed
-from .timm_format import TimmCheckpoint
+from .source import SourceCheckpoint
+from .tensor_rules import renamed_keys, timm_recorded_preprocessing
 
 __all__ = ['Eva02Checkpoint', 'is_eva02', 'is_eva02_architecture']
 
@@ -69,20 +69,18 @@ class Eva02Checkpoint(SourceCheckpoint):
     PREPROCESSING_DEFAULTS = assumed_preprocessing(
         'bicubic', 1.0, 'center', "not recorded by the checkpoint; EVA-02's evaluation (OpenAI CLIP mean and std, "
         'bicubic, crop 1.0)', mean=EVA02_MEAN, std=EVA02_STD)
-    # a timm folder's config.json pretrained_cfg, read as timm's own reader reads it
-    _recorded_preprocessing = TimmCheckpoint._recorded_preprocessing
+    TENSOR_RULES = (renamed_keys(_BAAI_NAMES, when=lambda r: r._baai),)
+
+    def _recorded_preprocessing(self) -> Dict[str, Any]:
+        """A timm folder's config.json pretrained_cfg, read as timm's own reader reads it."""
+        return timm_recorded_preprocessing(self)
 
     def _candidates(self) -> Set[str]:
         """The stored training-grid RoPE tables are evidence of the pretraining grid (``_ref_grid``), not weights:
         the RoPE is recomputed for each grid."""
         return {n for n in super()._candidates() if not n.endswith(_ROPE_CACHE)}
 
-    def _rule(self, pattern: str, block: Optional[int]) -> Tuple[Rule, Optional[int]]:
-        if self._baai:
-            return Rule((renamed(pattern, _BAAI_NAMES).replace('{i}', str(block)),)), None
-        return super()._rule(pattern, block)
-
-    def _infer(self, hints: Dict[str, Any]) -> SimpleViTConfig:
+    def _infer(self) -> SimpleViTConfig:
         names = set(self._store.names())
         self._baai = 'blocks.0.mlp.w3.weight' in names
         dim, in_chans, patch_h, patch_w = self._conv_patch_kernel()
@@ -90,8 +88,8 @@ class Eva02Checkpoint(SourceCheckpoint):
         fused = 'blocks.0.attn.qkv.weight' in names
         mlp_layer, mlp_dim, mlp_norm = self._mlp(names, dim)
         self._check_token_table('pos_embed', dim, (patch_h, patch_w), class_token=True, slot=True,
-                                img_size=hints.get('img_size'))
-        heads = self._heads(dim, hints)
+                                img_size=self.options.img_size)
+        heads = self._heads(dim)
         fc_norm, has_head = 'fc_norm.weight' in names, 'head.weight' in names
         mim = 'mask_token' in names
         # EVA's classifiers pool patch tokens (fc_norm) or, with use_mean_pooling=False, take [CLS] after the norm
@@ -116,7 +114,8 @@ class Eva02Checkpoint(SourceCheckpoint):
             qkv_bias='blocks.0.attn.q_bias' in names or 'blocks.0.attn.q_proj.bias' in names,
             pos_embed_resample=EVA02['pos_embed_resample'] if self._baai else 'timm', qkv_fused=fused,
             mlp_norm=mlp_norm, fc_norm=fc_norm, head_bias='head.bias' in names or not has_head,
-            act_layer=hints.get('act_layer') or EVA02['act_layer'], norm_eps=hints.get('norm_eps') or EVA02['norm_eps']))
+            act_layer=self.options.act_layer or EVA02['act_layer'],
+            norm_eps=self.options.norm_eps or EVA02['norm_eps']))
 
     def _ref_grid(self, names: Set[str], head_dim: int) -> int:
         """EVA-02's pretraining grid, which its RoPE positions are scaled to: read from the stored tables where the
@@ -191,14 +190,14 @@ class Eva02Checkpoint(SourceCheckpoint):
             raise self._error("a sub-LN beside a packed SwiGLU is not EVA-02's (B/L split theirs)", key=norm)
         return layer, width, norm in names
 
-    def _heads(self, dim: int, hints: Dict[str, Any]) -> int:
+    def _heads(self, dim: int) -> int:
         """The caller's head count, else a timm folder's ``model_args`` (recorded), else the standard ViT's of this
         width (assumed)."""
         args = self.source_config.get('model_args')
         recorded = args.get('num_heads') if isinstance(args, dict) else None
-        if not hints.get('num_heads') and isinstance(recorded, int) and not isinstance(recorded, bool) and \
+        if not self.options.num_heads and isinstance(recorded, int) and not isinstance(recorded, bool) and \
                 recorded > 0 and dim % recorded == 0:
             return recorded
-        return self._head_count(dim, hints, [(heads_for_width(dim), f'EVA-02 (the standard ViT) of width {dim}')],
+        return self._head_count(dim, [(heads_for_width(dim), f'EVA-02 (the standard ViT) of width {dim}')],
                                 f'an EVA-02 checkpoint does not record the number of attention heads, and width {dim} '
                                 "is not one of EVA-02's; give the head count", key='blocks.0.attn.proj.weight')

@@ -123,20 +123,20 @@ class FlaxCheckpoint(SourceCheckpoint):
             'not a ViT parameter archive: no patch embedding found (if the ViT sits deeper, give the key prefix '
             "it sits under, e.g. 'params/img/')", key=f'{candidates[0]}embedding/kernel', needs='prefix')
 
-    def _infer(self, hints: Dict[str, Any]) -> SimpleViTConfig:
-        self._prefix = self._find_prefix(hints.get('prefix'))
+    def _infer(self) -> SimpleViTConfig:
+        self._prefix = self._find_prefix(self.options.prefix)
         local = {n[len(self._prefix):] for n in self._candidates()}
         self._refuse_unsupported(local)
         self._map = self._map_head(local)
         self._note_skipped()
         kernel_key = self._local('embedding/kernel')
-        patch_h, patch_w, in_chans, dim = self._patch_kernel(kernel_key, self._shape(kernel_key), hints)
+        patch_h, patch_w, in_chans, dim = self._patch_kernel(kernel_key, self._shape(kernel_key))
         self._check_dims(kernel_key, width=dim, img_size=max(patch_h, patch_w))
         class_token = 'cls' in local
         slot = self.POS_CLS_SLOT and class_token
-        pos_embed = self._position(local, dim, (patch_h, patch_w), class_token, slot, hints)
+        pos_embed = self._position(local, dim, (patch_h, patch_w), class_token, slot)
         depth = self._depth(local)
-        num_heads = self._heads(dim, depth, hints)
+        num_heads = self._heads(dim, depth)
         names = self._fields(0)
         fc1_key = '{p}{b}{mlp}/Dense_0/kernel'.format(**names)
         mlp_dim = self._shape(fc1_key)[-1]
@@ -147,8 +147,8 @@ class FlaxCheckpoint(SourceCheckpoint):
         if self.grid is not None:
             img_size: Any = (self.grid[0] * patch_h, self.grid[1] * patch_w)
         else:
-            img_size = self._unrecorded('img_size', hints, 224, 'the archive has no position table, so its image '
-                                        'size is not recorded (a sin-cos table fits any size)')
+            img_size = self._unrecorded('img_size', self.options.img_size, 224, 'the archive has no position table, so '
+                                        'its image size is not recorded (a sin-cos table fits any size)')
         return SimpleViTConfig(
             img_size=img_size,
             patch_size=(patch_h, patch_w),
@@ -167,13 +167,13 @@ class FlaxCheckpoint(SourceCheckpoint):
             patch_embed=self.PATCH_EMBED,
             rep_size=rep_size,
             # flax nn.gelu defaults to the tanh approximation in both big_vision and vit_jax.
-            act_layer=hints.get('act_layer') or 'gelu_tanh',
-            norm_eps=hints.get('norm_eps') or 1e-6,
+            act_layer=self.options.act_layer or 'gelu_tanh',
+            norm_eps=self.options.norm_eps or 1e-6,
             # big_vision's patch conv is VALID; a SigLIP tower's nominal size (384 at patch 14) relies on it
             grid_mode='crop' if self._map is not None else None,
         )
 
-    def _patch_kernel(self, key: str, kernel: Tuple[int, ...], hints: Dict[str, Any]) -> Tuple[int, int, int, int]:
+    def _patch_kernel(self, key: str, kernel: Tuple[int, ...]) -> Tuple[int, int, int, int]:
         """(P, P, C, D) of the HWIO patch kernel."""
         if len(kernel) != 4:
             raise self._error('patch embedding kernel must be (P, P, C, D)', key=key, shapes=(kernel,))
@@ -212,10 +212,9 @@ class FlaxCheckpoint(SourceCheckpoint):
                 if name.startswith(marker):
                     raise self._error(reason, key=self._local(name))
 
-    def _position(self, local: set, dim: int, patch: Tuple[int, int], class_token: bool, slot: bool,
-                  hints: Dict[str, Any]) -> str:
+    def _position(self, local: set, dim: int, patch: Tuple[int, int], class_token: bool, slot: bool) -> str:
         """The position embedding: a stored learned table (its grid set on ``self.grid``) or the default."""
-        pos_embed = hints.get('pos_embed')
+        pos_embed = self.options.pos_embed
         pos_key = self._local(self.NAMES['pos'])
         if self.NAMES['pos'] not in local:
             pos_embed = pos_embed or self.DEFAULT_POS_EMBED
@@ -224,7 +223,7 @@ class FlaxCheckpoint(SourceCheckpoint):
             return pos_embed
         if pos_embed not in (None, 'learn'):
             raise self._error(f'the checkpoint has a learned position table, not pos_embed={pos_embed!r}', key=pos_key)
-        self._check_token_table(pos_key, dim, patch, class_token=class_token, slot=slot, img_size=hints.get('img_size'))
+        self._check_token_table(pos_key, dim, patch, class_token=class_token, slot=slot, img_size=self.options.img_size)
         return 'learn'
 
     def _depth(self, local: set) -> int:
@@ -251,7 +250,7 @@ class FlaxCheckpoint(SourceCheckpoint):
             raise self._error('no encoder blocks found', key=self._local('Transformer/encoderblock_0'))
         return depth
 
-    def _heads(self, dim: int, depth: int, hints: Dict[str, Any]) -> int:
+    def _heads(self, dim: int, depth: int) -> int:
         """The head count, read off block 0's (width, heads, head_dim) query kernel and checked against every
         attention array the file stores: each block's and the MAP head's, kernels and biases."""
         query_key = '{p}{b}{attn}/query/kernel'.format(**self._fields(0))
@@ -260,8 +259,8 @@ class FlaxCheckpoint(SourceCheckpoint):
             raise self._error('attention kernel must be (width, heads, head_dim) with heads * head_dim = width',
                               key=query_key, shapes=(query, (dim, 'H', 'hd')))
         num_heads = query[1]
-        if hints.get('num_heads') not in (None, num_heads):
-            raise self._error(f'num_heads={hints["num_heads"]} (given) contradicts the attention kernel '
+        if self.options.num_heads not in (None, num_heads):
+            raise self._error(f'num_heads={self.options.num_heads} (given) contradicts the attention kernel '
                               f'({num_heads} heads)', key=query_key)
         self._check_dims(query_key, heads=num_heads)
         blocks = [0] if self._scanned else range(depth)
@@ -344,15 +343,14 @@ class BigVisionNaFlexCheckpoint(NaFlexReader, BigVisionCheckpoint):
     table, resized to each image's grid with FlexiViT's rule."""
     RULES = _under_prefix(_NAFLEX_TABLE)
 
-    def _patch_kernel(self, key: str, kernel: Tuple[int, ...], hints: Dict[str, Any]) -> Tuple[int, int, int, int]:
+    def _patch_kernel(self, key: str, kernel: Tuple[int, ...]) -> Tuple[int, int, int, int]:
         """(P, P, C, D) of the Dense kernel (P*P*C, D): C is not recorded, so 3 is assumed unless given."""
         flat, dim = kernel
-        patch, in_chans = self._flat_patch(key, flat, kernel, hints, 'a NaFlex patch kernel is (P*P*C, width) and '
+        patch, in_chans = self._flat_patch(key, flat, kernel, 'a NaFlex patch kernel is (P*P*C, width) and '
                                            'records neither P nor C; 3 channels and a square patch assumed')
         return patch, patch, in_chans, dim
 
-    def _position(self, local: set, dim: int, patch: Tuple[int, int], class_token: bool, slot: bool,
-                  hints: Dict[str, Any]) -> str:
+    def _position(self, local: set, dim: int, patch: Tuple[int, int], class_token: bool, slot: bool) -> str:
         """The (G_h, G_w, D) table, resized per image with FlexiViT's rule; sets ``self.grid``."""
         self._check_grid_table(self._local('pos_embedding'), dim)
         self.notes.append("a big_vision NaFlex tower: its table is resized to each image's grid with "

@@ -17,16 +17,16 @@ transformers resizes the tables bilinearly at run time (``interpolate_pos_encodi
 uses BEiT's own rule instead (``rel_pos_resample='beit'``). The absolute table resizes as transformers does (bicubic,
 no antialias: our 'hf' rule).
 """
-from typing import Any, Dict, Optional, Set, Tuple
+from typing import Dict, Set
 
 from ..beit_models import BEIT
 from ..config import SimpleViTConfig
 from ..errors import ViTVariantsError
 from .beit import expand_table, stack_tables
-from .hf import HFCheckpoint
-from .hf_dinov3 import q_none_v_bias
 from .preprocessing import assumed_preprocessing
 from .source import Rule
+from .tensor_rules import for_key, q_none_v_bias
+from .transformers_folder import VIT_LAYER_NAMES, TransformersCheckpoint
 
 __all__ = ['BEIT_MODEL_TYPES', 'HFBeitCheckpoint']
 
@@ -36,10 +36,10 @@ _ATTN = _LAYER + 'attention.attention.'
 _LAYER_TABLE = _ATTN + 'relative_position_bias.relative_position_bias_table'
 _SHARED_TABLE = '{p}encoder.relative_position_bias.relative_position_bias_table'
 _MASK = '{p}embeddings.mask_token'
-# transformers ViT's layer names (``hf._TABLE``) without its pooler's dense layer, with BEiT's q/v-only bias,
+# transformers ViT's layer names (``VIT_LAYER_NAMES``) without its pooler's dense layer, with BEiT's q/v-only bias,
 # LayerScale and mean-pooling norm
 _RULES: Dict[str, Rule] = {
-    **{key: rule for key, rule in HFCheckpoint.RULES.items() if not key.startswith('pre_logits.')},
+    **{key: rule for key, rule in VIT_LAYER_NAMES.items() if not key.startswith('pre_logits.')},
     'blocks.{i}.attn.qkv.bias': Rule((_ATTN + 'query.bias', _ATTN + 'value.bias'), q_none_v_bias),
     'blocks.{i}.ls1.gamma': Rule((_LAYER + 'lambda_1',)),
     'blocks.{i}.ls2.gamma': Rule((_LAYER + 'lambda_2',)),
@@ -48,9 +48,10 @@ _RULES: Dict[str, Rule] = {
 }
 
 
-class HFBeitCheckpoint(HFCheckpoint):
+class HFBeitCheckpoint(TransformersCheckpoint):
     """A transformers BEiT or data2vec-vision folder (the ViT reader's class names, its own layer names)."""
     RULES = _RULES
+    TENSOR_RULES = (for_key('rel_pos.tables', lambda r: r._tables_rule()),)
     CLASSES = {**dict.fromkeys(('BeitModel', 'BeitForImageClassification', 'Data2VecVisionModel',
                                 'Data2VecVisionForImageClassification')),
                'BeitForMaskedImageModeling': 'its output is the masked-image-modelling head (lm_head, logits over '
@@ -64,15 +65,13 @@ class HFBeitCheckpoint(HFCheckpoint):
         return {n for n in self._store.names()
                 if (n.startswith(self._prefix) or n.startswith('classifier.')) and n != _MASK.format(p=self._prefix)}
 
-    def _rule(self, pattern: str, block: Optional[int]) -> Tuple[Rule, Optional[int]]:
-        if pattern == 'rel_pos.tables':
-            if self._shared:
-                return Rule((_SHARED_TABLE.format(p=self._prefix),), expand_table), None
-            return Rule(tuple(_LAYER_TABLE.format(p=self._prefix, i=i) for i in range(self.config.depth)),
-                        stack_tables), None
-        return super()._rule(pattern, block)
+    def _tables_rule(self) -> Rule:
+        """Our ``rel_pos.tables``: the shared table copied into every block, else each layer's."""
+        if self._shared:
+            return Rule((_SHARED_TABLE,), expand_table)
+        return Rule(tuple(_LAYER_TABLE.replace('{i}', str(i)) for i in range(self.config.depth)), stack_tables)
 
-    def _infer(self, hints: Dict[str, Any]) -> SimpleViTConfig:
+    def _infer(self) -> SimpleViTConfig:
         cfg_path, cfg = self._config_path, self.source_config
         model_type = cfg.get('model_type')
         if model_type not in BEIT_MODEL_TYPES:
@@ -81,9 +80,9 @@ class HFBeitCheckpoint(HFCheckpoint):
         self._source_class()
         names = self._store.names()
         default = BEIT_MODEL_TYPES[model_type]
-        prefix = hints.get('prefix')
+        prefix = self.options.prefix
         self._prefix = (default if any(n.startswith(default) for n in names) else '') if prefix is None else prefix
-        network = self._network(hints, eps_default=1e-12)
+        network = self._network(eps_default=1e-12)
         self._check_no_extra_layer(network['depth'], 'encoder.layer.{i}.layernorm_before.weight')
         flags = {k: cfg.get(k, False) for k in ('use_relative_position_bias', 'use_shared_relative_position_bias',
                                                 'use_absolute_position_embeddings')}

@@ -18,11 +18,11 @@ from typing import Any, Dict, Optional, Tuple
 from ..clip_models import CLIP_TOWER, OPENAI_MEAN, OPENAI_STD
 from ..config import SimpleViTConfig
 from ..errors import ViTVariantsError
-from .hf import HFCheckpoint
-from .openclip import _as_token
 from .fills import add_leading_axis, stack_rows
 from .preprocessing import assumed_preprocessing
 from .source import Rule, SourceCheckpoint
+from .tensor_rules import as_token, named
+from .transformers_folder import TransformersCheckpoint
 
 __all__ = ['HFClipCheckpoint', 'CLIP_MODEL_TYPES', 'CLIP_LAYOUTS', 'clip_layout']
 
@@ -57,7 +57,7 @@ _L = '{p}encoder.{layers}.{i}.'
 _QKV = tuple(_L + f'self_attn.{n}_proj' for n in 'qkv')
 _TABLE: Dict[str, Rule] = {
     'patch_embed.proj.weight': Rule(('{p}embeddings.patch_embedding.weight',)),
-    'cls_token': Rule(('{p}embeddings.class_embedding',), _as_token),
+    'cls_token': Rule(('{p}embeddings.class_embedding',), as_token),
     'pos_embed': Rule(('{p}embeddings.position_embedding.weight',), add_leading_axis),
     'norm_pre.weight': Rule(('{p}{pre}.weight',)),
     'norm_pre.bias': Rule(('{p}{pre}.bias',)),
@@ -82,7 +82,7 @@ _CLASSIFIER = ('classifier.weight', 'classifier.bias')
 _POST_NORM = ('{p}post_layernorm.weight', '{p}post_layernorm.bias')
 
 
-class HFClipCheckpoint(HFCheckpoint):
+class HFClipCheckpoint(TransformersCheckpoint):
     """A transformers CLIP-layout folder, read as its image tower (with ``visual_projection`` as the head when
     present)."""
     _pre, _layers = 'pre_layrnorm', 'layers'  # the names of the pre-norm and the block list, read off the tensors
@@ -107,12 +107,12 @@ class HFClipCheckpoint(HFCheckpoint):
         nested = self.source_config.get('vision_config')
         return nested if self._two_tower and isinstance(nested, dict) else self.source_config
 
-    def _rule(self, pattern: str, block: Optional[int]) -> Tuple[Rule, Optional[int]]:
-        if self._classifier and pattern.startswith('head.'):
-            return Rule((_CLASSIFIER[pattern == 'head.bias'],)), None
-        rule = _TABLE[pattern]
-        return Rule(tuple(t.format(p=self._prefix, i=block, pre=self._pre, layers=self._layers) for t in rule.sources),
-                    rule.fill), None
+    RULES = _TABLE
+    TENSOR_RULES = (named(dict(zip(('head.weight', 'head.bias'), _CLASSIFIER)), when=lambda r: r._classifier),)
+
+    def _fields(self, block: Optional[int]) -> Dict[str, Any]:
+        """``RULES``' fields, with the names of the pre-norm and the block list this folder uses."""
+        return dict(super()._fields(block), pre=self._pre, layers=self._layers)
 
     def _candidates(self) -> set:
         names = SourceCheckpoint._candidates(self)
@@ -120,7 +120,7 @@ class HFClipCheckpoint(HFCheckpoint):
             names -= {n.format(p=self._prefix) for n in _POST_NORM}
         return names | {n for n in (_CLASSIFIER if self._classifier else (_PROJECTION,)) if n in self._store}
 
-    def _infer(self, hints: Dict[str, Any]) -> SimpleViTConfig:
+    def _infer(self) -> SimpleViTConfig:
         cfg_path = self._config_path
         if cfg_path is None:
             raise ViTVariantsError('a transformers CLIP model needs its config.json next to the weights',
@@ -128,10 +128,10 @@ class HFClipCheckpoint(HFCheckpoint):
         if self._two_tower and not isinstance(self.source_config.get('vision_config'), dict):
             raise ViTVariantsError('a CLIP config.json needs a vision_config', path=cfg_path, key='vision_config')
         self._classifier = str(self._source_class()).endswith('ForImageClassification')
-        self._vision_tower(hints, 'the text tower, its projection and logit_scale', keep=(_PROJECTION, *_CLASSIFIER))
+        self._vision_tower('the text tower, its projection and logit_scale', keep=(_PROJECTION, *_CLASSIFIER))
         self._pre = 'pre_layernorm' if self._prefix + 'pre_layernorm.weight' in self._store else 'pre_layrnorm'
         self._layers = 'layer' if self._prefix + 'encoder.layer.0.layer_norm1.weight' in self._store else 'layers'
-        network = self._network(hints, eps_default=CLIP_TOWER['norm_eps'])
+        network = self._network(eps_default=CLIP_TOWER['norm_eps'])
         depth = network['depth']
         self._check_no_extra_layer(depth, f'encoder.{self._layers}.{{i}}.layer_norm1.weight')
         if self._classifier:

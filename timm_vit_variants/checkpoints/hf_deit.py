@@ -7,11 +7,11 @@ the table bicubic without antialias (rule 'hf'). Refused by name: ``DeiTForImage
 [CLS] alone beside the distillation token, where our distilled head averages two heads), a ``DeiTModel`` pooler
 (Linear + act on [CLS] alone, likewise) and ``DeiTForMaskedImageModeling``.
 """
-from typing import Any, Dict
+from typing import Dict
 
 from ..config import SimpleViTConfig
 from ..errors import ViTVariantsError
-from .hf import _TABLE as VIT_RULES, TransformersCheckpoint
+from .transformers_folder import VIT_LAYER_NAMES, TransformersCheckpoint
 from .preprocessing import imagenet_preprocessing
 from .source import Rule
 
@@ -20,7 +20,7 @@ __all__ = ['HFDeitCheckpoint', 'DEIT_MODEL_TYPES']
 DEIT_MODEL_TYPES = ('deit',)
 # transformers saves DeiT's tensors under ViT's names: ViT's rules, with the distillation token and the two classifiers.
 _TABLE: Dict[str, Rule] = {
-    **{ours: rule for ours, rule in VIT_RULES.items() if not ours.startswith(('head.', 'pre_logits.'))},
+    **{ours: rule for ours, rule in VIT_LAYER_NAMES.items() if not ours.startswith(('head.', 'pre_logits.'))},
     'dist_token': Rule(('{p}embeddings.distillation_token',)),
     'head.weight': Rule(('cls_classifier.weight',)),
     'head.bias': Rule(('cls_classifier.bias',)),
@@ -43,19 +43,19 @@ class HFDeitCheckpoint(TransformersCheckpoint):
         # every name: the classifiers sit outside the 'deit.' prefix
         return set(self._store.names())
 
-    def _infer(self, hints: Dict[str, Any]) -> SimpleViTConfig:
+    def _infer(self) -> SimpleViTConfig:
         cfg_path = self._config_path
         if cfg_path is None:
             raise ViTVariantsError('a transformers DeiT needs its config.json next to the weights', path=self.path,
                                    key='config.json')
         self._source_class()
         names = self._store.names()
-        prefix = hints.get('prefix')
+        prefix = self.options.prefix
         self._prefix = ('deit.' if any(n.startswith('deit.') for n in names) else '') if prefix is None else prefix
         pooler = self._prefix + 'pooler.dense.weight'
         if pooler in self._store:
             raise self._error(f'the DeiTModel pooler {_ONE_TOKEN}; save it with add_pooling_layer=False', key=pooler)
-        network = self._network(hints, eps_default=1e-12)
+        network = self._network(eps_default=1e-12)
         self._check_no_extra_layer(network['depth'], 'encoder.layer.{i}.layernorm_before.weight')
         num_classes = self._shape('cls_classifier.weight')[0] if 'cls_classifier.weight' in self._store else 0
         self._check_dims('cls_classifier.weight', classes=num_classes)

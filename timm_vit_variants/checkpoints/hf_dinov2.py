@@ -6,81 +6,38 @@ Their files (as ``save_pretrained`` writes them and the Hub holds them) name DIN
 ``fc1``/``fc2`` or, with ``use_swiglu_ffn``, ``weights_in`` (gate then value, timm's SwiGLUPacked fc1)/``weights_out``. ``Dinov2Model`` resizes the table bicubic without antialias (our 'hf'
 rule), ``Dinov2WithRegistersModel`` with antialias (our 'timm' rule).
 The config's sizes (``mlp_ratio``, ``num_register_tokens``) are checked against the tensors by the plan.
-``HFDinoReader`` is what this reader and ``hf_dinov3.py``'s share (the skipped mask token, the table's names, the
-register count).
+What this reader and ``hf_dinov3.py``'s share is ``transformers_dino.py``'s.
 """
-from typing import Any, Callable, Dict, Optional, Set, Tuple
+from typing import Any, Dict
 
 from ..config import SimpleViTConfig
 from ..dino_models import DINOV2
 from ..errors import ViTVariantsError
-from .hf import HFCheckpoint, TransformersCheckpoint
 from .fills import stack_rows
 from .source import Rule
+from .tensor_rules import named
+from .transformers_dino import KINDS, MASK, HFDinoReader, dino_table
+from .transformers_folder import VIT_PROCESSOR_DEFAULTS
 
-__all__ = ['DINOV2_MODEL_TYPES', 'HFDinov2Checkpoint', 'HFDinoReader', 'dino_table']
+__all__ = ['DINOV2_MODEL_TYPES', 'HFDinov2Checkpoint']
 
 DINOV2_MODEL_TYPES = ('dinov2', 'dinov2_with_registers')
-_MASK = 'embeddings.mask_token'
 _LAYER = 'encoder.layer.{i}.'
 _QKV = tuple(f'{_LAYER}attention.attention.{n}' for n in ('query', 'key', 'value'))
-
-
-def dino_table(layer: str, patch: str, attn_out: str, norm: str) -> Dict[str, Tuple[str, ...]]:
-    """Our key -> transformers names of what both DINO generations name alike: [CLS], registers, the attention
-    output ``{layer}attention.{attn_out}``, LayerScale; ``patch`` and ``norm`` are the patch conv's and final
-    norm's names."""
-    return {
-        'patch_embed.proj.weight': (f'{patch}.weight',),
-        'patch_embed.proj.bias': (f'{patch}.bias',),
-        'cls_token': ('embeddings.cls_token',),
-        'reg_token': ('embeddings.register_tokens',),
-        'blocks.{i}.attn.proj.weight': (f'{layer}attention.{attn_out}.weight',),
-        'blocks.{i}.attn.proj.bias': (f'{layer}attention.{attn_out}.bias',),
-        'blocks.{i}.ls1.gamma': (f'{layer}layer_scale1.lambda1',),
-        'blocks.{i}.ls2.gamma': (f'{layer}layer_scale2.lambda1',),
-        'norm.weight': (f'{norm}.weight',),
-        'norm.bias': (f'{norm}.bias',),
-    }
-
-
 _TABLE = {**dino_table(_LAYER, 'embeddings.patch_embeddings.projection', 'output.dense', 'layernorm'),
-          'pos_embed': ('embeddings.position_embeddings',)}
-_SWIGLU = {'fc1': 'weights_in', 'fc2': 'weights_out'}
+          'pos_embed': Rule(('embeddings.position_embeddings',)),
+          **{f'blocks.{{i}}.attn.qkv.{k}': Rule(tuple(f'{q}.{k}' for q in _QKV), stack_rows) for k in KINDS},
+          **{f'blocks.{{i}}.mlp.{n}.{k}': Rule((f'{_LAYER}mlp.{n}.{k}',)) for n in ('fc1', 'fc2') for k in KINDS}}
+# transformers' SwiGLU: ``weights_in`` (gate then value, timm's SwiGLUPacked fc1) and ``weights_out``
+_SWIGLU = {f'blocks.{{i}}.mlp.{n}.{k}': f'{_LAYER}mlp.{theirs}.{k}'
+           for n, theirs in (('fc1', 'weights_in'), ('fc2', 'weights_out')) for k in KINDS}
 
 
-class HFDinoReader(TransformersCheckpoint):
-    """What the transformers DINOv2 and DINOv3 readers share: the mask token skipped (masked training only), the
-    names of their ``_TABLE``, and ``num_register_tokens`` read and checked."""
-
-    _TABLE: Dict[str, Tuple[str, ...]] = {}
-
-    def _candidates(self) -> Set[str]:
-        return {n for n in self._store.names() if n != _MASK}
-
-    def _rule(self, pattern: str, block: Optional[int]) -> Tuple[Rule, Optional[int]]:
-        """``_TABLE``'s names for ``pattern`` at ``block``, else ``_layer_rule``'s."""
-        name = lambda t: t.format(i=block)  # noqa: E731
-        if pattern in self._TABLE:
-            return Rule(tuple(map(name, self._TABLE[pattern]))), None
-        return self._layer_rule(pattern, name), None
-
-    def _layer_rule(self, pattern: str, name: Callable[[str], str]) -> Rule:
-        """The rule for a ``pattern`` that ``_TABLE`` does not name; ``name`` fills a template's block in."""
-        raise NotImplementedError
-
-    def _config_registers(self, registers: Any) -> int:
-        """config.json's ``num_register_tokens`` (``registers``), an integer >= 0 within the limits."""
-        if isinstance(registers, bool) or not isinstance(registers, int) or registers < 0:
-            raise ViTVariantsError(f'expected an integer >= 0, got {registers!r}', path=self._config_path,
-                                   key='num_register_tokens')
-        self.limits.check('tokens', registers, path=self._config_path, key='num_register_tokens')
-        return registers
-
-
-class HFDinov2Checkpoint(HFDinoReader, HFCheckpoint):
+class HFDinov2Checkpoint(HFDinoReader):
     format = 'hf'
-    _TABLE = _TABLE
+    PREPROCESSING_DEFAULTS = VIT_PROCESSOR_DEFAULTS
+    RULES = _TABLE
+    TENSOR_RULES = (named(_SWIGLU, when=lambda r: r.config.mlp_layer == 'swiglu_packed'),)
     CLASSES = {'Dinov2Model': None, 'Dinov2WithRegistersModel': None,
                **dict.fromkeys(('Dinov2ForImageClassification', 'Dinov2WithRegistersForImageClassification'),
                                'its classifier reads [CLS] concatenated with the mean of the patch tokens, and that '
@@ -98,20 +55,10 @@ class HFDinov2Checkpoint(HFDinoReader, HFCheckpoint):
             cfg['intermediate_size'] = (int(hidden * 2 / 3) + 7) // 8 * 8 if cfg.get('use_swiglu_ffn') else hidden
         return cfg
 
-    def _layer_rule(self, pattern: str, name: Callable[[str], str]) -> Rule:
-        part, kind = pattern.split('.')[-2:]
-        if pattern.startswith('blocks.{i}.attn.qkv.'):
-            return Rule(tuple(name(q) + f'.{kind}' for q in _QKV), stack_rows)
-        if pattern.startswith('blocks.{i}.norm'):
-            return Rule((name(_LAYER) + f'{part}.{kind}',))
-        if self.config.mlp_layer == 'swiglu_packed':
-            return Rule((name(_LAYER) + f'mlp.{_SWIGLU[part]}.{kind}',))
-        return Rule((name(_LAYER) + f'mlp.{part}.{kind}',))
-
-    def _infer(self, hints: Dict[str, Any]) -> SimpleViTConfig:
+    def _infer(self) -> SimpleViTConfig:
         model_type = self.source_config.get('model_type')  # one of DINOV2_MODEL_TYPES: detect.DISPATCH's row
         self._source_class()
-        network = self._network(hints, eps_default=DINOV2['norm_eps'])
+        network = self._network(eps_default=DINOV2['norm_eps'])
         registers = self._config_registers(
             self.source_config.get('num_register_tokens', 0) if model_type == 'dinov2_with_registers' else 0)
         swiglu = bool(self.source_config.get('use_swiglu_ffn', False))
@@ -121,7 +68,7 @@ class HFDinov2Checkpoint(HFDinoReader, HFCheckpoint):
         rule = 'timm' if model_type == 'dinov2_with_registers' else 'hf'
         self.notes.append(f'detected a transformers {model_type} model ({"SwiGLU, " if swiglu else ""}{registers} '
                           f"registers): table resize rule {rule!r} (transformers' own: bicubic "
-                          f"{'with' if rule == 'timm' else 'without'} antialias); {_MASK} is stored for masked "
+                          f"{'with' if rule == 'timm' else 'without'} antialias); {MASK} is stored for masked "
                           'training and skipped')
         return SimpleViTConfig(**dict(
             DINOV2, **network, qkv_bias=bool(self.source_config.get('qkv_bias', True)), reg_tokens=registers,

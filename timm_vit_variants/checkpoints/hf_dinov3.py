@@ -7,50 +7,38 @@ or, with ``use_gated_mlp``, ``gate_proj``/``up_proj``/``down_proj`` (timm's SwiG
 and ``norm``. transformers keeps no RoPE tensor: it computes the frequencies from ``rope_theta`` in fp32, so the
 periods are computed here the same way (DINOv3's own formula, ``theta ** (4k / head_width)``).
 """
-from typing import Any, Callable, Dict
-
-import torch
+from typing import Any, Dict
 
 from ..config import SimpleViTConfig
 from ..dino_models import DINOV3
 from ..errors import ViTVariantsError
-from ..rope import dinov3_periods as rope_periods
-from .fills import Fill, Misfit, stack_rows
-from .hf_dinov2 import HFDinoReader, dino_table
+from .fills import stack_rows
 from .preprocessing import assumed_preprocessing
 from .source import Rule
+from .tensor_rules import dinov3_periods, for_key, qv_bias
+from .transformers_dino import KINDS, HFDinoReader, dino_table
 
-__all__ = ['DINOV3_MODEL_TYPES', 'HFDinov3Checkpoint', 'dinov3_periods', 'q_none_v_bias']
+__all__ = ['DINOV3_MODEL_TYPES', 'HFDinov3Checkpoint']
 
 DINOV3_MODEL_TYPES = ('dinov3_vit',)
 _LAYER = 'layer.{i}.'  # as save_pretrained writes it (transformers v5 names it model.layer in memory)
-_TABLE = dino_table(_LAYER, 'embeddings.patch_embeddings', 'o_proj', 'norm')
+_ATTN = _LAYER + 'attention.'
 _MLP = {'fc1': 'up_proj', 'fc2': 'down_proj', 'fc1_g': 'gate_proj', 'fc1_x': 'up_proj'}
-
-
-def q_none_v_bias(dst: torch.Tensor, q: torch.Tensor, v: torch.Tensor) -> None:
-    """A fused qkv bias from q and v biases, the k third zero (transformers' ``key_bias=False``)."""
-    rows = dst.shape[0] // 3
-    if tuple(q.shape) != (rows,) or tuple(v.shape) != (rows,):
-        raise Misfit('shape does not fit', q.shape if tuple(q.shape) != (rows,) else v.shape, (rows,))
-    dst[:rows].copy_(q)
-    dst[rows:2 * rows].zero_()
-    dst[2 * rows:].copy_(v)
-
-
-def dinov3_periods(theta: float) -> Fill:
-    """A fill computing DINOv3's periods ``theta ** (2k / (hd / 2))`` in fp32, as transformers and timm compute
-    their frequencies (neither stores them)."""
-    def fill(dst: torch.Tensor) -> None:
-        dst.copy_(rope_periods(dst.shape[0], theta, torch.float32, dst.device))
-
-    fill.__name__ = fill.__qualname__ = f'dinov3_periods_theta_{theta:g}'
-    return fill
+_TABLE = {**dino_table(_LAYER, 'embeddings.patch_embeddings', 'o_proj', 'norm'),
+          **{f'blocks.{{i}}.attn.qkv.{k}': Rule(tuple(f'{_ATTN}{q}_proj.{k}' for q in 'qkv'), stack_rows)
+             for k in KINDS},
+          **{f'blocks.{{i}}.mlp.{ours}.{k}': Rule((f'{_LAYER}mlp.{theirs}.{k}',)) for ours, theirs in _MLP.items()
+             for k in KINDS}}
 
 
 class HFDinov3Checkpoint(HFDinoReader):
     format = 'hf'
-    _TABLE = _TABLE
+    RULES = _TABLE
+    TENSOR_RULES = (
+        for_key('rope.periods', lambda r: Rule((), dinov3_periods(
+            float(r.source_config.get('rope_theta', DINOV3['rope_theta']))))),
+        qv_bias(_ATTN + 'q_proj.bias', _ATTN + 'v_proj.bias', unless=_ATTN + 'k_proj.bias'),  # key_bias=False
+    )
     CLASSES = {'DINOv3ViTModel': None}
     PREPROCESSING_DEFAULTS = assumed_preprocessing(
         'bilinear', 1.0, 'squash', "not recorded by the folder; transformers' DINOv3 image processor defaults")
@@ -63,25 +51,10 @@ class HFDinov3Checkpoint(HFDinoReader):
             cfg['hidden_act'] = 'gelu'
         return cfg
 
-    def _layer_rule(self, pattern: str, name: Callable[[str], str]) -> Rule:
-        if pattern == 'rope.periods':
-            return Rule((), dinov3_periods(float(self.source_config.get('rope_theta', DINOV3['rope_theta']))))
-        part, kind = pattern.split('.')[-2:]
-        attn = name(_LAYER) + 'attention.'
-        if pattern == 'blocks.{i}.attn.qkv.weight':
-            return Rule(tuple(f'{attn}{p}_proj.weight' for p in 'qkv'), stack_rows)
-        if pattern == 'blocks.{i}.attn.qkv.bias':
-            if f'{attn}k_proj.bias' in self._store:
-                return Rule(tuple(f'{attn}{p}_proj.bias' for p in 'qkv'), stack_rows)
-            return Rule((f'{attn}q_proj.bias', f'{attn}v_proj.bias'), q_none_v_bias)
-        if pattern.startswith('blocks.{i}.norm'):
-            return Rule((name(_LAYER) + f'{part}.{kind}',))
-        return Rule((name(_LAYER) + f'mlp.{_MLP[part]}.{kind}',))
-
-    def _infer(self, hints: Dict[str, Any]) -> SimpleViTConfig:
+    def _infer(self) -> SimpleViTConfig:
         cfg_path, cfg = self._config_path, self.source_config
         self._source_class()
-        network = self._network(hints, eps_default=DINOV3['norm_eps'])
+        network = self._network(eps_default=DINOV3['norm_eps'])
         registers = self._config_registers(cfg.get('num_register_tokens', 0))
         if registers and 'embeddings.register_tokens' in self._store and \
                 self._shape('embeddings.register_tokens')[1] != registers:

@@ -19,10 +19,10 @@ from typing import Any, Dict, Set, Tuple
 from ..config import SimpleViTConfig
 from ..errors import ViTVariantsError
 from .fills import add_leading_axis, linear_patch_kernel, split_rows, stack_rows
-from .hf import TransformersCheckpoint
 from .naflex_reader import NaFlexReader
 from .preprocessing import assumed_preprocessing
 from .source import Rule
+from .transformers_folder import TransformersCheckpoint
 
 __all__ = ['HFSiglipCheckpoint', 'HFSiglip2Checkpoint', 'SIGLIP_MODEL_TYPES']
 
@@ -90,7 +90,7 @@ class HFSiglipCheckpoint(TransformersCheckpoint):
         return nested if self.source_config.get('model_type') in _TWO_TOWER and isinstance(nested, dict) else \
             self.source_config
 
-    def _infer(self, hints: Dict[str, Any]) -> SimpleViTConfig:
+    def _infer(self) -> SimpleViTConfig:
         cfg_path = self._config_path
         if cfg_path is None:
             raise ViTVariantsError('a transformers SigLIP model needs its config.json next to the weights',
@@ -101,8 +101,8 @@ class HFSiglipCheckpoint(TransformersCheckpoint):
         source_class = self._source_class()
         self._classifier = source_class.endswith('ForImageClassification') if source_class else \
             _CLASSIFIER[0] in self._store
-        self._vision_tower(hints, 'the text tower, logit_scale and logit_bias', keep=_CLASSIFIER)
-        network = self._network(hints, eps_default=1e-6)
+        self._vision_tower('the text tower, logit_scale and logit_bias', keep=_CLASSIFIER)
+        network = self._network(eps_default=1e-6)
         depth = network['depth']
         self._check_no_extra_layer(depth, 'encoder.layers.{i}.layer_norm1.weight')
         has_head = bool(self._settings.get('vision_use_head', True)) and f'{self._prefix}head.probe' in self._store

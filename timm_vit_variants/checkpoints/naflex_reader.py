@@ -7,7 +7,7 @@ and transformers' SigLIP 2 (``hf_siglip.HFSiglip2Checkpoint``); ``variant`` on t
 it from the file's content.
 """
 import math
-from typing import Any, Dict, Tuple
+from typing import Tuple
 
 from .source import SourceCheckpoint
 
@@ -20,11 +20,11 @@ class NaFlexReader(SourceCheckpoint):
 
     PATCH_EMBED = 'linear'
 
-    def _flat_patch(self, key: str, flat: int, shape: Tuple[int, ...], hints: Dict[str, Any],
+    def _flat_patch(self, key: str, flat: int, shape: Tuple[int, ...],
                     why: str) -> Tuple[int, int]:
         """(P, C) of a kernel over ``flat`` = P*P*C flattened inputs, which records neither: C as given, else 3
         assumed (``why``), and a square patch."""
-        in_chans = self._unrecorded('in_chans', hints, 3, why)
+        in_chans = self._unrecorded('in_chans', self.options.in_chans, 3, why)
         patch = math.isqrt(flat // in_chans) if in_chans > 0 and flat % in_chans == 0 else 0
         if patch * patch * in_chans != flat:
             raise self._error(f'a kernel over flattened patches has P*P*C inputs with a square patch; {flat} is not '

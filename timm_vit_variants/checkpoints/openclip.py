@@ -19,10 +19,11 @@ from ..clip_models import CLIP_TOWER, OPENAI_MEAN, OPENAI_STD
 from ..config import SimpleViTConfig, pair
 from ..errors import ViTVariantsError
 from ..geometry import infer_grid
-from .fills import _put, _rank, add_leading_axis, transpose
+from .fills import add_leading_axis, transpose
 from .openclip_config import (OPEN_CLIP_CONFIG, OPENAI_SCALARS, VISUAL as _V, open_clip_data_config,
                               read_open_clip_config, skipped_note)
 from .source import Rule, SourceCheckpoint
+from .tensor_rules import as_token
 from .torchscript_store import TorchScriptStore
 
 __all__ = ['OpenCLIPCheckpoint', 'OpenAICLIPCheckpoint', 'OPEN_CLIP_CONFIG', 'OPENAI_SCALARS', 'is_openai_clip']
@@ -34,15 +35,10 @@ _VISION_KEYS = {'image_size', 'layers', 'width', 'head_width', 'patch_size', 'ml
                 'patch_dropout', 'emb_dropout', 'ls_init_value'}
 
 
-def _as_token(dst: Any, src: Any) -> None:
-    """CLIP's (width,) ``class_embedding`` as our (1, 1, width) ``cls_token``."""
-    _put(dst, _rank(src, 1).reshape(1, 1, -1))
-
-
 _B = 'visual.transformer.resblocks.{i}.'
 _TABLE: Dict[str, Rule] = {
     'patch_embed.proj.weight': Rule((_V + 'conv1.weight',)),
-    'cls_token': Rule((_V + 'class_embedding',), _as_token),
+    'cls_token': Rule((_V + 'class_embedding',), as_token),
     'pos_embed': Rule((_V + 'positional_embedding',), add_leading_axis),
     'norm_pre.weight': Rule((_V + 'ln_pre.weight',)),
     'norm_pre.bias': Rule((_V + 'ln_pre.bias',)),
@@ -79,14 +75,11 @@ class OpenCLIPCheckpoint(SourceCheckpoint):
 
     format = 'openclip'
     _prefix = _V
+    RULES = _TABLE
     _WHY = "not recorded by the source; open_clip's OpenAI preprocessing"
     PREPROCESSING_DEFAULTS = {'mean': (OPENAI_MEAN, _WHY), 'std': (OPENAI_STD, _WHY),
                               'interpolation': ('bicubic', _WHY), 'crop_pct': (1.0, _WHY),
                               'crop_mode': ('center', _WHY)}
-
-    def _rule(self, pattern: str, block: Optional[int]) -> Tuple[Rule, Optional[int]]:
-        rule = _TABLE[pattern]
-        return Rule(tuple(t.format(i=block) for t in rule.sources), rule.fill), None
 
     # -- what the source records beside its tensors ----------------------------------------------------
     def _model_cfg(self) -> Tuple[Dict[str, Any], Optional[str]]:
@@ -94,7 +87,7 @@ class OpenCLIPCheckpoint(SourceCheckpoint):
         self._open_clip_config, cfg, path = read_open_clip_config(self.path, self.limits)
         return cfg, path
 
-    def _quick_gelu(self, model_cfg: Dict[str, Any], cfg_path: Optional[str], hints: Dict[str, Any]) -> str:
+    def _quick_gelu(self, model_cfg: Dict[str, Any], cfg_path: Optional[str]) -> str:
         if cfg_path is not None:
             quick = model_cfg.get('quick_gelu', False)
             if not isinstance(quick, bool):
@@ -102,33 +95,35 @@ class OpenCLIPCheckpoint(SourceCheckpoint):
                                        key='model_cfg.quick_gelu')
             self._detected_act = f"model_cfg.quick_gelu is {str(quick).lower()} in {OPEN_CLIP_CONFIG}"
             return 'quick_gelu' if quick else 'gelu'
-        if hints.get('act_layer'):  # given: by the caller, or by the CLIP tag the file was fetched as
-            self._detected_act = f"not recorded (no open_clip_config.json): {hints['act_layer']} given"
+        if self.options.act_layer:  # given: by the caller, or by the CLIP tag the file was fetched as
+            self._detected_act = f"not recorded (no open_clip_config.json): {self.options.act_layer} given"
         else:
             self._detected_act = 'not recorded (no open_clip_config.json): GELU assumed, as open_clip builds a ' \
                                  'model without quick_gelu; give act_layer to override'
-        return self._unrecorded('act_layer', hints, 'gelu', 'no open_clip_config.json records quick_gelu; '
+        return self._unrecorded('act_layer', self.options.act_layer, 'gelu', 'no open_clip_config.json records '
+                                'quick_gelu; '
                                 "open_clip's default (GELU)")
 
-    def _heads(self, width: int, vision: Dict[str, Any], cfg_path: Optional[str], hints: Dict[str, Any]) -> int:
+    def _heads(self, width: int, vision: Dict[str, Any], cfg_path: Optional[str]) -> int:
         key = 'model_cfg.vision_cfg.head_width'
         if cfg_path is not None:
             head_width = vision.get('head_width', 64)
             if isinstance(head_width, bool) or not isinstance(head_width, int) or head_width < 1 or width % head_width:
                 raise ViTVariantsError(f'head_width {head_width!r} does not divide the width {width} of the tensors',
                                        path=cfg_path, key=key)
-            if hints.get('num_heads') not in (None, width // head_width):
-                raise ViTVariantsError(f"num_heads={hints['num_heads']} (given) contradicts head_width {head_width}",
+            if self.options.num_heads not in (None, width // head_width):
+                raise ViTVariantsError(f"num_heads={self.options.num_heads} (given) contradicts head_width "
+                                       f"{head_width}",
                                        path=cfg_path, key=key)
             return width // head_width
-        return self._width64_heads(width, hints, 'no open_clip_config.json records head_width; '
+        return self._width64_heads(width, 'no open_clip_config.json records head_width; '
                                                  "open_clip's default 64-wide heads")
 
-    def _width64_heads(self, width: int, hints: Dict[str, Any], why: str) -> int:
-        if width % 64 and not hints.get('num_heads'):
+    def _width64_heads(self, width: int, why: str) -> int:
+        if width % 64 and not self.options.num_heads:
             raise self._error(f'width {width} is not a multiple of 64, so the head count cannot be assumed',
                               key=_V + 'conv1.weight', needs='num_heads')
-        heads = self._unrecorded('num_heads', hints, width // 64 or 1, why)
+        heads = self._unrecorded('num_heads', self.options.num_heads, width // 64 or 1, why)
         if width % int(heads):
             raise self._error(f'width {width} is not divisible by {heads} heads', key=_V + 'conv1.weight')
         return int(heads)
@@ -139,7 +134,7 @@ class OpenCLIPCheckpoint(SourceCheckpoint):
             self.notes.append(note)
 
     # -- inference --------------------------------------------------------------------------------------
-    def _infer(self, hints: Dict[str, Any]) -> SimpleViTConfig:
+    def _infer(self) -> SimpleViTConfig:
         model_cfg, cfg_path = self._model_cfg()
         vision = model_cfg.get('vision_cfg', {})
         local = self._candidates()
@@ -165,8 +160,8 @@ class OpenCLIPCheckpoint(SourceCheckpoint):
                               'pooled @ proj', key=proj, shapes=(proj_shape, (pool_width, 'embed_dim')))
         embed_dim = proj_shape[1]
         self._check_dims(proj, classes=embed_dim)
-        act = self._activation(model_cfg, cfg_path, hints)
-        heads = self._tower_heads(width, vision, cfg_path, hints)
+        act = self._activation(model_cfg, cfg_path)
+        heads = self._tower_heads(width, vision, cfg_path)
         grid_img = self._image_size(vision, cfg_path)
         table = _V + 'positional_embedding'
         pos_shape = self._shape(table)
@@ -198,12 +193,12 @@ class OpenCLIPCheckpoint(SourceCheckpoint):
         where = OPEN_CLIP_CONFIG if getattr(self, '_open_clip_config', None) else 'no config'
         return f'an OpenCLIP image tower (visual.* keys, {where})'
 
-    def _activation(self, model_cfg: Dict[str, Any], cfg_path: Optional[str], hints: Dict[str, Any]) -> str:
-        act = self._quick_gelu(model_cfg, cfg_path, hints)
-        return hints.get('act_layer') or act
+    def _activation(self, model_cfg: Dict[str, Any], cfg_path: Optional[str]) -> str:
+        act = self._quick_gelu(model_cfg, cfg_path)
+        return self.options.act_layer or act
 
-    def _tower_heads(self, width: int, vision: Dict[str, Any], cfg_path: Optional[str], hints: Dict[str, Any]) -> int:
-        return self._heads(width, vision, cfg_path, hints)
+    def _tower_heads(self, width: int, vision: Dict[str, Any], cfg_path: Optional[str]) -> int:
+        return self._heads(width, vision, cfg_path)
 
     def _image_size(self, vision: Dict[str, Any], cfg_path: Optional[str]) -> Any:
         if 'image_size' not in vision:
@@ -325,13 +320,13 @@ class OpenAICLIPCheckpoint(OpenCLIPCheckpoint):
                               'interpolation': ('bicubic', _WHY), 'crop_pct': (1.0, _WHY),
                               'crop_mode': ('center', _WHY)}
 
-    def _infer(self, hints: Dict[str, Any]) -> SimpleViTConfig:
+    def _infer(self) -> SimpleViTConfig:
         names = set(self._store.names())
         if not isinstance(self._store, TorchScriptStore) and not is_openai_clip(names):
             raise self._error('neither a TorchScript archive nor a state dict with OpenAI\'s scalars '
                               f"({', '.join(OPENAI_SCALARS)})", key=OPENAI_SCALARS[0])
         self._scalars = {n: self._scalar(n) for n in OPENAI_SCALARS if n in names}
-        config = super()._infer(hints)
+        config = super()._infer()
         patch = config.patch_size[0]
         if self.grid[0] != self.grid[1] or config.patch_size[0] != config.patch_size[1]:
             raise self._error(f'a {self.grid[0]}x{self.grid[1]} grid of {config.patch_size} patches: OpenAI\'s CLIP '
@@ -363,22 +358,22 @@ class OpenAICLIPCheckpoint(OpenCLIPCheckpoint):
         resolution = self._scalars.get('input_resolution')
         return None if resolution is None else (resolution, resolution)
 
-    def _activation(self, model_cfg: Dict[str, Any], cfg_path: Optional[str], hints: Dict[str, Any]) -> str:
-        if hints.get('act_layer') not in (None, 'quick_gelu'):
-            raise self._error(f"act_layer={hints['act_layer']!r} (given) contradicts the format: every OpenAI CLIP "
+    def _activation(self, model_cfg: Dict[str, Any], cfg_path: Optional[str]) -> str:
+        if self.options.act_layer not in (None, 'quick_gelu'):
+            raise self._error(f"act_layer={self.options.act_layer!r} (given) contradicts the format: every OpenAI CLIP "
                               'model is QuickGELU', key=_B.format(i=0) + 'mlp.c_fc.weight')
         self._detected_act = "OpenAI format: always QuickGELU (OpenAI's clip/model.py; open_clip's " \
                              'build_model_from_openai_state_dict, quick_gelu=True)'
         return 'quick_gelu'
 
-    def _tower_heads(self, width: int, vision: Dict[str, Any], cfg_path: Optional[str], hints: Dict[str, Any]) -> int:
+    def _tower_heads(self, width: int, vision: Dict[str, Any], cfg_path: Optional[str]) -> int:
         heads = width // 64
         key = _V + 'conv1.weight'
         if not heads or width % heads:
             raise self._error(f'width {width}: OpenAI\'s rule of width // 64 heads gives {heads}, which cannot split '
                               'it', key=key)
-        if hints.get('num_heads') not in (None, heads):
-            raise self._error(f"num_heads={hints['num_heads']} (given) contradicts the format: OpenAI's CLIP has "
+        if self.options.num_heads not in (None, heads):
+            raise self._error(f"num_heads={self.options.num_heads} (given) contradicts the format: OpenAI's CLIP has "
                               f'width // 64 = {heads} heads', key=key)
         self.notes.append(f"heads: OpenAI format: width // 64 = {heads} (OpenAI's clip/model.py CLIP.__init__, "
                           "vision_heads = vision_width // 64; open_clip's build_model_from_openai_state_dict, "

@@ -25,7 +25,7 @@ from ..config import SimpleViTConfig
 from ..errors import ViTVariantsError
 from .openclip import OpenCLIPCheckpoint
 from .openclip_config import open_clip_data_config, read_open_clip_config, skipped_note
-from .source import Rule
+from .tensor_rules import named
 from .timm_format import TimmCheckpoint
 
 __all__ = ['OpenCLIPTimmCheckpoint', 'TRUNK', 'trunk_refusal']
@@ -76,15 +76,12 @@ class OpenCLIPTimmCheckpoint(TimmCheckpoint):
     def _candidates(self) -> Set[str]:
         return {n for n in self._store.names() if n.startswith('visual.' if self._whole else TRUNK)}
 
-    def _rule(self, pattern: str, block: Optional[int]) -> Tuple[Rule, Optional[int]]:
-        if self._proj and pattern in ('head.weight', 'head.bias'):
-            return Rule((_PROJ + pattern[len('head.'):],)), None
-        return super()._rule(pattern, block)
+    TENSOR_RULES = (named({'head.weight': _PROJ + 'weight', 'head.bias': _PROJ + 'bias'}, when=lambda r: r._proj),)
 
     def _recorded_preprocessing(self) -> Dict[str, Any]:
         return open_clip_data_config(self._open_clip_config)
 
-    def _infer(self, hints: Dict[str, Any]) -> SimpleViTConfig:
+    def _infer(self) -> SimpleViTConfig:
         self._open_clip_config, model_cfg, cfg_path = read_open_clip_config(self.path, self.limits)
         if cfg_path is None:
             raise self._error("an open_clip tower on a timm trunk records its timm model only in open_clip_config.json, "
@@ -102,7 +99,8 @@ class OpenCLIPTimmCheckpoint(TimmCheckpoint):
             raise ViTVariantsError(f"timm_pool {pool!r} over a trunk built to pool {trunk.global_pool!r}: open_clip "
                                    'resets the pooling after building it, leaving its final norm where the default '
                                    'put it, which is not expressed', path=cfg_path, key=_VISION + 'timm_pool')
-        config = super()._infer(dict(hints, prefix=TRUNK))
+        self.options = self.options.with_prefix(TRUNK)
+        config = super()._infer()
         self._whole = True
         if proj == 'linear':
             config = self._linear_head(config, embed_dim, vision.get('timm_proj_bias', False), cfg_path)

@@ -7,24 +7,24 @@ timm's ``rope.freqs`` (2, depth, heads, hd / 2); the stored ``freqs_t_x``/``freq
 coordinates, recomputed here for each image's own grid). The ``_ape`` models add a learned table with no [CLS]
 slot, resized bicubic without antialias (our 'ropevit' rule).
 
-An axial ``_ape`` file has the keys of a plain DeiT-III one; ``deit.family_evidence`` tells them apart by name (see
-``deit.py``), and the choice is named among the facts not read from the file.
+An axial ``_ape`` file has the keys of a plain DeiT-III one; ``layerscale_blocks.family_evidence`` tells them apart
+by name, and the choice is named among the facts not read from the file.
 
 The original recomputes its grid only when the token count changes, so an input with the stored count and
 another shape (4x9 for a 6x6 model) reuses the stored grid there; this reader's model always uses each image's
 own grid. The files do not record the head count: the standard ViT width's is assumed (384: 6, 768: 12,
 1024: 16), ``num_heads`` gives any other.
 """
-from typing import Any, Dict, Optional, Set, Tuple
+from typing import Any, Set
 
 import torch
 
 from ..config import SimpleViTConfig, heads_for_width
 from ..dino_models import ROPEVIT, ROPEVIT_KINDS
-from .deit import LayerScaleBlocks, is_layerscale_ape, record_family
 from .fills import Misfit
+from .layerscale_blocks import LayerScaleBlocks, is_layerscale_ape, record_family
 from .preprocessing import imagenet_preprocessing
-from .source import Rule
+from .tensor_rules import named
 
 __all__ = ['RopeVitCheckpoint', 'is_rope_vit']
 
@@ -37,7 +37,7 @@ _APE_NOTE = ", a table with no [CLS] slot: resize rule 'ropevit' (bicubic, no an
 def is_rope_vit(names: Set[str]) -> bool:
     """Whether a state dict has RoPE-ViT's layout: DeiT-III blocks (LayerScale as ``gamma_1``) and a patch conv.
 
-    A plain DeiT-III file (no RoPE) has the keys of an axial ``_ape`` one (``deit.is_layerscale_ape``): which of the
+    A plain DeiT-III file (no RoPE) has the keys of an axial ``_ape`` one (``layerscale_blocks.is_layerscale_ape``): which of the
     two it is, the detection decides from its name.
     """
     return 'blocks.0.gamma_1' in names and 'patch_embed.proj.weight' in names
@@ -57,15 +57,13 @@ class RopeVitCheckpoint(LayerScaleBlocks):
     PREPROCESSING_DEFAULTS = imagenet_preprocessing(
         1.0, "not recorded by the checkpoint; RoPE-ViT's DeiT-III ImageNet preprocessing")
 
-    def _rule(self, pattern: str, block: Optional[int]) -> Tuple[Rule, Optional[int]]:
-        key = pattern.replace('{i}', str(block))
-        if key == 'rope.freqs':  # naver's freqs, or a timm state dict's rope.freqs (already timm's layout)
-            return (Rule((_FREQS,), mixed_freqs) if _FREQS in self._store else Rule((_TIMM_FREQS,))), None
-        return super()._rule(pattern, block)
+    # naver's freqs, else a timm state dict's rope.freqs (already timm's layout: the default rule)
+    TENSOR_RULES = (named({'rope.freqs': _FREQS}, mixed_freqs, when=lambda r: _FREQS in r._store),
+                    *LayerScaleBlocks.TENSOR_RULES)
 
-    def _infer(self, hints: Dict[str, Any]) -> SimpleViTConfig:
+    def _infer(self) -> SimpleViTConfig:
         names, (dim, in_chans, patch_h, patch_w, depth, mlp_dim, num_classes) = self._block_dims()
-        heads = self._heads(dim, hints)
+        heads = self._heads(dim)
         mixed = _FREQS in names or _TIMM_FREQS in names
         if _FREQS in names:
             shape, want = self._shape(_FREQS), (2, depth, dim // 2)
@@ -75,10 +73,11 @@ class RopeVitCheckpoint(LayerScaleBlocks):
         ape = 'pos_embed' in names
         if ape:
             self._check_token_table('pos_embed', dim, (patch_h, patch_w), class_token=True, slot=False,
-                                    img_size=hints.get('img_size'))
+                                    img_size=self.options.img_size)
             img_size: Any = (self.grid[0] * patch_h, self.grid[1] * patch_w)
         else:
-            img_size = self._unrecorded('img_size', hints, ROPEVIT['img_size'], 'a RoPE model without a table '
+            img_size = self._unrecorded('img_size', self.options.img_size, ROPEVIT['img_size'], 'a RoPE model without '
+                                        'a table '
                                         "records no grid; RoPE-ViT's training size")
         kind = 'mixed' if mixed else 'axial'
         if is_layerscale_ape(names):
@@ -91,12 +90,12 @@ class RopeVitCheckpoint(LayerScaleBlocks):
         return SimpleViTConfig(**dict(
             ROPEVIT, **ROPEVIT_KINDS[kind + ('_ape' if ape else '')], img_size=img_size, patch_size=(patch_h, patch_w),
             in_chans=in_chans, num_classes=num_classes, embed_dim=dim, depth=depth, num_heads=heads, mlp_dim=mlp_dim,
-            qkv_bias='blocks.0.attn.qkv.bias' in names, act_layer=hints.get('act_layer') or ROPEVIT['act_layer'],
-            norm_eps=hints.get('norm_eps') or ROPEVIT['norm_eps'],
+            qkv_bias='blocks.0.attn.qkv.bias' in names, act_layer=self.options.act_layer or ROPEVIT['act_layer'],
+            norm_eps=self.options.norm_eps or ROPEVIT['norm_eps'],
             head_bias='head.bias' in names or 'head.weight' not in names))
 
-    def _heads(self, dim: int, hints: Dict[str, Any]) -> int:
+    def _heads(self, dim: int) -> int:
         """The caller's head count, else the standard ViT's of this width (RoPE-ViT's are DeiT S/B/L)."""
-        return self._head_count(dim, hints, [(heads_for_width(dim), f'the standard ViT of width {dim}')],
+        return self._head_count(dim, [(heads_for_width(dim), f'the standard ViT of width {dim}')],
                                 f'a RoPE-ViT checkpoint does not record the number of attention heads, and width {dim} '
                                 'is not a standard ViT width; give the head count')

@@ -1,8 +1,9 @@
 """``SourceCheckpoint``: the skeleton every reader shares.
 
 A reader says two things: which ``SimpleViTConfig`` the source describes (``_infer``), and, for
-each of our state-dict keys, which source tensors it is made of and how (its ``RULES``: source name
-templates plus a fill from ``fills.py``, the names filled in by ``_fields``). The skeleton does the
+each of our state-dict keys, which source tensors it is made of and how (its ``TENSOR_RULES``, combinators of
+``tensor_rules.py``, then its ``RULES`` table: source name templates plus a fill from ``fills.py``, the names filled
+in by ``_fields``). The skeleton does the
 rest once for all formats. It is given the model's layout as
 data (a function from a config to its (key, shape, dtype) list, ``SimpleVisionTransformer.state_layout``),
 as big_vision's ``vit.load`` is given ``init_params``, so no reader builds or imports the model. It
@@ -23,9 +24,11 @@ from ..errors import ViTVariantsError
 from ..geometry import Geometry, infer_grid
 from ..limits import DEFAULT_LIMITS, Limits
 from .fills import Fill, Misfit, copy
+from .options import ReaderOptions
 from .stores import TensorStore
+from .tensor_rules import Rule, RuleFn, first_rule
 
-__all__ = ['SourceCheckpoint', 'PlanItem', 'Rule', 'Inventory', 'LayoutFn', 'renamed']
+__all__ = ['SourceCheckpoint', 'PlanItem', 'Rule', 'Inventory', 'LayoutFn']
 
 Inventory = List[Tuple[str, Tuple[int, ...], str]]
 # The model's state-dict layout for a config: ``SimpleVisionTransformer.state_layout``.
@@ -33,21 +36,7 @@ LayoutFn = Callable[[SimpleViTConfig], Sequence[TensorSpec]]
 _BLOCK = re.compile(r'^blocks\.(\d+)\.')
 
 
-def renamed(key: str, names: Mapping[str, str]) -> str:
-    """``key`` with each part ``names`` maps (ours -> theirs) replaced, in the mapping's order."""
-    for ours, theirs in names.items():
-        key = key.replace(ours, theirs)
-    return key
-
-
 # -- the plan -----------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Rule:
-    """Where one of our tensors comes from: source name templates and the fill that lays them out."""
-    sources: Tuple[str, ...]
-    fill: Fill = copy
-
 
 @dataclass(frozen=True)
 class PlanItem:
@@ -71,7 +60,8 @@ class SourceCheckpoint(abc.ABC):
         source_config: The ``config.json`` found next to the weights, if any.
         assumed: Facts of ``config`` the source does not record, as {field: (value, why)}: the value was
             assumed (a standard variant's head count, an ecosystem's default, a nominal image size).
-        given: Facts of ``config`` the source does not record but the caller gave as hints, {field: value}.
+        given: Facts of ``config`` the source does not record but the caller gave as options, {field: value}.
+        options: The caller's ``ReaderOptions``.
         notes: Lines worth telling the user about how the source was read (e.g. a resize rule chosen).
         weights_key: The key of a training checkpoint its weights were read from (EMA or not, chosen once by
             ``pickle_store.chosen_weights``; a verification reference reads the same one), None for a bare one.
@@ -79,8 +69,10 @@ class SourceCheckpoint(abc.ABC):
 
     format: str = ''
     _prefix: str = ''  # where the network's tensors sit in the store, set by ``_infer``
-    # Our key (blocks as ``blocks.{i}.``) -> source name templates and their fill; the templates' fields
-    # come from ``_fields``. A key the table does not name is the same name under the prefix, copied.
+    # Rules asked first, in order, for each of our keys (``tensor_rules``' combinators); a key none answers is
+    # looked up in ``RULES``: our key (blocks as ``blocks.{i}.``) -> source name templates and their fill. The
+    # templates' fields come from ``_fields``. A key neither names is the same name under the prefix, copied.
+    TENSOR_RULES: Tuple[RuleFn, ...] = ()
     RULES: Mapping[str, Rule] = {}
     PATCH_EMBED = 'conv'  # the patch embedding the reader's config uses
     SKIPPED: Tuple[str, ...] = ()  # source names read for nothing (training-only state), left out of the plan
@@ -93,13 +85,14 @@ class SourceCheckpoint(abc.ABC):
             store: TensorStore,
             source_config: Dict[str, Any],
             config_path: Optional[str],
-            hints: Dict[str, Any],
+            options: ReaderOptions,
             layout: Optional[LayoutFn] = None,
             limits: Limits = DEFAULT_LIMITS,
     ) -> None:
         self.path = str(path)
         self.source_config = source_config or {}
         self.limits = limits
+        self.options = options
         self.grid: Optional[Tuple[int, int]] = None
         self.label_names: Optional[List[str]] = None
         self.assumed: Dict[str, Tuple[Any, str]] = {}
@@ -109,20 +102,21 @@ class SourceCheckpoint(abc.ABC):
         self.weights_key = store.wrapped_in()
         self._config_path = config_path
         self._used: Set[str] = set()
-        self.config = self._infer(hints).check_limits(self.limits, self.path)
+        self.config = self._infer().check_limits(self.limits, self.path)
         self._data_config = self._recorded_preprocessing()  # checked as the source is opened, before any work
         self._plan = self._build_plan(layout) if layout is not None else None
 
     # -- provided by each format ---------------------------------------------------------------------
     @abc.abstractmethod
-    def _infer(self, hints: Dict[str, Any]) -> SimpleViTConfig:
+    def _infer(self) -> SimpleViTConfig:
         """The config the source describes, from names, shapes and config files only (no tensor data)."""
 
     def _rule(self, pattern: str, block: Optional[int]) -> Tuple[Rule, Optional[int]]:
         """The rule for our key ``pattern`` (blocks as ``blocks.{i}.``), with full source names filled in
         for ``block``, and the index to slice scanned sources at (or None)."""
-        rule = self.RULES.get(pattern) or Rule(('{p}' + pattern,))
         fields = self._fields(block)
+        rule = first_rule(self, self.TENSOR_RULES, pattern, fields) or self.RULES.get(pattern) or \
+            Rule(('{p}' + pattern,))
         return Rule(tuple(t.format(**fields) for t in rule.sources), rule.fill), self._scan_index(block)
 
     def _fields(self, block: Optional[int]) -> Dict[str, Any]:
@@ -309,11 +303,12 @@ class SourceCheckpoint(abc.ABC):
         path = self._store.file_of(key) if key is not None and key in self._store else self.path
         return ViTVariantsError(reason, path=path, key=key, shapes=shapes, needs=needs)
 
-    def _unrecorded(self, field: str, hints: Dict[str, Any], default: Any, why: str) -> Any:
-        """A fact the source does not record: the caller's hint (``given``), else ``default`` (``assumed``)."""
-        if hints.get(field) is not None:
-            self.given[field] = hints[field]
-            return hints[field]
+    def _unrecorded(self, field: str, given: Any, default: Any, why: str) -> Any:
+        """A fact the source does not record: ``given`` by the caller (an option, None when not given), else
+        ``default`` (``assumed``)."""
+        if given is not None:
+            self.given[field] = given
+            return given
         self.assumed[field] = (default, why)
         return default
 
@@ -367,20 +362,20 @@ class SourceCheckpoint(abc.ABC):
             raise self._error('no transformer blocks found', key=first)
         return depth
 
-    def _head_count(self, dim: int, hints: Dict[str, Any], assumed: Sequence[Tuple[Optional[int], str]],
+    def _head_count(self, dim: int, assumed: Sequence[Tuple[Optional[int], str]],
                     refusal: str, key: str = 'blocks.0.attn.qkv.weight') -> int:
         """A head count the source does not record: the caller's ``num_heads``, else the first known count of
         ``assumed`` ((count or None, why), in order), else 64-wide heads where ``assume_heads`` asks for them, else
         refused with ``refusal``; it must divide ``dim``."""
-        if hints.get('num_heads'):
-            heads = self._unrecorded('num_heads', hints, None, '')
+        if self.options.num_heads:
+            heads = self._unrecorded('num_heads', self.options.num_heads, None, '')
         else:
-            asked = (dim // 64 if hints.get('assume_heads') and dim % 64 == 0 else None,
+            asked = (dim // 64 if self.options.assume_heads and dim % 64 == 0 else None,
                      '64-wide heads (asked for with assume_heads)')
             known = [(count, why) for count, why in (*assumed, asked) if count is not None]
             if not known:
                 raise self._error(refusal, key=key, needs='num_heads')
-            heads = self._unrecorded('num_heads', {}, *known[0])
+            heads = self._unrecorded('num_heads', None, *known[0])
         if dim % int(heads):
             raise self._error(f'width {dim} is not divisible by {heads} heads', key=key)
         return int(heads)

@@ -4,7 +4,7 @@ as EVA-01's), and bare state dicts of those ports (told by their keys, ``is_timm
 ``gamma_1``/``gamma_2``, the attention keeps q and v biases apart (``q_bias``, ``v_bias``; the k bias is fixed at
 zero), and DINOv3's periods are recomputed in fp32 from the temperature, as timm does."""
 import re
-from typing import Any, Dict, Optional, Tuple
+from typing import Any
 
 import timm
 import torch.nn as nn
@@ -13,9 +13,9 @@ from timm.models.eva import Eva
 from ..config import SimpleViTConfig, activation_name
 from ..dino_models import DINOV3, DINOV3_HEADS, EVA_ROPE, ROPEVIT, ROPEVIT_KINDS
 from ..errors import ViTVariantsError
-from .hf_dinov3 import dinov3_periods, q_none_v_bias
 from .preprocessing import imagenet_preprocessing
 from .source import Rule
+from .tensor_rules import LAYER_SCALE, dinov3_periods, for_key, qv_bias, renamed_keys
 from .timm_parts import EVA_PARTS, refuse_unexpressed
 from .timm_format import TimmCheckpoint
 
@@ -51,22 +51,17 @@ class TimmEvaCheckpoint(TimmCheckpoint):
     KIND = 'Eva'
     PREPROCESSING_DEFAULTS = imagenet_preprocessing(1.0, _EVA_WHY.format(port='DINOv3'))
 
-    def _rule(self, pattern: str, block: Optional[int]) -> Tuple[Rule, Optional[int]]:
-        p, key = self._prefix, pattern.replace('{i}', str(block))
-        if key == 'rope.periods':
-            return Rule((), dinov3_periods(self._theta)), None
-        if key.endswith('ls1.gamma') or key.endswith('ls2.gamma'):
-            return Rule((p + key[:-len('ls1.gamma')] + f'gamma_{key[-7]}',)), None
-        if key.endswith('attn.qkv.bias') and p + key not in self._store:
-            base = p + key[:-len('qkv.bias')]
-            return Rule((base + 'q_bias', base + 'v_bias'), q_none_v_bias), None
-        return Rule((p + key,)), None
+    TENSOR_RULES = (
+        for_key('rope.periods', lambda r: Rule((), dinov3_periods(r._theta))),
+        renamed_keys(LAYER_SCALE),
+        qv_bias('{p}blocks.{i}.attn.q_bias', '{p}blocks.{i}.attn.v_bias', unless='{p}blocks.{i}.attn.qkv.bias'),
+    )
 
-    def _infer(self, hints: Dict[str, Any]) -> SimpleViTConfig:
-        self._prefix = hints.get('prefix') or ''
+    def _infer(self) -> SimpleViTConfig:
+        self._prefix = self.options.prefix or ''
         arch, args = self._architecture()
         if arch is None:
-            return self._from_eva_tensors(hints)
+            return self._from_eva_tensors()
         model = self._meta_build(arch, args)
         refuse_unexpressed(model, EVA_PARTS, arch, self._config_path)
         where = dict(path=self._config_path, key='architecture')
@@ -94,8 +89,8 @@ class TimmEvaCheckpoint(TimmCheckpoint):
             pos_embed='+'.join(part for part, used in (('learn', ape), ('rope', bool(kind))) if used) or 'none',
             pos_embed_cls_slot=slot, pos_embed_resample='timm', **(dict(rope_type=kind, rope_theta=self._theta) if kind
                                                                   else {}),
-            act_layer=hints.get('act_layer') or ('silu' if swiglu else activation_name(block.mlp.act)),
-            norm_eps=hints.get('norm_eps') or block.norm1.eps, grid_mode='crop',
+            act_layer=self.options.act_layer or ('silu' if swiglu else activation_name(block.mlp.act)),
+            norm_eps=self.options.norm_eps or block.norm1.eps, grid_mode='crop',
             fc_norm=not isinstance(model.fc_norm, nn.Identity),
             head_bias=not isinstance(model.head, nn.Linear) or model.head.bias is not None)
         if kind and slot:
@@ -126,7 +121,7 @@ class TimmEvaCheckpoint(TimmCheckpoint):
                                        "(DINOv3's or RoPE-ViT's RoPE)", path=self._config_path, key='architecture')
         return kind
 
-    def _from_eva_tensors(self, hints: Dict[str, Any]) -> SimpleViTConfig:
+    def _from_eva_tensors(self) -> SimpleViTConfig:
         """A bare timm Eva state dict: the RoPE form told by its keys (``is_timm_eva``), the sizes by its shapes, and
         what timm's architecture would record (heads, eps, pooling, the image size of a RoPE-only model) assumed."""
         p = self._prefix
@@ -139,27 +134,28 @@ class TimmEvaCheckpoint(TimmCheckpoint):
         self._check_dims(p + 'blocks.0.mlp.fc2.weight', mlp=mlp_dim, classes=num_classes)
         if 'reg_token' in local or 'blocks.0.attn.q_bias' in local:
             kind, theta, family, port = 'dinov3', DINOV3['rope_theta'], DINOV3, 'DINOv3'
-            heads = self._dinov3_heads(dim, hints)
+            # timm's DINOv3 port of the width (H+ has 20 heads, not ViT-H's 16), else timm's policy
+            heads = self._heads(dim, {}, [(DINOV3_HEADS.get(dim), f"timm's DINOv3 port of width {dim}")])
         else:
             kind, theta, family, port = 'mixed', ROPEVIT_KINDS['mixed']['rope_theta'], ROPEVIT, 'mixed RoPE-ViT'
-            heads = self._heads(dim, {}, hints)
+            heads = self._heads(dim, {})
             self.PREPROCESSING_DEFAULTS = imagenet_preprocessing(0.9, _EVA_WHY.format(port=port))
         self._theta = theta
-        self._unrecorded('architecture', {}, f'Eva ({port} port)', 'a state dict does not record its architecture; '
+        self._unrecorded('architecture', None, f'Eva ({port} port)', 'a state dict does not record its architecture; '
                          'told by its keys')
         ape = 'pos_embed' in local
         if ape:
             self._check_token_table(p + 'pos_embed', dim, (patch_h, patch_w), class_token='cls_token' in local,
-                                    slot=False, img_size=hints.get('img_size'))
+                                    slot=False, img_size=self.options.img_size)
             img_size: Any = (self.grid[0] * patch_h, self.grid[1] * patch_w)
         else:
-            img_size = self._unrecorded('img_size', hints, family['img_size'],
+            img_size = self._unrecorded('img_size', self.options.img_size, family['img_size'],
                                         "a RoPE backbone records no grid; timm's port's")
         reg_tokens = self._token_count(p + 'reg_token', dim)
         # a head was trained on the pooling of timm's port (its DINOv3 entries mean the patch tokens); a backbone
         # alone is read with the original's [CLS] feature
         trained_avg = kind == 'dinov3' and num_classes > 0
-        pool = self._unrecorded('global_pool', {}, 'avg' if trained_avg else 'token', (
+        pool = self._unrecorded('global_pool', None, 'avg' if trained_avg else 'token', (
             f"not recorded by a state dict; timm's {port} port's, which its head was trained on" if trained_avg else
             f"not recorded by a state dict; the {port}'s own [CLS] pooling" +
             (" (timm's Eva defaults to 'avg')" if kind == 'dinov3' else '')))
@@ -173,13 +169,8 @@ class TimmEvaCheckpoint(TimmCheckpoint):
             qkv_bias='blocks.0.attn.q_bias' in local or 'blocks.0.attn.qkv.bias' in local,
             class_token='cls_token' in local, reg_tokens=reg_tokens, pos_embed='learn+rope' if ape else 'rope',
             pos_embed_cls_slot=False, pos_embed_resample='timm', rope_type=kind, rope_theta=theta,
-            act_layer=self._unrecorded('act_layer', hints, 'silu' if swiglu else 'gelu', f"timm's {port} port's"),
-            norm_eps=self._unrecorded('norm_eps', hints, family['norm_eps'],
+            act_layer=self._unrecorded('act_layer', self.options.act_layer, 'silu' if swiglu else 'gelu',
+                                       f"timm's {port} port's"),
+            norm_eps=self._unrecorded('norm_eps', self.options.norm_eps, family['norm_eps'],
                                       f"timm's {port} port's LayerNorm eps"), grid_mode='crop',
             head_bias='head.bias' in local or 'head.weight' not in local)
-
-    def _dinov3_heads(self, dim: int, hints: Dict[str, Any]) -> int:
-        """The caller's head count, else that of timm's DINOv3 port of this width (H+ has 20, not ViT-H's 16)."""
-        if hints.get('num_heads') or dim not in DINOV3_HEADS:
-            return self._heads(dim, {}, hints)
-        return self._unrecorded('num_heads', {}, DINOV3_HEADS[dim], f"timm's DINOv3 port of width {dim}")

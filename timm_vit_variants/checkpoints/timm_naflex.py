@@ -64,7 +64,7 @@ class TimmNaFlexCheckpoint(NaFlexReader, TimmCheckpoint):
             raise self._error('a NaFlexVit embedding part this family does not express (register tokens, factorised '
                               'tables, a patch norm)', key=self._prefix + foreign[0])
 
-    def _patch_kernel(self, facts: Dict[str, Any], hints: Dict[str, Any]) -> Tuple[int, int, int, int]:
+    def _patch_kernel(self, facts: Dict[str, Any]) -> Tuple[int, int, int, int]:
         """(D, C, P, P) of a NaFlexVit's Linear (D, P*P*C): from its architecture, else 3 channels and a square patch
         assumed (a bare state dict records neither)."""
         key = self._prefix + self.KERNEL
@@ -73,7 +73,7 @@ class TimmNaFlexCheckpoint(NaFlexReader, TimmCheckpoint):
             raise self._error('a NaFlexVit patch embedding must be a (width, P*P*C) Linear', key=key, shapes=(weight,))
         dim, flat = weight
         if not facts.get('patch_size'):
-            patch, in_chans = self._flat_patch(key, flat, weight, hints, "a NaFlexVit state dict's patch kernel is "
+            patch, in_chans = self._flat_patch(key, flat, weight, "a NaFlexVit state dict's patch kernel is "
                                                '(width, P*P*C) and records neither P nor C; 3 channels and a square '
                                                'patch assumed')
             return dim, in_chans, patch, patch
@@ -83,8 +83,8 @@ class TimmNaFlexCheckpoint(NaFlexReader, TimmCheckpoint):
                               'its architecture says', key=key, shapes=(weight, (dim, 'P*P*C')))
         return dim, in_chans, patch_h, patch_w
 
-    def _position(self, local: set, dim: int, patch: Tuple[int, int], class_token: bool, facts: Dict[str, Any],
-                  hints: Dict[str, Any]) -> Tuple[str, bool]:
+    def _position(self, local: set, dim: int, patch: Tuple[int, int], class_token: bool,
+                  facts: Dict[str, Any]) -> Tuple[str, bool]:
         """The (1, G_h, G_w, D) table; sets ``self.grid``."""
         self._check_grid_table(self._prefix + 'embeds.pos_embed', dim, leading=(1,))
         return 'learn', False
