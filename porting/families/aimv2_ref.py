@@ -86,7 +86,8 @@ def aimv2_outputs(check: Any, x: torch.Tensor, mixed: Optional[Dict[str, torch.T
     if path.is_dir() and (path / 'config.json').is_file():
         native = check.source.position(Learned) is None
         if check.target is not None and not native:
-            raise NoReference("transformers adds AIMv2's learned table as it is: it runs the tower at its own grid only")
+            raise NoReference("transformers adds AIMv2's learned table as it is: it runs the tower at its own "
+                              'grid only')
         check.require_own_resize('transformers', None)
         out = hf_aimv2_outputs(path, x)
         return Outputs(out['tokens'], out['pooled'] if out['pooled'] is not None else out['tokens'].mean(dim=1),

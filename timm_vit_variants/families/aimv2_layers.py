@@ -4,10 +4,13 @@
 frequencies ``T ** -(k / q)``, q = D / 4 (big_vision's table divides by q - 1 instead), channels
 ``[sin x | cos x | sin y | cos y]`` (x the column), row-major tokens; transformers' ``is_native`` computes the same.
 
+``Aimv2SinCosEmbed`` is that scheme's module (registered in ``positions.SCHEMES``), ``Aimv2PoolModule`` the
+model's 'aimv2' pool (a ``heads.PoolModule``).
+
 ``AttentionPoolingHead``: Apple's ``AttentionPoolingClassifier`` without batch norm, as the LiT image tower uses it
-(transformers' ``Aimv2AttentionPoolingHead``). Learned queries attend over k and v projections of every token, with the trunk's head count, the default
-1/sqrt(head width) scale and no q projection (the query is used as stored); the queries' outputs are averaged and
-mapped D -> D by ``proj`` (with a bias). Keys: ``query`` [1, Q, D], ``k.weight``, ``v.weight`` (k and v biases only
+(transformers' ``Aimv2AttentionPoolingHead``). Learned queries attend over k and v projections of every token, with
+the trunk's head count, the default 1/sqrt(head width) scale and no q projection (the query is used as stored); the
+queries' outputs are averaged and mapped D -> D by ``proj`` (with a bias). Keys: ``query`` [1, Q, D], ``k.weight``, ``v.weight`` (k and v biases only
 where the source has them), ``proj.weight``, ``proj.bias``.
 """
 from typing import Any, Callable, Dict, List, Optional, Tuple
