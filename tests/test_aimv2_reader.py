@@ -97,3 +97,29 @@ def test_refusals(tmp_path):
     save_file(dict(state, **{'preprocessor.pos_embed': torch.zeros(1, 15, 16)}), path)
     with pytest.raises(ViTVariantsError, match='preprocessor.pos_embed'):
         _open(path, num_heads=2)
+
+
+@torch.no_grad()
+def test_check_reference(tmp_path, max_delta):
+    """The converter's reference (``aimv2_outputs``) on an Apple file: timm's own loader and network, at the
+    source grid and, by timm's own resize, at a non-square target; a native Apple file has none (named)."""
+    from porting.families.aimv2_ref import aimv2_outputs
+    from porting.verification.result import Check, NoReference
+
+    path = tmp_path / 'model.safetensors'
+    save_file(load_file(DATA / 'apple_absolute.safetensors'), path)
+    ckpt = _open(path, num_heads=2)
+    model = _model(ckpt)
+    x = OUTPUTS['x28x28']
+    ref = aimv2_outputs(Check(str(path), 'aimv2', ckpt.config), x, None)
+    max_delta('aimv2 reference apple 28x28: tokens', model.forward_features(x), ref.features, 2e-5)
+    max_delta('aimv2 reference apple 28x28: pooled', model(x), ref.logits, 2e-5)
+    x = OUTPUTS['x21x35']
+    target = ckpt.config.replace(img_size=(21, 35))
+    ref = aimv2_outputs(Check(str(path), 'aimv2', ckpt.config, target=target, rule='timm'), x, None)
+    max_delta('aimv2 reference apple 21x35 (timm resize): tokens', model.forward_features(x), ref.features, 2e-5)
+    with pytest.raises(NoReference, match='resized with'):
+        aimv2_outputs(Check(str(path), 'aimv2', ckpt.config, target=target, rule='bigvision'), x, None)
+    save_file(load_file(DATA / 'apple_native.safetensors'), path)
+    with pytest.raises(NoReference, match='sin-cos'):
+        aimv2_outputs(Check(str(path), 'aimv2', _open(path, num_heads=2).config), x, None)
