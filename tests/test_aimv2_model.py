@@ -79,3 +79,18 @@ def test_transformers(native, tmp_path, max_delta):
         what = f"aimv2 hf {'native' if native else 'table'} {grid[1:]}"
         max_delta(f'{what}: tokens', model.forward_features(x), ref['tokens'], 2e-5)
         max_delta(f'{what}: pooled', model(x), ref['pooled'], 2e-5)
+
+
+@torch.no_grad()
+@pytest.mark.parametrize('native', [False, True])
+def test_naflex_mixed_batch(native, max_delta):
+    """A NaFlex batch of images of three grids (padded to one length): each image's pooled output (the attention
+    pool, padding left out of its keys) is the one it gets alone."""
+    from timm_vit_variants.naflex_transforms import naflex_batch
+
+    model = _ours(load_file(DATA / 'apple_lit.safetensors'), 'apple', native=native, pool=True)
+    images = [OUTPUTS[grid][0] for grid in GRIDS]
+    mixed = model(naflex_batch(images, 7))
+    for i, image in enumerate(images):
+        max_delta(f"aimv2 naflex {'native' if native else 'table'} {GRIDS[i][1:]}: pooled", mixed[i],
+                  model(image[None])[0], 2e-5)
