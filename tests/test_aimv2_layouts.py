@@ -172,3 +172,11 @@ def test_two_tower_folder_tower_is_found(tmp_path, max_delta):
     with torch.no_grad():
         tokens = model.forward_features(x)
     max_delta('aimv2 hf two-tower: hf table vs transformers', tokens, hf_aimv2_outputs(tmp_path, x)['tokens'], 2e-5)
+
+
+def test_timm_layout_needs_aimv2_blocks():
+    """A timm ViT with a LayerNorm patch norm (its bias), or without a SwiGLU gate, is no AIMv2 tower."""
+    timm = _shapes(timm_aimv2(img_size=(28, 28), **TINY).state_dict())
+    assert find_layout(dict(timm, **{'patch_embed.norm.bias': (16,)})) is None
+    assert find_layout({k: v for k, v in timm.items() if 'fc1_g' not in k}) is None
+    assert find_layout(dict(timm, cls_token=(1, 1, 16))) is None

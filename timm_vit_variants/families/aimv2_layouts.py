@@ -143,13 +143,22 @@ _GATE = {'apple': 'trunk.blocks.{i}.mlp.fc1.weight', 'hf': _HF_LAYER + 'ffn.gate
 _NORM1 = {layout: LAYOUTS[layout]['blocks.{i}.norm1.weight'].sources[0] for layout in LAYOUTS}
 
 
+# What tells timm's ``aimv2_*`` layout from timm's other ViTs with a patch norm: the SwiGLU gate, RMSNorm (no norm
+# bias), no [CLS].
+_TIMM_NEEDS, _TIMM_NEVER = ('blocks.0.mlp.fc1_g.weight',), ('blocks.0.norm1.bias', 'patch_embed.norm.bias', 'cls_token')
+
+
 def find_layout(names: Iterable[str]) -> Optional[Tuple[str, str]]:
     """The (layout, prefix) of the AIMv2 tower ``names`` hold, None if they hold none."""
     names = set(names)
     for layout, prefixes in PREFIXES.items():
         for prefix in prefixes:
-            if layout_of(names, prefix) == layout and prefix + _PATCH[layout] in names:
-                return layout, prefix
+            if layout_of(names, prefix) != layout or prefix + _PATCH[layout] not in names:
+                continue
+            if layout == 'timm' and (any(prefix + n not in names for n in _TIMM_NEEDS) or
+                                     any(prefix + n in names for n in _TIMM_NEVER)):
+                continue
+            return layout, prefix
     return None
 
 
