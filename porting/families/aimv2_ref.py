@@ -8,12 +8,14 @@
   (transformers adds it as is), the native towers' sin-cos any grid. Outputs: ``last_hidden_state`` and, with the
   head, ``pooler_output``.
 
-Each function imports its library when called, so the porting family module stays light.
+Each function imports torch and its library when called: the families registry imports this module to discover
+families, which must stay free of torch (the CLI's ``--help``).
 """
 from pathlib import Path
-from typing import Any, Dict, Mapping, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Any, Dict, Mapping, Optional, Tuple, Union
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ['timm_aimv2', 'timm_aimv2_outputs', 'hf_aimv2_outputs', 'aimv2_outputs', 'TIMM_AIMV2_ENTRY']
 
@@ -22,7 +24,7 @@ TIMM_AIMV2_ENTRY = 'aimv2_large_patch14_224'
 
 
 def timm_aimv2(embed_dim: int, depth: int, num_heads: int, mlp_dim: int, patch_size: int,
-               img_size: Tuple[int, int], in_chans: int = 3) -> torch.nn.Module:
+               img_size: Tuple[int, int], in_chans: int = 3) -> 'torch.nn.Module':
     """timm's ``aimv2_*`` network at these sizes (its entry's RMSNorm, SwiGLU, biases and table), at nominal
     ``img_size``, taking any other whole-patch size; random weights, eval mode."""
     import timm
@@ -34,11 +36,11 @@ def timm_aimv2(embed_dim: int, depth: int, num_heads: int, mlp_dim: int, patch_s
         dynamic_img_size=True).eval()
 
 
-@torch.no_grad()
-def timm_aimv2_outputs(state: Mapping[str, torch.Tensor], num_heads: int, img_size: Tuple[int, int],
-                       x: torch.Tensor) -> torch.Tensor:
+def timm_aimv2_outputs(state: Mapping[str, 'torch.Tensor'], num_heads: int, img_size: Tuple[int, int],
+                       x: 'torch.Tensor') -> 'torch.Tensor':
     """timm's final-normed tokens [B, N, D] for ``x``, the model at nominal ``img_size`` loading ``state`` (Apple's
     or timm's layout) through timm's ``checkpoint_filter_fn``."""
+    import torch
     from timm.models.vision_transformer import checkpoint_filter_fn
 
     state = {k: v for k, v in state.items() if not k.startswith('head.')}  # timm keeps no attention pool
@@ -47,15 +49,16 @@ def timm_aimv2_outputs(state: Mapping[str, torch.Tensor], num_heads: int, img_si
     depth = sum(k.endswith(('norm_1.weight', 'norm1.weight')) for k in state)
     model = timm_aimv2(weight.shape[0], depth, num_heads, mlp.shape[0], weight.shape[-1], img_size, weight.shape[1])
     model.load_state_dict(checkpoint_filter_fn(dict(state), model), strict=True)
-    return model.forward_features(x)
+    with torch.no_grad():
+        return model.forward_features(x)
 
 
-@torch.no_grad()
-def hf_aimv2_outputs(folder: Union[str, Path], x: torch.Tensor) -> Dict[str, Optional[torch.Tensor]]:
+def hf_aimv2_outputs(folder: Union[str, Path], x: 'torch.Tensor') -> Dict[str, Optional['torch.Tensor']]:
     """transformers' AIMv2 image tower from ``folder`` on ``x`` (an ``Aimv2VisionModel``, or an ``Aimv2Model``'s
     ``vision_model``): ``tokens`` (``last_hidden_state``) and ``pooled`` (``pooler_output``, None without the head)."""
     import json
 
+    import torch
     from transformers import Aimv2Model, Aimv2VisionModel
 
     model_type = json.loads((Path(folder) / 'config.json').read_text()).get('model_type')
@@ -63,7 +66,8 @@ def hf_aimv2_outputs(folder: Union[str, Path], x: torch.Tensor) -> Dict[str, Opt
         model = Aimv2Model.from_pretrained(str(folder), attn_implementation='eager').vision_model.eval()
     else:
         model = Aimv2VisionModel.from_pretrained(str(folder), attn_implementation='eager').eval()
-    out = model(pixel_values=x)
+    with torch.no_grad():
+        out = model(pixel_values=x)
     return {'tokens': out.last_hidden_state, 'pooled': out.pooler_output}
 
 
@@ -72,18 +76,20 @@ def _weights_file(path: Path) -> Path:
     return path / 'model.safetensors' if path.is_dir() else path
 
 
-def aimv2_outputs(check: Any, x: torch.Tensor, mixed: Optional[Dict[str, torch.Tensor]]) -> Any:
+def aimv2_outputs(check: Any, x: 'torch.Tensor', mixed: Optional[Dict[str, 'torch.Tensor']]) -> Any:
     """The 'aimv2' reference for a ``Check``: transformers for its folders, timm (its ``aimv2_*`` entry and loader)
     for Apple's and timm's files, at the source geometry or at a target one by the source's own rule (timm's
     bicubic resize; transformers' native sin-cos at any grid, its learned table at its own grid only)."""
     from safetensors.torch import load_file
 
+    from porting.extras import require
     from porting.verification.result import NoReference, Outputs
     from timm_vit_variants.families.aimv2_layouts import find_layout
     from timm_vit_variants.parts import Learned
 
     path = Path(check.path)
     if path.is_dir() and (path / 'config.json').is_file():
+        require('hf', 'verifying a transformers AIMv2 folder', 'pass --no-verify to convert without the check')
         native = check.source.position(Learned) is None
         if check.target is not None and not native:
             raise NoReference("transformers adds AIMv2's learned table as it is: it runs the tower at its own "
