@@ -169,7 +169,7 @@ def test_a_family_joins_with_one_row(tmp_path, monkeypatch):
         """A stand-in family reader (timm's layout, so it reads the file)."""
 
     path = write_timm_file(tmp_path, '.pth')
-    row = detect.Route(lambda p: 'cls_token' in p.names and 'marked' in p.path, MarkedTimm)
+    row = detect.Route(0., lambda p: 'cls_token' in p.names and 'marked' in p.path, MarkedTimm)
     monkeypatch.setattr(detect, 'DISPATCH', (row, *detect.DISPATCH))
     marked = _copy(tmp_path, path, 'marked_vit.pth')
     with open_checkpoint(marked, num_heads=2) as src:

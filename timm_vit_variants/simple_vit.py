@@ -21,6 +21,7 @@ from .deit_models import DEIT3_CFGS, DEIT_CFGS
 from .dino_models import DINO_CFGS
 from .eva02_models import EVA02_CFGS
 from .errors import ViTVariantsError
+from .families.registry import DEFAULT_CFGS as FAMILY_CFGS, FAMILIES
 from .geometry import Geometry, fit_stream, fixed_patch_reason, infer_grid
 from .limits import DEFAULT_LIMITS, Limits
 from .vision_transformer import SimpleVisionTransformer
@@ -143,14 +144,19 @@ def pretrained_cfg_for(config: SimpleViTConfig, architecture: str) -> Dict[str, 
     return cfg
 
 
+# Each family module's rows; one without a cfg of its own gets an untrained one.
+_FAMILY_ROWS = {name for family in FAMILIES for name in family.rows}
 default_cfgs = generate_default_cfgs({
+    **FAMILY_CFGS,
+    **{f'{name}.untrained': _untrained(name) for name in sorted(_FAMILY_ROWS)
+       if not any(tag.split('.', 1)[0] == name for tag in FAMILY_CFGS)},
     **DINO_CFGS,  # first, so that each DINO and DeiT model's published weights are its default tag
     **DEIT_CFGS,
     **DEIT3_CFGS,
     **EVA02_CFGS,
     **BEIT_CFGS,
     **{f'{name}.untrained': _untrained(name) for name in MODELS
-       if name != 'simple_vit_small_patch16_224' and '_flexi_' not in name and '_siglip_' not in name
+       if name not in _FAMILY_ROWS and name != 'simple_vit_small_patch16_224' and '_flexi_' not in name and '_siglip_' not in name
        and name not in CLIP_ARCHS},
     **clip_default_cfgs(),
     **{f'{name}.{tag}': _siglip_cfg(name, tag) for name, tag in _SIGLIP_FILES},

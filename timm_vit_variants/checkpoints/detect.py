@@ -8,9 +8,7 @@ before the rows its files would otherwise meet. A wrapper's folder (transformers
 under ``timm_model.``: ``WRAPPED_PREFIXES``) is read as the timm model it holds, that prefix its default.
 """
 import os
-from dataclasses import dataclass
-from functools import cached_property
-from typing import Any, Callable, Dict, FrozenSet, Optional, Tuple, Type, Union
+from typing import Any, Callable, Dict, Optional, Tuple, Type, Union
 
 from ..errors import ViTVariantsError
 from ..limits import DEFAULT_LIMITS, Limits
@@ -34,70 +32,17 @@ from .openclip import OpenAICLIPCheckpoint, OpenCLIPCheckpoint, is_openai_clip
 from .openclip_config import open_clip_config_path
 from .openclip_timm import TRUNK, OpenCLIPTimmCheckpoint
 from .options import HINTS, ReaderOptions
+from .routes import WRAPPED_PREFIXES, Probe, Refuse, Route
 from .source import LayoutFn, SourceCheckpoint
 from .stores import NpzStore, TensorStore, open_store
 from .torchscript_store import TorchScriptStore
 from .timm_eva import TimmEvaCheckpoint, is_eva_architecture, is_timm_eva
 from .timm_format import TimmCheckpoint
 from .timm_naflex import TimmNaFlexCheckpoint
+from ..families.registry import ROUTES
 
 __all__ = ['DISPATCH', 'FORMATS', 'HINTS', 'READERS', 'WRAPPED_PREFIXES', 'Probe', 'Refuse', 'Route',
            'open_checkpoint', 'detect_format']
-
-# config.json's model_type of a folder that wraps a model of another format -> where the wrapped tensors sit:
-# transformers' TimmWrapperModel / TimmWrapperForImageClassification hold a timm model as ``timm_model``.
-WRAPPED_PREFIXES = {'timm_wrapper': 'timm_model.'}
-
-
-@dataclass(frozen=True)
-class Probe:
-    """What a ``DISPATCH`` row tests: the opened store and its tensor names (``local``: under the ``prefix`` option,
-    without it), ``config.json`` (empty without one), the path asked for and the caller's options."""
-    path: str
-    store: TensorStore
-    config: Dict[str, Any]
-    config_path: Optional[str]
-    options: ReaderOptions = ReaderOptions()
-
-    @cached_property
-    def names(self) -> FrozenSet[str]:
-        return frozenset(self.store.names())
-
-    @cached_property
-    def local(self) -> FrozenSet[str]:
-        return frozenset(n[len(self.prefix):] for n in self.names)
-
-    @property
-    def prefix(self) -> str:
-        """The caller's ``prefix`` option, else the one a wrapper's ``config.json`` implies (``WRAPPED_PREFIXES``)."""
-        wrapped = WRAPPED_PREFIXES.get(self.model_type, '') if isinstance(self.model_type, str) else ''
-        return self.options.prefix or wrapped
-
-    @property
-    def model_type(self) -> Any:
-        return self.config.get('model_type')
-
-    def has(self, *parts: str) -> bool:
-        """Whether any tensor name contains one of ``parts``."""
-        return any(part in n for n in self.names for part in parts)
-
-    def ends(self, *suffixes: str) -> bool:
-        """Whether any tensor name ends with one of ``suffixes``."""
-        return any(n.endswith(suffixes) for n in self.names)
-
-
-@dataclass(frozen=True)
-class Refuse:
-    """A row's outcome that is no reader: the error for a source no reader takes."""
-    error: Callable[[Probe], ViTVariantsError]
-
-
-@dataclass(frozen=True)
-class Route:
-    """One ``DISPATCH`` row: a source ``test`` holds for is read by ``reader`` (or refused)."""
-    test: Callable[[Probe], bool]
-    reader: Union[Type[SourceCheckpoint], Refuse]
-
 
 def _timm_eva(p: Probe) -> bool:
     """timm's Eva models: by ``architecture`` (any timm's ``Eva`` builds), or for a bare state dict of its DINOv3 or
@@ -133,58 +78,64 @@ def _open_clip_trunk(probe: Probe) -> bool:
 
 
 # Every reader, and how a source reaches it: the first row whose test holds reads (or refuses) the source.
-DISPATCH: Tuple[Route, ...] = (
+_ROWS: Tuple[Tuple[Callable[[Probe], bool], Union[Type[SourceCheckpoint], Refuse]], ...] = (
     # flax .npz archives
-    Route(lambda p: isinstance(p.store, NpzStore) and p.has('MultiHeadDotProductAttention_1/', 'posembed_input/'),
+    (lambda p: isinstance(p.store, NpzStore) and p.has('MultiHeadDotProductAttention_1/', 'posembed_input/'),
           VitJaxCheckpoint),
-    Route(lambda p: isinstance(p.store, NpzStore) and not p.has(*_NPZ_BLOCKS), _NO_NPZ_BLOCKS),
-    Route(lambda p: isinstance(p.store, NpzStore) and is_flat_patch_kernel(p.store, p.options.prefix),
+    (lambda p: isinstance(p.store, NpzStore) and not p.has(*_NPZ_BLOCKS), _NO_NPZ_BLOCKS),
+    (lambda p: isinstance(p.store, NpzStore) and is_flat_patch_kernel(p.store, p.options.prefix),
           BigVisionNaFlexCheckpoint),
-    Route(lambda p: isinstance(p.store, NpzStore), BigVisionCheckpoint),
+    (lambda p: isinstance(p.store, NpzStore), BigVisionCheckpoint),
     # OpenAI's TorchScript archives
-    Route(lambda p: isinstance(p.store, TorchScriptStore) and 'visual.conv1.weight' in p.names, OpenAICLIPCheckpoint),
-    Route(lambda p: isinstance(p.store, TorchScriptStore), _NO_CLIP_ARCHIVE),
+    (lambda p: isinstance(p.store, TorchScriptStore) and 'visual.conv1.weight' in p.names, OpenAICLIPCheckpoint),
+    (lambda p: isinstance(p.store, TorchScriptStore), _NO_CLIP_ARCHIVE),
     # timm folders and training checkpoints (config.json's ``architecture``)
-    Route(lambda p: is_eva02_architecture(p.config.get('architecture')), Eva02Checkpoint),
-    Route(lambda p: 'architecture' in p.config and is_beit(p.local), TimmBeitCheckpoint),
-    Route(lambda p: 'architecture' in p.config and _timm_eva(p), TimmEvaCheckpoint),
-    Route(lambda p: 'architecture' in p.config and _naflexvit(p), TimmNaFlexCheckpoint),
-    Route(lambda p: 'architecture' in p.config, TimmCheckpoint),
+    (lambda p: is_eva02_architecture(p.config.get('architecture')), Eva02Checkpoint),
+    (lambda p: 'architecture' in p.config and is_beit(p.local), TimmBeitCheckpoint),
+    (lambda p: 'architecture' in p.config and _timm_eva(p), TimmEvaCheckpoint),
+    (lambda p: 'architecture' in p.config and _naflexvit(p), TimmNaFlexCheckpoint),
+    (lambda p: 'architecture' in p.config, TimmCheckpoint),
     # transformers folders, by config.json's ``model_type``
-    Route(lambda p: p.model_type in SIGLIP_MODEL_TYPES and str(p.model_type).startswith('siglip2'),
+    (lambda p: p.model_type in SIGLIP_MODEL_TYPES and str(p.model_type).startswith('siglip2'),
           HFSiglip2Checkpoint),
-    Route(lambda p: p.model_type in SIGLIP_MODEL_TYPES, HFSiglipCheckpoint),
-    Route(lambda p: p.model_type in DINOV2_MODEL_TYPES, HFDinov2Checkpoint),
-    Route(lambda p: p.model_type in DINOV3_MODEL_TYPES, HFDinov3Checkpoint),
-    Route(lambda p: p.model_type in CLIP_MODEL_TYPES, HFClipCheckpoint),
-    Route(lambda p: p.model_type in VIT_MODEL_TYPES, HFCheckpoint),
-    Route(lambda p: p.model_type in DEIT_MODEL_TYPES, HFDeitCheckpoint),
-    Route(lambda p: p.model_type in BEIT_MODEL_TYPES, HFBeitCheckpoint),
-    Route(lambda p: 'model_type' in p.config, _NOT_TRANSFORMERS_VIT),
+    (lambda p: p.model_type in SIGLIP_MODEL_TYPES, HFSiglipCheckpoint),
+    (lambda p: p.model_type in DINOV2_MODEL_TYPES, HFDinov2Checkpoint),
+    (lambda p: p.model_type in DINOV3_MODEL_TYPES, HFDinov3Checkpoint),
+    (lambda p: p.model_type in CLIP_MODEL_TYPES, HFClipCheckpoint),
+    (lambda p: p.model_type in VIT_MODEL_TYPES, HFCheckpoint),
+    (lambda p: p.model_type in DEIT_MODEL_TYPES, HFDeitCheckpoint),
+    (lambda p: p.model_type in BEIT_MODEL_TYPES, HFBeitCheckpoint),
+    (lambda p: 'model_type' in p.config, _NOT_TRANSFORMERS_VIT),
     # open_clip towers on a timm trunk (visual.trunk.*): with their open_clip_config.json, else unless the trunk alone
     # is asked for (--prefix visual.trunk.: read below as a timm state dict)
-    Route(lambda p: _open_clip_trunk(p), OpenCLIPTimmCheckpoint),
+    (lambda p: _open_clip_trunk(p), OpenCLIPTimmCheckpoint),
     # bare state dicts, by their keys
-    Route(lambda p: is_beit(p.local), BeitCheckpoint),  # unilm BEiT files, timm Beit state dicts
-    Route(lambda p: is_dinov2(p.names), Dinov2Checkpoint),
-    Route(lambda p: is_dinov3(p.names), Dinov3Checkpoint),
+    (lambda p: is_beit(p.local), BeitCheckpoint),  # unilm BEiT files, timm Beit state dicts
+    (lambda p: is_dinov2(p.names), Dinov2Checkpoint),
+    (lambda p: is_dinov3(p.names), Dinov3Checkpoint),
     # EVA-02 (BAAI's or timm's layout) before timm's other Eva ports: with LayerScale it has their gamma_1 and q_bias
-    Route(lambda p: is_eva02(p.names), Eva02Checkpoint),
-    Route(_timm_eva, TimmEvaCheckpoint),
+    (lambda p: is_eva02(p.names), Eva02Checkpoint),
+    (_timm_eva, TimmEvaCheckpoint),
     # DeiT-III and RoPE-ViT rope_axial_ape have the same keys: told apart by the source's name
-    Route(lambda p: is_layerscale_ape(p.names) and layerscale_ape_format(p.path) == 'deit3', Deit3Checkpoint),
-    Route(lambda p: is_layerscale_ape(p.names) or is_rope_vit(p.names), RopeVitCheckpoint),
+    (lambda p: is_layerscale_ape(p.names) and layerscale_ape_format(p.path) == 'deit3', Deit3Checkpoint),
+    (lambda p: is_layerscale_ape(p.names) or is_rope_vit(p.names), RopeVitCheckpoint),
     # open_clip's layout: OpenAI's state dict (its scalars), else OpenCLIP's
-    Route(lambda p: 'visual.conv1.weight' in p.names and is_openai_clip(p.names), OpenAICLIPCheckpoint),
-    Route(lambda p: 'visual.conv1.weight' in p.names, OpenCLIPCheckpoint),
+    (lambda p: 'visual.conv1.weight' in p.names and is_openai_clip(p.names), OpenAICLIPCheckpoint),
+    (lambda p: 'visual.conv1.weight' in p.names, OpenCLIPCheckpoint),
     # a transformers ViT's weights without config.json, then timm ViT and NaFlexVit state dicts
-    Route(lambda p: p.ends('embeddings.patch_embeddings.projection.weight'), HFCheckpoint),
-    Route(lambda p: p.ends('patch_embed.proj.weight', 'embeds.proj.weight') and _naflexvit(p), TimmNaFlexCheckpoint),
-    Route(lambda p: p.ends('patch_embed.proj.weight', 'embeds.proj.weight'), TimmCheckpoint),
-    Route(lambda p: True, _NO_PATCH_EMBED),
+    (lambda p: p.ends('embeddings.patch_embeddings.projection.weight'), HFCheckpoint),
+    (lambda p: p.ends('patch_embed.proj.weight', 'embeds.proj.weight') and _naflexvit(p), TimmNaFlexCheckpoint),
+    (lambda p: p.ends('patch_embed.proj.weight', 'embeds.proj.weight'), TimmCheckpoint),
+    (lambda p: True, _NO_PATCH_EMBED),
 )
-FORMATS = ('bigvision', 'vitjax', 'timm', 'hf', 'dinov2', 'dinov3', 'ropevit', 'deit3', 'openclip', 'openai',
-           'eva02', 'beit')
+# The rows above in their order (100, 200, ...), and every family module's routes (``families.registry``), by order.
+DISPATCH: Tuple[Route, ...] = tuple(sorted(
+    [Route(100. * (i + 1), test, reader) for i, (test, reader) in enumerate(_ROWS)] + list(ROUTES),
+    key=lambda r: r.order))
+_CORE_FORMATS = ('bigvision', 'vitjax', 'timm', 'hf', 'dinov2', 'dinov3', 'ropevit', 'deit3', 'openclip', 'openai',
+                 'eva02', 'beit')
+FORMATS = _CORE_FORMATS + tuple(dict.fromkeys(
+    r.reader.format for r in ROUTES if not isinstance(r.reader, Refuse) and r.reader.format not in _CORE_FORMATS))
 # Each format's plain reader: its last row's, which ``fmt=`` reads with when no row of the format holds.
 READERS: Dict[str, Type[SourceCheckpoint]] = {
     fmt: [r.reader for r in DISPATCH if not isinstance(r.reader, Refuse) and r.reader.format == fmt][-1]

@@ -1,0 +1,60 @@
+"""The family registry: every ``families/<name>.py`` module defines ``FAMILY``, found here by discovery.
+
+A family holds its registered rows (``config.ModelEntry``), the timm pretrained cfgs of its tags, and the dispatch
+routes of its source formats, each with an explicit order. This module gathers them into the tables the rest of
+the package reads: the model table (``config.MODELS``, where each family registers its rows), the pretrained cfgs
+``simple_vit`` registers with timm (``DEFAULT_CFGS``), and the routes ``checkpoints.detect`` sorts into its
+dispatch table (``ROUTES``). Adding a family is adding its module; nothing here names one.
+"""
+import importlib
+import pkgutil
+from dataclasses import dataclass, field
+from typing import Any, Dict, Mapping, Tuple
+
+from ..checkpoints.routes import Route
+from ..config import MODELS, ModelEntry
+
+__all__ = ['Family', 'FAMILIES', 'DEFAULT_CFGS', 'ROUTES']
+
+
+@dataclass(frozen=True)
+class Family:
+    """One family: its rows (model name -> row), its tags' pretrained cfgs ('model.tag' -> timm cfg dict; the
+    first tag of a model is its default) and its dispatch routes."""
+    name: str
+    rows: Mapping[str, ModelEntry] = field(default_factory=dict)
+    cfgs: Mapping[str, Dict[str, Any]] = field(default_factory=dict)
+    routes: Tuple[Route, ...] = ()
+
+
+def _discover() -> Tuple[Family, ...]:
+    """Every family module of this package (by module name), each one's ``FAMILY``."""
+    package = importlib.import_module(__package__)
+    found = []
+    for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda i: i.name):
+        if info.name == 'registry' or info.name.startswith('_'):
+            continue
+        family = getattr(importlib.import_module(f'{__package__}.{info.name}'), 'FAMILY', None)
+        if isinstance(family, Family):
+            found.append(family)
+    return tuple(found)
+
+
+def _register(families: Tuple[Family, ...]) -> None:
+    """Each family's rows into the model table; a name registered twice is a programming error."""
+    for family in families:
+        for name, row in family.rows.items():
+            if name in MODELS:
+                raise RuntimeError(f'model {name!r} of family {family.name!r} is registered already')
+            MODELS[name] = row
+        unknown = sorted({tag.split('.', 1)[0] for tag in family.cfgs} - set(MODELS))
+        if unknown:
+            raise RuntimeError(f'family {family.name!r} has pretrained cfgs for unregistered models {unknown}')
+
+
+FAMILIES = _discover()
+_register(FAMILIES)
+# 'model.tag' -> pretrained cfg of every family's tags
+DEFAULT_CFGS: Dict[str, Dict[str, Any]] = {tag: cfg for family in FAMILIES for tag, cfg in family.cfgs.items()}
+# every family's dispatch routes (``checkpoints.detect`` sorts them into its table by ``order``)
+ROUTES: Tuple[Route, ...] = tuple(route for family in FAMILIES for route in family.routes)
