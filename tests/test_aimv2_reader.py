@@ -123,3 +123,29 @@ def test_check_reference(tmp_path, max_delta):
     save_file(load_file(DATA / 'apple_native.safetensors'), path)
     with pytest.raises(NoReference, match='sin-cos'):
         aimv2_outputs(Check(str(path), 'aimv2', _open(path, num_heads=2).config), x, None)
+
+
+def test_porting_family_names_the_reference():
+    """The porting registry finds the family's torch-free module and its 'aimv2' reference."""
+    from porting.families.registry import FAMILIES, REFERENCES
+
+    assert 'aimv2' in [family.name for family in FAMILIES]
+    assert REFERENCES['aimv2'].__name__ == 'porting.families.aimv2_ref.aimv2_outputs'
+
+
+@torch.no_grad()
+def test_dispatch_and_rows(tmp_path, max_delta):
+    """``open_checkpoint`` detects each layout as 'aimv2' (Apple's bare file, a transformers folder), and a row
+    builds by its registered name (the LiT tower's pool, sized down)."""
+    import timm
+
+    from timm_vit_variants.checkpoints import open_checkpoint
+
+    path = tmp_path / 'apple.safetensors'
+    save_file(load_file(DATA / 'apple_lit.safetensors'), path)
+    ckpt = open_checkpoint(path, num_heads=2, layout=SimpleVisionTransformer.state_layout)
+    assert ckpt.format == 'aimv2' and isinstance(ckpt.config.head.pool, Aimv2Pool)
+    model = timm.create_model('simple_vit_large_patch14_aimv2_lit_224', img_size=28, patch_size=7, embed_dim=16,
+                              depth=2, num_heads=2, mlp_dim=24).eval()
+    ckpt.fill_into(dict(model.state_dict(keep_vars=True)))
+    max_delta('aimv2 row lit: ours vs Apple', model(OUTPUTS['x28x28']), OUTPUTS['lit.x28x28.out'], 2e-5)

@@ -1,56 +1,21 @@
 """The AIMv2 family (Apple, arXiv:2411.14402): its parts, rows, tags and routes.
 
-Facts and the three source layouts: ``aimv2_layouts.py``; its own layers (the native towers' sin-cos, the
-attention-pool head): ``aimv2_layers.py``; its reader: ``aimv2_reader.py``. The published towers (Apple's Hub repos
-``apple/aimv2-*``): L/H/1B/3B at 224, 336 and 448 px (a learned table, no head; L also distilled at 224 and 336),
-L native (AIMv2's computed sin-cos, any grid) and the image tower of the L LiT model (the attention-pool head).
+Facts and the three source layouts: ``aimv2_layouts.py``; its config parts: ``aimv2_parts.py``; their modules (the
+native towers' sin-cos, the attention-pool head): ``aimv2_layers.py``; its reader: ``aimv2_reader.py``. The
+published towers (Apple's Hub repos ``apple/aimv2-*``): L/H/1B/3B at 224, 336 and 448 px (a learned table, no head;
+L also distilled at 224 and 336), L native (AIMv2's computed sin-cos, any grid) and the image tower of the L LiT
+model (the attention-pool head).
 """
-from dataclasses import dataclass
-from typing import Any, ClassVar, Dict, Tuple
+from typing import Any, Dict, Tuple
 
-from ..parts import BlockPart, HeadPart, Learned, PatchPart, PoolPart, PositionScheme, TokensPart
-from .aimv2_layouts import AIMV2_NORM_EPS
+from ..checkpoints.routes import Probe, Route
+from ..config import ModelEntry
+from . import aimv2_layers  # noqa: F401  (registers the 'aimv2' pool module and the 'aimv2_sincos' scheme module)
+from .aimv2_parts import Aimv2Pool, Aimv2SinCos, aimv2_parts
+from .aimv2_reader import Aimv2Checkpoint, is_aimv2
+from .registry import Family
 
-__all__ = ['Aimv2Pool', 'Aimv2SinCos', 'AIMV2_ROWS', 'AIMV2_CFGS', 'aimv2_parts']
-
-
-@dataclass(frozen=True)
-class Aimv2Pool(PoolPart, kind='aimv2'):
-    """AIMv2's attention-pool head (Apple's ``AttentionPoolingClassifier``, no batch norm): ``queries`` learned
-    queries over k/v projections of every token with the trunk's heads, averaged, then a D -> D map."""
-    queries: int = 1
-
-    def __post_init__(self) -> None:
-        self._check('queries', lambda v: isinstance(v, int) and not isinstance(v, bool) and v > 0,
-                    'expected a positive integer')
-
-
-@dataclass(frozen=True)
-class Aimv2SinCos(PositionScheme, scheme='aimv2_sincos'):
-    """The native towers' computed 2D sin-cos (MAE's frequencies ``T ** -(k / q)``; ``aimv2_layers.aimv2_sincos``),
-    recomputed for every grid and never saved."""
-    temperature: float = 10000.
-    slot: ClassVar[str] = 'abs_pos'
-    width_multiple: ClassVar[int] = 4
-
-    def __post_init__(self) -> None:
-        self._check('temperature', lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0,
-                    'expected a positive number')
-
-
-def aimv2_parts(mlp_dim: int, native: bool = False, pool: bool = False) -> Dict[str, Any]:
-    """What every AIMv2 tower is, as config parts: a conv patch embedding with a bias and an RMSNorm after it; no
-    prefix tokens; a learned table without a cls slot resized as timm does (or, ``native``, AIMv2's sin-cos);
-    RMSNorm (eps 1e-5) blocks without q/k/v, projection or MLP biases, a SwiGLU of gated width ``mlp_dim``; the
-    final norm on every token, then the mean of the tokens (or, ``pool``, the attention-pool head)."""
-    return dict(
-        patch=PatchPart(kind='conv', norm='post', bias=True),
-        tokens=TokensPart(),
-        positions=(Aimv2SinCos() if native else Learned(cls_slot=False, resample='timm'),),
-        block=BlockPart(norm='rmsnorm', norm_eps=AIMV2_NORM_EPS, act='silu', mlp='swiglu', mlp_dim=mlp_dim,
-                        mlp_bias=False, qkv_bias=False, proj_bias=False),
-        head=HeadPart(pool=Aimv2Pool() if pool else PoolPart.parse('avg')),
-    )
+__all__ = ['Aimv2Pool', 'Aimv2SinCos', 'AIMV2_ROWS', 'AIMV2_CFGS', 'AIMV2_MODEL_TYPES', 'aimv2_parts', 'FAMILY']
 
 
 # size -> (Apple's name, width, depth, heads, SwiGLU width): aim.v2.torch.models.aimv2_{large,huge,1B,3B}
@@ -104,3 +69,28 @@ AIMV2_CFGS: Dict[str, Dict[str, Any]] = {
     f'{_name("large", "native")}.apple_pt': _cfg('aimv2-large-patch14-native', _NATIVE_IMG),
     f'{_name("large", "lit_224")}.apple_pt': _cfg('aimv2-large-patch14-224-lit', 224),
 }
+
+# transformers' model types of an AIMv2 image tower: the vision model, and the two-tower model holding it.
+AIMV2_MODEL_TYPES = ('aimv2_vision_model', 'aimv2')
+
+
+def _timm_folder(probe: Probe) -> bool:
+    """A timm folder of an ``aimv2_*`` entry (its ``architecture``)."""
+    return str(probe.config.get('architecture', '')).startswith('aimv2_') and is_aimv2(probe.local)
+
+
+def _bare(probe: Probe) -> bool:
+    """A bare state dict in Apple's layout (a LiT file's tower included) or timm's ``aimv2_*`` one."""
+    return 'model_type' not in probe.config and 'architecture' not in probe.config and is_aimv2(probe.local)
+
+
+FAMILY = Family(
+    name='aimv2',
+    rows={name: ModelEntry(*row) for name, row in AIMV2_ROWS.items()},
+    cfgs=AIMV2_CFGS,
+    routes=(
+        Route(1050., _timm_folder, Aimv2Checkpoint),  # before timm's folders (their architecture)
+        Route(1950., lambda p: p.model_type in AIMV2_MODEL_TYPES, Aimv2Checkpoint),  # before other model types' refusal
+        Route(3150., _bare, Aimv2Checkpoint),  # before timm's bare ViT and NaFlexVit state dicts
+    ),
+)

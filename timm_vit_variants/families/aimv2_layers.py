@@ -25,7 +25,7 @@ from ..heads import PoolModule
 from ..positions import SCHEMES
 from ..posemb import grid_coords
 from ..scheme import SchemeModule
-from .aimv2 import Aimv2SinCos
+from .aimv2_parts import Aimv2SinCos
 
 __all__ = ['aimv2_sincos', 'aimv2_sincos_at', 'Aimv2SinCosEmbed', 'AttentionPoolingHead', 'Aimv2PoolModule']
 

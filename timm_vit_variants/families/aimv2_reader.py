@@ -13,7 +13,7 @@ from ..checkpoints.preprocessing import assumed_preprocessing
 from ..checkpoints.source import SourceCheckpoint
 from ..checkpoints.tensor_rules import Rule
 from ..config import SimpleViTConfig
-from .aimv2 import aimv2_parts
+from .aimv2_parts import aimv2_parts
 from .aimv2_layouts import AIMV2_HEADS, AIMV2_NORM_EPS, find_layout, layout_rule, tower_facts
 
 __all__ = ['Aimv2Checkpoint', 'is_aimv2']
