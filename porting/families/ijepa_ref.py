@@ -27,11 +27,13 @@ def ijepa_outputs(check: Check, x: torch.Tensor, mixed: Optional[Dict[str, torch
     if check.weights_key is None:
         raise NoReference('not an I-JEPA training checkpoint: no encoder entry was read')
     config = check.target or check.source
+    (gh, gw), (ph, pw) = config.grid_size, config.patch_size
+    x = fit_input(x, config)  # whole patches, as our model takes them
+    config = config.replace(img_size=(gh * ph, gw * pw))
     checkpoint = torch.load(check.path, map_location='cpu', weights_only=True)
     model = timm_equivalent(config, num_classes=0)
     model.load_state_dict(checkpoint_filter_fn({'encoder': checkpoint[check.weights_key]}, model), strict=True,
                           assign=True)
-    x = fit_input(x, config)
     with torch.no_grad():
         tokens = model.eval().forward_features(x)
         pooled = model.forward_head(tokens)
