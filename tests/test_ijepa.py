@@ -75,6 +75,15 @@ def test_checkpoint_entry_gives_the_sources_tokens(use_ema, ijepa_entries, max_d
     max_delta(f'{entry} pooled vs the mean of its tokens', pooled, expected.mean(1), BOUND)
 
 
+def test_a_file_without_an_encoder_entry_is_no_ijepa_checkpoint(tmp_path):
+    """A bare state dict (timm's layout, no I-JEPA entry) read as I-JEPA is refused, naming the entry it lacks."""
+    bare = tmp_path / 'bare.pth'
+    torch.save(torch.load(CHECKPOINT, weights_only=True)['target_encoder'], bare)
+    with pytest.raises(ViTVariantsError, match='not a facebookresearch/ijepa training checkpoint') as caught:
+        _ours(IJepaCheckpoint, bare, open_store([str(bare)]), {}, None, num_heads=2)
+    assert (caught.value.path, caught.value.key) == (str(bare), 'target_encoder')
+
+
 @pytest.mark.parametrize('size', GRIDS)
 def test_checkpoint_matches_timms_reading_at_three_grids(size, ijepa_entries, max_delta):
     """At each grid ours (its table resized by the 'timm' rule) gives what timm's VisionTransformer gives once its

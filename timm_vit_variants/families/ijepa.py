@@ -86,8 +86,11 @@ class IJepaCheckpoint(TimmCheckpoint):
         0.9, "not recorded by the checkpoint; I-JEPA's ImageNet normalisation, timm's vit_*_gap_*_ijepa eval crop")
 
     def _infer(self, hints: Dict[str, Any]) -> SimpleViTConfig:
-        config = super()._infer(hints)
         entry = self._store.wrapped_in()
+        if entry not in IJEPA_ENTRIES:
+            raise self._error('not a facebookresearch/ijepa training checkpoint: no encoder entry '
+                              f'({" or ".join(IJEPA_ENTRIES)}) was read from it', key=IJEPA_ENTRIES[0])
+        config = super()._infer(hints)
         other = next(e for e in IJEPA_ENTRIES if e != entry)
         self.notes.append(f'read the I-JEPA checkpoint\'s {entry!r} entry ('
                           f'{"the EMA target encoder" if entry == "target_encoder" else "the context encoder"}); '
