@@ -262,8 +262,8 @@ def config_dict(
         'num_classes': config.num_classes,
         'num_features': config.embed_dim,
     }
-    if config.global_pool:
-        out['global_pool'] = config.global_pool
+    if config.head.pool.kind:
+        out['global_pool'] = config.head.pool.kind
     labels = list(label_names or [])
     if labels and len(labels) == config.num_classes:
         out['label_names'] = [str(n) for n in labels]

@@ -13,6 +13,7 @@ import torch
 
 from timm_vit_variants.errors import ViTVariantsError
 from timm_vit_variants.geometry import fit_tensor
+from timm_vit_variants.parts import Learned, SinCos
 from timm_vit_variants.posemb import sincos_2d
 
 from .plan import ConversionPlan
@@ -52,10 +53,11 @@ def position_tables(src: Any, plan: ConversionPlan) -> Tuple[torch.Tensor, Optio
     """
     source, (src_geo, dst_geo) = plan.source, (plan.source_geometry, plan.target_geometry)
     resized = src_geo.grid != dst_geo.grid
-    if source.pos_table == 'sincos':
-        before = sincos_2d(*src_geo.grid, source.embed_dim, source.sincos_temperature)
-        return before, sincos_2d(*dst_geo.grid, source.embed_dim, source.sincos_temperature) if resized else None
-    if source.pos_table != 'learn':
+    if source.position(SinCos) is not None:
+        temperature = source.position(SinCos).temperature
+        before = sincos_2d(*src_geo.grid, source.embed_dim, temperature)
+        return before, sincos_2d(*dst_geo.grid, source.embed_dim, temperature) if resized else None
+    if source.position(Learned) is None:
         raise ViTVariantsError('the source has no position embedding to plot', path=plan.source_path)
     item = next(i for i in src.plan if i.key == 'pos_embed')
     table = src.fill(item, torch.empty(item.shape))
@@ -107,7 +109,7 @@ def plot_position_similarity(src: Any, plan: ConversionPlan, path: Union[str, Pa
     src_grid, dst_grid = plan.source_geometry.grid, plan.target_geometry.grid
     panels = [(before, src_grid, f'source grid {src_grid[0]}x{src_grid[1]}')]
     if after is not None:
-        how = 'regenerated sin-cos' if plan.source.pos_table == 'sincos' else f'{plan.rule} resample'
+        how = 'regenerated sin-cos' if plan.source.position(SinCos) is not None else f'{plan.rule} resample'
         panels.append((after, dst_grid, f'{dst_grid[0]}x{dst_grid[1]} ({how})'))
     sims = [similarities(table) for table, _, _ in panels]
     mosaics = [similarity_mosaic(s, grid) for s, (_, grid, _) in zip(sims, panels)]

@@ -12,6 +12,7 @@ from timm_vit_variants.config import pair, resample_rule
 from timm_vit_variants.errors import ViTVariantsError
 from timm_vit_variants.geometry import Geometry, check_fit
 from timm_vit_variants.limits import DEFAULT_LIMITS, Limits
+from timm_vit_variants.parts import Learned, RelPos, SinCos
 from timm_vit_variants.relpos_resize import require_square
 
 from .hub_folder import DTYPES_BY_NAME
@@ -112,10 +113,10 @@ class ConversionPlan:
         if src.patch != dst.patch:
             parts.append(f'patch {src.patch} -> {dst.patch} (PI-resize)')
         if src.grid != dst.grid:
-            how = {'sincos': 'regenerated sin-cos', 'none': 'no position table'}.get(self.target.pos_table,
-                                                                                    f'{self.rule} resample')
-            if self.target.pos_relpos:
-                how += f", relative-position tables by {self.target.rel_pos_resample!r}"
+            how = ('regenerated sin-cos' if self.target.position(SinCos) else f'{self.rule} resample'
+                   if self.target.position(Learned) else 'no position table')
+            if self.target.position(RelPos) is not None:
+                how += f", relative-position tables by {self.target.position(RelPos).resample!r}"
             parts.append(f'grid {src.grid} -> {dst.grid} ({how})')
         if self.changes_head:
             n = self.target.num_classes
@@ -127,7 +128,7 @@ def make_plan(src: SourceCheckpoint, target: TargetOptions = TargetOptions(),
               limits: Limits = DEFAULT_LIMITS) -> ConversionPlan:
     """The target for a request; unset options keep the source's values. Impossible requests raise."""
     source = src.config
-    rule = resample_rule(target.resample_like or source.pos_embed_resample)
+    rule = resample_rule(target.resample_like or getattr(source.position(Learned), 'resample', Learned.resample))
     target_img = pair(target.img_size, 'img_size') if target.img_size is not None else source.img_size
     target_patch = pair(target.patch_size, 'patch_size') if target.patch_size is not None else source.patch_size
     limits.check('img_size', max(*target_img, *target_patch), key='img_size')
@@ -140,12 +141,12 @@ def make_plan(src: SourceCheckpoint, target: TargetOptions = TargetOptions(),
     if classes < 0:
         raise ViTVariantsError(f'the class count must be >= 0, got {classes}', key='num_classes')
     changes: Dict[str, Any] = dict(img_size=target_img, patch_size=target_patch, num_classes=classes)
-    if source.pos_table == 'learn':
+    if source.position(Learned) is not None:
         changes['pos_embed_resample'] = rule
-    if source.pos_relpos and target.resample_like == 'timm':  # relative-position tables by timm's linear rule too
+    if source.position(RelPos) and target.resample_like == 'timm':  # relative-position tables by timm's linear rule too
         changes['rel_pos_resample'] = 'timm'
     config = source.replace(**changes).check_limits(limits)
-    if config.pos_relpos and config.rel_pos_resample == 'beit':  # refused before any tensor is read
+    if getattr(config.position(RelPos), 'resample', None) == 'beit':  # refused before any tensor is read
         require_square(source.grid_size, config.grid_size, path=src.path)
     target_geometry = Geometry.of(config)
     check_fit(src.geometry, target_geometry, limits)

@@ -66,14 +66,14 @@ def test_in_chans_from_every_source_equals_adapt_input_conv(tmp_path, in_chans):
 
 
 def test_architecture_names_only_exact_matches():
-    assert architecture_for(SimpleViTConfig(embed_dim=192, depth=12, num_heads=3)) == 'simple_vit_tiny'
-    assert architecture_for(SimpleViTConfig(embed_dim=384, depth=12, num_heads=6, rep_size=384)) == \
+    assert architecture_for(SimpleViTConfig.of(embed_dim=192, depth=12, num_heads=3)) == 'simple_vit_tiny'
+    assert architecture_for(SimpleViTConfig.of(embed_dim=384, depth=12, num_heads=6, rep_size=384)) == \
         'simple_vit_small_patch16_224'
-    assert architecture_for(SimpleViTConfig(embed_dim=192, depth=6, num_heads=3, img_size=32, patch_size=4)) == NAME
+    assert architecture_for(SimpleViTConfig.of(embed_dim=192, depth=6, num_heads=3, img_size=32, patch_size=4)) == NAME
     # A depth no registered model has: the nearest member names the family; model_args carry the depth.
-    odd = SimpleViTConfig(embed_dim=192, depth=7, num_heads=3, img_size=32, patch_size=4)
+    odd = SimpleViTConfig.of(embed_dim=192, depth=7, num_heads=3, img_size=32, patch_size=4)
     assert architecture_for(odd) == NAME
-    assert architecture_for(SimpleViTConfig(embed_dim=192, depth=7, num_heads=3)) == 'simple_vit_tiny'
+    assert architecture_for(SimpleViTConfig.of(embed_dim=192, depth=7, num_heads=3)) == 'simple_vit_tiny'
 
 
 def test_non_standard_depth_round_trips_through_config_json(tmp_path):

@@ -14,6 +14,7 @@ from porting.cli import main
 from timm_vit_variants import SimpleVisionTransformer
 from timm_vit_variants.checkpoints import open_checkpoint
 from timm_vit_variants.errors import ViTVariantsError
+from timm_vit_variants.parts import Learned, RelPos
 
 DATA = Path(__file__).parent / 'data' / 'reference_beit'
 GRIDS = (6, 8, 4)  # stored, and the two unilm's fine-tuning script resized the tables to
@@ -49,11 +50,11 @@ def test_unilm_file_matches_unilm_at_three_grids(name, max_delta):
     pos_embed, mean_pool, layer_scale, classes = FIXTURES[name]
     with open_checkpoint(DATA / f'{name}.pth') as src:
         cfg, notes = src.config, ' '.join(src.notes)
-        assert src.format == 'beit' and (cfg.pos_embed, cfg.fc_norm, cfg.num_classes) == (pos_embed, mean_pool, classes)
-        assert cfg.global_pool == ('avg' if mean_pool else 'token') and (cfg.init_values is not None) == layer_scale
-        assert (cfg.num_heads, cfg.depth, cfg.img_size, cfg.rel_pos_resample) == (2, 2, (48, 48), 'beit')
+        assert src.format == 'beit' and (cfg.flat_pos_embed, cfg.head.fc_norm, cfg.num_classes) == (pos_embed, mean_pool, classes)
+        assert cfg.head.pool.kind == ('avg' if mean_pool else 'token') and (cfg.block.init_values is not None) == layer_scale
+        assert (cfg.num_heads, cfg.depth, cfg.img_size, cfg.position(RelPos).resample) == (2, 2, (48, 48), 'beit')
         if pos_embed.startswith('learn'):  # 37 rows: a [CLS] slot and 6x6, not "37 positions, no square grid"
-            assert src.grid == (6, 6) and cfg.pos_embed_cls_slot and cfg.pos_embed_resample == 'deit'
+            assert src.grid == (6, 6) and cfg.position(Learned).cls_slot and cfg.position(Learned).resample == 'deit'
         if name == 'beit2_pt_shared':
             assert 'shared pretraining table' in notes and 'mask_token' in notes and 'cls_pt_layers' in notes
     io = np.load(DATA / f'{name}_io.npz', allow_pickle=False)
@@ -78,7 +79,7 @@ def test_convert_unilm_file_and_load_it_as_a_user(name, side, tmp_path, capsys, 
     if side != 6:
         assert "BEiT's rule as reproduced here" in printed
     model = load_like_user(out)
-    assert model.config.pos_embed == FIXTURES[name][0] and model.config.img_size == (side * 8, side * 8)
+    assert model.config.flat_pos_embed == FIXTURES[name][0] and model.config.img_size == (side * 8, side * 8)
     _check_unilm(max_delta, f'converted {name}', model, np.load(DATA / f'{name}_io.npz'), side)
 
 
@@ -191,7 +192,7 @@ def test_transformers_folder_matches_transformers(data2vec, classify, kwargs, tm
         out = (getattr(ref, 'data2vec_vision' if data2vec else 'beit') if classify else ref)(pixel_values=x)
         want = ref(pixel_values=x).logits if classify else out.last_hidden_state[:, 0]
     model = read_into_model(folder)
-    assert model.config.norm_eps == 1e-12 and model.config.fc_norm == kwargs['use_mean_pooling']
+    assert model.config.block.norm_eps == 1e-12 and model.config.head.fc_norm == kwargs['use_mean_pooling']
     with torch.no_grad():
         feats = model.forward_features(x)
         max_delta(f'transformers {type(ref).__name__} tokens', feats, out.last_hidden_state, BOUND)

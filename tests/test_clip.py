@@ -22,6 +22,7 @@ from timm_vit_variants.checkpoints.torchscript_store import TorchScriptStore
 from timm_vit_variants.clip_models import CLIP_ARCHS, CLIP_TAGS
 from timm_vit_variants.config import MODELS
 from timm_vit_variants.errors import ViTVariantsError
+from timm_vit_variants.parts import Learned
 from timm_vit_variants.vision_transformer import SimpleVisionTransformer
 
 REF = Path(__file__).resolve().parent / 'data' / 'reference_clip'
@@ -58,7 +59,7 @@ def test_embedding_and_pooled_feature_at_every_grid(name, max_delta):
     with open_checkpoint(REF / name) as src:
         assert src.format == fmt
         assert any(n.startswith('detected: ') and 'QuickGELU: ' in n for n in src.notes), src.notes
-        assert src.config.pos_embed_resample == 'openclip'
+        assert src.config.position(Learned).resample == 'openclip'
     model = _ours(REF / name)
     data = np.load(REF / f'{io_name}.npz', allow_pickle=False)
     for grid in GRIDS:
@@ -80,7 +81,7 @@ def test_openai_file_against_openai_own_outputs(max_delta):
         features = model.forward_features(x)
         embed = model.forward_head(features)
         pooled = model.forward_head(features, pre_logits=True)
-    assert model.config.act_layer == 'quick_gelu' and model.config.num_heads == 2
+    assert model.config.block.act == 'quick_gelu' and model.config.num_heads == 2
     max_delta('OpenAI clip/model.py 6x6: embedding', embed, data['openai_embed_6x6'], TOL)
     max_delta('OpenAI clip/model.py 6x6: pooled', pooled, data['openai_pooled_6x6'], TOL)
 
@@ -249,7 +250,7 @@ def test_transformers_clip_folders_at_three_grids(tmp_path, kind, act, max_delta
     assert skipped == ([f"read the vision tower under 'vision_model.'; skipped {text} other tensors (the text tower, "
                         'its projection and logit_scale), which the image model does not use'] if text else [])
     ours = _ours(tmp_path / 'src')
-    assert ours.config.act_layer == act and ours.config.pos_embed_resample == 'hf'
+    assert ours.config.block.act == act and ours.config.position(Learned).resample == 'hf'
     generator = torch.Generator().manual_seed(3)
     for gh, gw in ((6, 6), (12, 9), (4, 5)):
         x = torch.randn(2, 3, gh * 8, gw * 8, generator=generator)
@@ -300,7 +301,7 @@ def test_timm_clip_folders_at_three_grids(tmp_path, arch, kwargs, act, max_delta
     ref = _perturbed(timm.create_model(arch, pretrained=False, **args), 5)
     _hub.save_for_hf(ref, str(tmp_path / 'src'), model_args=args, safe_serialization=True)
     with open_checkpoint(tmp_path / 'src') as src:
-        assert src.config.act_layer == act and src.config.pre_norm == (not kwargs)
+        assert src.config.block.act == act and src.config.tokens.pre_norm == (not kwargs)
         assert any(n.startswith(f'detected: a timm CLIP image tower ({arch}); QuickGELU: {act}') for n in src.notes)
     ours = _ours(tmp_path / 'src')
     generator = torch.Generator().manual_seed(4)
@@ -325,7 +326,7 @@ def test_bare_timm_clip_state_dict(tmp_path, prefix, max_delta):
     torch.save({prefix + k: v for k, v in ref.state_dict().items()}, tmp_path / 'clip.pth')
     hints = dict(num_heads=2, prefix=prefix or None)
     with open_checkpoint(tmp_path / 'clip.pth', **hints) as src:
-        assert src.config.norm_eps == 1e-5 and src.config.act_layer == 'gelu' and 'act_layer' in src.assumed
+        assert src.config.block.norm_eps == 1e-5 and src.config.block.act == 'gelu' and 'act_layer' in src.assumed
     with open_checkpoint(tmp_path / 'clip.pth', layout=SimpleVisionTransformer.state_layout, act_layer='quick_gelu',
                          **hints) as src:
         ours = SimpleVisionTransformer(src.config.replace(weight_init='skip'))
@@ -368,9 +369,9 @@ def test_clip_towers_keep_timms_interface(tmp_path, name):
                                  **dict(config.to_dict(), weight_init='skip', num_classes=0,
                                         head_bias=True))
     assert features(x)[0].shape == (2, config.embed_dim, 4, 5)
-    if config.global_pool != 'coca':
+    if config.head.pool.kind != 'coca':
         model.reset_classifier(10)
-        assert model(x).shape == (2, 10) and model.config.head_bias
+        assert model(x).shape == (2, 10) and model.config.head.bias
     else:
         with pytest.raises(ValueError, match='coca'):
             model.reset_classifier(10, 'avg')
@@ -433,7 +434,7 @@ def test_each_clip_architecture_has_open_clips_layout(name):
     assert used == set(visual)
     assert config.num_heads == tower.transformer.resblocks[0].attn.num_heads
     assert config.img_size == tuple(tower.image_size) and config.patch_size == tuple(tower.patch_size)
-    assert (config.global_pool, config.fc_norm) == ({'tok': 'token', 'avg': 'avg'}[tower.pool_type],
+    assert (config.head.pool.kind, config.head.fc_norm) == ({'tok': 'token', 'avg': 'avg'}[tower.pool_type],
                                                     tower.final_ln_after_pool)
 
 
@@ -455,7 +456,7 @@ def test_each_clip_tag_builds_the_network_and_names_open_clips_weights(name, tag
     assert cfg['crop_mode'] == {'shortest': 'center', 'squash': 'squash'}[theirs['resize_mode']]
     assert cfg['crop_pct'] == 1.0 and cfg['num_classes'] == model.num_classes and cfg['custom_load'] == 'hf'
     if name == 'simple_vit_base_patch16_clip_224':  # an explicit act_layer wins over the tag's (one arch: cheap)
-        assert timm.create_model(f'{name}.{tag}', device='meta', act_layer='relu').config.act_layer == 'relu'
+        assert timm.create_model(f'{name}.{tag}', device='meta', act_layer='relu').config.block.act == 'relu'
 
 
 TINY_OPENAI = dict(embed_dim=128, depth=2, num_heads=2, mlp_dim=512, num_classes=32)

@@ -15,6 +15,7 @@ from timm_vit_variants import SimpleVisionTransformer
 from timm_vit_variants.checkpoints import open_checkpoint
 from timm_vit_variants.config import SimpleViTConfig
 from timm_vit_variants.errors import ViTVariantsError
+from timm_vit_variants.parts import Learned
 
 DATA = Path(__file__).parent / 'data' / 'reference_dino'
 GRIDS = ('6x6', '12x9', '4x5')
@@ -45,9 +46,9 @@ def test_dinov2_hub_file_matches_dinov2(name, max_delta):
     model = read_into_model(DATA / f'{name}.pth', num_heads=2)
     cfg = model.config
     registers = 4 if 'reg4' in name else 0
-    assert (cfg.reg_tokens, model.num_prefix_tokens, cfg.init_values) == (registers, 1 + registers, 1.0)
-    assert cfg.pos_embed_resample == ('timm' if registers else 'dinov2')
-    assert cfg.mlp_layer == ('swiglu_packed' if 'swiglu' in name else 'mlp')
+    assert (cfg.tokens.registers, model.num_prefix_tokens, cfg.block.init_values) == (registers, 1 + registers, 1.0)
+    assert cfg.position(Learned).resample == ('timm' if registers else 'dinov2')
+    assert cfg.block.mlp == ('swiglu_packed' if 'swiglu' in name else 'mlp')
     io = np.load(DATA / f'{name}_io.npz')
     for grid in GRIDS:
         x = _input(grid)
@@ -70,7 +71,7 @@ def test_registers_in_the_naflex_path():
 
 
 def test_model_options_round_trip_and_layout():
-    cfg = SimpleViTConfig(img_size=28, patch_size=14, embed_dim=32, depth=1, num_heads=2, mlp_dim=88,
+    cfg = SimpleViTConfig.of(img_size=28, patch_size=14, embed_dim=32, depth=1, num_heads=2, mlp_dim=88,
                           mlp_layer='swiglu_packed', act_layer='silu', init_values=1e-5, class_token=True,
                           reg_tokens=4, global_pool='token', pos_embed='learn', pos_embed_cls_slot=True,
                           pos_embed_resample='dinov2')
@@ -149,7 +150,7 @@ def test_timm_dinov2_folder_matches_timm(arch, extra, tmp_path, max_delta):
             tensor.add_(torch.randn(tensor.shape, generator=gen) * 0.2)
     save_for_hf(ref, str(tmp_path / 'timm'), model_args=args)
     model = read_into_model(tmp_path / 'timm')
-    assert model.config.reg_tokens == (4 if 'reg4' in arch else 0) and model.config.init_values is not None
+    assert model.config.tokens.registers == (4 if 'reg4' in arch else 0) and model.config.block.init_values is not None
     for grid in ('6x6', '12x9'):
         x = _input(grid)
         with torch.no_grad():
@@ -210,7 +211,7 @@ def _hf_dinov2(tmp_path, registers=0, swiglu=False):
 def test_transformers_dinov2_folder_matches_transformers(registers, swiglu, tmp_path, max_delta):
     ref, folder = _hf_dinov2(tmp_path, registers, swiglu)
     model = read_into_model(folder)
-    assert (model.config.reg_tokens, model.config.mlp_layer) == (registers, 'swiglu_packed' if swiglu else 'mlp')
+    assert (model.config.tokens.registers, model.config.block.mlp) == (registers, 'swiglu_packed' if swiglu else 'mlp')
     for grid in GRIDS:
         x = _input(grid)
         with torch.no_grad():

@@ -18,6 +18,7 @@ from timm_vit_variants import SimpleVisionTransformer
 from timm_vit_variants.checkpoints import detect_format, open_checkpoint
 from timm_vit_variants.errors import ViTVariantsError
 from timm_vit_variants.eva02_models import EVA02_CFGS, EVA02_REF_GRID, EVA02_ROWS
+from timm_vit_variants.parts import Learned, Rope
 
 DATA = Path(__file__).parent / 'data' / 'reference_eva02'
 # fixture -> (stored image size, the image sizes EVA's code was run at); patch 2
@@ -105,7 +106,7 @@ def test_our_model_is_timms_eva_exactly(arch, tmp_path, max_delta):
     with open_checkpoint(tmp_path / 'weights.pth', layout=SimpleVisionTransformer.state_layout, num_heads=2) as src:
         ours = SimpleVisionTransformer(src.config.replace(weight_init='skip')).eval()
         ours.load_state_dict(src.state_dict())
-    assert ours.config.pos_embed_resample == 'timm'
+    assert ours.config.position(Learned).resample == 'timm'
     for size in (56, 84, 42):  # the stored 4x4 grid, and 6x6 and 3x3, resized by timm's rule on both sides
         x = torch.randn(2, 3, size, size, generator=torch.Generator().manual_seed(size))
         with torch.no_grad():
@@ -184,8 +185,8 @@ def test_rows_are_timms_eva02_networks():
             ref_keys = {k.replace('fc_norm.', 'norm.'): v for k, v in ref_keys.items() if not k.startswith('head.')}
         assert ours_keys == ref_keys, name
         cfg = ours.config
-        assert (cfg.rope_ref_grid, cfg.rope_ref_grid) == tuple(ref.rope.ref_feat_shape), name
-        assert (cfg.rope_theta, cfg.img_size) == (ref.rope.temperature, ref.patch_embed.img_size), name
+        assert (cfg.position(Rope).ref_grid, cfg.position(Rope).ref_grid) == tuple(ref.rope.ref_feat_shape), name
+        assert (cfg.position(Rope).theta, cfg.img_size) == (ref.rope.temperature, ref.patch_embed.img_size), name
 
 
 def test_tags_name_baai_files():

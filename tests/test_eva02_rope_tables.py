@@ -17,6 +17,7 @@ from porting.verification.eva02_ref import eva02_outputs
 from porting.verification.result import Check
 from timm_vit_variants.checkpoints import open_checkpoint
 from timm_vit_variants.checkpoints.eva02 import Eva02Checkpoint
+from timm_vit_variants.parts import Rope
 
 DATA = Path(__file__).parent / 'data' / 'reference_eva02'
 NAME, GRID, HEAD_DIM = 'eva02_ft_ts_module', 12, 16  # stored at 24 px, patch 2
@@ -72,7 +73,7 @@ def test_tables_of_another_pretraining_grid_are_reproduced(size, tmp_path, capsy
     assert code == 0 and 'verification passed' in printed, printed
     assert 'positions scaled to 12x12, the pretraining grid its stored rope.freqs_cos was built for' in printed
     model = load_like_user(tmp_path / 'out')
-    assert model.config.rope_ref_grid == 12
+    assert model.config.position(Rope).ref_grid == 12
     x = torch.from_numpy(np.load(DATA / f'{NAME}_io.npz')[f'x_{size}']).float()
     with open_checkpoint(src, num_heads=2) as opened:
         source, entry = opened.config, opened.weights_key

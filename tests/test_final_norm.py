@@ -12,7 +12,7 @@ TINY = dict(img_size=32, patch_size=8, embed_dim=32, depth=2, num_heads=2, mlp_d
 
 @pytest.mark.parametrize('pool,class_token', [('avg', True), ('token', True), ('', False)])
 def test_no_final_norm_is_timms(pool, class_token, max_delta):
-    config = SimpleViTConfig(**TINY, global_pool=pool, class_token=class_token, pos_embed='learn',
+    config = SimpleViTConfig.of(**TINY, global_pool=pool, class_token=class_token, pos_embed='learn',
                              pos_embed_cls_slot=class_token, final_norm=False)
     torch.manual_seed(0)
     ours = SimpleVisionTransformer(config).eval()
@@ -32,5 +32,5 @@ def test_no_final_norm_is_timms(pool, class_token, max_delta):
 @pytest.mark.parametrize('other', [dict(fc_norm=True), dict(untie_cls_and_patch_norms=True, class_token=True)])
 def test_no_final_norm_has_no_norm_to_place(other):
     with pytest.raises(ViTVariantsError) as e:
-        SimpleViTConfig(**TINY, final_norm=False, **other)
+        SimpleViTConfig.of(**TINY, final_norm=False, **other)
     assert e.value.key == 'final_norm'

@@ -226,7 +226,7 @@ def test_the_registered_naflex_tag_loads_the_big_vision_file(max_delta):
     cfg = timm.models.get_pretrained_cfg('simple_vit_so400m_patch16_siglip_naflex.v2_webli')
     assert cfg.url.endswith('siglip2/siglip2_so400m16_naflex.npz') and cfg.num_classes == 0
     full = timm.create_model('simple_vit_so400m_patch16_siglip_naflex', device='meta')
-    assert (full.embed_dim, len(full.blocks), full.pos_embed.shape[1], full.config.patch_embed) == \
+    assert (full.embed_dim, len(full.blocks), full.pos_embed.shape[1], full.config.patch.kind) == \
         (1152, 27, 256, 'linear')
     model = timm.create_model('simple_vit_base_patch16_siglip_naflex', pretrained=True, embed_dim=64, depth=2,
                               num_heads=4, mlp_dim=239, img_size=64,

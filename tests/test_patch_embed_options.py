@@ -21,6 +21,7 @@ from timm.models import get_notrace_functions, get_notrace_modules
 import timm_vit_variants  # noqa: F401
 from model_probes import embedded, load_like_user
 from timm_vit_variants.config import grid_for
+from timm_vit_variants.parts import Cpe, SinCos
 from timm_vit_variants.posemb import SinCos2dPosEmbed
 from porting.hub_folder import read_config, save_pretrained_folder
 from timm_vit_variants import SimpleViTConfig, ViTVariantsError
@@ -253,23 +254,23 @@ def test_cpe_is_a_depthwise_conv_after_the_first_block_and_adapts_to_the_grid():
             torch.testing.assert_close(model.forward_features(x), model.norm(model.blocks[1](expected)))
         finally:
             model.set_grad_checkpointing(False)
-    assert model.config.pos_table == 'sincos' and model.config.pos_cpe and isinstance(model.abs_pos, SinCos2dPosEmbed)
+    assert model.config.position(SinCos) is not None and model.config.position(Cpe) is not None and isinstance(model.abs_pos, SinCos2dPosEmbed)
     assert _model('cpe').abs_pos is None and _model('cpe').pos_embed is None
 
 
 def test_config_fields_validate_and_round_trip():
-    config = SimpleViTConfig(**TINY, patch_embed='mlp', patch_norm='dual', pos_embed='learn+cpe', grid_mode='pool')
+    config = SimpleViTConfig.of(**TINY, patch_embed='mlp', patch_norm='dual', pos_embed='learn+cpe', grid_mode='pool')
     data = json.loads(json.dumps(config.to_dict()))
     assert data['patch_embed'] == 'mlp' and data['patch_norm'] == 'dual' and data['pos_embed'] == 'learn+cpe'
     assert data['grid_mode'] == 'pool' and 'dynamic_img_pad' not in data
     assert SimpleViTConfig.from_dict(data) == config
     # the older name, as existing config.json files carry it
-    assert SimpleViTConfig(dynamic_img_pad=False).grid_mode == 'strict'
-    assert SimpleViTConfig(dynamic_img_pad=True).grid_mode == 'pad' == SimpleViTConfig().grid_mode
+    assert SimpleViTConfig.of(dynamic_img_pad=False).grid_mode == 'strict'
+    assert SimpleViTConfig.of(dynamic_img_pad=True).grid_mode == 'pad' == SimpleViTConfig.of().grid_mode
     assert SimpleViTConfig.from_dict({'dynamic_img_pad': False}).dynamic_img_pad is False
-    assert SimpleViTConfig(grid_mode='pool').dynamic_img_pad is True
-    assert SimpleViTConfig(dynamic_img_pad=False).replace(grid_mode='pool').grid_mode == 'pool'
-    assert SimpleViTConfig(grid_mode='pool').replace(dynamic_img_pad=False).grid_mode == 'strict'
+    assert SimpleViTConfig.of(grid_mode='pool').dynamic_img_pad is True
+    assert SimpleViTConfig.of(dynamic_img_pad=False).replace(grid_mode='pool').grid_mode == 'pool'
+    assert SimpleViTConfig.of(grid_mode='pool').replace(dynamic_img_pad=False).grid_mode == 'strict'
     model = timm.create_model(NAME, **TINY, dynamic_img_pad=False)
     assert model.config.grid_mode == 'strict'
     assert timm.create_model(NAME, **{**model._model_args, 'num_classes': 5}).config == model.config
@@ -301,7 +302,7 @@ def test_old_config_json_with_dynamic_img_pad_still_loads(tmp_path):
 ])
 def test_impossible_combinations_refuse_with_a_reason(kwargs, match):
     with pytest.raises(ViTVariantsError, match=match):
-        SimpleViTConfig(**{**TINY, **kwargs})
+        SimpleViTConfig.of(**{**TINY, **kwargs})
 
 
 @pytest.mark.parametrize('option', ['conv_stem', 'overlap', 'dual'])

@@ -83,7 +83,7 @@ def test_deltas_measure_every_output_both_sides_have():
 
 
 def test_the_check_is_typed_and_every_format_has_a_reference():
-    source = SimpleViTConfig(img_size=32, patch_size=4, embed_dim=32, depth=2, num_heads=2)
+    source = SimpleViTConfig.of(img_size=32, patch_size=4, embed_dim=32, depth=2, num_heads=2)
     check = Check('x.npz', 'bigvision', source, source.replace(img_size=48), 'bigvision')
     assert check.runs_at.img_size == (48, 48) and Check('x.npz', 'bigvision', source).runs_at is source
     with pytest.raises(dataclasses.FrozenInstanceError):

@@ -14,6 +14,7 @@ from porting.cli import main
 from timm_vit_variants import SimpleVisionTransformer
 from timm_vit_variants.checkpoints import open_checkpoint
 from timm_vit_variants.errors import ViTVariantsError
+from timm_vit_variants.parts import Rope
 from timm_vit_variants.rope import AxialRope, DinoV3Rope, MixedRope
 
 DATA = Path(__file__).parent / 'data' / 'reference_dino'
@@ -85,9 +86,9 @@ def test_dinov3_file_matches_dinov3(name, max_delta):
         assert ('bfloat16' if 'bf16' in name or 'untied' in name else 'float32') in src.notes[0]
     model = read_into_model(DATA / f'{name}.pth', num_heads=2)
     cfg = model.config
-    assert (cfg.reg_tokens, model.num_prefix_tokens, cfg.pos_embed, cfg.rope_type) == (4, 5, 'rope', 'dinov3')
-    assert cfg.untie_cls_and_patch_norms == ('untied' in name) and cfg.norm_eps == 1e-5
-    assert cfg.mlp_layer == ('swiglu' if 'swiglu' in name else 'mlp')
+    assert (cfg.tokens.registers, model.num_prefix_tokens, cfg.flat_pos_embed, cfg.position(Rope).kind) == (4, 5, 'rope', 'dinov3')
+    assert cfg.head.untie_norms == ('untied' in name) and cfg.block.norm_eps == 1e-5
+    assert cfg.block.mlp == ('swiglu' if 'swiglu' in name else 'mlp')
     assert model.state_dict()['blocks.0.attn.qkv.bias'][32:64].abs().max() == 0  # bias_mask applied
     io = np.load(DATA / f'{name}_io.npz')
     for grid in GRIDS:
@@ -112,8 +113,8 @@ def test_ropevit_file_matches_ropevit(name, max_delta):
         assert any(n.startswith(f'detected a RoPE-ViT {"mixed" if "mixed" in name else "axial"}') for n in src.notes)
     model = read_into_model(DATA / f'{name}.pth', num_heads=2)
     cfg = model.config
-    assert cfg.pos_embed == ('learn+rope' if 'ape' in name else 'rope') and cfg.init_values == 1e-4
-    assert cfg.rope_type == ('mixed' if 'mixed' in name else 'axial') and cfg.num_classes == 10
+    assert cfg.flat_pos_embed == ('learn+rope' if 'ape' in name else 'rope') and cfg.block.init_values == 1e-4
+    assert cfg.position(Rope).kind == ('mixed' if 'mixed' in name else 'axial') and cfg.num_classes == 10
     io = np.load(DATA / f'{name}_io.npz')
     for grid, suffix in (*((g, '') for g in GRIDS), ('4x9', '_pergrid')):
         with torch.no_grad():
@@ -299,7 +300,8 @@ def test_dinov3_7b_hub_layout_reads_as_its_row(tmp_path):
     row = MODELS['simple_vit_7b_patch16_dinov3'].config()
     fields = ('embed_dim', 'depth', 'num_heads', 'mlp_dim', 'mlp_layer', 'qkv_bias', 'reg_tokens', 'init_values',
               'pos_embed', 'rope_type', 'rope_theta', 'act_layer', 'norm_eps', 'patch_size', 'num_classes')
-    assert {f: getattr(config, f) for f in fields} == {f: getattr(row, f) for f in fields}
+    flat, row_flat = config.to_flat(), row.to_flat()
+    assert {f: flat[f] for f in fields} == {f: row_flat[f] for f in fields}
     assert architecture_for(config) == 'simple_vit_7b_patch16_dinov3'
 
 

@@ -18,9 +18,9 @@ _SMALL = dict(embed_dim=64, num_heads=2, mlp_dim=128, depth=1)
 def _small(name: str, **changes) -> SimpleVisionTransformer:
     row = MODELS[name].config()
     sizes = dict(_SMALL, img_size=tuple(2 * p for p in row.patch_size))
-    if row.rep_size:
+    if row.head.rep_size:
         sizes['rep_size'] = 48
-    if row.global_pool == 'coca' or changes.get('global_pool') == 'coca':
+    if row.head.pool.kind == 'coca' or changes.get('global_pool') == 'coca':
         sizes.update(attn_pool_dim=32, attn_pool_heads=2, attn_pool_queries=4)
     torch.manual_seed(0)
     return SimpleVisionTransformer(row.replace(**sizes, **changes), weight_init='jax')
@@ -28,8 +28,8 @@ def _small(name: str, **changes) -> SimpleVisionTransformer:
 
 def _poolings(name: str):
     row = MODELS[name].config()
-    return [p for p in POOL_TYPES if (p != 'token' or row.class_token) and (p in ('token', '') or not row.dist_token)
-            and not (p == 'coca' and (row.fc_norm or row.untie_cls_and_patch_norms))]
+    return [p for p in POOL_TYPES if (p != 'token' or row.tokens.cls) and (p in ('token', '') or not row.tokens.dist)
+            and not (p == 'coca' and (row.head.fc_norm or row.head.untie_norms))]
 
 
 # Each row with 0, 10 and 1000 classes at its own pooling, and with 10 classes at every other pooling it can take.

@@ -57,7 +57,7 @@ def test_options_timm_cannot_express_are_said_plainly(tmp_path, capsys):
     from porting.hub_folder import save_pretrained_folder
     from timm_vit_variants import SimpleVisionTransformer, SimpleViTConfig
 
-    model = SimpleVisionTransformer(SimpleViTConfig(img_size=32, patch_size=8, embed_dim=64, depth=2, num_heads=2,
+    model = SimpleVisionTransformer(SimpleViTConfig.of(img_size=32, patch_size=8, embed_dim=64, depth=2, num_heads=2,
                                                     num_classes=5, pos_embed='sincos+cpe'))
     save_pretrained_folder(model, tmp_path / 'src')
     code, text = _convert(capsys, tmp_path / 'src', tmp_path / 'out', '--img-size', '48')

@@ -7,7 +7,7 @@ from porting.hub_folder import load_folder, save_pretrained_folder
 from porting.verification import release_as_it_runs
 from timm_vit_variants import SimpleVisionTransformer, SimpleViTConfig
 
-CONFIG = SimpleViTConfig(img_size=32, patch_size=8, embed_dim=256, depth=3, num_heads=4, num_classes=10)
+CONFIG = SimpleViTConfig.of(img_size=32, patch_size=8, embed_dim=256, depth=3, num_heads=4, num_classes=10)
 
 
 def _resident_kb(tensor: torch.Tensor) -> int:

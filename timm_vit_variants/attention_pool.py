@@ -29,6 +29,6 @@ class QueryAttentionPool(nn.Module):
         """(B, queries, dim) normalised outputs; ``key_valid`` (B, T) leaves padded tokens out of the keys."""
         keys = self.ln_k(x)
         query = self.ln_q(self.query).unsqueeze(0).expand(x.shape[0], -1, -1)
-        mask = None if key_valid is None else ~key_valid.bool()
+        mask = None if key_valid is None else ~key_valid.to(torch.bool)
         out = self.attn(query, keys, keys, key_padding_mask=mask, need_weights=False)[0]
         return self.norm(out)

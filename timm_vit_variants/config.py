@@ -1,431 +1,257 @@
-"""The model's settings: one frozen ``SimpleViTConfig``, the variant table, and the family's names.
+"""The model's settings: one frozen ``SimpleViTConfig`` composed of parts (``parts.py``), and the variant table.
 
-Every constructor argument of ``SimpleVisionTransformer`` is a field here, validated once, with a
-JSON round trip (``to_dict`` / ``from_dict``) that ``config.json`` is written from and read back
-into. Variants are data, as in big_vision's ``decode_variant``: a name gives width, depth, MLP
-width and heads, and each registered model is one row of ``MODELS``.
+A config is the grid-level numbers (sizes, width, depth, heads, ``grid_mode``) plus the parts; each part validates
+itself and the config checks only what needs two parts, through the parts' properties. ``SimpleViTConfig.of`` takes
+parts (objects or JSON dicts) and every flat name of release 0.2.0 (``global_pool``, ``pos_embed='learn+rope'``, ...);
+``to_flat`` gives that flat dict back, ``to_dict`` the composed JSON ``config.json`` is written from. Variants are
+data, as in big_vision's ``decode_variant``; each registered model is one row of ``MODELS``.
 """
 import dataclasses
 from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING, Any, Callable, Dict, Mapping, Optional, Tuple, Union
+from typing import Any, ClassVar, Dict, Mapping, Optional, Tuple, Type, TypeVar, Union
 
+from .choices import (ACT_LAYERS, BLOCK_TYPES, DATA_CONFIG_KEYS, GRID_MODES, HEAD_KEYS, MLP_LAYERS,
+                      PATCH_EMBED_TYPES, PATCH_NORM_TYPES, POS_EMBED_TYPES, PREPROCESSING_KEYS,
+                      REL_POS_RESAMPLE_RULES, RESAMPLE_RULE_NAMES, ROPE_TYPES, TensorSpec, activation_name, grid_for,
+                      is_family_architecture, pair, resample_rule)
 from .clip_models import CLIP_ROWS
 from .beit_models import BEIT_ROWS
 from .deit_models import DEIT3_ROWS, DEIT_ROWS
 from .dino_models import DINO_ROWS
 from .eva02_models import EVA02_ROWS
-from .errors import ViTVariantsError
+from .errors import UnknownOptionError, ViTVariantsError
 from .limits import DEFAULT_LIMITS, Limits, rel_pos_bytes
-
-if TYPE_CHECKING:
-    import torch
+from .parts import (POOL_KINDS, POSITION_SCHEMES, BlockPart, HeadPart, Part, PatchPart, PoolPart, PositionScheme,
+                    TokensPart, TrainingPart)
 
 __all__ = [
     'SimpleViTConfig', 'Variant', 'VARIANTS', 'MODELS', 'POOL_TYPES', 'POS_EMBED_TYPES', 'RESAMPLE_RULE_NAMES',
     'PATCH_EMBED_TYPES', 'PATCH_NORM_TYPES', 'GRID_MODES', 'ACT_LAYERS', 'SIGLIP_TOWERS', 'pair', 'grid_for',
-    'architecture_for',
-    'heads_for_width', 'activation_name', 'is_family_architecture', 'resample_rule', 'TensorSpec', 'HEAD_KEYS',
+    'architecture_for', 'heads_for_width', 'activation_name', 'is_family_architecture', 'resample_rule', 'TensorSpec', 'HEAD_KEYS',
     'DATA_CONFIG_KEYS', 'PREPROCESSING_KEYS', 'MLP_LAYERS', 'ROPE_TYPES', 'REL_POS_RESAMPLE_RULES', 'BLOCK_TYPES',
+    'FLAT_NAMES', 'ARGUMENT_NAMES',
 ]
 
-POOL_TYPES = ('avg', 'token', 'map', 'coca', '')
-# Each ``pos_embed`` value as (absolute table, CPVT conditional position encoding after the first block).
-POS_EMBEDS: Dict[str, Tuple[str, bool]] = {
-    'sincos': ('sincos', False), 'learn': ('learn', False), 'none': ('none', False),
-    'cpe': ('none', True), 'sincos+cpe': ('sincos', True), 'learn+cpe': ('learn', True),
-    # 2D rotary positions in every block's attention (``rope_type``), alone or with a learned table.
-    'rope': ('none', False), 'learn+rope': ('learn', False),
-    # BEiT's relative position bias in every block's attention, alone (BEiT v2, data2vec) or with a learned table.
-    'relpos': ('none', False), 'learn+relpos': ('learn', False),
-}
-POS_EMBED_TYPES = tuple(POS_EMBEDS)
-PATCH_EMBED_TYPES = ('conv', 'linear', 'conv_stem', 'overlap', 'mlp')
-PATCH_NORM_TYPES = (None, 'pre', 'post', 'dual')
-# What the model does with an input size the patch does not divide: pad it right/bottom, refuse it,
-# pad and then pool the token grid to the nominal one (the same token count at every size), or crop the
-# remainder away as a VALID convolution does (big_vision's and timm's patch conv).
-GRID_MODES = ('pad', 'strict', 'pool', 'crop')
-# Names of the learned-table resample rules; their definitions live in ``geometry.RESAMPLE_RULES``.
-RESAMPLE_RULE_NAMES = ('bigvision', 'timm', 'hf', 'flexi', 'dinov2', 'openclip', 'ropevit', 'deit')
-# The rotary-position forms (``rope.py``): DINOv3's, RoPE-ViT's axial and mixed (learned frequencies), EVA-02's.
-ROPE_TYPES = ('dinov3', 'axial', 'mixed', 'eva02')
-# The transformer blocks: timm's pre-norm ``Block`` (``RopeBlock`` with rotary positions), or timm's ``EvaBlock``
-# (EVA-02: q/v-only bias, LayerScale ``gamma_1``/``gamma_2``, fused or split qkv, SwiGLU with or without sub-LN).
-BLOCK_TYPES = ('vit', 'eva')
-# How a relative-position table is resized for another nominal grid (``rel_pos_resample``): BEiT's own rule (a
-# geometric progression and a cubic spline, ``relpos_resize.py``) or timm's ``resize_rel_pos_bias_table`` (linear).
-REL_POS_RESAMPLE_RULES = ('beit', 'timm')
-ACT_LAYERS = ('gelu_tanh', 'gelu', 'quick_gelu', 'silu', 'relu')
-# The blocks' MLP: timm's Mlp, its SwiGLUPacked (one fc1 holding both halves, silu(first) * second; DINOv2 ViT-g),
-# or its SwiGLU (separate fc1_g gate and fc1_x value; DINOv3 H+'s w1/w2/w3).
-MLP_LAYERS = ('mlp', 'swiglu_packed', 'swiglu')
-# Constructor arguments that shape training, not the network: never written to config.json.
-_TRAINING_ONLY = ('drop_rate', 'pos_drop_rate', 'proj_drop_rate', 'attn_drop_rate', 'drop_path_rate',
-                  'patch_drop_rate', 'weight_init')
-# Older names still accepted (config.json files carry them) but written under the new name only.
-_LEGACY = ('dynamic_img_pad',)
+POOL_TYPES = tuple(POOL_KINDS)
+# The order position schemes are listed in (and joined in a flat ``pos_embed``): the table first.
+_SLOT_ORDER = ('abs_pos', 'pos_cpe', 'rope', 'rel_pos')
+_PARTS: Dict[str, Type[Part]] = {'patch': PatchPart, 'tokens': TokensPart, 'block': BlockPart, 'head': HeadPart,
+                                 'training': TrainingPart}
+_TOP = ('img_size', 'patch_size', 'in_chans', 'num_classes', 'embed_dim', 'depth', 'num_heads', 'grid_mode')
+# Flat name -> (part, field) for the flat names that are one field of one part (pools and schemes: below).
+_SIMPLE: Dict[str, Tuple[str, str]] = {flat: (name, f) for name, part in _PARTS.items()
+                                       for f, flat in ({f.name: f.name for f in fields(part)} if not part.FLAT
+                                                       else part.FLAT).items() if f != 'pool'}
+# Release 0.2.0's flat ``model_args``, in its order (``to_flat`` writes them so, and ``of`` reads them).
+_FLAT_0_2 = ('img_size', 'patch_size', 'in_chans', 'num_classes', 'global_pool', 'embed_dim', 'depth', 'num_heads',
+             'mlp_dim', 'mlp_layer', 'init_values', 'qkv_bias', 'class_token', 'dist_token', 'reg_tokens',
+             'patch_embed', 'patch_norm', 'pos_embed', 'pos_embed_cls_slot', 'pos_embed_resample',
+             'sincos_temperature', 'rope_type', 'rope_theta', 'rope_ref_grid', 'block_type', 'qkv_fused', 'mlp_norm',
+             'rel_pos_resample', 'untie_cls_and_patch_norms', 'rep_size', 'pre_norm', 'patch_bias', 'fc_norm',
+             'final_norm', 'head_bias', 'attn_pool_queries', 'attn_pool_heads', 'attn_pool_dim', 'act_layer',
+             'norm_eps', 'grid_mode')
+_TRAINING = tuple(f.name for f in fields(TrainingPart))
+# Block options newer than release 0.2.0: in a flat dict only when they differ from the default.
+_NEWER = tuple(flat for flat in BlockPart.FLAT.values() if flat not in _FLAT_0_2)
+_POOL_FLAT = {flat: (cls, f) for cls in POOL_KINDS.values() for f, flat in cls.FLAT.items()}
+_SCHEME_FLAT = {flat: (cls, f) for cls in POSITION_SCHEMES.values() for f, flat in cls.FLAT.items()}
+# Every flat name ``of`` accepts, and every name it accepts (the fields, parts whole, flat names).
+FLAT_NAMES = _FLAT_0_2 + _NEWER + _TRAINING + ('dynamic_img_pad',)
+_PART_FIELDS = ('patch', 'tokens', 'positions', 'block', 'head', 'training')
+ARGUMENT_NAMES = frozenset(_TOP + _PART_FIELDS + FLAT_NAMES)
 
 Size = Union[int, Tuple[int, int]]
-# One tensor of a state dict: (key, shape, dtype); ``SimpleVisionTransformer.state_layout`` lists them.
-TensorSpec = Tuple[str, Tuple[int, ...], 'torch.dtype']
-# The classifier's tensors (DeiT's distillation head too): left out when a conversion or load changes the class count.
-HEAD_KEYS = ('head.weight', 'head.bias', 'head_dist.weight', 'head_dist.bias')
-# The timm ``pretrained_cfg`` fields of a set of weights' preprocessing (a source records them, or they are assumed).
-PREPROCESSING_KEYS = ('mean', 'std', 'interpolation', 'crop_pct', 'crop_mode')
-# The timm ``pretrained_cfg`` fields that belong to a set of weights (their preprocessing), not to the network.
-DATA_CONFIG_KEYS = PREPROCESSING_KEYS + ('license',)
+S = TypeVar('S', bound=PositionScheme)
 
 
-def resample_rule(name: Any) -> str:
-    """``name`` if it names a learned-table resample rule (``RESAMPLE_RULE_NAMES``), else ViTVariantsError."""
-    if name not in RESAMPLE_RULE_NAMES:
-        raise ViTVariantsError(f'unknown position-table resample rule {name!r}; expected one of '
-                               f'{list(RESAMPLE_RULE_NAMES)}', key='pos_embed_resample')
-    return name
+def _grid_mode(mode: Any, legacy: Any) -> Optional[str]:
+    """``grid_mode``, taking the older ``dynamic_img_pad`` (True: 'pad', False: 'strict') into account."""
+    if legacy is not None and not isinstance(legacy, bool):
+        raise ViTVariantsError(f'dynamic_img_pad={legacy!r}: expected True, False or None', key='dynamic_img_pad')
+    if mode is None:
+        return None if legacy is None else 'pad' if legacy else 'strict'
+    if mode in GRID_MODES and legacy is not None and legacy != (mode in ('pad', 'pool')):
+        raise ViTVariantsError(f"dynamic_img_pad={legacy} contradicts grid_mode={mode!r} (the older name: True "
+                               "means 'pad', False means 'strict')", key='dynamic_img_pad')
+    return mode
 
 
-def pair(value: Any, name: str = 'size') -> Tuple[int, int]:
-    """An int or a one/two-element sequence as a positive (H, W) pair."""
-    values = (value, value) if isinstance(value, int) and not isinstance(value, bool) else tuple(value) \
-        if isinstance(value, (list, tuple)) else None
-    if values is not None and len(values) == 1:
-        values = values * 2
-    if values is None or len(values) != 2 or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0
-                                                     for v in values):
-        raise ViTVariantsError(f'{name} must be a positive int or (H, W) pair, got {value!r}', key=name)
-    return int(values[0]), int(values[1])
-
-
-def grid_for(img_size: Tuple[int, int], patch_size: Tuple[int, int], pad: bool = True) -> Tuple[int, int]:
-    """Token grid for an image size: ceil division when padding, floor division otherwise (strict, crop)."""
-    if pad:
-        return -(-img_size[0] // patch_size[0]), -(-img_size[1] // patch_size[1])
-    return img_size[0] // patch_size[0], img_size[1] // patch_size[1]
-
-
-def is_family_architecture(name: Any) -> bool:
-    """Whether a ``config.json`` ``architecture`` names a member of this family (registered or not)."""
-    return isinstance(name, str) and name.startswith('simple_vit')
-
-
-def activation_name(act: Union[str, Callable, Any]) -> str:
-    """The ``act_layer`` name of an activation given as a name, a class or a module."""
-    if isinstance(act, str):
-        return act
-    cls = act if isinstance(act, type) else type(act)
-    name = cls.__name__
-    approximate = getattr(act, 'approximate', 'none') if not isinstance(act, type) else 'none'
-    if name == 'GELUTanh' or (name == 'GELU' and approximate == 'tanh'):
-        return 'gelu_tanh'
-    known = {'GELU': 'gelu', 'QuickGELU': 'quick_gelu', 'SiLU': 'silu', 'ReLU': 'relu'}
-    if name in known:
-        return known[name]
-    raise ViTVariantsError(f'unsupported MLP activation {name}; use one of {ACT_LAYERS}', key='act_layer')
+def _parse_pos_embed(value: Any) -> Tuple[Type[PositionScheme], ...]:
+    """The scheme classes a flat ``pos_embed`` names ('learn+rope'; 'none' for none)."""
+    names = value.split('+') if isinstance(value, str) and value != 'none' else [] if value == 'none' else [None]
+    if not all(name in POSITION_SCHEMES for name in names):
+        raise ViTVariantsError(f'pos_embed={value!r}: expected one of {POS_EMBED_TYPES}', key='pos_embed')
+    return tuple(POSITION_SCHEMES[name] for name in names)
 
 
 @dataclass(frozen=True)
 class SimpleViTConfig:
-    """Every constructor argument of ``SimpleVisionTransformer``.
+    """Every constructor argument of ``SimpleVisionTransformer``, as the numbers of the grid and the parts.
 
     Attributes:
         img_size: Nominal input size (H, W); any other size also works at forward time.
         patch_size: Patch size (H, W); change it later with ``set_input_size(patch_size=...)``.
-        global_pool: 'avg' (big_vision 'gap': norm every token, then mean), 'token', 'map' (big_vision's
-            MAPHead: attention pooling with a learned probe, SigLIP's), 'coca' (CoCa's attentional pooler:
-            ``attn_pool_queries`` learned queries, LayerNorms on queries and keys, the final norm over its
-            outputs, output 0 pooled) or ''.
-        mlp_dim: MLP hidden width; None means 4 * embed_dim. For 'swiglu_packed' and 'swiglu' the gated width
-            (fc1 is twice it, or fc1_g and fc1_x are it). It is exact: each project's SwiGLU rounding (DINOv2
-            ViT-g ``(int(4D*2/3) + 7) // 8 * 8``, DINOv3 ``d + (-d % 8)`` with ``d = int(r*D*2/3)``) is applied
-            by whoever writes the config (the readers read it off the tensors, ``dino_models`` computes it).
-        mlp_layer: 'mlp' (timm's Mlp), 'swiglu_packed' (timm's SwiGLUPacked) or 'swiglu' (timm's SwiGLU,
-            separate gate and value), the last two with act_layer 'silu'.
-        init_values: LayerScale (timm's ``ls1``/``ls2``) initial value; None means no LayerScale.
-        reg_tokens: Register tokens after the [CLS] token (Darcet et al. 2024), with no position information.
-        class_token: Prepend a learned [CLS] token (needed for 'token' pooling).
-        dist_token: DeiT's distillation token (Touvron et al. 2021) right after [CLS], with its own table slot next
-            to the cls slot and its own classifier ``head_dist``; 'token' pooling then averages the two tokens and the
-            logits are the mean of the two heads, as DeiT and timm's ``VisionTransformerDistilled`` compute them.
-        patch_embed: How pixels become tokens: 'conv' (one PxP stride-P conv), 'linear' (Unfold + Linear,
-            the same weights and numbers as 'conv'), 'conv_stem' (3x3 stride-2 convs + 1x1, Xiao et al.
-            2021), 'overlap' (a kernel wider than the stride) or 'mlp' (conv -> activation -> 1x1).
-        patch_norm: LayerNorm around the patch projection: None, 'pre' (each patch's pixels), 'post' (the
-            embedding) or 'dual' (both, Kumar et al. 2023, Dual PatchNorm).
-        pos_embed: 'sincos' (fixed big_vision table, never saved), 'learn' or 'none'; 'cpe' (CPVT's
-            depthwise-conv position encoding after the first block), alone or as 'sincos+cpe' / 'learn+cpe';
-            'rope' (2D rotary positions of ``rope_type`` in every attention, from each image's own grid), alone
-            (DINOv3, RoPE-ViT) or as 'learn+rope' (RoPE-ViT's ``_ape`` models: a learned table too);
-            'relpos' (BEiT's relative position bias, one ``rel_pos.tables`` table per block, in every attention),
-            alone (BEiT v2, data2vec) or as 'learn+relpos' (BEiT with an absolute table, its [CLS] slot too); it
-            needs class_token=True and no registers or distillation token (BEiT's 3 extra table entries are
-            [CLS] to token, token to [CLS] and [CLS] to [CLS]).
-        rope_type: 'dinov3' (base ``rope_theta``, coordinates normalised per side, half-split rotation, a
-            stored ``rope.periods`` buffer), 'axial' (RoPE-ViT: integer coordinates, interleaved pairs), 'mixed'
-            (RoPE-ViT: learned per-layer, per-head ``rope.freqs``) or 'eva02' (EVA-02: positions scaled to
-            ``rope_ref_grid``, interleaved pairs); see ``rope.py``.
-        rope_theta: The RoPE base: DINOv3 and RoPE-ViT axial 100, RoPE-ViT mixed 10 (its frequencies' init),
-            EVA-02 10000.
-        rope_ref_grid: EVA-02's pretraining grid (16 for 224 px at patch 14), needed by rope_type 'eva02' only:
-            its positions are each side's ``arange(n) / n * rope_ref_grid`` (``rope.Eva02Rope``); read from a
-            file's stored RoPE tables, else the family's (``eva02_models.EVA02_REF_GRID``).
-        block_type: 'vit' (timm's pre-norm ``Block``, qkv with one bias) or 'eva' (timm's ``EvaBlock``, built with
-            no prefix tokens: the q/v-only bias of EVA-02 when ``qkv_bias``, LayerScale as ``gamma_1``/``gamma_2``).
-        qkv_fused: With block_type 'eva': one ``attn.qkv`` projection (EVA-02 Ti/S) rather than ``attn.q_proj``,
-            ``k_proj``, ``v_proj`` (B/L). A 'vit' block's qkv is always fused.
-        mlp_norm: With block_type 'eva': the sub-LN of EVA-02 B/L, a LayerNorm on the MLP's hidden features
-            (``mlp.norm``, timm's ``scale_mlp``), for mlp_layer 'mlp' or 'swiglu' (split; EVA-02's ``ffn_ln``).
-        untie_cls_and_patch_norms: DINOv3's untied final norms: ``cls_norm`` normalises [CLS, registers] and
-            ``norm`` the patch tokens.
-        pos_embed_cls_slot: A learned table carries a cls slot (vit_jax / timm) rather than being
-            added before the cls token is prepended (big_vision).
-        pos_embed_resample: How a learned table is resized for another grid (``geometry.RESAMPLE_RULES``).
-        rel_pos_resample: How the relative-position tables are resized for another nominal grid (a conversion,
-            ``set_input_size``, a load at another size): 'beit' (BEiT's geometric progression and cubic spline,
-            square grids only) or 'timm' (timm's ``resize_rel_pos_bias_table``, any grid). At run time a grid
-            other than the nominal one always takes timm's rule.
-        rep_size: Width of the optional pre-logits layer (Linear + tanh).
-        pre_norm: A LayerNorm (``norm_pre``) after the positions and class token are added (CLIP's ``ln_pre``).
-        patch_bias: The patch projection has a bias (CLIP's ``conv1`` has none).
-        fc_norm: The final LayerNorm runs on the pooled vector instead of every token (timm's name for
-            open_clip's ``final_ln_after_pool``; CLIPA's towers).
-        final_norm: A final LayerNorm at all (timm's name): False leaves the last block's tokens as they are, as
-            transformers' mean-pooled data2vec-vision without its pooling layer gives them; it excludes fc_norm.
-        head_bias: The head has a bias; CLIP's projection ``proj`` is a head without one (pooled @ proj).
-        attn_pool_queries, attn_pool_heads, attn_pool_dim: CoCa's pooler ('coca'): the query count, its
-            heads and its width (the output width; keys and values come in at ``embed_dim``).
-        act_layer: MLP activation name; flax ``nn.gelu`` is 'gelu_tanh'.
-        norm_eps: LayerNorm epsilon (big_vision/timm 1e-6, transformers 1e-12).
+        in_chans, num_classes, embed_dim, depth, num_heads: as timm's.
         grid_mode: Input sizes the patch does not divide: 'pad' (right/bottom, the default), 'strict'
             (raise), 'pool' (pad, then adaptive-average-pool the token grid to the nominal grid, so
             every input size gives the same token count) or 'crop' (drop the last pixel rows and
             columns, as big_vision's and timm's VALID patch conv do: 384 px at patch 14 is 27x27).
-        dynamic_img_pad: The older name of ``grid_mode`` (True: 'pad', False: 'strict'), accepted from
-            callers and config.json files, never written; afterwards True when grid_mode pads ('pad', 'pool').
-        patch_drop_rate: NaViT's token dropping in training, for NaFlex inputs (a dict or a list of images):
-            each image keeps a random ``1 - rate`` of its patch tokens.
-        weight_init: 'jax' (big_vision initialisers, zero head) or 'skip' (to be loaded).
+        patch, tokens, block, head, training: the parts (``parts.py``); ``block.mlp_dim`` None is 4 * embed_dim.
+        positions: The position schemes, at most one per slot, the table first; () for none.
     """
     img_size: Size = 224
     patch_size: Size = 16
     in_chans: int = 3
     num_classes: int = 1000
-    global_pool: str = 'avg'
     embed_dim: int = 768
     depth: int = 12
     num_heads: int = 12
-    mlp_dim: Optional[int] = None
-    mlp_layer: str = 'mlp'
-    init_values: Optional[float] = None
-    qkv_bias: bool = True
-    class_token: bool = False
-    dist_token: bool = False
-    reg_tokens: int = 0
-    patch_embed: str = 'conv'
-    patch_norm: Optional[str] = None
-    pos_embed: str = 'sincos'
-    pos_embed_cls_slot: bool = False
-    pos_embed_resample: str = 'bigvision'
-    sincos_temperature: float = 10000.
-    rope_type: str = 'dinov3'
-    rope_theta: float = 100.
-    rope_ref_grid: Optional[int] = None
-    block_type: str = 'vit'
-    qkv_fused: bool = True
-    mlp_norm: bool = False
-    rel_pos_resample: str = 'beit'
-    untie_cls_and_patch_norms: bool = False
-    rep_size: Optional[int] = None
-    pre_norm: bool = False
-    patch_bias: bool = True
-    fc_norm: bool = False
-    final_norm: bool = True
-    head_bias: bool = True
-    attn_pool_queries: int = 256
-    attn_pool_heads: int = 8
-    attn_pool_dim: Optional[int] = None
-    act_layer: Any = 'gelu_tanh'
-    norm_eps: float = 1e-6
     grid_mode: Optional[str] = None
-    dynamic_img_pad: Optional[bool] = None
-    drop_rate: float = 0.
-    pos_drop_rate: float = 0.
-    proj_drop_rate: float = 0.
-    attn_drop_rate: float = 0.
-    drop_path_rate: float = 0.
-    patch_drop_rate: float = 0.
-    weight_init: str = 'jax'
+    patch: PatchPart = field(default_factory=PatchPart)
+    tokens: TokensPart = field(default_factory=TokensPart)
+    positions: Tuple[PositionScheme, ...] = field(default_factory=lambda: (POSITION_SCHEMES['sincos'](),))
+    block: BlockPart = field(default_factory=BlockPart)
+    head: HeadPart = field(default_factory=HeadPart)
+    training: TrainingPart = field(default_factory=TrainingPart)
+    # The names of the fields that hold parts (``of`` and ``replace`` take them whole, objects or JSON dicts).
+    PARTS: ClassVar[Tuple[str, ...]] = _PART_FIELDS
 
     def __post_init__(self) -> None:
         fix = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731  (frozen dataclass)
         fix('img_size', pair(self.img_size, 'img_size'))
         fix('patch_size', pair(self.patch_size, 'patch_size'))
-        fix('act_layer', activation_name(self.act_layer))
-        fix('mlp_dim', self.mlp_dim or 4 * self.embed_dim if isinstance(self.embed_dim, int) else self.mlp_dim)
-        fix('rep_size', self.rep_size or None)
-        fix('attn_pool_dim', self.attn_pool_dim or (self.embed_dim if isinstance(self.embed_dim, int) else None))
-        fix('grid_mode', self._grid_mode())
-        fix('dynamic_img_pad', self.grid_mode in ('pad', 'pool'))
+        for name in ('in_chans', 'embed_dim', 'depth', 'num_heads'):
+            self._positive(name)
+        if isinstance(self.num_classes, bool) or not isinstance(self.num_classes, int) or self.num_classes < 0:
+            raise self._bad('num_classes', self.num_classes, 'expected an integer >= 0')
+        fix('grid_mode', self.grid_mode or 'pad')
+        if self.grid_mode not in GRID_MODES:
+            raise self._bad('grid_mode', self.grid_mode, f'expected one of {GRID_MODES}')
+        for name, part in _PARTS.items():
+            value = getattr(self, name)
+            fix(name, value if isinstance(value, part) else part.from_dict(value))
+        schemes = tuple(PositionScheme.parse(s).normalised(self.tokens) for s in self.positions)
+        slots = [s.slot for s in schemes]
+        if len(set(slots)) != len(slots):
+            raise self._bad('pos_embed', [s.scheme for s in schemes], 'at most one position scheme per slot')
+        order = lambda s: _SLOT_ORDER.index(s.slot) if s.slot in _SLOT_ORDER else len(_SLOT_ORDER)  # noqa: E731
+        fix('positions', tuple(sorted(schemes, key=order)))
+        fix('block', dataclasses.replace(self.block, mlp_dim=self.block.mlp_dim or 4 * self.embed_dim))
+        fix('head', dataclasses.replace(self.head, pool=self.head.pool.resolved(self.embed_dim)))
         self._validate()
-        # A cls slot exists only in a learned table next to a class token.
-        fix('pos_embed_cls_slot', bool(self.pos_embed_cls_slot and self.class_token and self.pos_table == 'learn'))
 
-    def _grid_mode(self) -> str:
-        """``grid_mode``, taking the older ``dynamic_img_pad`` into account (a contradiction raises)."""
-        legacy, mode = self.dynamic_img_pad, self.grid_mode
-        if legacy is not None and not isinstance(legacy, bool):
-            raise ViTVariantsError(f'dynamic_img_pad={legacy!r}: expected True, False or None', key='dynamic_img_pad')
-        if mode is None:
-            return 'strict' if legacy is False else 'pad'
-        if mode not in GRID_MODES:
-            raise ViTVariantsError(f'grid_mode={mode!r}: expected one of {GRID_MODES}', key='grid_mode')
-        if legacy is not None and legacy != (mode in ('pad', 'pool')):
-            raise ViTVariantsError(f"dynamic_img_pad={legacy} contradicts grid_mode={mode!r} (the older name: True "
-                                   "means 'pad', False means 'strict')", key='dynamic_img_pad')
-        return mode
+    @staticmethod
+    def _bad(name: str, value: Any, why: str) -> ViTVariantsError:
+        return ViTVariantsError(f'{name}={value!r}: {why}', key=name)
+
+    def _positive(self, name: str) -> None:
+        value = getattr(self, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise self._bad(name, value, 'expected a positive integer')
 
     def _validate(self) -> None:
-        def bad(name: str, why: str) -> ViTVariantsError:
-            return ViTVariantsError(f'{name}={getattr(self, name)!r}: {why}', key=name)
-
-        for name in ('in_chans', 'embed_dim', 'depth', 'num_heads', 'mlp_dim', 'attn_pool_queries', 'attn_pool_heads',
-                     'attn_pool_dim'):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise bad(name, 'expected a positive integer')
-        if isinstance(self.num_classes, bool) or not isinstance(self.num_classes, int) or self.num_classes < 0:
-            raise bad('num_classes', 'expected an integer >= 0')
-        if self.rep_size is not None and (isinstance(self.rep_size, bool) or not isinstance(self.rep_size, int)
-                                          or self.rep_size < 1):
-            raise bad('rep_size', 'expected a positive integer or None')
-        resample_rule(self.pos_embed_resample)
-        choices = (('global_pool', POOL_TYPES), ('pos_embed', POS_EMBED_TYPES), ('act_layer', ACT_LAYERS),
-                   ('patch_embed', PATCH_EMBED_TYPES), ('patch_norm', PATCH_NORM_TYPES),
-                   ('weight_init', ('jax', 'skip')), ('mlp_layer', MLP_LAYERS), ('rope_type', ROPE_TYPES),
-                   ('rel_pos_resample', REL_POS_RESAMPLE_RULES))
-        for name, allowed in choices:
-            if getattr(self, name) not in allowed:
-                raise bad(name, f'expected one of {allowed}')
-        if self.mlp_layer in ('swiglu_packed', 'swiglu') and self.act_layer != 'silu':
-            raise bad('mlp_layer', f"{self.mlp_layer!r} gates with silu: set act_layer='silu'")
-        self._validate_rope(bad)
-        self._validate_block(bad)
-        if isinstance(self.reg_tokens, bool) or not isinstance(self.reg_tokens, int) or self.reg_tokens < 0:
-            raise bad('reg_tokens', 'expected an integer >= 0')
-        if self.init_values is not None and (isinstance(self.init_values, bool) or
-                                             not isinstance(self.init_values, (int, float)) or
-                                             self.init_values != self.init_values):
-            raise bad('init_values', 'expected a number or None')
+        """The checks that need two parts (each part checked its own values already)."""
+        tokens, head, pool = self.tokens, self.head, self.head.pool
         if self.embed_dim % self.num_heads:
-            raise bad('num_heads', f'embed_dim {self.embed_dim} is not divisible by {self.num_heads} heads')
-        if self.pos_table == 'sincos' and self.embed_dim % 4:
-            raise bad('embed_dim', 'a sin-cos position embedding needs a width divisible by 4')
-        self._validate_patch_embed(bad)
-        if self.global_pool == 'token' and not self.class_token:
-            raise bad('global_pool', "'token' pooling needs class_token=True")
-        self._validate_dist_token(bad)
-        for name in ('pre_norm', 'patch_bias', 'fc_norm', 'final_norm', 'head_bias', 'untie_cls_and_patch_norms'):
-            if not isinstance(getattr(self, name), bool):
-                raise bad(name, 'expected True or False')
-        if self.global_pool == 'coca' and self.attn_pool_dim % self.attn_pool_heads:
-            raise bad('attn_pool_heads', f'attn_pool_dim {self.attn_pool_dim} is not divisible by '
-                                         f'{self.attn_pool_heads} heads')
-        if self.fc_norm and self.global_pool == 'coca':
-            raise bad('fc_norm', "'coca' pooling holds its own norm after the pool")
-        if not self.final_norm and (self.fc_norm or self.global_pool == 'coca' or self.untie_cls_and_patch_norms):
-            raise bad('final_norm', 'without a final norm there is none to put after the pool (fc_norm), in the '
-                                    "'coca' pooler or on the prefix tokens (untie_cls_and_patch_norms)")
-        for name in ('norm_eps', 'sincos_temperature', 'rope_theta'):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-                raise bad(name, 'expected a positive number')
-        for name in _TRAINING_ONLY[:-1]:
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
-                raise bad(name, 'expected a rate in [0, 1]')
-        if self.patch_drop_rate >= 1:
-            raise bad('patch_drop_rate', 'expected a rate in [0, 1): every image keeps at least one token')
+            raise self._bad('num_heads', self.num_heads, f'embed_dim {self.embed_dim} is not divisible by '
+                                                         f'{self.num_heads} heads')
+        for scheme in self.positions:
+            if self.embed_dim % scheme.width_multiple:
+                raise self._bad('embed_dim', self.embed_dim, f'a {scheme.scheme!r} position embedding needs a '
+                                                             f'width divisible by {scheme.width_multiple}')
+            if scheme.needs_head_width_multiple_of_4 and (self.embed_dim // self.num_heads) % 4:
+                raise self._bad('num_heads', self.num_heads, f'2D rotary positions need a head width divisible by '
+                                                             f'4, got {self.embed_dim // self.num_heads}')
+            if scheme.needs_single_class_token and (not tokens.cls or tokens.registers or tokens.dist):
+                raise self._bad('pos_embed', self.flat_pos_embed, "BEiT's relative position bias has table entries "
+                                'for one [CLS] token only: it needs class_token=True, reg_tokens=0 and '
+                                'dist_token=False')
+        if head.untie_norms and not tokens.count:
+            raise self._bad('untie_cls_and_patch_norms', True, 'needs prefix tokens ([CLS] or registers)')
+        self.patch.check_patch_size(self.patch_size)
+        if pool.needs_class_token and not tokens.cls:
+            raise self._bad('global_pool', pool.kind, f"{pool.kind!r} pooling needs class_token=True")
+        if tokens.dist and (not tokens.cls or not pool.reads_distillation_token or head.rep_size or head.fc_norm):
+            raise self._bad('dist_token', True, "DeiT's distilled head reads the [CLS] and distillation tokens: it "
+                                                "needs class_token=True, 'token' (or '') pooling, no rep_size and "
+                                                'no fc_norm')
 
-    def _validate_dist_token(self, bad: Callable[[str, str], ViTVariantsError]) -> None:
-        """Refuse a distillation token beside what DeiT's distilled head does not read (timm's asserts the same)."""
-        if not isinstance(self.dist_token, bool):
-            raise bad('dist_token', 'expected True or False')
-        if self.dist_token and (not self.class_token or self.global_pool not in ('token', '') or self.rep_size or
-                                self.fc_norm):
-            raise bad('dist_token', "DeiT's distilled head reads the [CLS] and distillation tokens: it needs "
-                                    "class_token=True, 'token' (or '') pooling, no rep_size and no fc_norm")
+    # -- construction from parts and flat names -------------------------------------------------------
+    @classmethod
+    def of(cls, **kwargs: Any) -> 'SimpleViTConfig':
+        """The config from parts (objects or their JSON dicts) and/or release 0.2.0's flat names (``FLAT_NAMES``);
+        flat names apply on top of the parts. Unknown names are refused, naming the key."""
+        return cls._compose(cls(), kwargs, fresh=True)
 
-    def _validate_rope(self, bad: Callable[[str, str], ViTVariantsError]) -> None:
-        """Refuse rotary positions (and untied norms) the network cannot express."""
-        if self.pos_rope and (self.embed_dim // self.num_heads) % 4:
-            raise bad('num_heads', f'2D rotary positions need a head width divisible by 4, got '
-                                   f'{self.embed_dim // self.num_heads}')
-        if self.pos_relpos and (not self.class_token or self.reg_tokens or self.dist_token):
-            raise bad('pos_embed', "BEiT's relative position bias has table entries for one [CLS] token only: it "
-                                   'needs class_token=True, reg_tokens=0 and dist_token=False')
-        if self.untie_cls_and_patch_norms and (not self.num_prefix_tokens or self.fc_norm or
-                                               self.global_pool == 'coca'):
-            raise bad('untie_cls_and_patch_norms', 'needs prefix tokens ([CLS] or registers) and the final norm '
-                                                   'on every token (no fc_norm, no coca pooler)')
+    def replace(self, **changes: Any) -> 'SimpleViTConfig':
+        """A copy with parts, then flat names, changed (validated again); a new grid_mode or dynamic_img_pad wins."""
+        return self._compose(self, changes, fresh=False)
 
-    def _validate_block(self, bad: Callable[[str, str], ViTVariantsError]) -> None:
-        """Refuse block options only timm's ``EvaBlock`` has on a 'vit' block, and EVA-02's RoPE without its grid."""
-        if self.block_type not in BLOCK_TYPES:
-            raise bad('block_type', f'expected one of {BLOCK_TYPES}')
-        for name in ('qkv_fused', 'mlp_norm'):
-            if not isinstance(getattr(self, name), bool):
-                raise bad(name, 'expected True or False')
-        if self.block_type == 'vit' and (not self.qkv_fused or self.mlp_norm):
-            raise bad('qkv_fused' if not self.qkv_fused else 'mlp_norm', "split q/k/v projections and the MLP's "
-                                                                         "sub-LN are EvaBlock's: set block_type='eva'")
-        if self.mlp_norm and self.mlp_layer == 'swiglu_packed':
-            raise bad('mlp_norm', "timm's EvaBlock normalises a SwiGLU's hidden features only in its split form: "
-                                  "use mlp_layer='swiglu'")
-        ref = self.rope_ref_grid
-        if ref is not None and (isinstance(ref, bool) or not isinstance(ref, int) or ref < 1):
-            raise bad('rope_ref_grid', 'expected a positive integer or None')
-        if self.pos_rope and self.rope_type == 'eva02' and ref is None:
-            raise bad('rope_ref_grid', "rope_type 'eva02' scales positions to its pretraining grid: give it (16 for "
-                                       'EVA-02 at 224 px, patch 14)')
-        if ref is not None and not (self.pos_rope and self.rope_type == 'eva02'):
-            raise bad('rope_ref_grid', "only rope_type 'eva02' with rotary positions scales them to a grid")
+    @classmethod
+    def _compose(cls, base: 'SimpleViTConfig', kwargs: Mapping[str, Any], fresh: bool) -> 'SimpleViTConfig':
+        unknown = [k for k in kwargs if k not in ARGUMENT_NAMES]
+        if unknown:
+            raise UnknownOptionError(f'unknown model argument(s) {sorted(unknown)} for SimpleViTConfig',
+                                     key=sorted(unknown)[0])
+        top = {name: kwargs.get(name, getattr(base, name)) for name in _TOP}
+        if fresh and 'grid_mode' not in kwargs:
+            top['grid_mode'] = None
+        if 'dynamic_img_pad' in kwargs:
+            top['grid_mode'] = _grid_mode(kwargs.get('grid_mode'), kwargs['dynamic_img_pad'])
+        parts = {name: {f.name: getattr(part, f.name) for f in fields(part)}
+                 for name, part in ((name, kwargs.get(name, getattr(base, name))) for name in _PARTS)
+                 for part in [part if isinstance(part, Part) else _PARTS[name].from_dict(part)]}
+        positions = [PositionScheme.parse(s) for s in kwargs.get('positions', base.positions)]
+        if fresh and 'block' not in kwargs:
+            parts['block']['mlp_dim'] = None
+        for flat, value in kwargs.items():
+            if flat in _SIMPLE:
+                part, name = _SIMPLE[flat]
+                parts[part][name] = value
+        parts['head']['pool'] = cls._flat_pool(parts['head']['pool'], kwargs)
+        if 'pos_embed' in kwargs:
+            by_class = {type(s): s for s in positions}
+            positions = [by_class.get(scheme, scheme()) for scheme in _parse_pos_embed(kwargs['pos_embed'])]
+        for i, scheme in enumerate(positions):
+            changes = {f: kwargs[flat] for flat, (owner, f) in _SCHEME_FLAT.items()
+                       if owner is type(scheme) and flat in kwargs}
+            positions[i] = dataclasses.replace(scheme, **changes) if changes else scheme
+        try:
+            return cls(**top, positions=tuple(positions),
+                       **{name: _PARTS[name](**values) for name, values in parts.items()})
+        except TypeError as e:
+            raise ViTVariantsError(f'bad model arguments: {e}') from None
 
-    def _validate_patch_embed(self, bad: Callable[[str, str], ViTVariantsError]) -> None:
-        """Refuse patch embedding / patch norm combinations that have no meaning."""
-        patch_h, patch_w = self.patch_size
-        if self.patch_embed == 'conv_stem' and (patch_h != patch_w or patch_h < 2 or patch_h & (patch_h - 1)):
-            raise bad('patch_size', "patch_embed='conv_stem' stacks 3x3 stride-2 convs, so its total stride is a "
-                                    "square power of 2 (2, 4, 8, 16, ...); use 'conv', 'overlap' or 'mlp' for "
-                                    'other patch sizes')
-        if self.patch_norm in ('pre', 'dual') and self.patch_embed in ('conv_stem', 'overlap'):
-            raise bad('patch_norm', f"'pre' normalises the pixels of each patch before a per-patch projection; "
-                                    f"patch_embed={self.patch_embed!r} has none (its first layer sees across "
-                                    "patches); use 'post' or patch_embed 'conv', 'linear' or 'mlp'")
+    @staticmethod
+    def _flat_pool(pool: PoolPart, kwargs: Mapping[str, Any]) -> PoolPart:
+        """The pool after the flat ``global_pool`` and its options (``attn_pool_*``) are applied."""
+        kind = kwargs.get('global_pool', pool.kind)
+        options = {f: kwargs[flat] for flat, (owner, f) in _POOL_FLAT.items()
+                   if owner is POOL_KINDS.get(kind) and flat in kwargs}
+        if kind == pool.kind and not options:
+            return pool
+        kept = pool.to_dict() if kind == pool.kind else {}
+        return PoolPart.parse({**kept, **options, 'kind': kind} if kind in POOL_KINDS else kind)
 
     # -- derived ----------------------------------------------------------------------------------
+    def position(self, scheme: Type[S]) -> Optional[S]:
+        """This config's position scheme of that class, or None."""
+        return next((s for s in self.positions if isinstance(s, scheme)), None)
+
+    @property
+    def flat_pos_embed(self) -> str:
+        """The release-0.2.0 ``pos_embed`` string of the position schemes ('learn+rope'; 'none')."""
+        return '+'.join(s.scheme for s in self.positions) or 'none'
+
     @property
     def pool_width(self) -> int:
         """The width of the pooled feature the head reads (before ``rep_size``): CoCa's pooler has its own."""
-        return self.attn_pool_dim if self.global_pool == 'coca' else self.embed_dim
+        return self.head.pool.width(self.embed_dim)
 
     @property
-    def pos_table(self) -> str:
-        """The absolute position table: 'sincos', 'learn' or 'none' (without any 'cpe')."""
-        return POS_EMBEDS[self.pos_embed][0]
-
-    @property
-    def pos_cpe(self) -> bool:
-        """Whether CPVT's conditional position encoding runs after the first block."""
-        return POS_EMBEDS[self.pos_embed][1]
-
-    @property
-    def pos_rope(self) -> bool:
-        """Whether the blocks' attention has 2D rotary positions (``rope_type``)."""
-        return self.pos_embed.endswith('rope')
-
-    @property
-    def pos_relpos(self) -> bool:
-        """Whether the blocks' attention has BEiT's relative position bias (``rel_pos.tables``)."""
-        return self.pos_embed.endswith('relpos')
+    def dynamic_img_pad(self) -> bool:
+        """Whether input sizes the patch does not divide are padded ('pad', 'pool')."""
+        return self.grid_mode in ('pad', 'pool')
 
     @property
     def grid_size(self) -> Tuple[int, int]:
@@ -435,64 +261,77 @@ class SimpleViTConfig:
     @property
     def num_prefix_slots(self) -> int:
         """Rows of a learned table that belong to the class token and the distillation token (0, 1 or 2)."""
-        return 1 + int(self.dist_token) if self.pos_embed_cls_slot else 0
+        return 1 + int(self.tokens.dist) if any(s.table_cls_slot for s in self.positions) else 0
 
     @property
     def num_prefix_tokens(self) -> int:
         """Tokens before the patch tokens: the class token, the distillation token, then the registers."""
-        return int(self.class_token) + int(self.dist_token) + self.reg_tokens
+        return self.tokens.count
 
     @property
     def embeds_patches_alone(self) -> bool:
         """Whether the patch embedding sees one patch at a time, so a flattened patch alone gives its token."""
-        return self.patch_embed in ('conv', 'linear', 'mlp')
+        return self.patch.embeds_patches_alone
 
     def check_limits(self, limits: Limits = DEFAULT_LIMITS, path: Optional[str] = None) -> 'SimpleViTConfig':
         """Refuse sizes beyond ``limits`` (before any model is built from this config); returns self."""
         grid = self.grid_size
-        limits.check_dims(path=path, depth=self.depth, width=max(self.embed_dim, self.rep_size or 0),
-                          mlp=self.mlp_dim, heads=self.num_heads, classes=self.num_classes,
-                          img_size=max(*self.img_size, *self.patch_size), tokens=grid[0] * grid[1] + self.reg_tokens)
-        if self.pos_relpos:  # each block's bias over the nominal grid's tokens, float32
+        limits.check_dims(path=path, depth=self.depth, width=max(self.embed_dim, self.head.rep_size or 0),
+                          mlp=self.block.mlp_dim, heads=self.num_heads, classes=self.num_classes,
+                          img_size=max(*self.img_size, *self.patch_size),
+                          tokens=grid[0] * grid[1] + self.tokens.registers)
+        if any(s.needs_single_class_token for s in self.positions):  # each block's bias over the grid, float32
             limits.check('rel_pos_bytes', rel_pos_bytes(grid[0] * grid[1] + self.num_prefix_tokens, self.num_heads),
                          path=path)
         return self
 
     # -- JSON round trip --------------------------------------------------------------------------
+    def to_flat(self, include_training: bool = False) -> Dict[str, Any]:
+        """Release 0.2.0's flat constructor kwargs (squares as ints); block options newer than it only where they
+        differ from their default; training ones on request."""
+        values: Dict[str, Any] = {name: getattr(self, name) for name in _TOP}
+        for name in ('img_size', 'patch_size'):
+            values[name] = values[name][0] if values[name][0] == values[name][1] else tuple(values[name])
+        for flat, (part, name) in _SIMPLE.items():
+            values[flat] = getattr(getattr(self, part), name)
+        defaults = {cls: cls() for cls in POSITION_SCHEMES.values() if not any(f.default is dataclasses.MISSING
+                                                                               for f in fields(cls))}
+        for flat, (owner, name) in _SCHEME_FLAT.items():
+            values[flat] = getattr(self.position(owner) or defaults.get(owner), name, None)
+        coca = POOL_KINDS['coca'](dim=self.embed_dim)
+        for flat, (owner, name) in _POOL_FLAT.items():
+            values[flat] = getattr(self.head.pool if isinstance(self.head.pool, owner) else coca, name, None)
+        values['global_pool'], values['pos_embed'] = self.head.pool.kind, self.flat_pos_embed
+        out = {name: values[name] for name in _FLAT_0_2}
+        out.update({name: values[name] for name in _NEWER if values[name] != getattr(BlockPart, _SIMPLE[name][1])})
+        if include_training:
+            out.update({name: values[name] for name in _TRAINING})
+        return out
+
     def to_dict(self, include_training: bool = False) -> Dict[str, Any]:
-        """JSON-safe constructor kwargs: every architectural field (squares as ints), training ones on request."""
-        out: Dict[str, Any] = {}
-        for f in fields(self):
-            if (f.name in _TRAINING_ONLY and not include_training) or f.name in _LEGACY:
-                continue
-            value = getattr(self, f.name)
-            if f.name in ('img_size', 'patch_size'):
-                value = value[0] if value[0] == value[1] else tuple(value)
-            out[f.name] = value
+        """The composed JSON form (parts as plain dicts, squares as ints); training settings on request."""
+        out: Dict[str, Any] = {name: getattr(self, name) for name in _TOP}
+        for name in ('img_size', 'patch_size'):
+            out[name] = out[name][0] if out[name][0] == out[name][1] else list(out[name])
+        out.update(patch=self.patch.to_dict(), tokens=self.tokens.to_dict(),
+                   positions=[s.to_dict() for s in self.positions], block=self.block.to_dict(),
+                   head=self.head.to_dict())
+        if include_training:
+            out['training'] = self.training.to_dict()
         return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], path: Optional[str] = None) -> 'SimpleViTConfig':
-        """A config from ``to_dict`` output (or ``config.json``'s ``model_args``); unknown keys are refused."""
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ViTVariantsError(f'unknown model argument(s) {unknown} for SimpleViTConfig', path=path,
-                                   key=unknown[0])
+        """A config from ``to_dict`` or ``to_flat`` output (``config.json``'s ``model_args``, either form); unknown
+        keys are refused."""
+        if not isinstance(data, Mapping):
+            raise ViTVariantsError(f'model arguments must be a JSON object, got {type(data).__name__}', path=path)
         try:
-            return cls(**data)
+            return cls.of(**data)
         except ViTVariantsError as e:
             raise ViTVariantsError(e.reason, path=path, key=e.key) from None
         except (TypeError, ValueError) as e:
             raise ViTVariantsError(f'bad model arguments: {e}', path=path) from None
-
-    def replace(self, **changes: Any) -> 'SimpleViTConfig':
-        """A copy with some fields changed (validated again); a new grid_mode or dynamic_img_pad wins."""
-        if 'grid_mode' in changes:
-            changes.setdefault('dynamic_img_pad', None)
-        elif 'dynamic_img_pad' in changes:
-            changes['grid_mode'] = None
-        return dataclasses.replace(self, **changes)
 
 
 # -- the family ------------------------------------------------------------------------------------
@@ -534,7 +373,11 @@ class ModelEntry:
         return {**VARIANTS[self.variant].config_args(), **self.args}
 
     def config(self, **overrides: Any) -> SimpleViTConfig:
-        return SimpleViTConfig(**{**self.kwargs, **overrides})
+        """This row's config with ``overrides`` (a folder's model_args, a caller's kwargs) on top: a part given whole
+        replaces the row's, flat names win over both."""
+        if any(name in SimpleViTConfig.PARTS for name in overrides):
+            return SimpleViTConfig.of(**self.kwargs).replace(**overrides)
+        return SimpleViTConfig.of(**{**self.kwargs, **overrides})
 
 
 # FlexiViT's published ImageNet-1k models: tok pooling, a learned table without a cls slot, 240px.
@@ -596,7 +439,7 @@ _DIMS = ('embed_dim', 'num_heads', 'mlp_dim', 'depth', 'patch_size', 'rep_size',
 def _dim(config: SimpleViTConfig, name: str) -> Any:
     """A ``_DIMS`` field as it shapes the network: LayerScale's presence, not its initial value (a reader that does
     not know it, timm's, records 1.0 where DeiT-III's rows say 1e-4, and the stored gammas are what runs)."""
-    value = getattr(config, name)
+    value = config.to_flat()[name]
     return value is not None if name == 'init_values' else value
 
 
@@ -610,10 +453,11 @@ def architecture_for(config: SimpleViTConfig) -> str:
         ref = MODELS[name].config()
         return tuple(int(_dim(config, d) != _dim(ref, d)) for d in _DIMS)
 
+    flat = config.to_flat(include_training=True)
     # timm's create_model drops None keyword arguments, so a row that sets a field this config leaves None
     # (DINOv3's init_values, a rep_size) would fill it when the folder is loaded: such rows cannot label it.
     eligible = [name for name, entry in MODELS.items()
-                if not any(value is not None and getattr(config, key) is None for key, value in entry.kwargs.items())]
+                if not any(value is not None and flat.get(key) is None for key, value in entry.kwargs.items())]
     return min(eligible, key=lambda name: (sum(distance(name)), distance(name)))
 
 

@@ -7,53 +7,43 @@ SwiGLU MLP, packed (``mlp.fc1`` holding gate then value: EVA-02 Ti/S, xformers' 
 ``fc1_x``) with the sub-LN ``mlp.norm`` (EVA-02 B/L's ``ffn_ln``). The block is built with no prefix tokens: the
 model's rotation tensor covers every slot, the identity on [CLS], so one path serves NCHW batches and packed rows.
 """
-from typing import Any, Dict, List, Optional
+from typing import Any, Optional
 
 import torch
-import torch.nn as nn
 from timm.models.eva import EvaBlock
 
-from .config import SimpleViTConfig
+from .errors import ViTVariantsError
 
-__all__ = ['Eva02Block', 'eva_blocks']
+__all__ = ['Eva02Block']
 
 
 class Eva02Block(EvaBlock):
-    """timm's ``EvaBlock`` (same code, same state-dict names) whose fixed zero k bias, a non-persistent buffer, is
-    rebuilt on the CPU after a meta-device build (timm's own ``init_non_persistent_buffers`` zeroes it in place,
-    which leaves it on the meta device)."""
+    """timm's ``EvaBlock`` (same code, same state-dict names) built from ``layers.build_blocks``' options.
+
+    Its fixed zero k bias, a non-persistent buffer, is rebuilt on the CPU after a meta-device build (timm's own
+    ``init_non_persistent_buffers`` zeroes it in place, which leaves it on the meta device).
+    """
+
+    def __init__(self, dim: int, num_heads: int, *, mlp: Any, mlp_width: int, mlp_bias: bool = True,
+                 mlp_norm: bool = False, proj_bias: bool = True, rotate_half: Optional[bool] = None, depth: int = 0,
+                 **kwargs: Any) -> None:
+        """``mlp`` is a ``layers.MlpLayer``; ``depth`` (the block's index) is timm's Block's and unused here."""
+        if not (mlp_bias and proj_bias):
+            raise ViTVariantsError("timm's EvaBlock has biases on its MLP and attention projections",
+                                   key='mlp_bias' if not mlp_bias else 'proj_bias')
+        super().__init__(
+            dim, num_heads,
+            # EvaBlock sizes the MLP as int(D * ratio): half a unit more lands on the exact width
+            mlp_ratio=(mlp_width + 0.5) / dim,
+            swiglu_mlp=mlp.gated,
+            # EvaBlock packs a SwiGLU without a norm unless aligned; aligning to 1 keeps the width and splits it
+            swiglu_align_to=1 if mlp.gated and not mlp.packed else 0,
+            scale_mlp=mlp_norm,
+            num_prefix_tokens=0,
+            rotate_half=bool(rotate_half),
+            **kwargs)
 
     def init_non_persistent_buffers(self) -> None:
         k_bias = getattr(self.attn, 'k_bias', None)
         if k_bias is not None and k_bias.is_meta:
             self.attn.k_bias = torch.zeros(k_bias.shape, dtype=k_bias.dtype)
-
-
-def eva_blocks(cfg: SimpleViTConfig, act_layer: Any, norm_layer: Any, dpr: List[float], dd: Dict[str, Any],
-               rotate_half: Optional[bool]) -> nn.Sequential:
-    """``cfg.depth`` timm ``EvaBlock``s (``Eva02Block``) with the config's exact MLP width, attention and drop-path
-    rates; ``rotate_half`` is the rotary scheme's pair layout (None without rotations)."""
-    swiglu = cfg.mlp_layer in ('swiglu', 'swiglu_packed')
-    return nn.Sequential(*[
-        Eva02Block(
-            dim=cfg.embed_dim,
-            num_heads=cfg.num_heads,
-            qkv_bias=cfg.qkv_bias,
-            qkv_fused=cfg.qkv_fused,
-            # EvaBlock sizes the MLP as int(D * ratio): half a unit more lands on the exact width
-            mlp_ratio=(cfg.mlp_dim + 0.5) / cfg.embed_dim,
-            swiglu_mlp=swiglu,
-            # EvaBlock packs a SwiGLU without a norm unless aligned; aligning to 1 keeps the width and splits it
-            swiglu_align_to=1 if cfg.mlp_layer == 'swiglu' else 0,
-            scale_mlp=cfg.mlp_norm,
-            num_prefix_tokens=0,
-            rotate_half=bool(rotate_half),
-            proj_drop=cfg.proj_drop_rate,
-            attn_drop=cfg.attn_drop_rate,
-            drop_path=dpr[i],
-            init_values=cfg.init_values,
-            act_layer=act_layer,
-            norm_layer=norm_layer,
-            **dd,
-        )
-        for i in range(cfg.depth)])

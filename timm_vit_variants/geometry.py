@@ -18,6 +18,7 @@ from timm.layers import resample_patch_embed
 from timm.models import adapt_input_conv
 
 from .config import SimpleViTConfig, grid_for, pair, resample_rule
+from .parts import Learned, RelPos
 from .errors import ViTVariantsError
 from .limits import DEFAULT_LIMITS, Limits
 from .relpos_resize import beit_resize_table, table_rows, timm_resize_table
@@ -197,10 +198,10 @@ class Geometry:
         prefix: Prefix-token slots in the learned table (0, 1 for [CLS], or 2 with DeiT's distillation token).
         rule: The resample rule for the learned table (a key of ``RESAMPLE_RULES``).
         in_chans: Input channels of the kernel.
-        patch_embed: The patch embedding (``SimpleViTConfig.patch_embed``): which kernel meets the pixels,
+        patch_embed: The patch embedding (``SimpleViTConfig.patch.kind``): which kernel meets the pixels,
             and whether it can be PI-resized.
         patch_norm: The patch norm; a 'pre' norm has per-pixel weights that fix patch size and channels.
-        rel_pos_rule: The resize rule of relative-position tables (``SimpleViTConfig.rel_pos_resample``).
+        rel_pos_rule: The resize rule of relative-position tables (``RelPos.resample``).
     """
     grid: Tuple[int, int]
     patch: Tuple[int, int]
@@ -215,8 +216,8 @@ class Geometry:
     def of(cls, config: SimpleViTConfig, grid: Optional[Tuple[int, int]] = None) -> 'Geometry':
         """The geometry of a model built from ``config`` (``grid`` overrides the nominal one)."""
         return cls(tuple(grid or config.grid_size), tuple(config.patch_size), config.num_prefix_slots,
-                   config.pos_embed_resample, config.in_chans, config.patch_embed, config.patch_norm,
-                   config.rel_pos_resample)
+                   getattr(config.position(Learned), 'resample', cls.rule), config.in_chans, config.patch.kind,
+                   config.patch.norm, getattr(config.position(RelPos), 'resample', cls.rel_pos_rule))
 
     @property
     def kernel_key(self) -> str:

@@ -75,7 +75,7 @@ class NaFlexMixin:
             raise ViTVariantsError("grid_mode='pool' pools every image to one grid, so images at their own sizes "
                                    'have nothing to gain; give an NCHW batch')
         if isinstance(x, dict) and not self.config.embeds_patches_alone:
-            raise ViTVariantsError(f'patch_embed={self.config.patch_embed!r} sees across neighbouring patches, so '
+            raise ViTVariantsError(f'patch_embed={self.config.patch.kind!r} sees across neighbouring patches, so '
                                    'a flattened patch alone does not give its token; give a list of images instead',
                                    key='patches')
         patches = self._dict_patches(x) if isinstance(x, dict) else self._list_patches(list(x))

@@ -1,4 +1,5 @@
 """Patch embedding that accepts any input size and can change its patch size (FlexiViT PI-resize)."""
+from functools import partial
 from typing import Callable, List, Optional, Tuple, Union
 
 import torch
@@ -8,7 +9,7 @@ from timm.layers import LayerNorm, to_2tuple
 
 from .errors import ViTVariantsError
 from .geometry import fixed_patch_reason, grid_for, is_capturing, pi_resize
-from .patch_layers import PatchPixelNorm, conv_stem, patch_projection
+from .patch_layers import PATCH_KINDS, PATCH_NORMS, PatchPixelNorm, conv_stem, patch_projection
 
 __all__ = ['AdaptivePatchEmbed']
 
@@ -95,6 +96,7 @@ class AdaptivePatchEmbed(nn.Module):
             norm: Optional[str] = None,
             norm_eps: float = 1e-6,
             act_layer: Callable[[], nn.Module] = nn.GELU,
+            norm_layer: Optional[Callable[..., nn.Module]] = None,
             device=None,
             dtype=None,
     ) -> None:
@@ -104,6 +106,8 @@ class AdaptivePatchEmbed(nn.Module):
                 divide; 'pool' pads, then pools every token grid to the nominal one.
             kind: ``SimpleViTConfig.patch_embed``; norm: ``SimpleViTConfig.patch_norm``.
             act_layer: The activation between the two projections of 'mlp'.
+            norm_layer: The embedding's norm ('post', 'dual'): the model's norm layer; timm's ``LayerNorm`` of
+                ``norm_eps`` when None. The pixel norm ('pre') and the stem's norms are LayerNorms of ``norm_eps``.
         """
         super().__init__()
         dd = dict(device=device, dtype=dtype)
@@ -118,15 +122,16 @@ class AdaptivePatchEmbed(nn.Module):
         self.pool_grid = grid_mode == 'pool'
         self.grid_size = grid_for(self.img_size, self.patch_size, self.dynamic_img_pad)
         self.num_patches = self.grid_size[0] * self.grid_size[1]
-        self.norm_pre = PatchPixelNorm(in_chans, self.patch_size, norm_eps, **dd) if norm in ('pre', 'dual') \
+        layout, (pixel_norm, embed_norm) = PATCH_KINDS[kind], PATCH_NORMS[norm]
+        self.norm_pre = PatchPixelNorm(in_chans, self.patch_size, norm_eps, **dd) if pixel_norm else nn.Identity()
+        self.stem = conv_stem(in_chans, embed_dim, self.patch_size[0], norm_eps, **dd) if layout.stem \
             else nn.Identity()
-        self.stem = conv_stem(in_chans, embed_dim, self.patch_size[0], norm_eps, **dd) if kind == 'conv_stem' \
-            else nn.Identity()
-        stem_chans = self.stem[-1].out_channels if kind == 'conv_stem' else in_chans
+        stem_chans = self.stem[-1].out_channels if layout.stem else in_chans
         self.proj = patch_projection(kind, stem_chans, embed_dim, self.patch_size, bias, **dd)
-        self.act = act_layer() if kind == 'mlp' else nn.Identity()
-        self.fc = nn.Linear(embed_dim, embed_dim, **dd) if kind == 'mlp' else nn.Identity()
-        self.norm = LayerNorm(embed_dim, eps=norm_eps, **dd) if norm in ('post', 'dual') else nn.Identity()
+        self.act = act_layer() if layout.mlp else nn.Identity()
+        self.fc = nn.Linear(embed_dim, embed_dim, **dd) if layout.mlp else nn.Identity()
+        norm_layer = norm_layer or partial(LayerNorm, eps=norm_eps)
+        self.norm = norm_layer(embed_dim, **dd) if embed_norm else nn.Identity()
 
     def set_input_size(
             self,

@@ -4,7 +4,8 @@ Every projection maps an NCHW image whose sides are patch multiples to an NCHW t
 exactly (H / P, W / P) cells, so the patch embedding around them is the same for all of them.
 """
 import math
-from typing import Tuple
+from dataclasses import dataclass
+from typing import Callable, Dict, Optional, Tuple
 
 import torch
 import torch.nn as nn
@@ -13,7 +14,8 @@ from timm.layers import ConvNormAct, LayerNorm2d
 
 from .errors import ViTVariantsError
 
-__all__ = ['UnfoldLinear', 'PatchPixelNorm', 'conv_stem', 'overlap_conv', 'patch_projection']
+__all__ = ['PATCH_KINDS', 'PATCH_NORMS', 'PatchKind', 'UnfoldLinear', 'PatchPixelNorm', 'conv_stem', 'overlap_conv',
+           'patch_projection']
 
 
 class UnfoldLinear(nn.Conv2d):
@@ -132,6 +134,36 @@ def overlap_conv(
                      device=device, dtype=dtype)
 
 
+def _conv(in_chans: int, embed_dim: int, patch_size: Tuple[int, int], bias: bool = True, device=None,
+          dtype=None) -> nn.Conv2d:
+    """One PxP stride-P conv (ViT's patchifier)."""
+    return nn.Conv2d(in_chans, embed_dim, patch_size, stride=patch_size, bias=bias, device=device, dtype=dtype)
+
+
+def _pointwise(in_chans: int, embed_dim: int, patch_size: Tuple[int, int], bias: bool = True, device=None,
+               dtype=None) -> nn.Conv2d:
+    """The 1x1 projection of a conv stem's output."""
+    return nn.Conv2d(in_chans, embed_dim, 1, bias=bias, device=device, dtype=dtype)
+
+
+@dataclass(frozen=True)
+class PatchKind:
+    """A ``patch_embed`` kind: its projection ``proj`` (in_chans, embed_dim, patch, bias, device, dtype), whether a
+    conv stem comes before it (``stem``), and whether an activation and a second projection ``fc`` follow (``mlp``)."""
+    projection: Callable[..., nn.Conv2d]
+    stem: bool = False
+    mlp: bool = False
+
+
+PATCH_KINDS: Dict[str, PatchKind] = {
+    'conv': PatchKind(_conv), 'linear': PatchKind(UnfoldLinear), 'conv_stem': PatchKind(_pointwise, stem=True),
+    'overlap': PatchKind(overlap_conv), 'mlp': PatchKind(_conv, mlp=True),
+}
+# Where each ``patch_norm`` normalises: (each patch's pixels before the projection, the embedding after it).
+PATCH_NORMS: Dict[Optional[str], Tuple[bool, bool]] = {
+    None: (False, False), 'pre': (True, False), 'post': (False, True), 'dual': (True, True)}
+
+
 def patch_projection(
         kind: str,
         in_chans: int,
@@ -142,11 +174,4 @@ def patch_projection(
         dtype=None,
 ) -> nn.Conv2d:
     """The pixel-to-token projection ``proj`` of a patch embedding ('conv_stem' projects the stem's output, 1x1)."""
-    dd = dict(device=device, dtype=dtype)
-    if kind == 'overlap':
-        return overlap_conv(in_chans, embed_dim, patch_size, bias, **dd)
-    if kind == 'conv_stem':
-        return nn.Conv2d(in_chans, embed_dim, 1, bias=bias, **dd)
-    if kind == 'linear':
-        return UnfoldLinear(in_chans, embed_dim, tuple(patch_size), bias, **dd)
-    return nn.Conv2d(in_chans, embed_dim, tuple(patch_size), stride=tuple(patch_size), bias=bias, **dd)  # conv, mlp
+    return PATCH_KINDS[kind].projection(in_chans, embed_dim, tuple(patch_size), bias, device=device, dtype=dtype)

@@ -15,6 +15,7 @@ from .config import resample_rule
 from .errors import ViTVariantsError
 from .geometry import RESAMPLE_OFFSETS, RESAMPLE_RULES, interpolate_grid, is_capturing, resample_table
 from .rope import inverse_powers
+from .scheme import SchemeModule
 
 __all__ = ['sincos_2d', 'sincos_2d_at', 'grid_coords', 'SinCos2dPosEmbed', 'LearnedPosResampler', 'PosEncodingGenerator']
 
@@ -54,7 +55,7 @@ def sincos_2d_at(coords: torch.Tensor, dim: int, temperature: float = 10000.) ->
 
 
 @register_notrace_module
-class SinCos2dPosEmbed(nn.Module):
+class SinCos2dPosEmbed(SchemeModule):
     """Fixed sin-cos table: a non-persistent buffer for the nominal grid, recomputed for any other grid."""
 
     def __init__(
@@ -99,10 +100,11 @@ class SinCos2dPosEmbed(nn.Module):
 
 
 @register_notrace_module
-class LearnedPosResampler(nn.Module):
+class LearnedPosResampler(SchemeModule):
     """Resamples a learned table to the runtime grid; in inference, each grid is resampled once and cached."""
 
     __jit_ignored_attributes__ = ['_cache']  # a Python-side cache keyed by grid; TorchScript takes the uncached path
+    learned_table = True
 
     def __init__(self, num_prefix_tokens: int = 0, rule: str = 'bigvision') -> None:
         super().__init__()
@@ -182,7 +184,7 @@ class LearnedPosResampler(nn.Module):
         return out
 
 
-class PosEncodingGenerator(nn.Module):
+class PosEncodingGenerator(SchemeModule):
     """CPVT's position encoding generator: tokens + depthwise 3x3 conv of the token grid; prefix tokens pass.
 
     Chu et al. 2021, *Conditional Positional Encodings for Vision Transformers* (arXiv:2102.10882).

@@ -1,7 +1,7 @@
-"""Position schemes: each way the model knows where its tokens are is one object, chosen from ``pos_embed``.
+"""Position schemes: each way the model knows where its tokens are is one object, built from the config's parts.
 
-``pos_embed`` names one scheme or two joined by '+' ('learn+rope', 'sincos+cpe', 'learn+relpos'); ``SCHEMES``, the
-one registry, builds each into the model's slot for its kind. A slot is a model attribute, None or a module, named
+``config.positions`` holds at most one scheme part per slot (``parts.PositionScheme``: 'learn' and 'rope', say);
+``SCHEMES``, the one registry, builds each into the model's slot its part names. A slot is a model attribute, None or a module, named
 by the state-dict prefix of what fills it, so saved folders keep their keys (``pos_embed``, ``rope.periods``,
 ``rope.freqs``, ``pos_cpe.proj.*``, ``rel_pos.tables``):
 
@@ -16,12 +16,14 @@ by the state-dict prefix of what fills it, so saved folders keep their keys (``p
 Schemes of packed NaFlex rows also ``prepare_rows`` for each chunk (rotations into the rows, a canvas, an index)
 into the ``BlockContext``, under their slot name. A scheme whose cost grows with the input says what a chunk holds
 for it per token pair (``pair_bytes``, counted in the packing budget) and refuses an input or a nominal grid over
-the model's ``limits`` before anything is made (``check_cost``). ``PositionsMixin`` is the one code that reads the
-slots: the embedding step, the block loop, the packed-row loop and ``set_input_size`` call it and name no scheme.
+the model's ``limits`` before anything is made (``check_cost``). These hooks are the declared protocol
+``SchemeModule`` (``scheme.py``), whose no-op defaults a scheme overrides where it needs them. ``PositionsMixin`` is
+the one code that reads the slots: the embedding step, the block loop, the packed-row loop and ``set_input_size``
+call it and name no scheme.
 
-A new scheme: a module with its slot's methods, a builder and a ``SCHEMES`` row (a new kind: a slot in ``SLOTS``
-and a call in ``PositionsMixin``), its ``pos_embed`` values in ``config.POS_EMBEDS``, and, if it owns a tensor that a
-grid change resizes, that key's rule in ``geometry.fit_tensor`` (listed in ``RESIZED_KEYS``).
+A new scheme: its part (a ``parts.PositionScheme`` subclass naming its slot), a ``SchemeModule`` with its slot's
+methods, a builder and a ``SCHEMES`` row (a new kind: a slot in ``SLOTS`` and a call in ``PositionsMixin``), and, if
+it owns a tensor that a grid change resizes, that key's rule in ``geometry.fit_tensor`` (listed in ``RESIZED_KEYS``).
 """
 from typing import Any, Callable, Dict, Iterable, List, Optional, Set, Tuple
 
@@ -31,43 +33,43 @@ from timm.layers import trunc_normal_
 
 from .block_context import BlockContext
 from .config import SimpleViTConfig
+from .parts import Cpe, Learned, RelPos, Rope, SinCos
 from .geometry import Geometry, fit_tensor, is_capturing
 from .posemb import LearnedPosResampler, PosEncodingGenerator, SinCos2dPosEmbed
 from .relpos import RelPosBias
 from .rope import create_rope
+from .scheme import SchemeModule
 
-__all__ = ['SCHEMES', 'SLOTS', 'RESIZED_KEYS', 'STEM_PATTERN', 'AFTER_FIRST_BLOCK', 'PositionsMixin', 'block_rotation',
+__all__ = ['SchemeModule', 'SCHEMES', 'SLOTS', 'RESIZED_KEYS', 'STEM_PATTERN', 'AFTER_FIRST_BLOCK', 'PositionsMixin', 'block_rotation',
            'build_positions']
 
-Builder = Callable[[SimpleViTConfig, Tuple[int, int], Dict[str, Any]], nn.Module]
+# A scheme's module from the config, its part (``parts.PositionScheme``), the nominal grid and device/dtype.
+Builder = Callable[[SimpleViTConfig, Any, Tuple[int, int], Dict[str, Any]], SchemeModule]
 
 
-def _sincos(cfg: SimpleViTConfig, grid: Tuple[int, int], dd: Dict[str, Any]) -> nn.Module:
-    return SinCos2dPosEmbed(cfg.embed_dim, grid, cfg.sincos_temperature, device=dd['device'])
+def _sincos(cfg: SimpleViTConfig, part: SinCos, grid: Tuple[int, int], dd: Dict[str, Any]) -> SchemeModule:
+    return SinCos2dPosEmbed(cfg.embed_dim, grid, part.temperature, device=dd['device'])
 
 
-def _learn(cfg: SimpleViTConfig, grid: Tuple[int, int], dd: Dict[str, Any]) -> nn.Module:
-    return LearnedPosResampler(cfg.num_prefix_slots, cfg.pos_embed_resample)
+def _learn(cfg: SimpleViTConfig, part: Learned, grid: Tuple[int, int], dd: Dict[str, Any]) -> SchemeModule:
+    return LearnedPosResampler(cfg.num_prefix_slots, part.resample)
 
 
-def _cpe(cfg: SimpleViTConfig, grid: Tuple[int, int], dd: Dict[str, Any]) -> nn.Module:
+def _cpe(cfg: SimpleViTConfig, part: Cpe, grid: Tuple[int, int], dd: Dict[str, Any]) -> SchemeModule:
     return PosEncodingGenerator(cfg.embed_dim, cfg.num_prefix_tokens, **dd)
 
 
-def _rope(cfg: SimpleViTConfig, grid: Tuple[int, int], dd: Dict[str, Any]) -> nn.Module:
-    return create_rope(cfg.rope_type, cfg.embed_dim // cfg.num_heads, cfg.depth, cfg.num_heads, cfg.rope_theta,
-                       ref_grid=cfg.rope_ref_grid, **dd)
+def _rope(cfg: SimpleViTConfig, part: Rope, grid: Tuple[int, int], dd: Dict[str, Any]) -> SchemeModule:
+    return create_rope(part.kind, cfg.embed_dim // cfg.num_heads, cfg.depth, cfg.num_heads, part.theta,
+                       ref_grid=part.ref_grid, **dd)
 
 
-def _relpos(cfg: SimpleViTConfig, grid: Tuple[int, int], dd: Dict[str, Any]) -> nn.Module:
+def _relpos(cfg: SimpleViTConfig, part: RelPos, grid: Tuple[int, int], dd: Dict[str, Any]) -> SchemeModule:
     return RelPosBias(grid, cfg.depth, cfg.num_heads, **dd)
 
 
-# Each scheme of a ``pos_embed`` value: its slot and its builder ('none' fills none).
-SCHEMES: Dict[str, Tuple[Optional[str], Optional[Builder]]] = {
-    'none': (None, None), 'sincos': ('abs_pos', _sincos), 'learn': ('abs_pos', _learn), 'rope': ('rope', _rope),
-    'relpos': ('rel_pos', _relpos), 'cpe': ('pos_cpe', _cpe),
-}
+# Each position scheme's builder, by its part's ``scheme`` name; the part says which slot it fills.
+SCHEMES: Dict[str, Builder] = {'sincos': _sincos, 'learn': _learn, 'rope': _rope, 'relpos': _relpos, 'cpe': _cpe}
 SLOTS = ('abs_pos', 'rope', 'rel_pos', 'pos_cpe')
 # The schemes' tensors a change of the nominal grid resizes (``geometry.fit_tensor``): the learned table, the
 # relative-position tables.
@@ -84,12 +86,11 @@ def build_positions(cfg: SimpleViTConfig, grid: Tuple[int, int], dd: Dict[str, A
                     ) -> Dict[str, Optional[nn.Module]]:
     """Every slot of a model of ``cfg`` (None where no scheme fills it), and the learned table ``pos_embed``."""
     built: Dict[str, Any] = {slot: None for slot in SLOTS}
-    for name in cfg.pos_embed.split('+'):
-        slot, build = SCHEMES[name]
-        if slot is not None:
-            built[slot] = build(cfg, grid, dd)
+    for part in cfg.positions:
+        built[part.slot] = SCHEMES[part.scheme](cfg, part, grid, dd)
+    learned = any(scheme is not None and scheme.learned_table for scheme in built.values())
     built['pos_embed'] = nn.Parameter(torch.zeros(1, grid[0] * grid[1] + cfg.num_prefix_slots, cfg.embed_dim, **dd)) \
-        if cfg.pos_table == 'learn' else None
+        if learned else None
     return built
 
 
@@ -167,14 +168,14 @@ class PositionsMixin:
         """Each scheme's ``check_cost`` for sequences of up to ``longest`` tokens on ``grids``."""
         for slot in SLOTS:
             scheme = getattr(self, slot)
-            if scheme is not None and hasattr(scheme, 'check_cost'):
+            if scheme is not None:
                 scheme.check_cost(longest, grids, itemsize, self.limits, what, device, key)
 
     @torch.jit.ignore
     def _pair_bytes(self, itemsize: int) -> int:
         """Bytes the schemes add to each (query, key) pair of a chunk of packed rows, beside its mask."""
         schemes = (getattr(self, slot) for slot in SLOTS)
-        return sum(s.pair_bytes(itemsize) for s in schemes if s is not None and hasattr(s, 'pair_bytes'))
+        return sum(s.pair_bytes(itemsize) for s in schemes if s is not None)
 
     @torch.jit.ignore
     def _rows_context(self, chunk, patches, inputs: Dict[str, torch.Tensor], dtype: torch.dtype) -> BlockContext:
@@ -183,7 +184,7 @@ class PositionsMixin:
         sizes: Dict[str, List[int]] = {}
         for slot in SLOTS:
             scheme = getattr(self, slot)
-            if scheme is not None and hasattr(scheme, 'prepare_rows'):
+            if scheme is not None:
                 scheme.prepare_rows(chunk, patches, inputs, tensors, sizes)
         return BlockContext(chunk.attn_mask(dtype), None, tensors, sizes)
 
@@ -201,7 +202,7 @@ class PositionsMixin:
                     setattr(module, name, nn.Parameter(fitted, requires_grad=old.requires_grad))
         for slot in SLOTS:
             scheme = getattr(self, slot)
-            if scheme is not None and hasattr(scheme, 'set_grid_size'):
+            if scheme is not None:
                 scheme.set_grid_size(after.grid)
 
     @torch.jit.ignore
@@ -209,7 +210,7 @@ class PositionsMixin:
         """``prune_intermediate_layers``' part: per-layer tensors kept for the first ``depth`` blocks only."""
         for slot in SLOTS:
             scheme = getattr(self, slot)
-            if scheme is not None and hasattr(scheme, 'keep_layers'):
+            if scheme is not None:
                 scheme.keep_layers(depth)
 
     def _init_positions(self) -> None:

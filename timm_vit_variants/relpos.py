@@ -30,6 +30,7 @@ from .geometry import is_capturing
 from .limits import Limits, rel_pos_bytes
 from .posemb import grid_coords
 from .relpos_resize import table_rows, timm_resize_table
+from .scheme import SchemeModule
 
 __all__ = ['RelPosBias', 'relative_index']
 
@@ -65,7 +66,7 @@ def _bias(table: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
 
 
 @register_notrace_module
-class RelPosBias(nn.Module):
+class RelPosBias(SchemeModule):
     """The relative-position scheme: ``tables`` (depth, entries, heads) and the nominal grid's index."""
 
     __jit_ignored_attributes__ = ['_cache']  # Python-side, by grid; TorchScript and captured graphs resize uncached

@@ -27,7 +27,7 @@ the sequences in the one embedding step, ``prepare_rows`` lays them into packed 
 block its own, and ``rotate_half`` says which pairs a block rotates.
 """
 import math
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 import torch.nn as nn
@@ -35,9 +35,10 @@ from timm.layers import AttentionRope
 from timm.models.vision_transformer import Block
 
 from .config import ROPE_TYPES
+from .scheme import SchemeModule
 
-__all__ = ['ROPE_TYPES', 'DinoV3Rope', 'AxialRope', 'MixedRope', 'Eva02Rope', 'RopeBlock', 'RotaryScheme',
-           'create_rope', 'dinov3_periods', 'identity_rotation', 'inverse_powers', 'rope_frequencies']
+__all__ = ['ROPE_TYPES', 'ROPE_FORMS', 'DinoV3Rope', 'AxialRope', 'MixedRope', 'Eva02Rope', 'RopeBlock',
+           'RotaryScheme', 'create_rope', 'dinov3_periods', 'identity_rotation', 'inverse_powers', 'rope_frequencies']
 
 
 def inverse_powers(theta: float, exponents: torch.Tensor) -> torch.Tensor:
@@ -71,7 +72,7 @@ def identity_rotation(like: torch.Tensor) -> torch.Tensor:
     return torch.cat([like.new_zeros(half), like.new_ones(half)])
 
 
-class RotaryScheme(nn.Module):
+class RotaryScheme(SchemeModule):
     """What the rotary forms share as a position scheme: the sequences' rotations, laid out for the blocks."""
     rotate_half = False  # the blocks rotate interleaved pairs, or (DINOv3) the two halves
 
@@ -193,16 +194,10 @@ class MixedRope(RotaryScheme):
 
 def create_rope(kind: str, head_dim: int, depth: int, num_heads: int, theta: float, device=None,
                 dtype=None, ref_grid: Optional[int] = None) -> nn.Module:
-    """The rotary-position module of a ``rope_type`` (``ROPE_TYPES``)."""
-    if kind == 'dinov3':
-        return DinoV3Rope(head_dim, theta, device=device, dtype=dtype)
-    if kind == 'axial':
-        return AxialRope(head_dim, theta)
-    if kind == 'mixed':
-        return MixedRope(head_dim, depth, num_heads, theta, device=device, dtype=dtype)
-    if kind == 'eva02':
-        return Eva02Rope(head_dim, theta, ref_grid)
-    raise ValueError(f'unknown rope_type {kind!r}; expected one of {ROPE_TYPES}')
+    """The rotary-position module of a ``rope_type`` (``ROPE_TYPES``), built by its row of ``ROPE_FORMS``."""
+    if kind not in ROPE_FORMS:
+        raise ValueError(f'unknown rope_type {kind!r}; expected one of {ROPE_TYPES}')
+    return ROPE_FORMS[kind](head_dim, depth, num_heads, theta, ref_grid, {'device': device, 'dtype': dtype})
 
 
 class RopeBlock(Block):
@@ -213,14 +208,15 @@ class RopeBlock(Block):
     """
 
     def __init__(self, dim: int, num_heads: int, *, rotate_half: bool, qkv_bias: bool = True,
-                 attn_drop: float = 0., proj_drop: float = 0., norm_layer=None, device=None, dtype=None,
-                 **kwargs) -> None:
-        super().__init__(dim, num_heads, qkv_bias=qkv_bias, attn_drop=attn_drop, proj_drop=proj_drop,
-                         norm_layer=norm_layer, device=device, dtype=dtype, **kwargs)
-        # Block's own attention has no rope argument; AttentionRope has the same qkv/proj names.
+                 qk_norm: bool = False, proj_bias: bool = True, attn_drop: float = 0., proj_drop: float = 0.,
+                 norm_layer=None, device=None, dtype=None, **kwargs) -> None:
+        super().__init__(dim, num_heads, qkv_bias=qkv_bias, qk_norm=qk_norm, proj_bias=proj_bias,
+                         attn_drop=attn_drop, proj_drop=proj_drop, norm_layer=norm_layer, device=device, dtype=dtype,
+                         **kwargs)
+        # Block's own attention has no rope argument; AttentionRope has the same qkv/proj (and q/k norm) names.
         self.attn = AttentionRope(dim, num_heads=num_heads, qkv_bias=qkv_bias, num_prefix_tokens=0,
-                                  attn_drop=attn_drop, proj_drop=proj_drop, rotate_half=rotate_half,
-                                  device=device, dtype=dtype)
+                                  attn_drop=attn_drop, proj_drop=proj_drop, norm_layer=norm_layer, qk_norm=qk_norm,
+                                  proj_bias=proj_bias, rotate_half=rotate_half, device=device, dtype=dtype)
 
     def forward(self, x: torch.Tensor, attn_mask: Optional[torch.Tensor] = None,
                 rope: Optional[torch.Tensor] = None) -> torch.Tensor:
@@ -261,3 +257,12 @@ class Eva02Rope(RotaryScheme):
         coords = torch.stack([y.reshape(-1), x.reshape(-1)], dim=1)
         sin, cos = self(coords, torch.tensor([rows, cols]).expand_as(coords))[0, 0].chunk(2, dim=-1)
         return cos, sin
+
+
+# Each rotary form by its ``rope_type``: (head_dim, depth, heads, theta, ref_grid, device/dtype) -> its module.
+ROPE_FORMS: Dict[str, Callable[[int, int, int, float, Optional[int], Dict[str, Any]], RotaryScheme]] = {
+    'dinov3': lambda hd, depth, heads, theta, ref, dd: DinoV3Rope(hd, theta, **dd),
+    'axial': lambda hd, depth, heads, theta, ref, dd: AxialRope(hd, theta),
+    'mixed': lambda hd, depth, heads, theta, ref, dd: MixedRope(hd, depth, heads, theta, **dd),
+    'eva02': lambda hd, depth, heads, theta, ref, dd: Eva02Rope(hd, theta, ref),
+}

@@ -15,7 +15,7 @@ from ._timm_compat import check_local_dir_configs
 from .checkpoints import check_folder
 from .checkpoints.files import CONFIG_FILE, read_json
 from .clip_models import CLIP_ARCHS, clip_default_cfgs, clip_tag_args
-from .config import MODELS, SIGLIP_TOWERS, SimpleViTConfig
+from .config import ARGUMENT_NAMES, MODELS, SIGLIP_TOWERS, SimpleViTConfig
 from .beit_models import BEIT_CFGS
 from .deit_models import DEIT3_CFGS, DEIT_CFGS
 from .dino_models import DINO_CFGS
@@ -226,8 +226,8 @@ def create_simple_vit(variant: str, pretrained: bool = False, **kwargs: Any) -> 
     out_indices = kwargs.pop('out_indices', 3)
     limits: Limits = kwargs.pop('limits', DEFAULT_LIMITS)  # a caller's lifted limits (vit-port --limit)
     # The one gate before anything is allocated, for every way timm builds one (local-dir:, hf-hub:, a name).
-    fields = {k: v for k, v in kwargs.items() if k in SimpleViTConfig.__dataclass_fields__}
-    MODELS[variant].config(**fields).check_limits(limits, path=_pretrained_source(kwargs.get('pretrained_cfg')))
+    config = MODELS[variant].config(**{k: v for k, v in kwargs.items() if k in ARGUMENT_NAMES})
+    config.check_limits(limits, path=_pretrained_source(kwargs.get('pretrained_cfg')))
     return build_model_with_cfg(
         SimpleVisionTransformer,
         variant,
@@ -235,7 +235,7 @@ def create_simple_vit(variant: str, pretrained: bool = False, **kwargs: Any) -> 
         pretrained_filter_fn=checkpoint_filter_fn,
         feature_cfg=dict(out_indices=out_indices, feature_cls='getter'),
         limits=limits,  # what one input may cost the model, too (relative positions)
-        **dict(MODELS[variant].kwargs, **kwargs),
+        **config.to_dict(include_training=True), **{k: v for k, v in kwargs.items() if k not in ARGUMENT_NAMES},
     )
 
 

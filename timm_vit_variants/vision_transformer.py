@@ -6,98 +6,36 @@ One class covers both input pipelines:
   * the original ViT / vit_jax / timm pipeline: Conv2d patchifier, [CLS] token and a
     learned position table (with or without a cls slot) resampled when the grid changes.
 The input side is configurable (``patch_embed``, ``patch_norm``, ``pos_embed`` incl. CPVT's 'cpe',
-``grid_mode``; see ``SimpleViTConfig``). State-dict names follow timm's VisionTransformer, so timm
-ViT checkpoints map one to one.
+``grid_mode``; see ``SimpleViTConfig``). The model is built from parts by class: norms, MLPs and blocks from
+``layers.py``'s tables (timm's ``norm_layer``, ``mlp_layer``, ``block_fn``), the position schemes from
+``positions.py``, the pooling kind and head from ``heads.py``; it names no kind itself. State-dict names follow
+timm's VisionTransformer, so timm ViT checkpoints map one to one.
 """
-from collections import OrderedDict
-from functools import partial
 from typing import Any, Dict, List, Optional, Set, Tuple, Union
 
 import torch
 import torch.nn as nn
-from timm.layers import AttentionPoolLatent, LayerNorm, Mlp, SwiGLU, SwiGLUPacked, get_act_layer, trunc_normal_
+from timm.layers import get_act_layer, trunc_normal_
 from timm.models import named_apply
-from timm.models.vision_transformer import Block, init_weights_vit_jax
+from timm.models.vision_transformer import init_weights_vit_jax
 from torch.utils.checkpoint import checkpoint
 
-from .attention_pool import QueryAttentionPool
-from ._timm_compat import (
-    declare_first_conv, feature_take_indices, get_device_dtype, update_model_args, update_model_input_size)
+from ._timm_compat import declare_first_conv, feature_take_indices, update_model_input_size
 from .checkpoints import load_into_model
 from .config import SimpleViTConfig, TensorSpec
 from .errors import ViTVariantsError
 from .geometry import Geometry, check_fit
+from .heads import HeadMixin
+from .layers import BLOCKS, MLP_LAYERS, build_blocks, norm_layer as layer_norm
 from .limits import DEFAULT_LIMITS, Limits
 from .block_context import BlockContext
 from .embedding import EmbeddingMixin
+from .parts import Learned
 from .naflex import NaFlexMixin, Patches, drop_tokens, is_naflex
 from .patch_embed import AdaptivePatchEmbed
 from .positions import AFTER_FIRST_BLOCK, STEM_PATTERN, PositionsMixin, block_rotation, build_positions
-from .eva_block import eva_blocks
-from .rope import RopeBlock
 
 __all__ = ['SimpleVisionTransformer']
-
-
-def _exact_width_mlp(in_features: int, hidden_features: Optional[int] = None, *, width: int, **kwargs) -> Mlp:
-    # timm's Block sizes the MLP as int(dim * ratio); checkpoints need an exact width.
-    return Mlp(in_features, width, **kwargs)
-
-
-def _exact_width_swiglu(in_features: int, hidden_features: Optional[int] = None, *, width: int,
-                        **kwargs) -> nn.Module:
-    # SwiGLUPacked's fc1 holds both halves: twice the gated width.
-    return SwiGLUPacked(in_features, 2 * width, **kwargs)
-
-
-def _exact_width_split_swiglu(in_features: int, hidden_features: Optional[int] = None, *, width: int,
-                              **kwargs) -> nn.Module:
-    # timm's SwiGLU: separate gate (fc1_g) and value (fc1_x) projections of the gated width (DINOv3's w1, w2).
-    return SwiGLU(in_features, width, **kwargs)
-
-
-_MLPS = {'mlp': _exact_width_mlp, 'swiglu_packed': _exact_width_swiglu, 'swiglu': _exact_width_split_swiglu}
-
-
-class PlainBlock(Block):
-    """timm's pre-norm ``Block``, callable as every block of the loop is, ``(x, attn_mask, rope)``: it has no
-    rotations, so ``rope`` is None (the position schemes hand one only to rotary blocks)."""
-
-    def forward(self, x: torch.Tensor, attn_mask: Optional[torch.Tensor] = None,
-                rope: Optional[torch.Tensor] = None) -> torch.Tensor:
-        x = x + self.drop_path1(self.ls1(self.attn(self.norm1(x), attn_mask=attn_mask)))
-        x = x + self.drop_path2(self.ls2(self.mlp(self.norm2(x))))
-        return x
-
-
-def _blocks(cfg: SimpleViTConfig, act_layer: Any, norm_layer: Any, dd: Dict[str, Any],
-            rotate_half: Optional[bool]) -> nn.Sequential:
-    """timm's pre-norm transformer blocks, with the config's exact MLP width and a linear drop-path schedule.
-
-    ``rotate_half`` (None without rotations) is the rotary scheme's pair layout: the same block, its attention
-    taking each layer's rotations (rope.py).
-    """
-    dpr = [x.item() for x in torch.linspace(0, cfg.drop_path_rate, cfg.depth, device='cpu')]
-    if cfg.block_type == 'eva':  # EVA-02: timm's EvaBlock (eva_block.py)
-        return eva_blocks(cfg, act_layer, norm_layer, dpr, dd, rotate_half)
-    block = PlainBlock if rotate_half is None else partial(RopeBlock, rotate_half=rotate_half)
-    return nn.Sequential(*[
-        block(
-            dim=cfg.embed_dim,
-            num_heads=cfg.num_heads,
-            mlp_ratio=cfg.mlp_dim / cfg.embed_dim,
-            qkv_bias=cfg.qkv_bias,
-            proj_drop=cfg.proj_drop_rate,
-            attn_drop=cfg.attn_drop_rate,
-            drop_path=dpr[i],
-            act_layer=act_layer,
-            norm_layer=norm_layer,
-            init_values=cfg.init_values,
-            mlp_layer=partial(_MLPS[cfg.mlp_layer], width=cfg.mlp_dim),
-            depth=i,
-            **dd,
-        )
-        for i in range(cfg.depth)])
 
 
 def _init_weights(module: nn.Module, name: str = '') -> None:
@@ -108,7 +46,7 @@ def _init_weights(module: nn.Module, name: str = '') -> None:
         init_weights_vit_jax(module, name)
 
 
-class SimpleVisionTransformer(EmbeddingMixin, NaFlexMixin, PositionsMixin, nn.Module):
+class SimpleVisionTransformer(EmbeddingMixin, NaFlexMixin, PositionsMixin, HeadMixin, nn.Module):
     """Plain ViT with a resolution-adaptive patch embedding and timm's complete model interface.
 
     Built from a ``SimpleViTConfig``, or from its fields as keyword arguments (which is how
@@ -128,7 +66,9 @@ class SimpleVisionTransformer(EmbeddingMixin, NaFlexMixin, PositionsMixin, nn.Mo
     ) -> None:
         """
         Args:
-            config: The settings; when None, ``kwargs`` are ``SimpleViTConfig`` fields (unknown ones raise TypeError).
+            config: The settings; when None, built by ``SimpleViTConfig.of(**kwargs)``: its parts (objects or JSON
+                dicts) and release 0.2.0's flat names, which timm's ``create_model`` passes (an unknown name raises
+                TypeError, as any Python call's); else ``kwargs`` change it (``config.replace``).
             device, dtype: Where and in what dtype to create the parameters (e.g. 'meta').
             limits: What one input may cost (``Limits.rel_pos_bytes``); ``DEFAULT_LIMITS`` when None.
         """
@@ -136,78 +76,60 @@ class SimpleVisionTransformer(EmbeddingMixin, NaFlexMixin, PositionsMixin, nn.Mo
         if limits is not None:
             self.limits = limits
         if config is None:
-            config = SimpleViTConfig(**kwargs)
+            config = SimpleViTConfig.of(**kwargs)
         elif kwargs:
             config = config.replace(**kwargs)
         self.config = cfg = config
         dd = {'device': device, 'dtype': dtype}
-        norm_layer = partial(LayerNorm, eps=cfg.norm_eps)
-        act_layer = get_act_layer(cfg.act_layer)
+        block = cfg.block
+        norm_layer = layer_norm(block.norm, block.norm_eps)
+        act_layer = get_act_layer(block.act)
         embed_dim = cfg.embed_dim
 
         self.num_classes = cfg.num_classes
-        self.global_pool = cfg.global_pool
+        self.global_pool = cfg.head.pool.kind
         self.in_chans = cfg.in_chans
         self.embed_dim = self.num_features = embed_dim
-        self.head_hidden_size = cfg.rep_size or cfg.pool_width
+        self.head_hidden_size = cfg.head.rep_size or cfg.pool_width
         self.num_prefix_tokens = cfg.num_prefix_tokens
-        self.num_reg_tokens = cfg.reg_tokens
-        self.has_class_token = cfg.class_token
+        self.num_reg_tokens = cfg.tokens.registers
+        self.has_class_token = cfg.tokens.cls
         self.distilled_training = False  # DeiT: forward_head returns both heads' logits in training when set
-        self.pos_embed_type = cfg.pos_embed
-        self.pos_embed_cls_slot = cfg.pos_embed_cls_slot
+        self.pos_embed_type = cfg.flat_pos_embed
+        self.pos_embed_cls_slot = cfg.num_prefix_slots > 0
         self.grad_checkpointing = False
 
         self.patch_embed = AdaptivePatchEmbed(
             img_size=cfg.img_size, patch_size=cfg.patch_size, in_chans=cfg.in_chans, embed_dim=embed_dim,
-            grid_mode=cfg.grid_mode, kind=cfg.patch_embed, norm=cfg.patch_norm, norm_eps=cfg.norm_eps,
-            act_layer=act_layer, bias=cfg.patch_bias, **dd)
+            grid_mode=cfg.grid_mode, kind=cfg.patch.kind, norm=cfg.patch.norm, norm_eps=block.norm_eps,
+            act_layer=act_layer, norm_layer=norm_layer, bias=cfg.patch.bias, **dd)
         declare_first_conv(self, Geometry.of(cfg).kernel_key.rsplit('.', 1)[0])
         grid = self.patch_embed.grid_size
 
-        self.cls_token = nn.Parameter(torch.zeros(1, 1, embed_dim, **dd)) if cfg.class_token else None
-        self.dist_token = nn.Parameter(torch.zeros(1, 1, embed_dim, **dd)) if cfg.dist_token else None
-        self.reg_token = nn.Parameter(torch.zeros(1, cfg.reg_tokens, embed_dim, **dd)) if cfg.reg_tokens else None
-        # The position schemes of pos_embed, each in its slot (positions.py), and a learned table's pos_embed.
+        tokens = cfg.tokens
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, embed_dim, **dd)) if tokens.cls else None
+        self.dist_token = nn.Parameter(torch.zeros(1, 1, embed_dim, **dd)) if tokens.dist else None
+        self.reg_token = nn.Parameter(torch.zeros(1, tokens.registers, embed_dim, **dd)) if tokens.registers else None
+        # The position schemes, each in its slot (positions.py), and a learned table's pos_embed.
         positions = build_positions(cfg, grid, dd)
         for name, value in positions.items():
             setattr(self, name, value)
-        self.pos_drop = nn.Dropout(cfg.pos_drop_rate)
-        self.norm_pre = norm_layer(embed_dim, **dd) if cfg.pre_norm else nn.Identity()
+        self.pos_drop = nn.Dropout(cfg.training.pos_drop_rate)
+        self.norm_pre = norm_layer(embed_dim, **dd) if tokens.pre_norm else nn.Identity()
 
-        self.blocks = _blocks(cfg, act_layer, norm_layer, dd, block_rotation(positions))
+        self.blocks = build_blocks(
+            BLOCKS[block.kind], cfg.depth, cfg.training.drop_path_rate, dim=embed_dim, num_heads=cfg.num_heads,
+            mlp=MLP_LAYERS[block.mlp], mlp_width=block.mlp_dim, mlp_bias=block.mlp_bias, mlp_norm=block.mlp_norm,
+            qkv_bias=block.qkv_bias, qkv_fused=block.qkv_fused, qk_norm=block.qk_norm, proj_bias=block.proj_bias,
+            init_values=block.init_values, act_layer=act_layer, norm_layer=norm_layer,
+            proj_drop=cfg.training.proj_drop_rate, attn_drop=cfg.training.attn_drop_rate,
+            rotate_half=block_rotation(positions), **dd)
         reduction = self.patch_embed.patch_size[0]
         self.feature_info = [dict(module=f'blocks.{i}', num_chs=embed_dim, reduction=reduction)
                              for i in range(cfg.depth)]
-        # CLIPA (fc_norm) normalises the pooled vector only; CoCa's pooler normalises its own outputs.
-        token_norm = cfg.final_norm and not cfg.fc_norm and cfg.global_pool != 'coca'
-        self.norm = norm_layer(embed_dim, **dd) if token_norm else nn.Identity()
-        # DINOv3's untied final norms: cls_norm over [CLS, registers], norm over the patch tokens
-        self.cls_norm = norm_layer(embed_dim, **dd) if cfg.untie_cls_and_patch_norms else None
-        self.fc_norm = norm_layer(embed_dim, **dd) if cfg.fc_norm else nn.Identity()
-        # big_vision's MAPHead is exactly timm's AttentionPoolLatent: a learned probe queries every token, no
-        # residual around that attention, then x + MLP(LN(x)). timm sizes its MLP as int(D * ratio), so the
-        # ratio is nudged by half a unit to land on the exact width a checkpoint has (4304 for So400m).
-        self.attn_pool = AttentionPoolLatent(
-            embed_dim, num_heads=cfg.num_heads, mlp_ratio=(cfg.mlp_dim + 0.5) / embed_dim, qkv_bias=cfg.qkv_bias,
-            norm_layer=norm_layer, act_layer=act_layer, **dd) if cfg.global_pool == 'map' else \
-            QueryAttentionPool(cfg.attn_pool_dim, embed_dim, cfg.attn_pool_heads, cfg.attn_pool_queries, norm_layer,
-                               **dd) if cfg.global_pool == 'coca' else None
+        self._build_head(cfg, norm_layer, act_layer, dd)
 
-        if cfg.rep_size:
-            self.pre_logits = nn.Sequential(OrderedDict([
-                ('fc', nn.Linear(cfg.pool_width, cfg.rep_size, **dd)),
-                ('act', nn.Tanh()),
-            ]))
-        else:
-            self.pre_logits = nn.Identity()
-        self.head_drop = nn.Dropout(cfg.drop_rate)
-        self.head = nn.Linear(self.head_hidden_size, cfg.num_classes, bias=cfg.head_bias, **dd) \
-            if cfg.num_classes > 0 else nn.Identity()
-        # DeiT's classifier of the distillation token
-        self.head_dist = self._dist_head(cfg.num_classes, dd) if cfg.dist_token else None
-
-        if cfg.weight_init != 'skip':
+        if cfg.training.weight_init != 'skip':
             self.init_weights()
 
     @classmethod
@@ -239,8 +161,7 @@ class SimpleVisionTransformer(EmbeddingMixin, NaFlexMixin, PositionsMixin, nn.Mo
             nn.init.normal_(self.reg_token, std=1e-6)  # as timm
         if self.dist_token is not None:
             trunc_normal_(self.dist_token, std=.02)  # as DeiT and timm
-        if isinstance(self.attn_pool, QueryAttentionPool):
-            trunc_normal_(self.attn_pool.query, std=self.config.attn_pool_dim ** -0.5)
+        self._init_pool()
         named_apply(_init_weights, self)
 
     @torch.jit.ignore
@@ -252,7 +173,8 @@ class SimpleVisionTransformer(EmbeddingMixin, NaFlexMixin, PositionsMixin, nn.Mo
         what the model computes there itself (for FlexiViT: big_vision's run-time resize from the stored
         7x7 table, at any patch size).
         """
-        load_into_model(self, checkpoint_path, prefix=prefix, resample_like=self.config.pos_embed_resample)
+        learned = self.config.position(Learned) or Learned()
+        load_into_model(self, checkpoint_path, prefix=prefix, resample_like=learned.resample)
 
     @torch.jit.ignore
     def no_weight_decay(self) -> Set[str]:
@@ -270,50 +192,6 @@ class SimpleVisionTransformer(EmbeddingMixin, NaFlexMixin, PositionsMixin, nn.Mo
     @torch.jit.ignore
     def set_grad_checkpointing(self, enable: bool = True) -> None:
         self.grad_checkpointing = enable
-
-    @torch.jit.ignore
-    def set_distilled_training(self, enable: bool = True) -> None:
-        """DeiT's distillation training: in training mode, ``forward_head`` returns (head, head_dist) logits."""
-        self.distilled_training = enable
-
-    @torch.jit.ignore
-    def get_classifier(self) -> Union[nn.Module, Tuple[nn.Module, nn.Module]]:
-        """The head; with a distillation token (head, head_dist), as timm's ``VisionTransformerDistilled``."""
-        return self.head if self.head_dist is None else (self.head, self.head_dist)
-
-    def _dist_head(self, num_classes: int, dd: Dict[str, Any]) -> nn.Module:
-        return nn.Linear(self.head_hidden_size, num_classes, **dd) if num_classes > 0 else nn.Identity()
-
-    def reset_classifier(self, num_classes: int, global_pool: Optional[str] = None) -> None:
-        """Replace the head with a zero-initialised one (``num_classes=0`` removes it)."""
-        if global_pool is not None:
-            self.config.replace(global_pool=global_pool)  # the config's own refusals (an unknown pool, no [CLS])
-            if global_pool in ('map', 'coca') and global_pool != self.global_pool:
-                raise ViTVariantsError(f"global_pool={global_pool!r} needs the model's attention pool, which a reset "
-                                       f"cannot create (create the model with global_pool={global_pool!r})")
-            if self.global_pool == 'coca' and global_pool != 'coca':
-                raise ViTVariantsError("a 'coca' pooler holds the final norm and sets the pooled width, so it cannot "
-                                       'be reset to another pooling')
-            if global_pool != 'map' and self.global_pool == 'map':
-                self.attn_pool = None  # as timm: leaving 'map' removes the attention pool
-            self.global_pool = global_pool
-            update_model_args(self, global_pool=global_pool)
-        self.num_classes = num_classes
-        # a new classifier has a bias, as timm's, whatever the projection it replaces had
-        self.config = self.config.replace(num_classes=num_classes, global_pool=self.global_pool, head_bias=True)
-        if num_classes > 0:
-            self.head = nn.Linear(self.head_hidden_size, num_classes, **get_device_dtype(self))
-            nn.init.zeros_(self.head.weight)
-            nn.init.zeros_(self.head.bias)
-        else:
-            self.head = nn.Identity()
-        self.head.train(self.training)
-        if self.head_dist is not None:
-            self.head_dist = self._dist_head(num_classes, get_device_dtype(self))
-            if num_classes > 0:
-                nn.init.zeros_(self.head_dist.weight)
-                nn.init.zeros_(self.head_dist.bias)
-            self.head_dist.train(self.training)
 
     def set_input_size(
             self,
@@ -354,8 +232,9 @@ class SimpleVisionTransformer(EmbeddingMixin, NaFlexMixin, PositionsMixin, nn.Mo
         if not torch.jit.is_scripting():
             if is_naflex(x):
                 patches = self._naflex_patches(x)
-                if self.training and self.config.patch_drop_rate > 0:
-                    patches = drop_tokens(patches, self.config.patch_drop_rate)
+                rate = self.config.training.patch_drop_rate
+                if self.training and rate > 0:
+                    patches = drop_tokens(patches, rate)
                 self._check_positions_cost(patches, 'patch_coord' if isinstance(x, dict) else None)
                 sequences, inputs = self._embed(patches)
                 final, taken = self._run_packed(sequences[0], patches, inputs, take, stop)
@@ -448,7 +327,8 @@ class SimpleVisionTransformer(EmbeddingMixin, NaFlexMixin, PositionsMixin, nn.Mo
             self.pre_logits = nn.Identity()
             self.head_hidden_size = self.embed_dim
             self.config = self.config.replace(rep_size=None)
-            self.reset_classifier(0, None if self.global_pool == 'coca' else '')  # CoCa's pooler holds its norm
+            # a pool holding the final norm (CoCa's) stays
+            self.reset_classifier(0, None if self.config.head.pool.owns_final_norm else '')
         return take_indices
 
     def get_intermediate_layers(
@@ -503,51 +383,6 @@ class SimpleVisionTransformer(EmbeddingMixin, NaFlexMixin, PositionsMixin, nn.Mo
                 if i in take:
                     taken.append(x)
         return x, taken
-
-    def pool(self, x: torch.Tensor, pool_type: Optional[str] = None,
-             patch_valid: Optional[torch.Tensor] = None) -> torch.Tensor:
-        """Pool the final tokens; ``patch_valid`` [B, N] leaves padding out (a masked mean, a key-only MAP mask)."""
-        pool_type = self.global_pool if pool_type is None else pool_type
-        if self.attn_pool is not None and pool_type in ('map', 'coca'):
-            keys = None if patch_valid is None else \
-                torch.cat([patch_valid.new_ones(x.shape[0], self.num_prefix_tokens), patch_valid], dim=1)
-            if pool_type == 'coca':
-                return self.attn_pool(x, keys)[:, 0]
-            return self.attn_pool(x) if keys is None else self.attn_pool(x, attn_mask=keys[:, None, None, :])
-        if pool_type == 'avg':
-            patches = x[:, self.num_prefix_tokens:]
-            if patch_valid is None:
-                return patches.mean(dim=1)
-            weight = patch_valid.to(patches.dtype).unsqueeze(-1)
-            return (patches * weight).sum(dim=1) / weight.sum(dim=1).clamp(min=1)
-        if pool_type == 'token':
-            return x[:, 0] if self.dist_token is None else (x[:, 0] + x[:, 1]) / 2  # DeiT's pooled pair
-        return x
-
-    def forward_head(self, x: torch.Tensor, pre_logits: bool = False,
-                     patch_valid: Optional[torch.Tensor] = None) -> torch.Tensor:
-        """Pool, pre-logits, head; ``x`` may be ``forward_features``' NaFlex dict (its ``patch_valid`` is used)."""
-        if not torch.jit.is_scripting():
-            if is_naflex(x):
-                x, patch_valid = x['patches'], x['patch_valid']
-        if self.dist_token is not None and self.global_pool == 'token':
-            return self._distilled_head(x, pre_logits)
-        x = self.fc_norm(self.pool(x, patch_valid=patch_valid))
-        x = self.pre_logits(x)
-        x = self.head_drop(x)
-        return x if pre_logits else self.head(x)
-
-    def _distilled_head(self, x: torch.Tensor, pre_logits: bool) -> torch.Tensor:
-        """DeiT's two heads: the mean of head([CLS]) and head_dist(dist) (of the two tokens for ``pre_logits``); in
-        distilled training (``set_distilled_training``) both logits, as timm's ``VisionTransformerDistilled``."""
-        cls, dist = self.head_drop(x[:, 0]), self.head_drop(x[:, 1])
-        if pre_logits:
-            return (cls + dist) / 2
-        cls, dist = self.head(cls), self.head_dist(dist)
-        if not torch.jit.is_scripting():
-            if self.distilled_training and self.training:
-                return cls, dist
-        return (cls + dist) / 2
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Logits (or the embedding, without a head; a CLIP tower's ``encode_image``, unnormalised, with its

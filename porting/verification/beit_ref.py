@@ -25,6 +25,7 @@ import torch.nn as nn
 
 from timm_vit_variants.checkpoints.beit import MIM_ONLY
 from timm_vit_variants.checkpoints.files import SINGLE_WEIGHT_FILES, read_json
+from timm_vit_variants.parts import Learned, RelPos
 from timm_vit_variants.relpos_resize import beit_resize_table
 
 from .deit3_ref import deit_table
@@ -58,8 +59,8 @@ def beit_outputs(check: Check, x: torch.Tensor, mixed: Optional[Dict[str, torch.
 
     source, runs_at, target = check.source, check.runs_at, check.target
     rows, cols = runs_at.grid_size
-    ape = source.pos_embed.startswith('learn')
-    rule = runs_at.rel_pos_resample
+    ape = source.position(Learned) is not None
+    rule = runs_at.position(RelPos).resample
     if target is not None:
         check.require_own_resize('BEiT', 'deit' if ape else None, owner="BEiT's")
         if rule == 'beit' and rows != cols:
@@ -68,11 +69,11 @@ def beit_outputs(check: Check, x: torch.Tensor, mixed: Optional[Dict[str, torch.
     shared = _SHARED in state
     (ph, pw), dim = runs_at.patch_size, source.embed_dim
     model = Beit(img_size=(rows * ph, cols * pw), patch_size=(ph, pw), in_chans=source.in_chans,
-                 num_classes=source.num_classes, global_pool='avg' if source.fc_norm else 'token', embed_dim=dim,
-                 depth=source.depth, num_heads=source.num_heads, qkv_bias=source.qkv_bias,
-                 mlp_ratio=(source.mlp_dim + 0.5) / dim, norm_layer=partial(nn.LayerNorm, eps=source.norm_eps),
-                 init_values=source.init_values, use_abs_pos_emb=ape, use_rel_pos_bias=not shared,
-                 use_shared_rel_pos_bias=shared, use_fc_norm=source.fc_norm)
+                 num_classes=source.num_classes, global_pool='avg' if source.head.fc_norm else 'token', embed_dim=dim,
+                 depth=source.depth, num_heads=source.num_heads, qkv_bias=source.block.qkv_bias,
+                 mlp_ratio=(source.block.mlp_dim + 0.5) / dim, norm_layer=partial(nn.LayerNorm, eps=source.block.norm_eps),
+                 init_values=source.block.init_values, use_abs_pos_emb=ape, use_rel_pos_bias=not shared,
+                 use_shared_rel_pos_bias=shared, use_fc_norm=source.head.fc_norm)
     name = "timm Beit + timm's beit checkpoint_filter_fn"
     if target is not None:
         src_grid = source.grid_size
@@ -104,7 +105,7 @@ def hf_beit_outputs(cls: Any, folder: Path, check: Check, x: torch.Tensor) -> Ou
                           "neither BEiT's rule nor timm's")
     # a *Model pools (its pooling layer: the mean's norm, or [CLS]) exactly when the folder was read with pooling
     pooling = {} if cls.__name__.endswith('ForImageClassification') else \
-        {'add_pooling_layer': bool(check.source.global_pool)}
+        {'add_pooling_layer': bool(check.source.head.pool.kind)}
     model = cls.from_pretrained(str(folder), attn_implementation='eager', **pooling).float().eval()
     backbone = next((getattr(model, n) for n in ('data2vec_vision', 'beit') if hasattr(model, n)), model)
     with torch.no_grad():

@@ -15,6 +15,7 @@ from timm_vit_variants import SimpleVisionTransformer, SimpleViTConfig
 from timm_vit_variants.checkpoints import SourceCheckpoint
 from timm_vit_variants.clip_models import clip_tag_facts
 from timm_vit_variants.limits import DEFAULT_LIMITS, Limits
+from timm_vit_variants.parts import Learned
 
 from ..hashing import source_sha256
 from ..hub_folder import build_as_timm, folder_dtype, load_folder, read_config
@@ -62,7 +63,7 @@ def loads_as_written(folder: Union[str, Path], expected: SimpleViTConfig, labels
     matching count); otherwise what differs, as the reason a check fails: a folder that loads as another model
     never passes, whatever the model in memory gave."""
     model, _ = build_as_timm(folder, limits)
-    built, wanted = model.config.to_dict(), expected.to_dict()
+    built, wanted = model.config.to_flat(), expected.to_flat()
     where = "the folder loads as another model than was converted (timm.create_model('local-dir:...', pretrained=True))"
     for name, value in wanted.items():
         if built.get(name) != value:
@@ -204,7 +205,7 @@ def verify_folder(source: Union[str, Path], folder: Union[str, Path], options: S
     options = with_tag_facts(options, tag)
     with open_source(resolved.path, options, limits) as src:
         require_reference(src.format)
-        rule = converted.pos_embed_resample if src.config.pos_table == 'learn' else None
+        rule = getattr(converted.position(Learned), 'resample', None) if src.config.position(Learned) else None
         plan = make_plan(src, TargetOptions(img_size=converted.img_size, patch_size=converted.patch_size,
                                             num_classes=converted.num_classes, resample_like=rule,
                                             dtype=folder_dtype(raw, folder)), limits)
@@ -237,7 +238,7 @@ def verify_folder(source: Union[str, Path], folder: Union[str, Path], options: S
 
 def _first_difference(expected: SimpleViTConfig, found: SimpleViTConfig, src: SourceCheckpoint) -> str:
     """'field: source X, folder Y' for the first architectural field that differs ('' when none does)."""
-    ours, theirs = expected.to_dict(), found.to_dict()
+    ours, theirs = expected.to_flat(), found.to_flat()
     for name in ours:
         if ours[name] != theirs.get(name):
             why = (f' (the source does not record it and {ours[name]!r} was assumed: give it if the folder is '

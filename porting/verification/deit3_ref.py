@@ -60,8 +60,8 @@ def deit3_outputs(check: Check, x: torch.Tensor, mixed: Optional[Dict[str, torch
         model = timm.create_model(
             _ENTRY, pretrained=False, img_size=(rows * ph, cols * pw), patch_size=(ph, pw), in_chans=source.in_chans,
             num_classes=source.num_classes, embed_dim=dim, depth=source.depth, num_heads=source.num_heads,
-            mlp_ratio=(source.mlp_dim + 0.5) / dim, qkv_bias=source.qkv_bias, act_layer=source.act_layer,
-            norm_layer=partial(nn.LayerNorm, eps=source.norm_eps))
+            mlp_ratio=(source.block.mlp_dim + 0.5) / dim, qkv_bias=source.block.qkv_bias, act_layer=source.block.act,
+            norm_layer=partial(nn.LayerNorm, eps=source.block.norm_eps))
     state = checkpoint_filter_fn(state, model, adapt_layer_scale=True)
     state['pos_embed'] = table
     model.load_state_dict(state, strict=True, assign=True)

@@ -17,6 +17,7 @@ from timm_vit_variants.checkpoints.pickle_store import read_weights
 from timm_vit_variants.config import SimpleViTConfig
 from timm_vit_variants.errors import ViTVariantsError
 from timm_vit_variants.memory import release_after_use
+from timm_vit_variants.parts import Learned
 
 from .result import Check, NoReference, Outputs
 from .streamed import as_float32, trace_blocks
@@ -53,19 +54,19 @@ def _timm_dinov2(config: SimpleViTConfig, rows: int, cols: int) -> nn.Module:
     from timm.layers import Mlp, SwiGLUPacked
     from timm.models.vision_transformer import VisionTransformer
 
-    dim, mlp = config.embed_dim, config.mlp_dim
-    swiglu = config.mlp_layer == 'swiglu_packed'
+    dim, mlp = config.embed_dim, config.block.mlp_dim
+    swiglu = config.block.mlp == 'swiglu_packed'
     hidden = 2 * mlp if swiglu else mlp
-    registers, patch = config.reg_tokens, config.patch_size
+    registers, patch = config.tokens.registers, config.patch_size
     with torch.device('meta'):
         model = VisionTransformer(
             img_size=(rows * patch[0], cols * patch[1]), patch_size=patch, in_chans=config.in_chans,
             num_classes=0, global_pool='token', embed_dim=dim, depth=config.depth,
-            num_heads=config.num_heads, mlp_ratio=(hidden + 0.5) / dim, qkv_bias=config.qkv_bias,
-            init_values=config.init_values or 1.0, reg_tokens=registers, no_embed_class=bool(registers),
+            num_heads=config.num_heads, mlp_ratio=(hidden + 0.5) / dim, qkv_bias=config.block.qkv_bias,
+            init_values=config.block.init_values or 1.0, reg_tokens=registers, no_embed_class=bool(registers),
             mlp_layer=SwiGLUPacked if swiglu else Mlp,
             act_layer=nn.SiLU if swiglu else nn.GELU,
-            norm_layer=partial(nn.LayerNorm, eps=config.norm_eps))
+            norm_layer=partial(nn.LayerNorm, eps=config.block.norm_eps))
     if model.blocks[0].mlp.fc1.out_features != hidden:
         raise ViTVariantsError(f'timm cannot express an MLP width of {mlp} for width {dim}')
     return model
@@ -77,8 +78,8 @@ def dinov2_outputs(check: Check, x: torch.Tensor, mixed: Optional[Dict[str, torc
     from timm.models.vision_transformer import checkpoint_filter_fn
 
     source, runs_at = check.source, check.runs_at
-    check.require_own_resize('DINOv2', source.pos_embed_resample)
-    registers = bool(source.reg_tokens)
+    check.require_own_resize('DINOv2', getattr(source.position(Learned), 'resample', None))
+    registers = bool(source.tokens.registers)
     rows, cols = runs_at.grid_size
     state = dict(read_weights(check.path, check.weights_key))
     state['pos_embed'] = dinov2_table(state['pos_embed'], rows, cols, registers)

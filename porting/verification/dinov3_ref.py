@@ -18,6 +18,7 @@ from timm_vit_variants.checkpoints.pickle_store import read_weights
 from timm_vit_variants.config import SimpleViTConfig
 from timm_vit_variants.dino_models import EVA_ROPE, eva_rope_args
 from timm_vit_variants.memory import release_after_use
+from timm_vit_variants.parts import Rope
 
 from .result import Check, NoReference, Outputs
 from .streamed import as_float32, trace_blocks
@@ -27,24 +28,24 @@ __all__ = ['bare_eva', 'dinov3_outputs', 'eva_model', 'load_eva', 'timm_eva_outp
 
 def eva_model(config: SimpleViTConfig, rows: int, cols: int, **extra: Any) -> nn.Module:
     """timm's ``Eva`` with DINOv3/RoPE-ViT blocks for ``config`` at a rows x cols grid, on the meta device; its
-    RoPE is ``config.rope_type`` as timm's port builds it (``dino_models.EVA_ROPE``)."""
+    RoPE is ``config.position(Rope).kind`` as timm's port builds it (``dino_models.EVA_ROPE``)."""
     from timm.layers import LayerNorm
     from timm.models.eva import Eva
 
-    dim, mlp = config.embed_dim, config.mlp_dim
-    swiglu = config.mlp_layer == 'swiglu'
+    dim, mlp = config.embed_dim, config.block.mlp_dim
+    swiglu = config.block.mlp == 'swiglu'
     patch = config.patch_size
     with torch.device('meta'):
         return Eva(
             img_size=(rows * patch[0], cols * patch[1]), patch_size=patch, in_chans=config.in_chans,
-            num_classes=config.num_classes, global_pool=config.global_pool, embed_dim=dim,
-            depth=config.depth, num_heads=config.num_heads, qkv_bias=config.qkv_bias,
+            num_classes=config.num_classes, global_pool=config.head.pool.kind, embed_dim=dim,
+            depth=config.depth, num_heads=config.num_heads, qkv_bias=config.block.qkv_bias,
             # EvaBlock sizes the MLP as int(D * ratio): half a unit more lands on the exact width
             mlp_ratio=(mlp + 0.5) / dim, swiglu_mlp=swiglu,
-            swiglu_align_to=1 if swiglu else 0, init_values=config.init_values or 1.0,
-            num_reg_tokens=config.reg_tokens, use_rot_pos_emb=True, use_fc_norm=False,
-            norm_layer=partial(LayerNorm, eps=config.norm_eps),
-            **eva_rope_args(config.rope_type, config.rope_theta), **extra)
+            swiglu_align_to=1 if swiglu else 0, init_values=config.block.init_values or 1.0,
+            num_reg_tokens=config.tokens.registers, use_rot_pos_emb=True, use_fc_norm=False,
+            norm_layer=partial(LayerNorm, eps=config.block.norm_eps),
+            **eva_rope_args(config.position(Rope).kind, config.position(Rope).theta), **extra)
 
 
 def load_eva(model: nn.Module, state: Dict[str, torch.Tensor]) -> nn.Module:
@@ -85,7 +86,7 @@ def dinov3_outputs(check: Check, x: torch.Tensor, mixed: Optional[Dict[str, torc
     x = x[..., :rows * runs_at.patch_size[0], :cols * runs_at.patch_size[1]]
     with torch.no_grad():
         if untied:
-            cls_norm = nn.LayerNorm(untied['weight'].shape[0], eps=source.norm_eps)
+            cls_norm = nn.LayerNorm(untied['weight'].shape[0], eps=source.block.norm_eps)
             cls_norm.load_state_dict(untied)
             final, model.norm = model.norm, nn.Identity()
             tokens = model.forward_features(x)
@@ -115,11 +116,11 @@ def timm_eva_outputs(check: Check, x: torch.Tensor, mixed: Optional[Dict[str, to
 
     folder = Path(check.path)
     source, runs_at = check.source, check.runs_at
-    check.require_own_resize('timm', 'timm' if source.pos_embed == 'learn+rope' else None)
+    check.require_own_resize('timm', 'timm' if source.flat_pos_embed == 'learn+rope' else None)
     if folder.is_dir():
         config = read_json(str(folder / 'config.json')) if (folder / 'config.json').is_file() else {}
         if not EVA_ARCHITECTURES.match(str(config.get('architecture'))):
-            raise NoReference(f"timm's VisionTransformer has no equivalent of pos_embed={source.pos_embed!r}")
+            raise NoReference(f"timm's VisionTransformer has no equivalent of pos_embed={source.flat_pos_embed!r}")
         files = [folder / name for name in SINGLE_WEIGHT_FILES if (folder / name).is_file()]
         if not files:
             raise NoReference('timm can only load an unsharded Hub folder (config.json + model.safetensors)')
@@ -129,7 +130,7 @@ def timm_eva_outputs(check: Check, x: torch.Tensor, mixed: Optional[Dict[str, to
         name = f"timm.create_model('local-dir:...', dynamic_img_size=True) ({config['architecture']})"
     else:
         model = load_eva(bare_eva(source), timm_weights(folder, check.weights_key))
-        name = (f"timm Eva ({EVA_ROPE[source.rope_type][2]} blocks) + the state dict loaded strictly (shared with "
+        name = (f"timm Eva ({EVA_ROPE[source.position(Rope).kind][2]} blocks) + the state dict loaded strictly (shared with "
                 'the converter: the head count, LayerNorm eps and pooling a bare state dict does not record)')
     rows, cols = runs_at.grid_size
     x = x[..., :rows * runs_at.patch_size[0], :cols * runs_at.patch_size[1]]
@@ -143,7 +144,7 @@ def bare_eva(config: SimpleViTConfig) -> nn.Module:
     """timm's ``Eva`` as its DINOv3 or RoPE-ViT entries build it, for a bare state dict's ``config``, at the source
     grid with ``dynamic_img_size`` (timm then resizes an absolute table with its own rule)."""
     rows, cols = config.grid_size
-    if config.rope_type == 'dinov3':
+    if config.position(Rope).kind == 'dinov3':
         return eva_model(config, rows, cols, dynamic_img_size=True, use_abs_pos_emb=False, attn_type='eva')
-    return eva_model(config, rows, cols, dynamic_img_size=True, attn_type='rope', class_token=config.class_token,
-                     no_embed_class=True, use_abs_pos_emb=config.pos_embed == 'learn+rope')
+    return eva_model(config, rows, cols, dynamic_img_size=True, attn_type='rope', class_token=config.tokens.cls,
+                     no_embed_class=True, use_abs_pos_emb=config.flat_pos_embed == 'learn+rope')

@@ -34,6 +34,7 @@ from timm_vit_variants.checkpoints.files import SINGLE_WEIGHT_FILES, read_json
 from timm_vit_variants.checkpoints.pickle_store import read_weights
 from timm_vit_variants.config import SimpleViTConfig
 from timm_vit_variants.dino_models import eva_rope_args
+from timm_vit_variants.parts import Learned, Rope
 
 from .dinov3_ref import load_eva
 from .result import Check, NoReference, Outputs, ReferenceFailed
@@ -50,17 +51,17 @@ def eva02_timm_model(config: SimpleViTConfig, rows: int, cols: int, dynamic: boo
     from timm.layers import LayerNorm
     from timm.models.eva import Eva
 
-    dim, patch, ref = config.embed_dim, config.patch_size, config.rope_ref_grid
+    dim, patch, ref = config.embed_dim, config.patch_size, config.position(Rope).ref_grid
     with torch.device('meta'):
         return Eva(
             img_size=(rows * patch[0], cols * patch[1]), patch_size=patch, in_chans=config.in_chans,
-            num_classes=config.num_classes, global_pool=config.global_pool, embed_dim=dim, depth=config.depth,
-            num_heads=config.num_heads, qkv_bias=config.qkv_bias, qkv_fused=config.qkv_fused,
-            mlp_ratio=(config.mlp_dim + 0.5) / dim,  # EvaBlock takes int(D * ratio): the exact width
-            swiglu_mlp=True, scale_mlp=config.mlp_norm, swiglu_align_to=1 if config.mlp_layer == 'swiglu' else 0,
-            init_values=config.init_values, use_rot_pos_emb=True, ref_feat_shape=(ref, ref),
-            **eva_rope_args(config.rope_type, config.rope_theta),
-            use_fc_norm=config.fc_norm, dynamic_img_size=dynamic, norm_layer=partial(LayerNorm, eps=config.norm_eps))
+            num_classes=config.num_classes, global_pool=config.head.pool.kind, embed_dim=dim, depth=config.depth,
+            num_heads=config.num_heads, qkv_bias=config.block.qkv_bias, qkv_fused=config.block.qkv_fused,
+            mlp_ratio=(config.block.mlp_dim + 0.5) / dim,  # EvaBlock takes int(D * ratio): the exact width
+            swiglu_mlp=True, scale_mlp=config.block.mlp_norm, swiglu_align_to=1 if config.block.mlp == 'swiglu' else 0,
+            init_values=config.block.init_values, use_rot_pos_emb=True, ref_feat_shape=(ref, ref),
+            **eva_rope_args(config.position(Rope).kind, config.position(Rope).theta),
+            use_fc_norm=config.head.fc_norm, dynamic_img_size=dynamic, norm_layer=partial(LayerNorm, eps=config.block.norm_eps))
 
 
 def eva02_table(table: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
@@ -112,11 +113,11 @@ def eva02_outputs(check: Check, x: torch.Tensor, mixed: Optional[Dict[str, torch
         raise NoReference('EVA-02 takes one integer image size: it defines no non-square grid')
     rows, cols = runs_at.grid_size
     folder = Path(check.path)
-    if source.pos_embed_resample == 'deit':  # BAAI's file
+    if getattr(source.position(Learned), 'resample', None) == 'deit':  # BAAI's file
         check.require_own_resize('EVA-02', 'deit', "EVA-02's run_class_finetuning")
         model, mim, own = _baai_model(check, rows, cols)
         resized = check.target is not None
-        grid = f'the {source.rope_ref_grid}x{source.rope_ref_grid} pretraining grid of the RoPE, '
+        grid = f'the {source.position(Rope).ref_grid}x{source.position(Rope).ref_grid} pretraining grid of the RoPE, '
         name = ("timm Eva (eva02_* blocks) + timm's eva checkpoint_filter_fn" +
                 (', the MIM-only mask_token/lm_head dropped by hand' if mim else '') +
                 (f", the file's own RoPE tables ({own[:-3]}cos/sin, as EVA's code loads them)" if own else '') +
@@ -138,7 +139,7 @@ def eva02_outputs(check: Check, x: torch.Tensor, mixed: Optional[Dict[str, torch
             rows0, cols0 = source.grid_size
             model = eva02_timm_model(source, rows0, cols0, dynamic=True)
             name = ('timm Eva (eva02_* blocks, dynamic_img_size) + the state dict loaded strictly (shared with the '
-                    f'converter: the head count and the {source.rope_ref_grid}x{source.rope_ref_grid} RoPE grid a '
+                    f'converter: the head count and the {source.position(Rope).ref_grid}x{source.position(Rope).ref_grid} RoPE grid a '
                     'state dict does not record)')
         model = load_eva(model, timm_weights(folder if not folder.is_dir() else files[0], check.weights_key))
     x = x[..., :rows * runs_at.patch_size[0], :cols * runs_at.patch_size[1]]

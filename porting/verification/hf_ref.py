@@ -58,7 +58,7 @@ def hf_outputs(check: Check, x: torch.Tensor, mixed: Optional[Dict[str, torch.Te
     cls = _declared_class(transformers, cfg, 'ViTForImageClassification' if check.source.num_classes else 'ViTModel')
     classify = cls.__name__.endswith('ForImageClassification')
     # A bare ViTModel's pooler (Dense + tanh) is our pre-logits layer when the reader found one.
-    kwargs = {'add_pooling_layer': bool(check.source.rep_size)} if cls is transformers.ViTModel else {}
+    kwargs = {'add_pooling_layer': bool(check.source.head.rep_size)} if cls is transformers.ViTModel else {}
     model = _run_in_float32(cls.from_pretrained(str(folder), attn_implementation='eager', **kwargs).eval())
     pooled = None
     resize = {'interpolate_pos_encoding': True} if target is not None else {}

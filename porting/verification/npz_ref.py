@@ -21,6 +21,7 @@ import numpy as np
 import torch.nn as nn
 
 from timm_vit_variants.config import SimpleViTConfig
+from timm_vit_variants.parts import SinCos
 
 from .archive import ExtendedArchive
 from .naflex_ref import naflex_model
@@ -72,9 +73,9 @@ def _additions(path: str, headers: Dict[str, Any], config: SimpleViTConfig) -> L
     """
     prefix = _prefix(headers)
     extra = []
-    if config.pos_embed == 'sincos':
+    if config.flat_pos_embed == 'sincos':
         extra.append((f'{prefix}pos_embedding', bigvision_posemb_sincos_2d(
-            *config.grid_size, config.embed_dim, config.sincos_temperature)))
+            *config.grid_size, config.embed_dim, config.position(SinCos).temperature)))
     if f'{prefix}probe' in headers and f'{prefix}MAPHead_0/probe' not in headers:
         moved = [n for n in headers if n.startswith(prefix) and n[len(prefix):].split('/')[0] in _OLD_MAP_HEAD]
         with np.load(path, allow_pickle=False) as archive:
@@ -185,7 +186,7 @@ def npz_model(path: str, config: SimpleViTConfig) -> TimmReference:
         ref = naflex_model(path, config, _prefix(headers))
         recorded.regroup(ref.model)
         return ref
-    head = _pre_logits_head(path) if config.rep_size else None
+    head = _pre_logits_head(path) if config.head.rep_size else None
     extra = _additions(path, headers, config)
     with tempfile.TemporaryDirectory(prefix='vit-port-verify-') as tmp:
         readable = _timm_readable(path, headers, Path(tmp), extra)

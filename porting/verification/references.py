@@ -22,6 +22,7 @@ import torch.nn as nn
 from timm_vit_variants.config import SimpleViTConfig
 from timm_vit_variants.errors import first_line, reraised_as
 from timm_vit_variants.memory import release_after_use
+from timm_vit_variants.parts import Rope
 
 from ..extras import require
 
@@ -74,7 +75,7 @@ def _timm_outputs(check: Check, x: torch.Tensor, mixed: Optional[Dict[str, torch
         return timm_wrapper_outputs(check, x, mixed)
     if is_timm_beit_folder(check.path):
         return beit_outputs(check, x, mixed)
-    if check.source.pos_embed.endswith('rope'):
+    if check.source.position(Rope) is not None:
         return timm_eva_outputs(check, x, mixed)
     build = functools.partial(timm_model, limits=check.limits, weights_key=check.weights_key)
     return timm_network(build)(check, x, mixed)

@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from timm_vit_variants.checkpoints.pickle_store import read_weights
+from timm_vit_variants.parts import Rope
 
 from .dinov3_ref import eva_model, load_eva
 from .result import Check, NoReference, Outputs
@@ -40,10 +41,10 @@ def ropevit_outputs(check: Check, x: torch.Tensor, mixed: Optional[Dict[str, tor
     from timm.models.eva import checkpoint_filter_fn
 
     source, runs_at = check.source, check.runs_at
-    check.require_own_resize('RoPE-ViT', 'ropevit' if source.pos_embed == 'learn+rope' else None)
+    check.require_own_resize('RoPE-ViT', 'ropevit' if source.flat_pos_embed == 'learn+rope' else None)
     rows, cols = runs_at.grid_size
     state = dict(read_weights(check.path, check.weights_key))  # RoPE-ViT's {'model': ...}, as the converter read it
-    learned, ape = source.rope_type == 'mixed', 'pos_embed' in state
+    learned, ape = source.position(Rope).kind == 'mixed', 'pos_embed' in state
     table = ropevit_table(state.pop('pos_embed'), rows, cols) if ape else None
     freqs = state.pop('freqs', None)
     for name in ('freqs_t_x', 'freqs_t_y'):

@@ -27,6 +27,7 @@ from timm_vit_variants.config import SimpleViTConfig
 from timm_vit_variants.errors import ViTVariantsError
 from timm_vit_variants.limits import rel_pos_bytes
 from timm_vit_variants.memory import file_mapped_ranges, release_tensor, releasing, scratch
+from timm_vit_variants.parts import RelPos
 
 from ..sizes import parse_size
 
@@ -87,7 +88,7 @@ def run_bytes(config: SimpleViTConfig) -> int:
     relative positions over S tokens, each block's (S, S) int64 index that the reference (timm's ``Beit``) keeps,
     and the most held beside them: timm's ``gen_relative_position_index`` building one (six (S, S) int64 tensors
     at its peak), or one block's bias with its copy (gathered, then laid out per head). Nothing for other schemes."""
-    if not config.pos_relpos:
+    if config.position(RelPos) is None:
         return 0
     pairs = (config.grid_size[0] * config.grid_size[1] + config.num_prefix_tokens) ** 2
     return config.depth * 8 * pairs + max(48 * pairs, 2 * rel_pos_bytes(1, config.num_heads) * pairs)

@@ -6,6 +6,8 @@ never ours.
 """
 import torch
 
+from timm_vit_variants.parts import SinCos
+
 from .deit3_ref import deit_table
 from .naflex_ref import classic_state
 from .result import Check, NoReference
@@ -32,10 +34,10 @@ def at_target(ref: TimmReference, check: Check) -> TimmReference:
         kernel = state['patch_embed.proj.weight'].detach().numpy()
         state['patch_embed.proj.weight'] = torch.from_numpy(flexi_pi_resize(kernel, *target_patch))
     source_grid, target_grid = source.grid_size, target.grid_size
-    pos = source.pos_embed
+    pos = source.flat_pos_embed
     if pos == 'sincos':
         state['pos_embed'] = torch.from_numpy(bigvision_posemb_sincos_2d(
-            *target_grid, source.embed_dim, source.sincos_temperature))
+            *target_grid, source.embed_dim, source.position(SinCos).temperature))
     elif pos == 'learn' and source_grid != target_grid:
         prefix = source.num_prefix_slots
         table = state['pos_embed'].detach()

@@ -15,6 +15,7 @@ from timm_vit_variants.checkpoints.pickle_store import read_weights
 from timm_vit_variants.config import SimpleViTConfig, grid_for, is_family_architecture
 from timm_vit_variants.errors import ViTVariantsError
 from timm_vit_variants.limits import DEFAULT_LIMITS, Limits
+from timm_vit_variants.parts import Learned
 
 from .result import NoReference, Outputs
 from .streamed import as_float32, materialize
@@ -54,47 +55,47 @@ def timm_equivalent(config: SimpleViTConfig, num_classes: Optional[int] = None, 
     from timm.models.deit import VisionTransformerDistilled
     from timm.models.vision_transformer import VisionTransformer
 
-    if config.dist_token and (config.global_pool != 'token' or not config.pos_embed_cls_slot):
+    if config.tokens.dist and (config.head.pool.kind != 'token' or not config.num_prefix_slots):
         raise NoReference("timm's VisionTransformerDistilled reads its two tokens with 'token' pooling and gives both "
                           'a table slot')
-    beyond = [f'{name}={getattr(config, name)!r}' for name, same in _TIMM_INPUT_SIDE.items()
-              if getattr(config, name) not in same]
+    flat = config.to_flat()
+    beyond = [f'{name}={flat[name]!r}' for name, same in _TIMM_INPUT_SIDE.items() if flat[name] not in same]
     if beyond:
         raise NoReference(f"timm's VisionTransformer has no equivalent of {', '.join(beyond)}")
-    if config.patch_bias == config.pre_norm:
+    if config.patch.bias == config.tokens.pre_norm:
         raise NoReference("timm's patch conv has a bias exactly when there is no pre-norm (norm_pre)")
     from timm.layers import Mlp, SwiGLUPacked
 
-    embed_dim, mlp_dim = config.embed_dim, config.mlp_dim
-    swiglu = config.mlp_layer == 'swiglu_packed'
+    embed_dim, mlp_dim = config.embed_dim, config.block.mlp_dim
+    swiglu = config.block.mlp == 'swiglu_packed'
     hidden = 2 * mlp_dim if swiglu else mlp_dim  # SwiGLUPacked's fc1 holds both halves
     with torch.device('meta'):
-        model = (VisionTransformerDistilled if config.dist_token else VisionTransformer)(
+        model = (VisionTransformerDistilled if config.tokens.dist else VisionTransformer)(
             img_size=config.img_size,
             patch_size=config.patch_size,
             in_chans=config.in_chans,
             num_classes=config.num_classes if num_classes is None else num_classes,
-            global_pool=config.global_pool,
+            global_pool=config.head.pool.kind,
             embed_dim=embed_dim,
             depth=config.depth,
             num_heads=config.num_heads,
             mlp_ratio=(hidden + 0.5) / embed_dim,  # timm takes int(dim * ratio): this lands on the width exactly
             mlp_layer=SwiGLUPacked if swiglu else Mlp,
-            init_values=config.init_values,
-            reg_tokens=config.reg_tokens,
-            qkv_bias=config.qkv_bias,
-            class_token=config.class_token,
-            pos_embed='none' if config.pos_embed == 'none' else 'learn',
-            no_embed_class=not (config.pos_embed_cls_slot and config.class_token),
-            fc_norm=config.fc_norm,
-            final_norm=config.final_norm,
-            pre_norm=config.pre_norm,
-            act_layer=config.act_layer,
-            norm_layer=partial(nn.LayerNorm, eps=config.norm_eps),
+            init_values=config.block.init_values,
+            reg_tokens=config.tokens.registers,
+            qkv_bias=config.block.qkv_bias,
+            class_token=config.tokens.cls,
+            pos_embed='none' if config.flat_pos_embed == 'none' else 'learn',
+            no_embed_class=not config.num_prefix_slots,
+            fc_norm=config.head.fc_norm,
+            final_norm=config.head.final_norm,
+            pre_norm=config.tokens.pre_norm,
+            act_layer=config.block.act,
+            norm_layer=partial(nn.LayerNorm, eps=config.block.norm_eps),
         )
     if model.blocks[0].mlp.fc1.out_features != hidden:
         raise ViTVariantsError(f'timm cannot express an MLP width of {mlp_dim} for width {embed_dim}')
-    if not config.head_bias and isinstance(model.head, nn.Linear):  # a CLIP projection
+    if not config.head.bias and isinstance(model.head, nn.Linear):  # a CLIP projection
         model.head = nn.Linear(model.head.in_features, model.head.out_features, bias=False, device='meta')
     # storage on a scratch mapping for a loader that copies into it; left on the meta device for one that assigns
     return (materialize(model) if storage else model).eval()
@@ -106,7 +107,7 @@ def naflex_vit(config: SimpleViTConfig) -> nn.Module:
     Built on the meta device, uninitialised, as ``timm_equivalent``."""
     from timm.models.naflexvit import NaFlexVit, NaFlexVitCfg
 
-    rule = config.pos_embed_resample
+    rule = getattr(config.position(Learned), 'resample', None)
     if rule not in _NAFLEX_INTERP:
         raise NoReference(f"timm's NaFlexVit has no {rule!r} table resize")
     cfg = NaFlexVitCfg(
@@ -114,19 +115,19 @@ def naflex_vit(config: SimpleViTConfig) -> nn.Module:
         embed_dim=config.embed_dim,
         depth=config.depth,
         num_heads=config.num_heads,
-        mlp_ratio=(config.mlp_dim + 0.5) / config.embed_dim,
-        qkv_bias=config.qkv_bias,
-        act_layer=config.act_layer,
-        global_pool=config.global_pool,
+        mlp_ratio=(config.block.mlp_dim + 0.5) / config.embed_dim,
+        qkv_bias=config.block.qkv_bias,
+        act_layer=config.block.act,
+        global_pool=config.head.pool.kind,
         pos_embed_grid_size=config.grid_size,
         pos_embed_interp_mode=_NAFLEX_INTERP[rule],
-        class_token=config.class_token,
+        class_token=config.tokens.cls,
     )
     with torch.device('meta'):
         model = NaFlexVit(cfg, in_chans=config.in_chans, num_classes=config.num_classes, img_size=config.img_size)
     for module in model.modules():
         if isinstance(module, nn.LayerNorm):
-            module.eps = config.norm_eps
+            module.eps = config.block.norm_eps
     return model
 
 
@@ -238,7 +239,7 @@ def timm_model(path: str, config: SimpleViTConfig, limits: Limits = DEFAULT_LIMI
         if 'embeds.proj.weight' in state:  # a NaFlexVit state dict
             model, name = naflex_vit(config), 'timm NaFlexVit + timm load_state_dict'
         else:
-            if config.rep_size:
+            if config.head.rep_size:
                 head = PreLogitsHead.pop_from(state)
             model = timm_equivalent(config, num_classes=0 if head is not None else None, storage=False)  # assigned
             name = f'timm {type(model).__name__} + timm load_state_dict'

@@ -27,6 +27,7 @@ import torch.nn as nn
 
 from ..beit_models import BEIT
 from ..config import SimpleViTConfig
+from ..parts import Learned
 from .fills import Misfit
 from .hf_dinov3 import q_none_v_bias
 from .preprocessing import assumed_preprocessing
@@ -140,7 +141,7 @@ class BeitCheckpoint(SourceCheckpoint):
             parts.append('q/v biases')
         self.notes.append(f"detected a BEiT model ({', '.join(parts)}; BEiT's cubic table resize)"
                           + (f'; masked-image-modelling parts left out: {_summary(skipped)}' if skipped else ''))
-        return SimpleViTConfig(**dict(
+        return SimpleViTConfig.of(**dict(
             BEIT, img_size=(side * patch_h, side * patch_w), patch_size=(patch_h, patch_w), in_chans=in_chans,
             num_classes=num_classes, global_pool='avg' if mean_pool else 'token', fc_norm=mean_pool, embed_dim=dim,
             depth=depth, num_heads=heads, mlp_dim=mlp_dim,
@@ -183,9 +184,9 @@ class TimmBeitCheckpoint(BeitCheckpoint):
             self._classes is not None)
         local = {n[len(p):] for n in self._candidates()}
         built.check(self, dict(
-            depth=config.depth, embed_dim=config.embed_dim, mlp_dim=config.mlp_dim, num_heads=config.num_heads,
-            qkv_bias=config.qkv_bias, abs_pos_emb=config.pos_embed.startswith('learn'),
-            shared_rel_pos_bias=self._shared, layer_scale=config.init_values is not None, fc_norm=config.fc_norm,
+            depth=config.depth, embed_dim=config.embed_dim, mlp_dim=config.block.mlp_dim, num_heads=config.num_heads,
+            qkv_bias=config.block.qkv_bias, abs_pos_emb=config.position(Learned) is not None,
+            shared_rel_pos_bias=self._shared, layer_scale=config.block.init_values is not None, fc_norm=config.head.fc_norm,
             num_classes=config.num_classes), local, evidence=dict(
             num_heads=f'{p}{table} {self._shape(p + table)}: (rows, heads)',
             qkv_bias=f'{p}blocks.0.attn.q_bias {"stored" if "blocks.0.attn.q_bias" in local else "absent"}',

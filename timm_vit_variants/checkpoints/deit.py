@@ -120,7 +120,7 @@ class Deit3Checkpoint(LayerScaleBlocks):
         record_family(self)
         self.notes.append('detected a DeiT-III model (models_v2 vit_models, LayerScale gamma_1/gamma_2, a table with '
                           "no [CLS] slot: resize rule 'deit', DeiT's main.py bicubic without antialias)")
-        return SimpleViTConfig(**dict(
+        return SimpleViTConfig.of(**dict(
             DEIT3, img_size=(self.grid[0] * patch_h, self.grid[1] * patch_w), patch_size=(patch_h, patch_w),
             in_chans=in_chans, num_classes=num_classes, embed_dim=dim, depth=depth, num_heads=heads, mlp_dim=mlp_dim,
             qkv_bias='blocks.0.attn.qkv.bias' in names, act_layer=hints.get('act_layer') or DEIT3['act_layer'],

@@ -38,7 +38,7 @@ class Dinov2Checkpoint(SourceCheckpoint):
         key = pattern.replace('{i}', str(block))
         if key == 'reg_token':
             return Rule((_REGISTERS,)), None
-        if self.config.mlp_layer == 'swiglu_packed':
+        if self.config.block.mlp == 'swiglu_packed':
             key = renamed(key, _SWIGLU)
         return Rule((key,)), None
 
@@ -60,7 +60,7 @@ class Dinov2Checkpoint(SourceCheckpoint):
             f'detected a DINOv2 backbone ({"SwiGLU, " if swiglu else ""}{reg_tokens} registers): table resize rule '
             f"{rule!r} ({'bicubic with antialias, no offset' if reg_tokens else 'bicubic at scale (n + 0.1) / N, no antialias'}"
             f", as the hub builds it); {_MASK} is stored for masked training and skipped")
-        return SimpleViTConfig(**dict(
+        return SimpleViTConfig.of(**dict(
             DINOV2, img_size=(self.grid[0] * patch_h, self.grid[1] * patch_w), patch_size=(patch_h, patch_w),
             in_chans=in_chans, embed_dim=dim, depth=depth, num_heads=heads, mlp_dim=mlp_dim,
             mlp_layer='swiglu_packed' if swiglu else 'mlp', qkv_bias='blocks.0.attn.qkv.bias' in names,

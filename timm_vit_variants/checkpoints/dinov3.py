@@ -56,7 +56,7 @@ class Dinov3Checkpoint(SourceCheckpoint):
             return Rule((_PERIODS,)), None
         if key.endswith('attn.qkv.bias'):
             return Rule((key, key + '_mask'), masked_bias), None
-        if self.config.mlp_layer == 'swiglu':
+        if self.config.block.mlp == 'swiglu':
             key = renamed(key, _SWIGLU)
         return Rule((key,)), None
 
@@ -88,7 +88,7 @@ class Dinov3Checkpoint(SourceCheckpoint):
             'coordinates, half-split) '
             f'from the stored {self._store.dtype(_PERIODS)} periods; the k third of the qkv bias zeroed by its '
             f'bias_mask at load; {", ".join(skipped) or "nothing"} stored for training and skipped')
-        return SimpleViTConfig(**dict(
+        return SimpleViTConfig.of(**dict(
             DINOV3, img_size=img_size, patch_size=(patch_h, patch_w), in_chans=in_chans, embed_dim=dim, depth=depth,
             num_heads=heads, mlp_dim=mlp_dim, mlp_layer='swiglu' if swiglu else 'mlp', qkv_bias=qkv_bias,
             reg_tokens=reg_tokens, untie_cls_and_patch_norms=untied,

@@ -108,7 +108,7 @@ class Eva02Checkpoint(SourceCheckpoint):
              'the final norm kept on every token' if mim else '') +
             ("; the table resizes by EVA's run_class_finetuning rule (bicubic, no antialias: 'deit')"
              if self._baai else "; the table resizes by timm's rule"))
-        return SimpleViTConfig(**dict(
+        return SimpleViTConfig.of(**dict(
             EVA02, img_size=(self.grid[0] * patch_h, self.grid[1] * patch_w), patch_size=(patch_h, patch_w),
             in_chans=in_chans, num_classes=self._shape('head.weight')[0] if has_head else 0, global_pool=pool,
             embed_dim=dim, depth=depth, num_heads=heads, mlp_dim=mlp_dim, mlp_layer=mlp_layer, rope_ref_grid=ref,

@@ -11,6 +11,7 @@ import re
 from typing import Any, Dict, Optional, Tuple
 
 from ..config import SimpleViTConfig
+from ..parts import MapPool
 from .fills import copy, dense_patch_kernel, flatten_grid_table, fuse_head_bias, fuse_heads, hwio_to_oihw, merge_heads, \
     transpose
 from .naflex_reader import NaFlexReader
@@ -149,7 +150,7 @@ class FlaxCheckpoint(SourceCheckpoint):
         else:
             img_size = self._unrecorded('img_size', hints, 224, 'the archive has no position table, so its image '
                                         'size is not recorded (a sin-cos table fits any size)')
-        return SimpleViTConfig(
+        return SimpleViTConfig.of(
             img_size=img_size,
             patch_size=(patch_h, patch_w),
             in_chans=in_chans,
@@ -184,7 +185,7 @@ class FlaxCheckpoint(SourceCheckpoint):
         return 'bigvision'
 
     def _preprocessing_defaults(self) -> Dict[str, Tuple[Any, str]]:
-        return self.SIGLIP_PREPROCESSING if self.config.global_pool == 'map' else self.PREPROCESSING_DEFAULTS
+        return self.SIGLIP_PREPROCESSING if isinstance(self.config.head.pool, MapPool) else self.PREPROCESSING_DEFAULTS
 
     def _map_head(self, local: set) -> Optional[str]:
         """Where the MAP head's names start ('MAPHead_0/', or '' for the old inlined layout), None without one.

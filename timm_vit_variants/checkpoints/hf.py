@@ -260,7 +260,7 @@ class HFCheckpoint(TransformersCheckpoint):
         num_classes = self._shape('classifier.weight')[0] if 'classifier.weight' in self._store else 0
         self._check_dims('classifier.weight', classes=num_classes, width=rep_size)
         self.label_names = self._labels(num_classes)
-        return SimpleViTConfig(
+        return SimpleViTConfig.of(
             num_classes=num_classes, global_pool='token' if class_token else 'avg', fc_norm=False,
             qkv_bias=bool(self.source_config.get('qkv_bias', True)), class_token=class_token, pos_embed='learn',
             pos_embed_cls_slot=class_token, pos_embed_resample='hf', rep_size=rep_size, **network)

@@ -118,7 +118,7 @@ class HFBeitCheckpoint(HFCheckpoint):
             + (f'; {_MASK.format(p=self._prefix)} is for masked pretraining and skipped'
                if _MASK.format(p=self._prefix) in self._store else ''))
         # the folder's activation and eps (``network``) over the family's
-        return SimpleViTConfig(**dict(
+        return SimpleViTConfig.of(**dict(
             BEIT, num_classes=num_classes, global_pool=('avg' if pooler else '') if mean_pool else 'token',
             fc_norm=mean_pool and pooler, final_norm=pooler,
             qkv_bias=True, init_values=float(init) if init > 0 else None,

@@ -141,7 +141,7 @@ class HFClipCheckpoint(HFCheckpoint):
             self.notes.append(f'detected: {self._source_class()}, its classifier on the mean of the patch tokens '
                               f'as the last block leaves them (avg pooling, no final norm); skipped '
                               f'{self._prefix}post_layernorm, which its logits do not use')
-            return SimpleViTConfig(**dict(CLIP_TOWER, **network, num_classes=num_classes, global_pool='avg',
+            return SimpleViTConfig.of(**dict(CLIP_TOWER, **network, num_classes=num_classes, global_pool='avg',
                                           pos_embed_resample='hf', pre_norm=True, final_norm=False, head_bias=True))
         num_classes = 0
         if _PROJECTION in self._store:
@@ -155,5 +155,5 @@ class HFClipCheckpoint(HFCheckpoint):
                           f"{', visual_projection as the head' if num_classes else ', no projection'}); QuickGELU: "
                           f"hidden_act is {self._settings.get('hidden_act', 'gelu')!r} in config.json; the table is "
                           "resized as transformers' interpolate_pos_encoding does (bicubic, no antialias)")
-        return SimpleViTConfig(**dict(CLIP_TOWER, **network, num_classes=num_classes, global_pool='token',
+        return SimpleViTConfig.of(**dict(CLIP_TOWER, **network, num_classes=num_classes, global_pool='token',
                                       pos_embed_resample='hf', pre_norm=True, fc_norm=True))

@@ -63,7 +63,7 @@ class HFDeitCheckpoint(TransformersCheckpoint):
         self.notes.append('detected: a transformers DeiT (a distillation token with its own table slot' +
                           (', the logits the mean of cls_classifier and distillation_classifier)' if num_classes
                            else ', no head)'))
-        return SimpleViTConfig(
+        return SimpleViTConfig.of(
             num_classes=num_classes, global_pool='token', qkv_bias=bool(self.source_config.get('qkv_bias', True)),
             class_token=True, dist_token=True, pos_embed='learn', pos_embed_cls_slot=True, pos_embed_resample='hf',
             **network)

@@ -104,7 +104,7 @@ class HFDinov2Checkpoint(HFDinoReader, HFCheckpoint):
             return Rule(tuple(name(q) + f'.{kind}' for q in _QKV), stack_rows)
         if pattern.startswith('blocks.{i}.norm'):
             return Rule((name(_LAYER) + f'{part}.{kind}',))
-        if self.config.mlp_layer == 'swiglu_packed':
+        if self.config.block.mlp == 'swiglu_packed':
             return Rule((name(_LAYER) + f'mlp.{_SWIGLU[part]}.{kind}',))
         return Rule((name(_LAYER) + f'mlp.{part}.{kind}',))
 
@@ -123,7 +123,7 @@ class HFDinov2Checkpoint(HFDinoReader, HFCheckpoint):
                           f"registers): table resize rule {rule!r} (transformers' own: bicubic "
                           f"{'with' if rule == 'timm' else 'without'} antialias); {_MASK} is stored for masked "
                           'training and skipped')
-        return SimpleViTConfig(**dict(
+        return SimpleViTConfig.of(**dict(
             DINOV2, **network, qkv_bias=bool(self.source_config.get('qkv_bias', True)), reg_tokens=registers,
             init_values=float(self.source_config.get('layerscale_value', 1.0)),
             mlp_layer='swiglu_packed' if swiglu else 'mlp', pos_embed_resample=rule))

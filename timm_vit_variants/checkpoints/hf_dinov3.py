@@ -101,7 +101,7 @@ class HFDinov3Checkpoint(HFDinoReader):
         self.notes.append(f'detected a transformers dinov3_vit model ({"gated SwiGLU, " if gated else ""}{registers} '
                           f'registers): RoPE (base {theta:g}) with fp32 periods computed as transformers does; '
                           f'embeddings.mask_token is stored for masked training and skipped')
-        return SimpleViTConfig(**dict(
+        return SimpleViTConfig.of(**dict(
             DINOV3, **network, qkv_bias=bool(cfg.get('query_bias', True)), reg_tokens=registers,
             init_values=float(cfg.get('layerscale_value', 1.0)), mlp_layer='swiglu' if gated else 'mlp',
             rope_theta=float(theta)))

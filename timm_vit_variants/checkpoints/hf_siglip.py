@@ -107,7 +107,7 @@ class HFSiglipCheckpoint(TransformersCheckpoint):
         self._check_no_extra_layer(depth, 'encoder.layers.{i}.layer_norm1.weight')
         has_head = bool(self._settings.get('vision_use_head', True)) and f'{self._prefix}head.probe' in self._store
         if not self._classifier:
-            return SimpleViTConfig(
+            return SimpleViTConfig.of(
                 num_classes=0, global_pool='map' if has_head else '', qkv_bias=True, class_token=False,
                 pos_embed='learn', pos_embed_resample=self.RESAMPLE, grid_mode='crop', patch_embed=self.PATCH_EMBED,
                 **network)
@@ -119,7 +119,7 @@ class HFSiglipCheckpoint(TransformersCheckpoint):
                           'final-norm tokens (read as avg pooling)'
                           + (f'; skipped its MAP head ({self._prefix}head.*, {len(map_head)} tensors), which its '
                              'logits do not use' if map_head else ''))
-        return SimpleViTConfig(
+        return SimpleViTConfig.of(
             num_classes=num_classes, global_pool='avg', qkv_bias=True, class_token=False, pos_embed='learn',
             pos_embed_resample=self.RESAMPLE, grid_mode='crop', patch_embed=self.PATCH_EMBED, **network)
 

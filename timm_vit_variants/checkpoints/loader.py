@@ -47,9 +47,9 @@ def _check(model: nn.Module, ckpt: SourceCheckpoint, dst: Geometry, skip_head: b
 
     cfg = ckpt.config
     check_fit(ckpt.geometry, dst)
-    if cfg.pos_embed != model.pos_embed_type:
-        raise mismatch(f"the checkpoint's position embedding is {cfg.pos_embed!r}, the model's is "
-                       f'{model.pos_embed_type!r}', 'pos_embed', ckpt.tensor_shapes.get('pos_embed'),
+    if cfg.flat_pos_embed != model.config.flat_pos_embed:
+        raise mismatch(f"the checkpoint's position embedding is {cfg.flat_pos_embed!r}, the model's is "
+                       f'{model.config.flat_pos_embed!r}', 'pos_embed', ckpt.tensor_shapes.get('pos_embed'),
                        targets.get('pos_embed'))
     for key, shape in ckpt.tensor_shapes.items():
         if skip_head and key in HEAD_KEYS:
@@ -65,9 +65,9 @@ def _check(model: nn.Module, ckpt: SourceCheckpoint, dst: Geometry, skip_head: b
     # Settings without tensors: the caller chose the model, so differences are reported, not fatal; one the
     # source does not record (only assumed, e.g. a lone OpenCLIP file's activation) is the model's to decide.
     notes = [f'{label} {theirs!r} (model: {ours!r})' for label, field, theirs, ours in (
-        ('LayerNorm eps', 'norm_eps', cfg.norm_eps, model.config.norm_eps),
-        ('activation', 'act_layer', cfg.act_layer, model.config.act_layer),
-        ('pooling', 'global_pool', cfg.global_pool, model.global_pool))
+        ('LayerNorm eps', 'norm_eps', cfg.block.norm_eps, model.config.block.norm_eps),
+        ('activation', 'act_layer', cfg.block.act, model.config.block.act),
+        ('pooling', 'global_pool', cfg.head.pool.kind, model.config.head.pool.kind))
         if theirs != ours and field not in ckpt.assumed]
     if notes:
         warnings.warn(f'{ckpt.path}: the checkpoint was trained with ' + ', '.join(notes)

@@ -189,7 +189,7 @@ class OpenCLIPCheckpoint(SourceCheckpoint):
         self.notes.append(f'detected: {self._what()}; QuickGELU: {self._detected_act}; the table is resized with '
                           "open_clip's rule (bicubic, antialias, [CLS] row kept), also where open_clip skips it "
                           '(the same token count at another grid)')
-        return SimpleViTConfig(**dict(
+        return SimpleViTConfig.of(**dict(
             CLIP_TOWER, img_size=(self.grid[0] * patch_h, self.grid[1] * patch_w), patch_size=(patch_h, patch_w),
             in_chans=in_chans, num_classes=embed_dim, embed_dim=width, depth=depth, num_heads=heads, mlp_dim=mlp_dim,
             act_layer=act, **settings))

@@ -88,7 +88,7 @@ class RopeVitCheckpoint(LayerScaleBlocks):
             f'{_APE_NOTE if ape else ""}'
             f'); RoPE from each image\'s own grid, where the original reuses its cached grid for an input with the '
             f'stored token count and another shape' + (f'; {"/".join(_GRID)} skipped' if mixed else ''))
-        return SimpleViTConfig(**dict(
+        return SimpleViTConfig.of(**dict(
             ROPEVIT, **ROPEVIT_KINDS[kind + ('_ape' if ape else '')], img_size=img_size, patch_size=(patch_h, patch_w),
             in_chans=in_chans, num_classes=num_classes, embed_dim=dim, depth=depth, num_heads=heads, mlp_dim=mlp_dim,
             qkv_bias='blocks.0.attn.qkv.bias' in names, act_layer=hints.get('act_layer') or ROPEVIT['act_layer'],

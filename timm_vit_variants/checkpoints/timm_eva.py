@@ -84,7 +84,7 @@ class TimmEvaCheckpoint(TimmCheckpoint):
             self.grid = tuple(model.patch_embed.grid_size)
         slot = ape and model.cls_token is not None and not getattr(model, 'no_embed_class', False)
         qkv_bias = getattr(block.attn, 'q_bias', None) is not None or getattr(block.attn.qkv, 'bias', None) is not None
-        config = SimpleViTConfig(
+        config = SimpleViTConfig.of(
             img_size=tuple(model.patch_embed.img_size), patch_size=patch, in_chans=model.patch_embed.proj.in_channels,
             num_classes=model.num_classes, global_pool=model.global_pool, embed_dim=model.embed_dim,
             depth=len(model.blocks), num_heads=block.attn.num_heads, mlp_dim=mlp_dim,
@@ -166,7 +166,7 @@ class TimmEvaCheckpoint(TimmCheckpoint):
         self.notes.append(f"detected a bare timm Eva state dict of the {port} port ({kind} RoPE, base {theta:g}"
                           f"{', periods recomputed in fp32 as timm does' if kind == 'dinov3' else ''}"
                           f"{', table resize rule ' + repr('timm') if ape else ''})")
-        return SimpleViTConfig(
+        return SimpleViTConfig.of(
             img_size=img_size, patch_size=(patch_h, patch_w), in_chans=in_chans, num_classes=num_classes,
             global_pool=pool, embed_dim=dim, depth=depth, num_heads=heads, mlp_dim=mlp_dim,
             mlp_layer='swiglu' if swiglu else 'mlp', init_values=1.0,

@@ -17,8 +17,10 @@ import timm
 import torch
 import torch.nn as nn
 
-from ..config import DATA_CONFIG_KEYS, MODELS, PREPROCESSING_KEYS, SimpleViTConfig, activation_name, heads_for_width
+from ..config import (ARGUMENT_NAMES, DATA_CONFIG_KEYS, MODELS, PREPROCESSING_KEYS, SimpleViTConfig, activation_name,
+                      heads_for_width)
 from ..errors import ViTVariantsError
+from ..parts import Learned
 from .preprocessing import (assumed_preprocessing, checked_input_size, checked_preprocessing,
                             imagenet_preprocessing)
 from .source import SourceCheckpoint
@@ -263,7 +265,7 @@ class TimmCheckpoint(SourceCheckpoint):
         """DeiT's eval transform for its own releases, timm's deit_* one for a distilled state dict, else timm's."""
         if self._deit:
             return _DEIT_PREPROCESSING
-        return _DISTILLED_PREPROCESSING if self.config.dist_token else self.PREPROCESSING_DEFAULTS
+        return _DISTILLED_PREPROCESSING if self.config.tokens.dist else self.PREPROCESSING_DEFAULTS
 
     def _ours(self, arch: str, args: Dict[str, Any], hints: Dict[str, Any]) -> SimpleViTConfig:
         """A simple_vit folder: its config.json is the config (the entrypoint's defaults fill any gaps)."""
@@ -272,8 +274,7 @@ class TimmCheckpoint(SourceCheckpoint):
         if 'num_classes' not in args and isinstance(self.source_config.get('num_classes'), int):
             args['num_classes'] = self.source_config['num_classes']
         args.update({k: hints[k] for k in ('act_layer', 'norm_eps') if hints.get(k)})
-        known = set(SimpleViTConfig.__dataclass_fields__)
-        unknown = sorted(set(args) - known)
+        unknown = sorted(set(args) - ARGUMENT_NAMES)
         if unknown:
             raise ViTVariantsError(f'unknown model argument(s) {unknown} for {arch}', path=self._config_path,
                                    key=f'model_args.{unknown[0]}')
@@ -292,7 +293,7 @@ class TimmCheckpoint(SourceCheckpoint):
                                    path=self._config_path, key='model_args.num_classes')
         checked_input_size((self.source_config.get('pretrained_cfg') or {}).get('input_size'), config.in_chans,
                            self._config_path, 'pretrained_cfg.input_size')
-        if config.pos_table == 'learn':
+        if config.position(Learned) is not None:
             self.grid = config.grid_size
         return config
 
@@ -345,7 +346,7 @@ class TimmCheckpoint(SourceCheckpoint):
         if 'built' in facts:
             facts['built'].check(self, dict(depth=depth, embed_dim=dim, mlp_dim=fc1_width, num_classes=num_classes,
                                             qkv_bias=qkv_bias, class_token=class_token), local)
-        return SimpleViTConfig(
+        return SimpleViTConfig.of(
             img_size=img_size, patch_size=(patch_h, patch_w), in_chans=in_chans, num_classes=num_classes,
             global_pool=settings['global_pool'], embed_dim=dim, depth=depth, num_heads=num_heads, mlp_dim=mlp_dim,
             qkv_bias=qkv_bias, class_token=class_token, dist_token=dist_token,
