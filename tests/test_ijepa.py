@@ -64,9 +64,11 @@ def test_checkpoint_entry_gives_the_sources_tokens(use_ema, ijepa_entries, max_d
                        num_heads=2)
     entry = ENTRIES[use_ema]
     assert (src.format, src.weights_key) == ('ijepa', entry) and any(f"'{entry}' entry" in n for n in src.notes)
-    config = src.config
-    assert (config.class_token, config.pos_embed_cls_slot, config.global_pool, config.fc_norm, config.act_layer,
-            config.norm_eps, config.pos_embed_resample) == (False, False, 'avg', False, 'gelu', 1e-6, 'timm')
+    flat = src.config.to_flat()
+    assert {k: flat[k] for k in ('class_token', 'pos_embed_cls_slot', 'global_pool', 'fc_norm', 'act_layer', 'norm_eps',
+                                 'pos_embed_resample')} == dict(class_token=False, pos_embed_cls_slot=False,
+                                                                global_pool='avg', fc_norm=False, act_layer='gelu',
+                                                                norm_eps=1e-6, pos_embed_resample='timm')
     expected = _outputs()[entry]
     with torch.no_grad():
         tokens = model.forward_features(_outputs()['input'])
@@ -120,7 +122,8 @@ def test_transformers_folder_matches_transformers_at_three_grids(size, tmp_path,
     source = _transformers_folder(tmp_path / 'src')
     files, config, config_path = discover(str(tmp_path / 'src'))
     src, model = _ours(IJepaFolderCheckpoint, tmp_path / 'src', open_store(files), config, config_path)
-    assert src.config.pos_embed_resample == 'hf' and not src.config.class_token
+    flat = src.config.to_flat()
+    assert flat['pos_embed_resample'] == 'hf' and not flat['class_token']
     x = _input(size)
     with torch.no_grad():
         expected = source(pixel_values=x, interpolate_pos_encoding=True).last_hidden_state
