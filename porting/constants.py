@@ -9,7 +9,7 @@ in words, so the parser's refusal (a usage error) and the library's (``ViTVarian
 from typing import Any, Optional
 
 __all__ = [
-    'DEFAULT_TOL', 'DEFAULT_OPSET', 'ONNX_OPSETS', 'EXPORT_FORMATS', 'FORMATS', 'RESAMPLE_RULES', 'ACT_LAYERS',
+    'DEFAULT_TOL', 'DEFAULT_OPSET', 'ONNX_OPSETS', 'EXPORT_FORMATS', 'ACT_LAYERS',
     'DTYPES', 'INTERPOLATIONS', 'CROP_MODES', 'LIMIT_NAMES', 'opset_problem', 'fraction_problem',
 ]
 
@@ -21,11 +21,8 @@ DEFAULT_OPSET = 18
 ONNX_OPSETS = range(DEFAULT_OPSET, 24)
 EXPORT_FORMATS = ('onnx', 'pt2')
 
-# Mirrors of timm_vit_variants: checkpoints.FORMATS, config.RESAMPLE_RULE_NAMES, config.ACT_LAYERS,
-# limits.Limits' fields; DTYPES is porting.plan.OUTPUT_DTYPES.
-FORMATS = ('bigvision', 'vitjax', 'timm', 'hf', 'dinov2', 'dinov3', 'ropevit', 'deit3', 'openclip', 'openai', 'eva02',
-           'beit')
-RESAMPLE_RULES = ('bigvision', 'timm', 'hf', 'flexi', 'dinov2', 'openclip', 'ropevit', 'deit')
+# Mirrors of timm_vit_variants: config.ACT_LAYERS, limits.Limits' fields; DTYPES is porting.plan.OUTPUT_DTYPES. The
+# source formats and resample rules are the families' (``porting.families.registry``).
 ACT_LAYERS = ('gelu', 'gelu_tanh', 'quick_gelu', 'silu', 'relu')
 DTYPES = ('source', 'float32', 'bfloat16', 'float16')
 # The eval-transform choices the CLI offers (a subset of checkpoints.preprocessing's INTERPOLATIONS).

@@ -10,7 +10,7 @@ import timm
 import torch
 
 from porting.cli import main
-from porting.families.ijepa_ref import ijepa_outputs
+from porting.families._ijepa_ref import ijepa_outputs
 from porting.verification.result import Check
 from timm_vit_variants import SimpleVisionTransformer
 from timm_vit_variants.checkpoints import open_checkpoint, pickle_store

@@ -8,7 +8,7 @@ import torch
 
 from porting.cli import build_parser
 from porting.commands.options import request_from_args
-from porting.constants import FORMATS
+from porting.families.registry import FORMATS
 from porting.request import ConvertRequest, ExportRequest, build_request
 from porting.verification import REFERENCES, Check, Outputs, deltas
 from porting.verification.compare import OutputsDiffer

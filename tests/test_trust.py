@@ -173,12 +173,12 @@ def test_a_safetensors_file_with_overlapping_offsets_is_refused(tmp_path, capsys
 
 
 def test_a_reference_that_cannot_load_the_source_fails_the_conversion(tmp_path, capsys, monkeypatch):
-    from porting.verification import references
+    from porting.verification import networks, references
 
     def refuse(path, model_args):
         raise zipfile.BadZipFile('Bad CRC-32 for file embedding/kernel.npy\n(and a second line)')
 
-    monkeypatch.setitem(references.REFERENCES, 'bigvision', references.timm_network(refuse))
+    monkeypatch.setitem(references.REFERENCES, 'bigvision', networks.timm_network(refuse))
     src = F.write_npz(tmp_path, 'bv.npz', F.bigvision_arrays('sincos', 'gap'))
     code, _, err = _run(capsys, ['convert', str(src), str(tmp_path / 'out')])
     assert code == 1 and 'could not load or run the source: BadZipFile: Bad CRC-32' in err

@@ -12,7 +12,8 @@ import sys
 from typing import Any, List
 
 from ..constants import (
-    ACT_LAYERS, CROP_MODES, DEFAULT_TOL, DTYPES, FORMATS, INTERPOLATIONS, LIMIT_NAMES, RESAMPLE_RULES, fraction_problem)
+    ACT_LAYERS, CROP_MODES, DEFAULT_TOL, DTYPES, INTERPOLATIONS, LIMIT_NAMES, fraction_problem)
+from ..families.registry import FORMATS, RESAMPLE_RULES
 from ..redact import without_credentials
 from ..sizes import DEFAULT_MAX_SHARD_SIZE
 

@@ -24,7 +24,8 @@ built from the source's own arrays. ``target`` rebuilds a timm reference at a ta
 source framework's own resize rules (``rules``, numpy); ``streamed`` bounds the memory a check holds.
 """
 from .compare import compare, deltas, verification_inputs
-from .references import REFERENCES, reference_outputs, release_as_it_runs
+from .networks import release_as_it_runs
+from .references import REFERENCES, reference_outputs
 from .result import DEFAULT_TOL, Check, NoReference, Outputs, ReferenceFailed, Verification
 from .rules import bigvision_posemb_sincos_2d
 

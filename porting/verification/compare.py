@@ -13,7 +13,8 @@ from timm_vit_variants.config import SimpleViTConfig
 from timm_vit_variants.memory import trim_heap
 
 from .naflex_ref import MIXED_GRIDS, mixed_batch
-from .references import reference_outputs, release_as_it_runs
+from .networks import release_as_it_runs
+from .references import reference_outputs
 from .result import DEFAULT_TOL, Check, NoReference, Outputs, ReferenceFailed, Verification
 
 __all__ = ['verification_inputs', 'takes_naflex_dict', 'our_outputs', 'OutputsDiffer', 'deltas', 'compare']

@@ -25,11 +25,12 @@ from timm_vit_variants.parts import SinCos
 
 from .archive import ExtendedArchive
 from .naflex_ref import naflex_model
+from .networks import timm_network
 from .rules import bigvision_posemb_sincos_2d
 from .streamed import loading
 from .timm_ref import PreLogitsHead, TimmReference, timm_equivalent
 
-__all__ = ['npz_model']
+__all__ = ['npz_model', 'npz_outputs']
 
 _PREFIXES = ('opt/target/', 'params/img/', 'params/', 'img/', '')
 _SCAN = 'Transformer/encoderblock/'
@@ -206,3 +207,7 @@ def npz_model(path: str, config: SimpleViTConfig) -> TimmReference:
         elif readable != path:
             name += ' (archive copy with bfloat16 widened to float32)'
     return TimmReference(model, name, head)
+
+
+# big_vision and vit_jax archives: the timm network npz_model loads, rebuilt at a target by the source's rule.
+npz_outputs = timm_network(npz_model)

@@ -1,0 +1,1 @@
+"""The porting side of each model family: one module per family names its formats' references."""

@@ -1,0 +1,7 @@
+"""OpenCLIP and OpenAI CLIP files: open_clip's own image tower (``verification/open_clip_ref.py``)."""
+from .registry import Needs, PortingFamily, lazy
+
+_OPEN_CLIP = lazy('porting.verification.open_clip_ref', 'open_clip_outputs')
+_NEEDS = Needs('clip', 'verifying an OpenCLIP or OpenAI CLIP source')
+FAMILY = PortingFamily('clip', references={'openclip': _OPEN_CLIP, 'openai': _OPEN_CLIP},
+                       needs={'openclip': _NEEDS, 'openai': _NEEDS}, resample_rules=('openclip',))
