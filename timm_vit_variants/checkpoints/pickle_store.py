@@ -23,11 +23,20 @@ from ..limits import DEFAULT_LIMITS, Limits
 from ..memory import release_tensor
 from .store_base import TensorStore
 
-__all__ = ['TorchPickleStore', 'chosen_weights', 'mappable_zip', 'read_weights']
+__all__ = ['TorchPickleStore', 'chosen_weights', 'mappable_zip', 'read_weights', 'add_weight_entries']
 
-# Keys training scripts wrap a state dict in, in timm's order of preference (EMA first); 'module': DeepSpeed's (EVA-02)
-_WRAPPER_KEYS = ('state_dict_ema', 'model_ema', 'state_dict', 'model', 'module')
-_EMA_KEYS = ('state_dict_ema', 'model_ema')
+# Keys training scripts wrap a state dict in, in timm's order of preference (EMA first); 'module': DeepSpeed's (EVA-02).
+# A family whose training checkpoints hold their weights under other keys adds them (``add_weight_entries``).
+_WRAPPER_KEYS: Tuple[str, ...] = ('state_dict_ema', 'model_ema', 'state_dict', 'model', 'module')
+_EMA_KEYS: Tuple[str, ...] = ('state_dict_ema', 'model_ema')
+
+
+def add_weight_entries(entries: Sequence[str], ema: Sequence[str] = ()) -> None:
+    """More checkpoint keys a state dict may sit under, after timm's, in order of preference; those in ``ema`` are
+    EMA weights (skipped without ``use_ema``). The family registry calls this with each family's ``weight_entries``."""
+    global _WRAPPER_KEYS, _EMA_KEYS
+    _WRAPPER_KEYS = _WRAPPER_KEYS + tuple(e for e in entries if e not in _WRAPPER_KEYS)
+    _EMA_KEYS = _EMA_KEYS + tuple(e for e in ema if e not in _EMA_KEYS)
 # What timm train.py's saved ``args`` may tell about the network and its preprocessing, with the types accepted.
 _TRAINING_ARGS = {'model': str, 'model_kwargs': dict, 'num_classes': int, 'img_size': int, 'mean': (list, tuple),
                   'std': (list, tuple), 'interpolation': str, 'crop_pct': (int, float)}

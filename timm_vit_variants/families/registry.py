@@ -11,6 +11,7 @@ import pkgutil
 from dataclasses import dataclass, field
 from typing import Any, Dict, Mapping, Tuple
 
+from ..checkpoints.pickle_store import add_weight_entries
 from ..checkpoints.routes import Route
 from ..config import MODELS, ModelEntry
 
@@ -20,11 +21,14 @@ __all__ = ['Family', 'FAMILIES', 'DEFAULT_CFGS', 'ROUTES']
 @dataclass(frozen=True)
 class Family:
     """One family: its rows (model name -> row), its tags' pretrained cfgs ('model.tag' -> timm cfg dict; the
-    first tag of a model is its default) and its dispatch routes."""
+    first tag of a model is its default), its dispatch routes, and the keys its training checkpoints hold their
+    weights under beyond timm's (``weight_entries``, in order of preference; ``ema_entries`` are EMA weights)."""
     name: str
     rows: Mapping[str, ModelEntry] = field(default_factory=dict)
     cfgs: Mapping[str, Dict[str, Any]] = field(default_factory=dict)
     routes: Tuple[Route, ...] = ()
+    weight_entries: Tuple[str, ...] = ()
+    ema_entries: Tuple[str, ...] = ()
 
 
 def _discover() -> Tuple[Family, ...]:
@@ -41,8 +45,10 @@ def _discover() -> Tuple[Family, ...]:
 
 
 def _register(families: Tuple[Family, ...]) -> None:
-    """Each family's rows into the model table; a name registered twice is a programming error."""
+    """Each family's rows into the model table (a name registered twice is a programming error), and its weight
+    entries into the checkpoint store's."""
     for family in families:
+        add_weight_entries(family.weight_entries, family.ema_entries)
         for name, row in family.rows.items():
             if name in MODELS:
                 raise RuntimeError(f'model {name!r} of family {family.name!r} is registered already')
