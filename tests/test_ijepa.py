@@ -13,7 +13,8 @@ from porting.cli import main
 from porting.families._ijepa_ref import ijepa_outputs
 from porting.verification.result import Check
 from timm_vit_variants import SimpleVisionTransformer
-from timm_vit_variants.checkpoints import open_checkpoint, pickle_store
+from timm_vit_variants.checkpoints import open_checkpoint
+from timm_vit_variants.checkpoints.options import ReaderOptions
 from timm_vit_variants.checkpoints.files import discover
 from timm_vit_variants.checkpoints.stores import open_store
 from timm_vit_variants.errors import ViTVariantsError
@@ -29,14 +30,6 @@ BOUND = 2e-5
 ENTRIES = {True: 'target_encoder', False: 'encoder'}  # use_ema -> the entry read
 
 
-@pytest.fixture
-def ijepa_entries(monkeypatch):
-    """The store unwraps I-JEPA's encoder entries, the target encoder as the EMA one. The core's wrapper keys
-    (``pickle_store``) do not name them yet: this gives them until it does."""
-    monkeypatch.setattr(pickle_store, '_WRAPPER_KEYS', (*pickle_store._WRAPPER_KEYS, 'target_encoder', 'encoder'))
-    monkeypatch.setattr(pickle_store, '_EMA_KEYS', (*pickle_store._EMA_KEYS, 'target_encoder'))
-
-
 def _outputs() -> dict:
     return torch.load(DATA / 'outputs.pt', weights_only=True)
 
@@ -49,7 +42,8 @@ def _input(size) -> torch.Tensor:
 
 def _ours(reader_cls, path: Path, store, config: dict, config_path, **hints):
     """Our model of the source, filled by ``reader_cls``; it runs any grid, resizing the table by the source's rule."""
-    with reader_cls(str(path), store, config, config_path, hints, layout=SimpleVisionTransformer.state_layout) as src:
+    with reader_cls(str(path), store, config, config_path, ReaderOptions(**hints),
+                    layout=SimpleVisionTransformer.state_layout) as src:
         model = timm.create_model('simple_vit_tiny', pretrained=False, **src.config.to_dict()).eval()
         state = model.state_dict()
         src.fill_into(state)
@@ -57,7 +51,7 @@ def _ours(reader_cls, path: Path, store, config: dict, config_path, **hints):
 
 
 @pytest.mark.parametrize('use_ema', [True, False])
-def test_checkpoint_entry_gives_the_sources_tokens(use_ema, ijepa_entries, max_delta):
+def test_checkpoint_entry_gives_the_sources_tokens(use_ema, max_delta):
     """The target encoder (EMA) by default, the context encoder without EMA: ours gives what the repo's own
     VisionTransformer gave for that entry, and pools the mean of those tokens."""
     src, model = _ours(IJepaCheckpoint, CHECKPOINT, open_store([str(CHECKPOINT)], use_ema=use_ema), {}, None,
@@ -87,7 +81,7 @@ def test_a_file_without_an_encoder_entry_is_no_ijepa_checkpoint(tmp_path):
 
 
 @pytest.mark.parametrize('size', GRIDS)
-def test_checkpoint_matches_timms_reading_at_three_grids(size, ijepa_entries, max_delta):
+def test_checkpoint_matches_timms_reading_at_three_grids(size, max_delta):
     """At each grid ours (its table resized by the 'timm' rule) gives what timm's VisionTransformer gives once its
     checkpoint_filter_fn has read the same file for that grid."""
     src, model = _ours(IJepaCheckpoint, CHECKPOINT, open_store([str(CHECKPOINT)]), {}, None, num_heads=2)

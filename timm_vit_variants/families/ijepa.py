@@ -15,15 +15,17 @@ Two sources:
   ``ijepa.``; ``IJepaFolderCheckpoint`` reads them, the table resized as transformers' ``interpolate_pos_encoding``
   does (``'hf'``: bicubic, no antialias).
 """
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, Optional, Sequence, Tuple
 
 from ..checkpoints.hf import HFCheckpoint
 from ..checkpoints.preprocessing import imagenet_preprocessing
+from ..checkpoints.routes import Route
 from ..checkpoints.timm_format import TimmCheckpoint
-from ..config import SimpleViTConfig
+from ..config import ModelEntry, SimpleViTConfig
+from .registry import Family
 
 __all__ = ['IJEPA', 'IJEPA_ROWS', 'IJEPA_CFGS', 'IJEPA_ENTRIES', 'IJEPA_HEADS', 'IJEPA_CLASSES', 'IJepaCheckpoint',
-           'IJepaFolderCheckpoint', 'is_ijepa_checkpoint']
+           'IJepaFolderCheckpoint', 'is_ijepa_checkpoint', 'FAMILY']
 
 # -- rows and tags ----------------------------------------------------------------------------------------------------
 # What every I-JEPA row shares (src/models/vision_transformer.py): no [CLS], a table without a cls slot, exact GELU,
@@ -85,23 +87,21 @@ class IJepaCheckpoint(TimmCheckpoint):
     PREPROCESSING_DEFAULTS = imagenet_preprocessing(
         0.9, "not recorded by the checkpoint; I-JEPA's ImageNet normalisation, timm's vit_*_gap_*_ijepa eval crop")
 
-    def _infer(self, hints: Dict[str, Any]) -> SimpleViTConfig:
+    def _infer(self) -> SimpleViTConfig:
         entry = self._store.wrapped_in()
         if entry not in IJEPA_ENTRIES:
             raise self._error('not a facebookresearch/ijepa training checkpoint: no encoder entry '
                               f'({" or ".join(IJEPA_ENTRIES)}) was read from it', key=IJEPA_ENTRIES[0])
-        config = super()._infer(hints)
+        config = super()._infer()
         other = next(e for e in IJEPA_ENTRIES if e != entry)
         self.notes.append(f'read the I-JEPA checkpoint\'s {entry!r} entry ('
                           f'{"the EMA target encoder" if entry == "target_encoder" else "the context encoder"}); '
                           f'its {other!r}, predictor and optimiser state are not read')
         return config
 
-    def _heads(self, dim: int, facts: Dict[str, Any], hints: Dict[str, Any]) -> int:
-        """A released width's head count (``IJEPA_HEADS``) when the caller gives none; else timm's policy."""
-        if not hints.get('num_heads') and dim in IJEPA_HEADS:
-            return self._unrecorded('num_heads', {}, IJEPA_HEADS[dim], f'the I-JEPA release of width {dim}')
-        return super()._heads(dim, facts, hints)
+    def _heads(self, dim: int, facts: Dict[str, Any], assumed: Sequence[Tuple[Optional[int], str]] = ()) -> int:
+        """timm's one policy, a released width's count (``IJEPA_HEADS``) first among what it may assume."""
+        return super()._heads(dim, facts, [(IJEPA_HEADS.get(dim), f'the I-JEPA release of width {dim}'), *assumed])
 
 
 class IJepaFolderCheckpoint(HFCheckpoint):
@@ -109,3 +109,16 @@ class IJepaFolderCheckpoint(HFCheckpoint):
     @property
     def CLASSES(self) -> Dict[str, Optional[str]]:  # type: ignore[override]
         return IJEPA_CLASSES
+
+
+FAMILY = Family(
+    'ijepa',
+    rows={name: ModelEntry(variant, args, doc) for name, (variant, args, doc) in IJEPA_ROWS.items()},
+    cfgs=IJEPA_CFGS,
+    # transformers' ijepa folders before the generic transformers ViT row (1700); a .pth.tar's encoder entry before
+    # the bare-state-dict rows (open_clip's timm trunk at 2100 onward)
+    routes=(Route(1650., lambda p: p.model_type == 'ijepa', IJepaFolderCheckpoint),
+            Route(2050., lambda p: is_ijepa_checkpoint(p.store), IJepaCheckpoint)),
+    weight_entries=IJEPA_ENTRIES,
+    ema_entries=IJEPA_ENTRIES[:1],
+)
