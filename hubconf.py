@@ -4,7 +4,7 @@
 """
 import timm as _timm
 
-from timm_vit_variants.config import MODELS as _MODELS
+from timm_vit_variants.model_table import MODELS as _MODELS
 
 dependencies = ['torch', 'timm', 'safetensors', 'huggingface_hub']
 

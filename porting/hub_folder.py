@@ -26,7 +26,8 @@ from timm.models import load_pretrained
 from timm_vit_variants import SimpleVisionTransformer, SimpleViTConfig, architecture_for
 from timm_vit_variants.checkpoints.files import CONFIG_FILE, read_json, weight_files
 from timm_vit_variants.checkpoints.stores import SafetensorsStore
-from timm_vit_variants.config import DATA_CONFIG_KEYS, MODELS, is_family_architecture
+from timm_vit_variants.config import DATA_CONFIG_KEYS, is_family_architecture
+from timm_vit_variants.model_table import MODELS
 from timm_vit_variants.errors import ViTVariantsError
 from timm_vit_variants.limits import DEFAULT_LIMITS, Limits
 from timm_vit_variants.simple_vit import WEIGHT_DTYPES, checkpoint_filter_fn, pretrained_cfg_for

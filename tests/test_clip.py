@@ -20,7 +20,7 @@ from timm_vit_variants.checkpoints import open_checkpoint
 from timm_vit_variants.checkpoints.openclip import _TABLE
 from timm_vit_variants.checkpoints.torchscript_store import TorchScriptStore
 from timm_vit_variants.clip_models import CLIP_ARCHS, CLIP_TAGS
-from timm_vit_variants.config import MODELS
+from timm_vit_variants.model_table import MODELS
 from timm_vit_variants.errors import ViTVariantsError
 from timm_vit_variants.parts import Learned
 from timm_vit_variants.vision_transformer import SimpleVisionTransformer

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from timm_vit_variants.config import FLAT_NAMES, MODELS, SimpleViTConfig
+from timm_vit_variants.config import FLAT_NAMES, SimpleViTConfig
+from timm_vit_variants.model_table import MODELS
 from timm_vit_variants.errors import ViTVariantsError
 from timm_vit_variants.parts import (POSITION_SCHEMES, BlockPart, CocaPool, Cpe, HeadPart, Learned, MapPool, PatchPart,
                                      RelPos, Rope, SinCos, TokenPool, TokensPart, TrainingPart)

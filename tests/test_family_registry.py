@@ -10,7 +10,7 @@ REPO = Path(__file__).resolve().parents[1]
 _PROBE_FAMILY = '''
 from ..checkpoints.routes import Route
 from ..checkpoints.timm_format import TimmCheckpoint
-from ..config import ModelEntry
+from ..model_table import ModelEntry
 from .registry import Family
 
 

@@ -14,7 +14,7 @@ import torch
 import timm_vit_variants  # noqa: F401  (registers simple_vit_*)
 from porting.hub_folder import save_pretrained_folder
 from timm_vit_variants import SimpleVisionTransformer, ViTVariantsError
-from timm_vit_variants.config import MODELS
+from timm_vit_variants.model_table import MODELS
 
 from model_probes import load_like_user
 from test_hubconf import _hubconf

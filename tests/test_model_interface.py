@@ -18,7 +18,8 @@ from timm.models._manipulate import group_parameters
 import timm_vit_variants  # noqa: F401
 from timm_vit_variants.beit_models import BEIT_ROWS
 from timm_vit_variants.clip_models import CLIP_ARCHS
-from timm_vit_variants.config import MODELS, SIGLIP_TOWERS, grid_for
+from timm_vit_variants.config import grid_for
+from timm_vit_variants.model_table import MODELS, SIGLIP_TOWERS
 from timm_vit_variants.deit_models import DEIT3_ROWS, DEIT_ROWS
 from timm_vit_variants.dino_models import DINO_ROWS
 from timm_vit_variants.eva02_models import EVA02_ROWS

@@ -276,7 +276,7 @@ def _sparse_safetensors(path: Path, shapes: dict, dtype: str = 'BF16') -> None:
 def test_dinov3_7b_hub_layout_reads_as_its_row(tmp_path):
     """The 7B's layout as dinov3/hub/backbones.py builds it (no qkv bias, swiglu64, fp32 periods, local_cls_norm),
     read from the header alone: the reader's config is the registered row's, and it is labelled so."""
-    from timm_vit_variants.config import MODELS, architecture_for
+    from timm_vit_variants.model_table import MODELS, architecture_for
 
     dim, depth, hidden = 4096, 40, 8192
     shapes = {'cls_token': ((1, 1, dim), None), 'storage_tokens': ((1, 4, dim), None), 'mask_token': ((1, dim), None),

@@ -6,7 +6,8 @@ import torch
 
 from porting.hub_folder import save_pretrained_folder
 from timm_vit_variants import SimpleVisionTransformer
-from timm_vit_variants.config import MODELS, POOL_TYPES
+from timm_vit_variants.config import POOL_TYPES
+from timm_vit_variants.model_table import MODELS
 
 from model_probes import load_like_user
 

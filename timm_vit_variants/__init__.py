@@ -1,5 +1,6 @@
 """timm plugin: the ``simple_vit_*`` plain-ViT family. Importing registers the models with timm."""
-from .config import MODELS, VARIANTS, SimpleViTConfig, architecture_for
+from .config import SimpleViTConfig
+from .model_table import MODELS, VARIANTS, architecture_for
 from .errors import ViTVariantsError
 from .geometry import Geometry, fit_stream, fit_tensor, pi_resize, resample_table
 from .limits import DEFAULT_LIMITS, Limits

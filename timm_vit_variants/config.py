@@ -14,20 +14,15 @@ from .choices import (ACT_LAYERS, BLOCK_TYPES, DATA_CONFIG_KEYS, GRID_MODES, HEA
                       PATCH_EMBED_TYPES, PATCH_NORM_TYPES, POS_EMBED_TYPES, PREPROCESSING_KEYS,
                       REL_POS_RESAMPLE_RULES, RESAMPLE_RULE_NAMES, ROPE_TYPES, TensorSpec, activation_name, grid_for,
                       is_family_architecture, pair, resample_rule)
-from .clip_models import CLIP_ROWS
-from .beit_models import BEIT_ROWS
-from .deit_models import DEIT3_ROWS, DEIT_ROWS
-from .dino_models import DINO_ROWS
-from .eva02_models import EVA02_ROWS
 from .errors import UnknownOptionError, ViTVariantsError
 from .limits import DEFAULT_LIMITS, Limits, rel_pos_bytes
 from .parts import (POOL_KINDS, POSITION_SCHEMES, BlockPart, HeadPart, Part, PatchPart, PoolPart, PositionScheme,
                     TokensPart, TrainingPart)
 
 __all__ = [
-    'SimpleViTConfig', 'Variant', 'VARIANTS', 'MODELS', 'POOL_TYPES', 'POS_EMBED_TYPES', 'RESAMPLE_RULE_NAMES',
-    'PATCH_EMBED_TYPES', 'PATCH_NORM_TYPES', 'GRID_MODES', 'ACT_LAYERS', 'SIGLIP_TOWERS', 'pair', 'grid_for',
-    'architecture_for', 'heads_for_width', 'activation_name', 'is_family_architecture', 'resample_rule', 'TensorSpec',
+    'SimpleViTConfig', 'POOL_TYPES', 'POS_EMBED_TYPES', 'RESAMPLE_RULE_NAMES',
+    'PATCH_EMBED_TYPES', 'PATCH_NORM_TYPES', 'GRID_MODES', 'ACT_LAYERS', 'pair', 'grid_for',
+    'activation_name', 'is_family_architecture', 'resample_rule', 'TensorSpec',
     'HEAD_KEYS',
     'DATA_CONFIG_KEYS', 'PREPROCESSING_KEYS', 'MLP_LAYERS', 'ROPE_TYPES', 'REL_POS_RESAMPLE_RULES', 'BLOCK_TYPES',
     'FLAT_NAMES', 'ARGUMENT_NAMES',
@@ -339,135 +334,3 @@ class SimpleViTConfig:
             raise ViTVariantsError(e.reason, path=path, key=e.key) from None
         except (TypeError, ValueError) as e:
             raise ViTVariantsError(f'bad model arguments: {e}', path=path) from None
-
-
-# -- the family ------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Variant:
-    """big_vision's ``decode_variant`` entry: width, depth, MLP width, heads."""
-    width: int
-    depth: int
-    mlp: int
-    heads: int
-
-    def config_args(self) -> Dict[str, int]:
-        return dict(embed_dim=self.width, depth=self.depth, mlp_dim=self.mlp, num_heads=self.heads)
-
-
-# From big_vision/models/vit.py (decode_variant); So400m and g-opt are the SigLIP shapes.
-VARIANTS: Dict[str, Variant] = {
-    'tiny': Variant(192, 12, 768, 3),
-    'small': Variant(384, 12, 1536, 6),
-    'base': Variant(768, 12, 3072, 12),
-    'large': Variant(1024, 24, 4096, 16),
-    'huge': Variant(1280, 32, 5120, 16),
-    'so400m': Variant(1152, 27, 4304, 16),
-    'giantopt': Variant(1536, 40, 6144, 16),
-}
-
-
-@dataclass(frozen=True)
-class ModelEntry:
-    """One registered model: a variant, what differs from its defaults, and a one-line description."""
-    variant: str
-    args: Dict[str, Any] = field(default_factory=dict)
-    doc: str = ''
-
-    @property
-    def kwargs(self) -> Dict[str, Any]:
-        """What this model sets; everything else is a ``SimpleViTConfig`` default (or timm's, e.g. num_classes)."""
-        return {**VARIANTS[self.variant].config_args(), **self.args}
-
-    def config(self, **overrides: Any) -> SimpleViTConfig:
-        """This row's config with ``overrides`` (a folder's model_args, a caller's kwargs) on top: a part given whole
-        replaces the row's, flat names win over both."""
-        if any(name in SimpleViTConfig.PARTS for name in overrides):
-            return SimpleViTConfig.of(**self.kwargs).replace(**overrides)
-        return SimpleViTConfig.of(**{**self.kwargs, **overrides})
-
-
-# FlexiViT's published ImageNet-1k models: tok pooling, a learned table without a cls slot, 240px.
-_FLEXI = {'img_size': 240, 'patch_size': 16, 'class_token': True, 'global_pool': 'token', 'pos_embed': 'learn',
-          'pos_embed_resample': 'flexi'}
-
-# SigLIP / SigLIP 2 image towers: a learned table without a cls slot, big_vision's MAPHead, no classifier
-# (model(x) is the image embedding: their pretrained_cfg says num_classes=0, so a folder's own count still wins),
-# and the VALID patch conv's crop.
-_SIGLIP = {'pos_embed': 'learn', 'global_pool': 'map', 'grid_mode': 'crop'}
-# (variant, patch, image sizes) of the published towers (big_vision configs/proj/image_text/README_siglip2.md).
-SIGLIP_TOWERS = (('base', 16, (224, 256, 384, 512)), ('base', 32, (256,)), ('large', 16, (256, 384, 512)),
-                 ('so400m', 14, (224, 384)), ('so400m', 16, (256, 384, 512)), ('giantopt', 16, (256, 384)))
-_SIGLIP_LABEL = {'base': 'B', 'large': 'L', 'so400m': 'So400m', 'giantopt': 'g-opt'}
-
-MODELS: Dict[str, ModelEntry] = {
-    'simple_vit_tiny': ModelEntry('tiny', {}, 'ViT-Ti/16 plain recipe (width 192, depth 12, 3 heads).'),
-    'simple_vit_small': ModelEntry('small', {}, 'ViT-S/16 plain recipe (width 384, depth 12, 6 heads).'),
-    'simple_vit_base': ModelEntry('base', {}, 'ViT-B/16 plain recipe (width 768, depth 12, 12 heads).'),
-    'simple_vit_large': ModelEntry('large', {}, 'ViT-L/16 plain recipe (width 1024, depth 24, 16 heads).'),
-    'simple_vit_huge': ModelEntry('huge', {}, 'ViT-H/16 plain recipe (width 1280, depth 32, 16 heads).'),
-    'simple_vit_tiny_patch16_224': ModelEntry('tiny', {}, 'ViT-Ti/16 at 224px.'),
-    'simple_vit_small_patch16_224': ModelEntry(
-        'small', {'rep_size': 384},
-        "ViT-S/16 at 224px as big_vision's vit_s16_i1k config: gap, sin-cos, 384-wide pre-logits "
-        '(tags bv_i1k_{300,150,90}ep are the published Better-plain-ViT ImageNet-1k weights).'),
-    'simple_vit_base_patch16_224': ModelEntry('base', {}, 'ViT-B/16 at 224px.'),
-    'simple_vit_large_patch16_224': ModelEntry('large', {}, 'ViT-L/16 at 224px.'),
-    'simple_vit_huge_patch16_224': ModelEntry('huge', {}, 'ViT-H/16 at 224px.'),
-    'simple_vit_small_patch32_224': ModelEntry('small', {'patch_size': 32}, 'ViT-S/32 at 224px.'),
-    'simple_vit_base_patch32_224': ModelEntry('base', {'patch_size': 32}, 'ViT-B/32 at 224px.'),
-    'simple_vit_tiny_patch4_32': ModelEntry(
-        'tiny', {'img_size': 32, 'patch_size': 4, 'depth': 6},
-        'Small-image plain ViT for 32x32 inputs: patch 4, width 192, 3 heads, 6 blocks.'),
-    **{f'simple_vit_{size}_flexi_240': ModelEntry(
-        size, _FLEXI,
-        f'FlexiViT-{size[0].upper()} (big_vision proj/flexi): 240px, [CLS] pooling, a learned table resampled like '
-        'FlexiViT at run time; create it with any patch_size= to load the published weights at that patch size '
-        '(tag bv_i1k_1200ep).') for size in ('small', 'base', 'large')},
-    **{f'simple_vit_{size}_patch{patch}_siglip_{img}': ModelEntry(
-        size, dict(_SIGLIP, img_size=img, patch_size=patch),
-        f'SigLIP image tower {_SIGLIP_LABEL[size]}/{patch} at {img}px (big_vision): learned table, MAP head, no '
-        'classifier, so model(x) is the image embedding.') for size, patch, sizes in SIGLIP_TOWERS for img in sizes},
-    **{f'simple_vit_{size}_patch16_siglip_naflex': ModelEntry(
-        size, dict(_SIGLIP, img_size=256, patch_size=16, patch_embed='linear', pos_embed_resample='flexi'),
-        f'SigLIP 2 NaFlex image tower {_SIGLIP_LABEL[size]}/16 (big_vision naflex_vit): a 16x16 learned table '
-        "resized to each image's own grid, MAP head; takes a NaFlex dict or a list of images at their own sizes.")
-       for size in ('base', 'so400m')},
-}
-# DINOv2, DINOv3, RoPE-ViT (dino_models.py), DeiT and DeiT-III (deit_models.py) and CLIP towers (clip_models.py)
-MODELS.update({name: ModelEntry(*row) for rows in (DINO_ROWS, DEIT_ROWS, DEIT3_ROWS, CLIP_ROWS, EVA02_ROWS, BEIT_ROWS)
-               for name, row in rows.items()})
-
-# What must match for ``architecture`` to name a registered model, most telling first.
-_DIMS = ('embed_dim', 'num_heads', 'mlp_dim', 'depth', 'patch_size', 'rep_size', 'img_size', 'global_pool', 'pos_embed',
-         'class_token', 'dist_token', 'pre_norm', 'patch_bias', 'reg_tokens', 'init_values', 'block_type')
-
-
-def _dim(config: SimpleViTConfig, name: str) -> Any:
-    """A ``_DIMS`` field as it shapes the network: LayerScale's presence, not its initial value (a reader that does
-    not know it, timm's, records 1.0 where DeiT-III's rows say 1e-4, and the stored gammas are what runs)."""
-    value = config.to_flat()[name]
-    return value is not None if name == 'init_values' else value
-
-
-def architecture_for(config: SimpleViTConfig) -> str:
-    """The registered model matching every dimension, else the nearest family member.
-
-    ``config.json`` always carries the full ``model_args``, so the nearest name only labels the
-    family; it never decides the network.
-    """
-    def distance(name: str) -> Tuple[int, ...]:
-        ref = MODELS[name].config()
-        return tuple(int(_dim(config, d) != _dim(ref, d)) for d in _DIMS)
-
-    flat = config.to_flat(include_training=True)
-    # timm's create_model drops None keyword arguments, so a row that sets a field this config leaves None
-    # (DINOv3's init_values, a rep_size) would fill it when the folder is loaded: such rows cannot label it.
-    eligible = [name for name, entry in MODELS.items()
-                if not any(value is not None and flat.get(key) is None for key, value in entry.kwargs.items())]
-    return min(eligible, key=lambda name: (sum(distance(name)), distance(name)))
-
-
-def heads_for_width(width: int) -> Optional[int]:
-    """The head count of the standard ViT of this width (192: 3, 384: 6, 768: 12, 1024: 16, 1280: 16)."""
-    return next((v.heads for v in VARIANTS.values() if v.width == width), None)

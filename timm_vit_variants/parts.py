@@ -1,8 +1,7 @@
-"""The parts of a ``SimpleViTConfig``: patch embedding, prefix tokens, position schemes, block, head (with its pool)
-and training settings. Torch-free. Each is a frozen dataclass that validates itself (a ``ViTVariantsError`` naming
-the release-0.2.0 flat key) and round-trips through plain JSON. Checks needing two parts live in the config and read
-the parts' properties, never their kind names. Position schemes and pools register by name (``scheme=``/``kind=``),
-so a family adds its own from its own module.
+"""The parts of a ``SimpleViTConfig`` (patch embedding, prefix tokens, position schemes, block, head with its pool,
+training), torch-free. Each is a frozen dataclass that validates itself (a ``ViTVariantsError`` naming the
+release-0.2.0 flat key) and round-trips through plain JSON; checks needing two parts live in the config and read the
+parts' properties. Position schemes and pools register by name (``scheme=``/``kind=``), so a family adds its own.
 """
 import dataclasses
 from dataclasses import dataclass, field, fields

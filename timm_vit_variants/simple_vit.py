@@ -1,6 +1,6 @@
 """timm registry entries for the ``simple_vit_*`` family (timm module ``simple_vit``): pretrained configs, the state-dict filter, entrypoints.
 
-Each entrypoint is built from one row of ``config.MODELS``; importing this module registers them all.
+Each entrypoint is built from one row of ``model_table.MODELS``; importing this module registers them all.
 """
 import os
 import sys
@@ -15,7 +15,8 @@ from ._timm_compat import check_local_dir_configs
 from .checkpoints import check_folder
 from .checkpoints.files import CONFIG_FILE, read_json
 from .clip_models import CLIP_ARCHS, clip_default_cfgs, clip_tag_args
-from .config import ARGUMENT_NAMES, MODELS, SIGLIP_TOWERS, SimpleViTConfig
+from .config import ARGUMENT_NAMES, SimpleViTConfig
+from .model_table import MODELS, SIGLIP_TOWERS
 from .beit_models import BEIT_CFGS
 from .deit_models import DEIT3_CFGS, DEIT_CFGS
 from .dino_models import DINO_CFGS

@@ -28,7 +28,8 @@ from typing import Any, Dict, Set, Tuple
 
 import torch
 
-from ..config import SimpleViTConfig, heads_for_width
+from ..config import SimpleViTConfig
+from ..model_table import heads_for_width
 from ..eva02_models import EVA02, EVA02_MEAN, EVA02_REF_GRID, EVA02_ROPE_THETA, EVA02_STD
 from ..rope import Eva02Rope, rope_frequencies
 from .preprocessing import assumed_preprocessing

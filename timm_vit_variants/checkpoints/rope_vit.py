@@ -19,7 +19,8 @@ from typing import Any, Set
 
 import torch
 
-from ..config import SimpleViTConfig, heads_for_width
+from ..config import SimpleViTConfig
+from ..model_table import heads_for_width
 from ..dino_models import ROPEVIT, ROPEVIT_KINDS
 from .fills import Misfit
 from .layerscale_blocks import LayerScaleBlocks, is_layerscale_ape, record_family

@@ -15,7 +15,8 @@ from typing import Any, Dict, Optional, Sequence, Tuple
 
 import torch.nn as nn
 
-from ..config import ARGUMENT_NAMES, MODELS, SimpleViTConfig, activation_name, heads_for_width
+from ..config import ARGUMENT_NAMES, SimpleViTConfig, activation_name
+from ..model_table import MODELS, heads_for_width
 from ..errors import ViTVariantsError
 from ..parts import Learned
 from .preprocessing import (assumed_preprocessing, checked_input_size,

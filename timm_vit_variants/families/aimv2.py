@@ -9,7 +9,7 @@ model (the attention-pool head).
 from typing import Any, Dict, Tuple
 
 from ..checkpoints.routes import Probe, Route
-from ..config import ModelEntry
+from ..model_table import ModelEntry
 from . import aimv2_layers  # noqa: F401  (registers the 'aimv2' pool module and the 'aimv2_sincos' scheme module)
 from .aimv2_parts import Aimv2Pool, Aimv2SinCos, aimv2_parts
 from .aimv2_reader import Aimv2Checkpoint, is_aimv2

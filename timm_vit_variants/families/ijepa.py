@@ -21,7 +21,8 @@ from ..checkpoints.hf import HFCheckpoint
 from ..checkpoints.preprocessing import imagenet_preprocessing
 from ..checkpoints.routes import Route
 from ..checkpoints.timm_format import TimmCheckpoint
-from ..config import ModelEntry, SimpleViTConfig
+from ..config import SimpleViTConfig
+from ..model_table import ModelEntry
 from .registry import Family
 
 __all__ = ['IJEPA', 'IJEPA_ROWS', 'IJEPA_CFGS', 'IJEPA_ENTRIES', 'IJEPA_HEADS', 'IJEPA_CLASSES', 'IJepaCheckpoint',

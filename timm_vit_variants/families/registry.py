@@ -2,7 +2,7 @@
 
 A family holds its registered rows (``config.ModelEntry``), the timm pretrained cfgs of its tags, and the dispatch
 routes of its source formats, each with an explicit order. This module gathers them into the tables the rest of
-the package reads: the model table (``config.MODELS``, where each family registers its rows), the pretrained cfgs
+the package reads: the model table (``model_table.MODELS``, where each family registers its rows), the pretrained cfgs
 ``simple_vit`` registers with timm (``DEFAULT_CFGS``), and the routes ``checkpoints.detect`` sorts into its
 dispatch table (``ROUTES``). Adding a family is adding its module; nothing here names one.
 """
@@ -13,7 +13,7 @@ from typing import Any, Dict, Mapping, Tuple
 
 from ..checkpoints.pickle_store import add_weight_entries
 from ..checkpoints.routes import Route
-from ..config import MODELS, ModelEntry
+from ..model_table import MODELS, ModelEntry
 
 __all__ = ['Family', 'FAMILIES', 'DEFAULT_CFGS', 'ROUTES']
 
