@@ -197,10 +197,11 @@ def test_data_flows_one_way():
 
 
 def test_the_map_names_every_module():
-    """docs/architecture.md names every module of the two packages by its file name."""
+    """docs/architecture.md names every core module of the two packages by its file name; a family's own modules
+    (``families/`` on either side, beside its registry) are the family's, which the map describes once."""
     text = (REPO / 'docs' / 'architecture.md').read_text()
     modules = [p for package in ('timm_vit_variants', 'porting') for p in (REPO / package).rglob('*.py')
-               if p.name != '__init__.py']
+               if p.name != '__init__.py' and (p.parent.name != 'families' or p.name == 'registry.py')]
     missing = sorted(str(p.relative_to(REPO)) for p in modules if p.name not in text)
     assert not missing, f'docs/architecture.md does not name: {missing}'
 
