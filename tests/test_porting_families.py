@@ -44,3 +44,25 @@ def test_a_new_family_module_reaches_the_cli_and_the_references(tmp_path):
 def test_resample_rules_are_the_geometry_rules():
     from timm_vit_variants.geometry import RESAMPLE_RULES as GEOMETRY_RULES
     assert set(RESAMPLE_RULES) == set(GEOMETRY_RULES)
+
+
+def test_claims_run_before_the_formats_own_reference_by_order():
+    """A family's claim on another family's format runs its reference for the sources its test accepts (the lowest
+    order first); every other source runs the format's own reference."""
+    import pytest
+
+    from porting.families.registry import Claim, PortingFamily, _references
+
+    plain = PortingFamily('plain', references={'fmt': lambda check, x: ('plain', check)})
+    late = PortingFamily('late', claims=(Claim('fmt', 20, lambda check: check > 0, lambda check, x: ('late', check)),))
+    early = PortingFamily('early', claims=(Claim('fmt', 10, lambda check: check > 5,
+                                                 lambda check, x: ('early', check)),))
+    run = _references((late, plain, early))['fmt']
+    assert [run(check, None)[0] for check in (-1, 3, 9)] == ['plain', 'late', 'early']
+    with pytest.raises(RuntimeError, match="claim sources of formats no family defines: \\['other'\\]"):
+        _references((plain, PortingFamily('stray', claims=(Claim('other', 1, bool, bool),))))
+
+
+def test_table_rules_are_resample_rules():
+    from porting.families.registry import TABLE_RULES
+    assert set(TABLE_RULES) <= set(RESAMPLE_RULES)

@@ -185,6 +185,16 @@ def test_transformers_dinov3_folder_matches_transformers(gated, tmp_path, max_de
                       ref(pixel_values=x).last_hidden_state, BOUND)
 
 
+def test_transformers_dinov3_folder_is_verified_by_its_own_class(tmp_path):
+    """The conversion's check runs the folder in transformers' DINOv3ViTModel (the DINOv3 family's claim on 'hf')."""
+    import vit_port
+
+    _, folder = _hf_dinov3(tmp_path, False)
+    result = vit_port.convert(str(folder), tmp_path / 'out')
+    summary = result.verification.summary()
+    assert result.verification.status == 'passed' and 'DINOv3ViTModel.from_pretrained' in summary, summary
+
+
 def test_transformers_dinov3_register_count_disagreeing_with_the_config(tmp_path):
     _, folder = _hf_dinov3(tmp_path, False)
     assert_register_count_refused(folder)

@@ -134,24 +134,23 @@ def add_geometry_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument('--img-size', nargs='+', type=size_arg, metavar=('H', 'W'),
                         help='target image size: H W, or one value for a square (default: the source size)')
     parser.add_argument('--patch-size', nargs='+', type=size_arg, metavar=('P', 'P'),
-                        help='target patch size; the patchifier is PI-resized (FlexiViT) (default: the source patch)')
+                        help='target patch size; the patchifier is PI-resized (default: the source patch)')
     parser.add_argument('--resample-like', choices=RESAMPLE_RULES,
-                        help="rule for resizing a learned position table: big_vision bilinear (align_corners), "
-                             "timm bicubic+antialias, HF bicubic or FlexiViT run-time bilinear+antialias (default: the source ecosystem's rule)")
+                        help="rule for resizing a learned position table, as the named source ecosystem resizes "
+                             "it (default: the source ecosystem's rule)")
 
 
 def add_source_args(parser: argparse.ArgumentParser) -> None:
     """--from and the reader hints: how to read a source checkpoint."""
     parser.add_argument('--from', dest='from_', choices=FORMATS,
-                        help='source format (default: detected from the file; for a file whose keys fit both '
-                             'DeiT-III and RoPE-ViT rope_axial_ape, deit3 or ropevit chooses, else its name or Hub id '
-                             'does, else DeiT-III)')
+                        help='source format (default: detected from the file; for a file whose keys fit two '
+                             'formats, this chooses, else its name or Hub id does)')
     parser.add_argument('--num-heads', type=size_arg,
                         help='attention heads, for sources that do not record them (e.g. a bare timm state dict)')
     parser.add_argument('--assume-heads', action='store_true',
-                        help="a source that records no head count (a bare timm, DINO, DeiT-III, RoPE-ViT or EVA-02 "
-                             "state dict) and has a non-standard width: assume 64-wide heads (a check against the "
-                             'same count cannot catch a wrong one)')
+                        help="a source that records no head count (e.g. a bare timm state dict) and has a "
+                             "non-standard width: assume 64-wide heads (a check against the same count cannot catch "
+                             'a wrong one)')
     parser.add_argument('--source-img-size', nargs='+', type=size_arg, metavar=('H', 'W'),
                         help='image size the source was trained at, for sources that do not record it: splits a '
                              'non-square learned table into its grid; sets the sin-cos source size (default 224)')
@@ -160,8 +159,8 @@ def add_source_args(parser: argparse.ArgumentParser) -> None:
                         help="override the inferred MLP activation (e.g. 'gelu' to match timm's exact-GELU AugReg port)")
     parser.add_argument('--norm-eps', type=float, help='override the inferred LayerNorm epsilon')
     parser.add_argument('--in-chans', type=int, metavar='C',
-                        help='input channels, for a NaFlex Dense patch kernel (P*P*C, width), which does not record '
-                             'them (default 3)')
+                        help='input channels, for a linear (Dense) patch kernel (P*P*C, width), which does not '
+                             'record them (default 3)')
     parser.add_argument('--pos-embed', choices=('sincos', 'none'),
                         help="for a checkpoint without a position table: big_vision sin-cos (default) or none")
     parser.add_argument('--no-ema', action='store_true',

@@ -18,29 +18,31 @@
 """
 from functools import partial
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Dict, Optional
 
 import torch
 import torch.nn as nn
 
 from timm_vit_variants.checkpoints.beit import MIM_ONLY
 from timm_vit_variants.checkpoints.files import SINGLE_WEIGHT_FILES, read_json
+from timm_vit_variants.checkpoints.hf_beit import BEIT_MODEL_TYPES
 from timm_vit_variants.parts import Learned, RelPos
 from timm_vit_variants.relpos_resize import beit_resize_table
 
 from .deit3_ref import deit_table
+from .hf_ref import declared_class, hf_config, hf_model_type, transformers_module
 from .result import Check, NoReference, Outputs
 from .timm_ref import timm_weights
 
-__all__ = ['beit_outputs', 'hf_beit_outputs', 'is_timm_beit_folder']
+__all__ = ['beit_outputs', 'hf_beit_outputs', 'is_hf_beit', 'is_timm_beit']
 
 _SHARED = 'rel_pos_bias.relative_position_bias_table'
 _TABLE = 'relative_position_bias_table'
 
 
-def is_timm_beit_folder(path: str) -> bool:
-    """Whether ``path`` is a timm ``beit*`` folder (its ``config.json``'s ``architecture``), not one of ours."""
-    config = Path(path) / 'config.json'
+def is_timm_beit(check: Check) -> bool:
+    """Whether the source is a timm ``beit*`` folder (its ``config.json``'s ``architecture``), not one of ours."""
+    config = Path(check.path) / 'config.json'
     return config.is_file() and str(read_json(str(config)).get('architecture', '')).startswith('beit')
 
 
@@ -98,9 +100,18 @@ def beit_outputs(check: Check, x: torch.Tensor, mixed: Optional[Dict[str, torch.
     return Outputs(feats, logits, name)
 
 
-def hf_beit_outputs(cls: Any, folder: Path, check: Check, x: torch.Tensor) -> Outputs:
-    """transformers' own BEiT / data2vec-vision class ``cls`` (the one the folder declares), at the source geometry
-    only: its tokens and its logits, or its pooled output where it has a pooling layer."""
+def is_hf_beit(check: Check) -> bool:
+    """Whether the source is a transformers BEiT or data2vec-vision folder."""
+    return hf_model_type(check) in BEIT_MODEL_TYPES
+
+
+def hf_beit_outputs(check: Check, x: torch.Tensor, mixed: Optional[Dict[str, torch.Tensor]] = None) -> Outputs:
+    """transformers' own BEiT / data2vec-vision class (the one the folder declares), at the source geometry only: its
+    tokens and its logits, or its pooled output where it has a pooling layer."""
+    folder, cfg = hf_config(check)
+    stem = 'Data2VecVision' if cfg['model_type'] == 'data2vec-vision' else 'Beit'
+    cls = declared_class(transformers_module(), cfg,
+                         stem + ('ForImageClassification' if check.source.num_classes else 'Model'))
     if check.target is not None:
         raise NoReference('transformers resizes the relative position tables bilinearly at run time, which is '
                           "neither BEiT's rule nor timm's")

@@ -11,16 +11,17 @@ the architecture (DeiT-III rather than RoPE-ViT, named in the pass line) and the
 """
 from functools import partial
 from pathlib import Path
-from typing import Dict, Optional
+from typing import Dict, Optional, Tuple
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from .hf_ref import forward_seen, hf_config, hf_model_type, load, transformers_at
 from .result import Check, NoReference, Outputs
 from .timm_ref import timm_weights
 
-__all__ = ['deit_table', 'deit3_outputs']
+__all__ = ['deit_table', 'deit_resize', 'deit3_outputs', 'is_hf_deit', 'hf_deit_outputs']
 
 _ENTRY = 'deit3_base_patch16_224'  # every deit3_* entry is the same network but for the dimensions passed here
 
@@ -35,6 +36,15 @@ def deit_table(table: torch.Tensor, side: int, prefix: int = 0) -> torch.Tensor:
     grid = table[:, prefix:].float().reshape(-1, old, old, dim).permute(0, 3, 1, 2)
     grid = F.interpolate(grid, size=(side, side), mode='bicubic', align_corners=False)
     return torch.cat((table[:, :prefix].float(), grid.permute(0, 2, 3, 1).flatten(1, 2)), dim=1).to(table.dtype)
+
+
+def deit_resize(table: torch.Tensor, source_grid: Tuple[int, int], target_grid: Tuple[int, int],
+                prefix: int) -> torch.Tensor:
+    """DeiT ``main.py``'s table resize (``deit_table``) to a square ``target_grid``, the only kind it knows."""
+    if target_grid[0] != target_grid[1]:
+        raise NoReference(f"DeiT's main.py resizes the table to square grids only, and "
+                          f'{target_grid[0]}x{target_grid[1]} is not one')
+    return deit_table(table, target_grid[0], prefix)
 
 
 def deit3_outputs(check: Check, x: torch.Tensor, mixed: Optional[Dict[str, torch.Tensor]] = None) -> Outputs:
@@ -78,3 +88,23 @@ def deit3_outputs(check: Check, x: torch.Tensor, mixed: Optional[Dict[str, torch
         name += (", the table resized as DeiT's main.py (bicubic, no antialias, transcribed; shared with the "
                  'converter: the table resize)')
     return Outputs(feats, logits, name)
+
+
+def is_hf_deit(check: Check) -> bool:
+    """Whether the source is a transformers DeiT folder."""
+    return hf_model_type(check) == 'deit'
+
+
+def hf_deit_outputs(check: Check, x: torch.Tensor, mixed: Optional[Dict[str, torch.Tensor]] = None) -> Outputs:
+    """A DeiT folder's class: the normed tokens, and ``DeiTForImageClassificationWithTeacher``'s logits (the mean of
+    its two classifiers)."""
+    transformers = transformers_at(check, 'hf')
+    folder, cfg = hf_config(check)
+    resize = check.target is not None
+    model, name = load(transformers, folder, cfg, 'DeiTModel')
+    name += ' with interpolate_pos_encoding' if resize else ''
+    if type(model).__name__ == 'DeiTModel':
+        with torch.no_grad():
+            return Outputs(model(pixel_values=x, interpolate_pos_encoding=resize).last_hidden_state, None, name)
+    out, seen = forward_seen(lambda: model(pixel_values=x, interpolate_pos_encoding=resize), {'tower': model.deit})
+    return Outputs(seen['tower'][1].last_hidden_state, out.logits, name)

@@ -19,10 +19,11 @@ from timm_vit_variants.errors import ViTVariantsError
 from timm_vit_variants.memory import release_after_use
 from timm_vit_variants.parts import Learned
 
+from .hf_ref import hf_config, hf_model_type, load, transformers_at
 from .result import Check, NoReference, Outputs
 from .streamed import as_float32, trace_blocks
 
-__all__ = ['dinov2_outputs', 'dinov2_table']
+__all__ = ['dinov2_outputs', 'dinov2_table', 'is_hf_dinov2', 'hf_dinov2_outputs']
 
 _OFFSET = 0.1  # the hub's interpolate_offset for the models without registers
 
@@ -97,3 +98,24 @@ def dinov2_outputs(check: Check, x: torch.Tensor, mixed: Optional[Dict[str, torc
     name = (f"timm VisionTransformer + timm's DINOv2 checkpoint_filter_fn, the table resized as DINOv2's "
             f'interpolate_pos_encoding ({resize}, transcribed in the reference)')
     return Outputs(feats, pooled, name)
+
+
+# Each transformers DINOv2 model's own table resize, as our rule: without antialias ('hf'), with it ('timm').
+_HF_RULES = {'dinov2': 'hf', 'dinov2_with_registers': 'timm'}
+
+
+def is_hf_dinov2(check: Check) -> bool:
+    """Whether the source is a transformers DINOv2 folder (with registers or without)."""
+    return hf_model_type(check) in _HF_RULES
+
+
+def hf_dinov2_outputs(check: Check, x: torch.Tensor, mixed: Optional[Dict[str, torch.Tensor]] = None) -> Outputs:
+    """A DINOv2 folder's class: its model resizes the table itself at every input size; the pooler is the normed
+    [CLS]."""
+    folder, cfg = hf_config(check)
+    transformers = transformers_at(check, _HF_RULES[cfg['model_type']])
+    model, name = load(transformers, folder, cfg, 'Dinov2WithRegistersModel' if
+                       cfg['model_type'] == 'dinov2_with_registers' else 'Dinov2Model')
+    with torch.no_grad():
+        out = model(pixel_values=x)
+    return Outputs(out.last_hidden_state, out.pooler_output, name)

@@ -20,10 +20,12 @@ from timm_vit_variants.dino_models import EVA_ROPE, eva_rope_args
 from timm_vit_variants.memory import release_after_use
 from timm_vit_variants.parts import Rope
 
+from .hf_ref import hf_config, hf_model_type, load, transformers_at
 from .result import Check, NoReference, Outputs
 from .streamed import as_float32, trace_blocks
 
-__all__ = ['bare_eva', 'dinov3_outputs', 'eva_model', 'load_eva', 'timm_eva_outputs']
+__all__ = ['bare_eva', 'dinov3_outputs', 'eva_model', 'load_eva', 'has_rope', 'timm_eva_outputs', 'is_hf_dinov3',
+           'hf_dinov3_outputs']
 
 
 def eva_model(config: SimpleViTConfig, rows: int, cols: int, **extra: Any) -> nn.Module:
@@ -149,3 +151,24 @@ def bare_eva(config: SimpleViTConfig) -> nn.Module:
         return eva_model(config, rows, cols, dynamic_img_size=True, use_abs_pos_emb=False, attn_type='eva')
     return eva_model(config, rows, cols, dynamic_img_size=True, attn_type='rope', class_token=config.tokens.cls,
                      no_embed_class=True, use_abs_pos_emb=config.flat_pos_embed == 'learn+rope')
+
+
+def has_rope(check: Check) -> bool:
+    """Whether the timm source has rotary positions: a port timm's ``VisionTransformer`` cannot express, run in its
+    ``Eva`` (``timm_eva_outputs``)."""
+    return check.source.position(Rope) is not None
+
+
+def is_hf_dinov3(check: Check) -> bool:
+    """Whether the source is a transformers DINOv3 ViT folder."""
+    return hf_model_type(check) == 'dinov3_vit'
+
+
+def hf_dinov3_outputs(check: Check, x: torch.Tensor, mixed: Optional[Dict[str, torch.Tensor]] = None) -> Outputs:
+    """A DINOv3 folder's class: RoPE, so no table to resize; its tokens and pooled output."""
+    transformers = transformers_at(check, None)
+    folder, cfg = hf_config(check)
+    model, name = load(transformers, folder, cfg, 'DINOv3ViTModel')
+    with torch.no_grad():
+        out = model(pixel_values=x)
+    return Outputs(out.last_hidden_state, out.pooler_output, name)

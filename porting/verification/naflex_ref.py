@@ -8,7 +8,7 @@ from timm_vit_variants.config import SimpleViTConfig
 
 from .timm_ref import TimmReference, naflex_vit
 
-__all__ = ['MIXED_GRIDS', 'mixed_batch', 'naflex_model', 'classic_state']
+__all__ = ['MIXED_GRIDS', 'mixed_batch', 'naflex_model']
 
 # Token grids of the mixed-size check: wide, tall, square (and one grid side below and above the table's).
 MIXED_GRIDS: Tuple[Tuple[int, int], ...] = ((3, 7), (6, 4), (5, 5))
@@ -40,16 +40,3 @@ def naflex_model(path: str, config: SimpleViTConfig, prefix: str) -> TimmReferen
     model.load_pretrained(path, prefix=prefix)
     return TimmReference(model, "timm NaFlexVit.load_pretrained(npz) (bilinear table resize, big_vision's rule)",
                          naflex=True)
-
-
-def classic_state(model: torch.nn.Module) -> Dict[str, torch.Tensor]:
-    """A ``NaFlexVit``'s weights under a timm ``VisionTransformer``'s names (Linear patch kernel as a conv)."""
-    state = dict(model.state_dict())
-    kernel = state.pop('embeds.proj.weight')
-    (ph, pw), chans = model.embeds.patch_size, model.embeds.in_chans
-    state['patch_embed.proj.weight'] = kernel.reshape(kernel.shape[0], ph, pw, chans).permute(0, 3, 1, 2)
-    state['patch_embed.proj.bias'] = state.pop('embeds.proj.bias')
-    table = state.pop('embeds.pos_embed')
-    state['pos_embed'] = table.reshape(1, -1, table.shape[-1])
-    return state
-

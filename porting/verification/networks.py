@@ -22,7 +22,8 @@ Reference = Callable[[Check, torch.Tensor, Optional[Dict[str, torch.Tensor]]], O
 
 
 def release_as_it_runs(model: nn.Module) -> None:
-    """Hand back the mapped weight pages of each of ``model``'s blocks once it has run (``memory.release_after_use``)."""
+    """Hand back the mapped weight pages of each of ``model``'s blocks once it has run
+    (``memory.release_after_use``)."""
     blocks = getattr(model, 'blocks', None)
     if isinstance(blocks, nn.Sequential) and len(blocks):
         release_after_use(blocks)

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Tuple, Union
 
 import numpy as np
+import torch
 import torch.nn as nn
 
 from timm_vit_variants.config import SimpleViTConfig
@@ -26,11 +27,11 @@ from timm_vit_variants.parts import SinCos
 from .archive import ExtendedArchive
 from .naflex_ref import naflex_model
 from .networks import timm_network
-from .rules import bigvision_posemb_sincos_2d
+from .rules import bigvision_posemb_sincos_2d, resize_grid_table
 from .streamed import loading
 from .timm_ref import PreLogitsHead, TimmReference, timm_equivalent
 
-__all__ = ['npz_model', 'npz_outputs']
+__all__ = ['npz_model', 'npz_outputs', 'zoom_table', 'jax_table']
 
 _PREFIXES = ('opt/target/', 'params/img/', 'params/', 'img/', '')
 _SCAN = 'Transformer/encoderblock/'
@@ -211,3 +212,15 @@ def npz_model(path: str, config: SimpleViTConfig) -> TimmReference:
 
 # big_vision and vit_jax archives: the timm network npz_model loads, rebuilt at a target by the source's rule.
 npz_outputs = timm_network(npz_model)
+
+
+def zoom_table(table: torch.Tensor, source_grid: Tuple[int, int], target_grid: Tuple[int, int],
+               prefix: int) -> torch.Tensor:
+    """big_vision's (and vit_jax's) table resize, scipy's linear zoom as ``rules`` transcribes it."""
+    return torch.from_numpy(resize_grid_table(table.numpy(), source_grid, target_grid, prefix, 'bigvision'))
+
+
+def jax_table(table: torch.Tensor, source_grid: Tuple[int, int], target_grid: Tuple[int, int],
+              prefix: int) -> torch.Tensor:
+    """FlexiViT's run-time table resize, ``jax.image.resize`` as ``rules`` transcribes it."""
+    return torch.from_numpy(resize_grid_table(table.numpy(), source_grid, target_grid, prefix, 'flexi'))

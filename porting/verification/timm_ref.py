@@ -3,7 +3,7 @@ Google ``.npz`` and target-geometry references run in."""
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Dict, Optional
+from typing import Dict, Optional, Tuple
 
 import numpy as np
 import torch
@@ -21,7 +21,7 @@ from .result import NoReference, Outputs
 from .streamed import as_float32, materialize
 
 __all__ = ['fit_input', 'timm_equivalent', 'naflex_vit', 'PreLogitsHead', 'TimmReference',
-           'timm_weights', 'timm_model', 'rebuild_buffers']
+           'timm_weights', 'timm_model', 'rebuild_buffers', 'timm_table']
 
 # How timm's NaFlexVit resizes its table per image, for each of our resample rules that it can express.
 _NAFLEX_INTERP = {'flexi': 'bilinear', 'timm': 'bicubic'}
@@ -52,7 +52,7 @@ def timm_equivalent(config: SimpleViTConfig, num_classes: Optional[int] = None, 
     left uninitialised (every parameter is loaded afterwards; one that is not makes the comparison fail
     loudly), which saves seconds of random init on large models.
     """
-    from timm.models.deit import VisionTransformerDistilled
+    from timm.models import VisionTransformerDistilled
     from timm.models.vision_transformer import VisionTransformer
 
     if config.tokens.dist and (config.head.pool.kind != 'token' or not config.num_prefix_slots):
@@ -168,6 +168,20 @@ class TimmReference:
     head: Optional[PreLogitsHead] = None
     naflex: bool = False  # a timm NaFlexVit, which also runs the mixed-size NaFlex batch
 
+    def vit_state(self) -> Dict[str, torch.Tensor]:
+        """The network's weights under a timm ``VisionTransformer``'s names (a ``NaFlexVit``'s Linear patch kernel as
+        a conv), to rebuild it as one."""
+        state = dict(self.model.state_dict())
+        if not self.naflex:
+            return state
+        kernel = state.pop('embeds.proj.weight')
+        (ph, pw), chans = self.model.embeds.patch_size, self.model.embeds.in_chans
+        state['patch_embed.proj.weight'] = kernel.reshape(kernel.shape[0], ph, pw, chans).permute(0, 3, 1, 2)
+        state['patch_embed.proj.bias'] = state.pop('embeds.proj.bias')
+        table = state.pop('embeds.pos_embed')
+        state['pos_embed'] = table.reshape(1, -1, table.shape[-1])
+        return state
+
     def outputs(self, x: torch.Tensor, mixed: Optional[Dict[str, torch.Tensor]] = None) -> Outputs:
         with torch.no_grad():
             feats = self.model.forward_features(x)
@@ -248,3 +262,11 @@ def timm_model(path: str, config: SimpleViTConfig, limits: Limits = DEFAULT_LIMI
     if any(p.dtype != torch.float32 for p in model.parameters()):  # half-precision weights run upcast, as ours do
         model, name = as_float32(model), f'{name} (weights upcast to float32)'
     return TimmReference(model.eval(), name, head, naflex=hasattr(model, 'embeds'))
+
+
+def timm_table(table: torch.Tensor, source_grid: Tuple[int, int], target_grid: Tuple[int, int],
+               prefix: int) -> torch.Tensor:
+    """timm's own table resize (``resample_abs_pos_embed``: bicubic, antialiased), the prefix rows kept."""
+    from timm.layers import resample_abs_pos_embed
+
+    return resample_abs_pos_embed(table, list(target_grid), list(source_grid), num_prefix_tokens=prefix)
