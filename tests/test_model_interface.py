@@ -18,13 +18,27 @@ from timm.models._manipulate import group_parameters
 import timm_vit_variants  # noqa: F401
 from timm_vit_variants.beit_models import BEIT_ROWS
 from timm_vit_variants.clip_models import CLIP_ARCHS
-from timm_vit_variants.config import grid_for
+from timm_vit_variants.config import SimpleViTConfig, grid_for
 from timm_vit_variants.model_table import MODELS, SIGLIP_TOWERS
 from timm_vit_variants.deit_models import DEIT3_ROWS, DEIT_ROWS
 from timm_vit_variants.dino_models import DINO_ROWS
 from timm_vit_variants.eva02_models import EVA02_ROWS
+from timm_vit_variants.families.registry import FAMILIES
 
 MODEL_NAMES = sorted(timm.list_models('simple_vit_*'))
+# The rows of the families under timm_vit_variants/families/ (AIMv2, I-JEPA): published image towers, no classifier.
+FAMILY_ROWS = {name for family in FAMILIES for name in family.rows}
+
+
+def _one_per_form(names):
+    """The narrowest row of each form of a family (its pooling, position schemes, norm and MLP): the sizes of one
+    form run the same code, so the real-tensor checks run its smallest."""
+    seen = {}
+    for name in sorted(names, key=lambda n: (MODELS[n].kwargs['embed_dim'], n)):
+        config = SimpleViTConfig.of(**MODELS[name].kwargs)
+        form = (type(config.head.pool), tuple(type(p) for p in config.positions), config.block.norm, config.block.mlp)
+        seen.setdefault(form, name)
+    return sorted(seen.values())
 
 
 def _one_per_network(names):
@@ -41,13 +55,13 @@ def _one_per_network(names):
 # The DINO and DeiT members share their blocks within a family, and the CLIP towers' options are checked against
 # open_clip in test_clip.py: one network of each form runs the real-tensor checks here.
 NETWORKS = _one_per_network([n for n in MODEL_NAMES if n not in DINO_ROWS and n not in DEIT_ROWS and n not in DEIT3_ROWS
-                             and n not in EVA02_ROWS and n not in BEIT_ROWS
+                             and n not in EVA02_ROWS and n not in BEIT_ROWS and n not in FAMILY_ROWS
                              and (n not in CLIP_ARCHS or n in ('simple_vit_base_patch16_clip_224',
                                                                'simple_vit_large_patch14_clipa_224'))]) + [
     'simple_vit_small_patch14_reg4_dinov2', 'simple_vit_small_patch16_dinov3',
     'simple_vit_small_patch16_rope_mixed_ape_224', 'simple_vit_small_patch16_deit3_224',
     'simple_vit_tiny_patch16_deit_224', 'simple_vit_tiny_patch16_deit_distilled_224',
-    'simple_vit_tiny_patch14_eva02_336', 'simple_vit_base_patch14_eva02_224']
+    'simple_vit_tiny_patch14_eva02_336', 'simple_vit_base_patch14_eva02_224'] + _one_per_form(FAMILY_ROWS)
 EXPECTED = {
     'simple_vit_tiny', 'simple_vit_small', 'simple_vit_base', 'simple_vit_large', 'simple_vit_huge',
     'simple_vit_tiny_patch16_224', 'simple_vit_small_patch16_224', 'simple_vit_base_patch16_224',
@@ -56,7 +70,7 @@ EXPECTED = {
     'simple_vit_small_flexi_240', 'simple_vit_base_flexi_240', 'simple_vit_large_flexi_240',
     *(f'simple_vit_{size}_patch{patch}_siglip_{img}' for size, patch, sizes in SIGLIP_TOWERS for img in sizes),
     'simple_vit_base_patch16_siglip_naflex', 'simple_vit_so400m_patch16_siglip_naflex', *DINO_ROWS, *DEIT_ROWS,
-    *DEIT3_ROWS, *CLIP_ARCHS, *EVA02_ROWS, *BEIT_ROWS,
+    *DEIT3_ROWS, *CLIP_ARCHS, *EVA02_ROWS, *BEIT_ROWS, *FAMILY_ROWS,
 }
 
 
@@ -71,7 +85,7 @@ def _real_kwargs(name: str) -> dict:
     # blocks, at full width, heads and MLP; their full structure is checked on the meta device.
     return dict(depth=2) if any(size in name for size in ('large', 'huge', 'siglip', 'dino', 'rope', 'clip', 'deit',
                                                            'eva02')) \
-        else {}
+        or name in FAMILY_ROWS else {}
 
 
 @functools.lru_cache(maxsize=None)
@@ -96,14 +110,16 @@ def test_registry_lists_family():
 @pytest.mark.parametrize('name', MODEL_NAMES)
 def test_default_cfg_and_api_contract(name):
     headless = timm.get_pretrained_cfg_value(name, 'num_classes') == 0  # the SigLIP towers: an image embedding
-    assert headless == ('_siglip_' in name or '_dinov' in name or name.endswith('_eva02_224'))  # EVA-02's MIM
+    assert headless == ('_siglip_' in name or '_dinov' in name or name.endswith('_eva02_224')  # EVA-02's MIM
+                        or name in FAMILY_ROWS)
     with torch.device('meta'):  # with a classifier, so that its contract is checked too
         model = timm.create_model(name, device='meta', dtype=torch.float32, num_classes=1000).eval()
     cfg = model.pretrained_cfg
     assert cfg['input_size'][0] == model.in_chans == 3
     if name not in DINO_ROWS and name not in DEIT_ROWS and name not in DEIT3_ROWS and name not in CLIP_ARCHS and \
-            name not in EVA02_ROWS and name not in BEIT_ROWS:
-        # DINO, DeiT, BEiT: ImageNet's statistics; CLIP: open_clip's (test_clip); EVA-02: CLIP's
+            name not in EVA02_ROWS and name not in BEIT_ROWS and name not in FAMILY_ROWS:
+        # DINO, DeiT, BEiT: ImageNet's statistics; CLIP: open_clip's (test_clip); EVA-02: CLIP's; a family's: its own
+        # tests'
         assert cfg['mean'] == cfg['std'] == (0.5, 0.5, 0.5)
     for key in ('crop_pct', 'interpolation', 'first_conv', 'classifier'):
         assert cfg.get(key) is not None, key

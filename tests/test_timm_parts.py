@@ -19,8 +19,7 @@ CASES = [
     ('eva_giant_patch14_224', {}, None),  # EVA-01: timm's Eva, q/v-only bias, no RoPE, avg pooling with fc_norm
     ('eva_giant_patch14_clip_224', {}, None),  # the same with token pooling
     ('vit_base_patch16_rpn_224', {}, "blocks.0 (timm's ResPostBlock: post-norm residual blocks"),
-    ('aimv2_large_patch14_224', {}, "blocks.0.mlp (timm's SwiGLU"),
-    ('aimv2_large_patch14_224', {}, "(timm's RmsNorm: RMSNorm in place of LayerNorm)"),
+    ('aimv2_large_patch14_224', {}, None),  # AIMv2: SwiGLU, RMSNorm, a patch norm; the AIMv2 family reads it
     ('vit_small_patch16_18x2_224', {}, "blocks.0 (timm's ParallelThingsBlock"),
     ('vit_base_patch16_xp_224', dict(qk_norm=False), "blocks.0 (timm's ParallelScalingBlock"),
     ('vit_dlittle_patch16_reg1_gap_256', {}, "blocks.0.attn (timm's DiffAttention: differential attention)"),

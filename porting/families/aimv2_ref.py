@@ -71,24 +71,28 @@ def hf_aimv2_outputs(folder: Union[str, Path], x: 'torch.Tensor') -> Dict[str, O
     return {'tokens': out.last_hidden_state, 'pooled': out.pooler_output}
 
 
-def _weights_file(path: Path) -> Path:
-    """The one weights file of ``path`` (itself, or a folder's ``model.safetensors``)."""
-    return path / 'model.safetensors' if path.is_dir() else path
+def _hf_folder(path: Path) -> bool:
+    """Whether ``path`` is a transformers folder (its ``config.json`` names a ``model_type``; timm's names an
+    ``architecture``)."""
+    import json
+
+    config = path / 'config.json'
+    return path.is_dir() and config.is_file() and 'model_type' in json.loads(config.read_text())
 
 
 def aimv2_outputs(check: Any, x: 'torch.Tensor', mixed: Optional[Dict[str, 'torch.Tensor']]) -> Any:
     """The 'aimv2' reference for a ``Check``: transformers for its folders, timm (its ``aimv2_*`` entry and loader)
     for Apple's and timm's files, at the source geometry or at a target one by the source's own rule (timm's
     bicubic resize; transformers' native sin-cos at any grid, its learned table at its own grid only)."""
-    from safetensors.torch import load_file
-
     from porting.extras import require
     from porting.verification.result import NoReference, Outputs
+    from porting.verification.timm_ref import timm_weights
+    from timm_vit_variants.checkpoints.files import SINGLE_WEIGHT_FILES
     from timm_vit_variants.families.aimv2_layouts import find_layout
     from timm_vit_variants.parts import Learned
 
     path = Path(check.path)
-    if path.is_dir() and (path / 'config.json').is_file():
+    if _hf_folder(path):
         require('hf', 'verifying a transformers AIMv2 folder', 'pass --no-verify to convert without the check')
         native = check.source.position(Learned) is None
         if check.target is not None and not native:
@@ -99,7 +103,11 @@ def aimv2_outputs(check: Any, x: 'torch.Tensor', mixed: Optional[Dict[str, 'torc
         return Outputs(out['tokens'], out['pooled'] if out['pooled'] is not None else out['tokens'].mean(dim=1),
                        'transformers Aimv2VisionModel', note=None if out['pooled'] is not None else
                        'no head: the mean of its tokens')
-    state = load_file(str(_weights_file(path)))
+    if path.is_dir():  # a timm folder: its one weight file
+        path = next((path / n for n in SINGLE_WEIGHT_FILES if (path / n).is_file()), path)
+        if path.is_dir():
+            raise NoReference('the folder holds no single weight file (model.safetensors, pytorch_model.bin, ...)')
+    state = dict(timm_weights(path, check.weights_key))
     found = find_layout(state)
     if found is None:
         raise NoReference('no AIMv2 tower in the file')

@@ -2,7 +2,7 @@
 timm's ``aimv2_*`` state dicts, read through the tables of ``aimv2_layouts.py``.
 
 The network comes from the tensors (``tower_facts``); what they do not record comes from a transformers
-``config.json`` (heads, eps, biases), else the caller's ``num_heads``, else AIMv2's head count of the width
+``config.json`` (heads, eps, biases) or a timm folder's ``model_args`` (heads), else the caller's ``num_heads``, else AIMv2's head count of the width
 (assumed, named). A tower inside a two-tower file (Apple's LiT ``image_encoder.``, transformers' ``vision_model.``)
 is read alone; the text tower, projections and logit scale are not the image tower's and are left out.
 """
@@ -65,6 +65,9 @@ class Aimv2Checkpoint(SourceCheckpoint):
                 raise self._error(f'config.json says {name}={vision[name]!r}: AIMv2 towers have {value!r}',
                                   key=name)
         heads = vision.get('num_attention_heads')
+        if heads is None and self._layout == 'timm':  # a timm folder's config.json: the model_args timm built with
+            args = self.source_config.get('model_args')
+            heads = args.get('num_heads') if isinstance(args, Mapping) else None
         if heads is None:
             if self.options.num_heads is None and dim not in AIMV2_HEADS:
                 raise self._error(f'the head count of a width-{dim} AIMv2 tower is not recorded: give it '
