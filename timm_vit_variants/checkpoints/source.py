@@ -102,9 +102,19 @@ class SourceCheckpoint(abc.ABC):
         self.weights_key = store.wrapped_in()
         self._config_path = config_path
         self._used: Set[str] = set()
-        self.config = self._infer().check_limits(self.limits, self.path)
+        self.config = self._inferred().check_limits(self.limits, self.path)
         self._data_config = self._recorded_preprocessing()  # checked as the source is opened, before any work
         self._plan = self._build_plan(layout) if layout is not None else None
+
+    def _inferred(self) -> SimpleViTConfig:
+        """``_infer``, with this file named in a refusal that does not name one (a config part refusing a value the
+        tensors imply, say)."""
+        try:
+            return self._infer()
+        except ViTVariantsError as e:
+            if e.path is not None:
+                raise
+            raise type(e)(e.reason, path=self.path, key=e.key, shapes=e.shapes, needs=e.needs) from None
 
     # -- provided by each format ---------------------------------------------------------------------
     @abc.abstractmethod
