@@ -98,7 +98,9 @@ def save_tiny(name: str, folder: Path, seed: int = 0) -> torch.nn.Module:
     (folder / 'open_clip_config.json').write_text(json.dumps({'model_cfg': cfg}))
     logging.disable(logging.WARNING)  # open_clip warns that the folder holds no weights yet
     try:
-        model = open_clip.create_model('local-dir:' + str(folder), device='cpu')
+        with torch.random.fork_rng():  # open_clip's own init draws from the global generator: seeded, so runs agree
+            torch.manual_seed(seed)
+            model = open_clip.create_model('local-dir:' + str(folder), device='cpu')
     finally:
         logging.disable(logging.NOTSET)
     generator = torch.Generator().manual_seed(seed)
