@@ -8,7 +8,7 @@ before the rows its files would otherwise meet. A wrapper's folder (transformers
 under ``timm_model.``: ``WRAPPED_PREFIXES``) is read as the timm model it holds, that prefix its default.
 """
 import os
-from typing import Any, Callable, Dict, Optional, Tuple, Type, Union
+from typing import Any, Dict, Optional, Tuple, Type
 
 from ..errors import ViTVariantsError
 from ..limits import DEFAULT_LIMITS, Limits
@@ -78,60 +78,60 @@ def _open_clip_trunk(probe: Probe) -> bool:
 
 
 # Every reader, and how a source reaches it: the first row whose test holds reads (or refuses) the source.
-_ROWS: Tuple[Tuple[Callable[[Probe], bool], Union[Type[SourceCheckpoint], Refuse]], ...] = (
+_ROWS: Tuple[Route, ...] = (
     # flax .npz archives
-    (lambda p: isinstance(p.store, NpzStore) and p.has('MultiHeadDotProductAttention_1/', 'posembed_input/'),
+    Route(100., lambda p: isinstance(p.store, NpzStore) and p.has('MultiHeadDotProductAttention_1/', 'posembed_input/'),
           VitJaxCheckpoint),
-    (lambda p: isinstance(p.store, NpzStore) and not p.has(*_NPZ_BLOCKS), _NO_NPZ_BLOCKS),
-    (lambda p: isinstance(p.store, NpzStore) and is_flat_patch_kernel(p.store, p.options.prefix),
+    Route(200., lambda p: isinstance(p.store, NpzStore) and not p.has(*_NPZ_BLOCKS), _NO_NPZ_BLOCKS),
+    Route(300., lambda p: isinstance(p.store, NpzStore) and is_flat_patch_kernel(p.store, p.options.prefix),
           BigVisionNaFlexCheckpoint),
-    (lambda p: isinstance(p.store, NpzStore), BigVisionCheckpoint),
+    Route(400., lambda p: isinstance(p.store, NpzStore), BigVisionCheckpoint),
     # OpenAI's TorchScript archives
-    (lambda p: isinstance(p.store, TorchScriptStore) and 'visual.conv1.weight' in p.names, OpenAICLIPCheckpoint),
-    (lambda p: isinstance(p.store, TorchScriptStore), _NO_CLIP_ARCHIVE),
+    Route(500., lambda p: isinstance(p.store, TorchScriptStore) and 'visual.conv1.weight' in p.names,
+          OpenAICLIPCheckpoint),
+    Route(600., lambda p: isinstance(p.store, TorchScriptStore), _NO_CLIP_ARCHIVE),
     # timm folders and training checkpoints (config.json's ``architecture``)
-    (lambda p: is_eva02_architecture(p.config.get('architecture')), Eva02Checkpoint),
-    (lambda p: 'architecture' in p.config and is_beit(p.local), TimmBeitCheckpoint),
-    (lambda p: 'architecture' in p.config and _timm_eva(p), TimmEvaCheckpoint),
-    (lambda p: 'architecture' in p.config and _naflexvit(p), TimmNaFlexCheckpoint),
-    (lambda p: 'architecture' in p.config, TimmCheckpoint),
+    Route(700., lambda p: is_eva02_architecture(p.config.get('architecture')), Eva02Checkpoint),
+    Route(800., lambda p: 'architecture' in p.config and is_beit(p.local), TimmBeitCheckpoint),
+    Route(900., lambda p: 'architecture' in p.config and _timm_eva(p), TimmEvaCheckpoint),
+    Route(1000., lambda p: 'architecture' in p.config and _naflexvit(p), TimmNaFlexCheckpoint),
+    Route(1100., lambda p: 'architecture' in p.config, TimmCheckpoint),
     # transformers folders, by config.json's ``model_type``
-    (lambda p: p.model_type in SIGLIP_MODEL_TYPES and str(p.model_type).startswith('siglip2'),
+    Route(1200., lambda p: p.model_type in SIGLIP_MODEL_TYPES and str(p.model_type).startswith('siglip2'),
           HFSiglip2Checkpoint),
-    (lambda p: p.model_type in SIGLIP_MODEL_TYPES, HFSiglipCheckpoint),
-    (lambda p: p.model_type in DINOV2_MODEL_TYPES, HFDinov2Checkpoint),
-    (lambda p: p.model_type in DINOV3_MODEL_TYPES, HFDinov3Checkpoint),
-    (lambda p: p.model_type in CLIP_MODEL_TYPES, HFClipCheckpoint),
-    (lambda p: p.model_type in VIT_MODEL_TYPES, HFCheckpoint),
-    (lambda p: p.model_type in DEIT_MODEL_TYPES, HFDeitCheckpoint),
-    (lambda p: p.model_type in BEIT_MODEL_TYPES, HFBeitCheckpoint),
-    (lambda p: 'model_type' in p.config, _NOT_TRANSFORMERS_VIT),
+    Route(1300., lambda p: p.model_type in SIGLIP_MODEL_TYPES, HFSiglipCheckpoint),
+    Route(1400., lambda p: p.model_type in DINOV2_MODEL_TYPES, HFDinov2Checkpoint),
+    Route(1500., lambda p: p.model_type in DINOV3_MODEL_TYPES, HFDinov3Checkpoint),
+    Route(1600., lambda p: p.model_type in CLIP_MODEL_TYPES, HFClipCheckpoint),
+    Route(1700., lambda p: p.model_type in VIT_MODEL_TYPES, HFCheckpoint),
+    Route(1800., lambda p: p.model_type in DEIT_MODEL_TYPES, HFDeitCheckpoint),
+    Route(1900., lambda p: p.model_type in BEIT_MODEL_TYPES, HFBeitCheckpoint),
+    Route(2000., lambda p: 'model_type' in p.config, _NOT_TRANSFORMERS_VIT),
     # open_clip towers on a timm trunk (visual.trunk.*): with their open_clip_config.json, else unless the trunk alone
     # is asked for (--prefix visual.trunk.: read below as a timm state dict)
-    (lambda p: _open_clip_trunk(p), OpenCLIPTimmCheckpoint),
+    Route(2100., lambda p: _open_clip_trunk(p), OpenCLIPTimmCheckpoint),
     # bare state dicts, by their keys
-    (lambda p: is_beit(p.local), BeitCheckpoint),  # unilm BEiT files, timm Beit state dicts
-    (lambda p: is_dinov2(p.names), Dinov2Checkpoint),
-    (lambda p: is_dinov3(p.names), Dinov3Checkpoint),
+    Route(2200., lambda p: is_beit(p.local), BeitCheckpoint),  # unilm BEiT files, timm Beit state dicts
+    Route(2300., lambda p: is_dinov2(p.names), Dinov2Checkpoint),
+    Route(2400., lambda p: is_dinov3(p.names), Dinov3Checkpoint),
     # EVA-02 (BAAI's or timm's layout) before timm's other Eva ports: with LayerScale it has their gamma_1 and q_bias
-    (lambda p: is_eva02(p.names), Eva02Checkpoint),
-    (_timm_eva, TimmEvaCheckpoint),
+    Route(2500., lambda p: is_eva02(p.names), Eva02Checkpoint),
+    Route(2600., _timm_eva, TimmEvaCheckpoint),
     # DeiT-III and RoPE-ViT rope_axial_ape have the same keys: told apart by the source's name
-    (lambda p: is_layerscale_ape(p.names) and layerscale_ape_format(p.path) == 'deit3', Deit3Checkpoint),
-    (lambda p: is_layerscale_ape(p.names) or is_rope_vit(p.names), RopeVitCheckpoint),
+    Route(2700., lambda p: is_layerscale_ape(p.names) and layerscale_ape_format(p.path) == 'deit3', Deit3Checkpoint),
+    Route(2800., lambda p: is_layerscale_ape(p.names) or is_rope_vit(p.names), RopeVitCheckpoint),
     # open_clip's layout: OpenAI's state dict (its scalars), else OpenCLIP's
-    (lambda p: 'visual.conv1.weight' in p.names and is_openai_clip(p.names), OpenAICLIPCheckpoint),
-    (lambda p: 'visual.conv1.weight' in p.names, OpenCLIPCheckpoint),
+    Route(2900., lambda p: 'visual.conv1.weight' in p.names and is_openai_clip(p.names), OpenAICLIPCheckpoint),
+    Route(3000., lambda p: 'visual.conv1.weight' in p.names, OpenCLIPCheckpoint),
     # a transformers ViT's weights without config.json, then timm ViT and NaFlexVit state dicts
-    (lambda p: p.ends('embeddings.patch_embeddings.projection.weight'), HFCheckpoint),
-    (lambda p: p.ends('patch_embed.proj.weight', 'embeds.proj.weight') and _naflexvit(p), TimmNaFlexCheckpoint),
-    (lambda p: p.ends('patch_embed.proj.weight', 'embeds.proj.weight'), TimmCheckpoint),
-    (lambda p: True, _NO_PATCH_EMBED),
+    Route(3100., lambda p: p.ends('embeddings.patch_embeddings.projection.weight'), HFCheckpoint),
+    Route(3200., lambda p: p.ends('patch_embed.proj.weight', 'embeds.proj.weight') and _naflexvit(p),
+          TimmNaFlexCheckpoint),
+    Route(3300., lambda p: p.ends('patch_embed.proj.weight', 'embeds.proj.weight'), TimmCheckpoint),
+    Route(3400., lambda p: True, _NO_PATCH_EMBED),
 )
-# The rows above in their order (100, 200, ...), and every family module's routes (``families.registry``), by order.
-DISPATCH: Tuple[Route, ...] = tuple(sorted(
-    [Route(100. * (i + 1), test, reader) for i, (test, reader) in enumerate(_ROWS)] + list(ROUTES),
-    key=lambda r: r.order))
+# The rows above and every family module's routes (``families.registry``), by order.
+DISPATCH: Tuple[Route, ...] = tuple(sorted(_ROWS + ROUTES, key=lambda r: r.order))
 _CORE_FORMATS = ('bigvision', 'vitjax', 'timm', 'hf', 'dinov2', 'dinov3', 'ropevit', 'deit3', 'openclip', 'openai',
                  'eva02', 'beit')
 FORMATS = _CORE_FORMATS + tuple(dict.fromkeys(
