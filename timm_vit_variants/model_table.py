@@ -8,7 +8,6 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, Optional, Tuple
 
 from .clip_models import CLIP_ROWS
-from .beit_models import BEIT_ROWS
 from .config import SimpleViTConfig
 from .deit_models import DEIT3_ROWS, DEIT_ROWS
 from .dino_models import DINO_ROWS
@@ -109,7 +108,7 @@ MODELS: Dict[str, ModelEntry] = {
        for size in ('base', 'so400m')},
 }
 # DINOv2, DINOv3, RoPE-ViT (dino_models.py), DeiT and DeiT-III (deit_models.py) and CLIP towers (clip_models.py)
-MODELS.update({name: ModelEntry(*row) for rows in (DINO_ROWS, DEIT_ROWS, DEIT3_ROWS, CLIP_ROWS, EVA02_ROWS, BEIT_ROWS)
+MODELS.update({name: ModelEntry(*row) for rows in (DINO_ROWS, DEIT_ROWS, DEIT3_ROWS, CLIP_ROWS, EVA02_ROWS)
                for name, row in rows.items()})
 
 # What must match for ``architecture`` to name a registered model, most telling first.

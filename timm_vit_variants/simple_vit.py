@@ -17,7 +17,6 @@ from .checkpoints.files import CONFIG_FILE, read_json
 from .clip_models import CLIP_ARCHS, clip_default_cfgs, clip_tag_args
 from .config import ARGUMENT_NAMES, SimpleViTConfig
 from .model_table import MODELS, SIGLIP_TOWERS
-from .beit_models import BEIT_CFGS
 from .deit_models import DEIT3_CFGS, DEIT_CFGS
 from .dino_models import DINO_CFGS
 from .eva02_models import EVA02_CFGS
@@ -151,11 +150,13 @@ default_cfgs = generate_default_cfgs({
     **FAMILY_CFGS,
     **{f'{name}.untrained': _untrained(name) for name in sorted(_FAMILY_ROWS)
        if not any(tag.split('.', 1)[0] == name for tag in FAMILY_CFGS)},
+    # after its published tags, an untrained one for each row of a family that asks for it
+    **{f'{name}.untrained': _untrained(name) for family in FAMILIES if family.untrained for name in family.rows
+       if any(tag.split('.', 1)[0] == name for tag in family.cfgs)},
     **DINO_CFGS,  # first, so that each DINO and DeiT model's published weights are its default tag
     **DEIT_CFGS,
     **DEIT3_CFGS,
     **EVA02_CFGS,
-    **BEIT_CFGS,
     **{f'{name}.untrained': _untrained(name) for name in MODELS
        if name not in _FAMILY_ROWS and name != 'simple_vit_small_patch16_224' and '_flexi_' not in name and '_siglip_' not in name
        and name not in CLIP_ARCHS},

@@ -12,7 +12,6 @@ from typing import Any, Dict, Optional, Tuple, Type
 
 from ..errors import ViTVariantsError
 from ..limits import DEFAULT_LIMITS, Limits
-from .beit import BeitCheckpoint, TimmBeitCheckpoint, is_beit
 from .dinov2 import Dinov2Checkpoint, is_dinov2
 from .deit import Deit3Checkpoint
 from .dinov3 import Dinov3Checkpoint, is_dinov3
@@ -22,7 +21,6 @@ from .files import discover
 from .layerscale_blocks import is_layerscale_ape, layerscale_ape_format
 from .flax import BigVisionCheckpoint, BigVisionNaFlexCheckpoint, VitJaxCheckpoint, is_flat_patch_kernel
 from .hf import HFCheckpoint, VIT_MODEL_TYPES
-from .hf_beit import BEIT_MODEL_TYPES, HFBeitCheckpoint
 from .hf_dinov2 import DINOV2_MODEL_TYPES, HFDinov2Checkpoint
 from .hf_dinov3 import DINOV3_MODEL_TYPES, HFDinov3Checkpoint
 from .hf_clip import CLIP_MODEL_TYPES, HFClipCheckpoint
@@ -92,7 +90,6 @@ _ROWS: Tuple[Route, ...] = (
     Route(600., lambda p: isinstance(p.store, TorchScriptStore), _NO_CLIP_ARCHIVE),
     # timm folders and training checkpoints (config.json's ``architecture``)
     Route(700., lambda p: is_eva02_architecture(p.config.get('architecture')), Eva02Checkpoint),
-    Route(800., lambda p: 'architecture' in p.config and is_beit(p.local), TimmBeitCheckpoint),
     Route(900., lambda p: 'architecture' in p.config and _timm_eva(p), TimmEvaCheckpoint),
     Route(1000., lambda p: 'architecture' in p.config and _naflexvit(p), TimmNaFlexCheckpoint),
     Route(1100., lambda p: 'architecture' in p.config, TimmCheckpoint),
@@ -105,13 +102,11 @@ _ROWS: Tuple[Route, ...] = (
     Route(1600., lambda p: p.model_type in CLIP_MODEL_TYPES, HFClipCheckpoint),
     Route(1700., lambda p: p.model_type in VIT_MODEL_TYPES, HFCheckpoint),
     Route(1800., lambda p: p.model_type in DEIT_MODEL_TYPES, HFDeitCheckpoint),
-    Route(1900., lambda p: p.model_type in BEIT_MODEL_TYPES, HFBeitCheckpoint),
     Route(2000., lambda p: 'model_type' in p.config, _NOT_TRANSFORMERS_VIT),
     # open_clip towers on a timm trunk (visual.trunk.*): with their open_clip_config.json, else unless the trunk alone
     # is asked for (--prefix visual.trunk.: read below as a timm state dict)
     Route(2100., lambda p: _open_clip_trunk(p), OpenCLIPTimmCheckpoint),
     # bare state dicts, by their keys
-    Route(2200., lambda p: is_beit(p.local), BeitCheckpoint),  # unilm BEiT files, timm Beit state dicts
     Route(2300., lambda p: is_dinov2(p.names), Dinov2Checkpoint),
     Route(2400., lambda p: is_dinov3(p.names), Dinov3Checkpoint),
     # EVA-02 (BAAI's or timm's layout) before timm's other Eva ports: with LayerScale it has their gamma_1 and q_bias

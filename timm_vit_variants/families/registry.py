@@ -22,13 +22,15 @@ __all__ = ['Family', 'FAMILIES', 'DEFAULT_CFGS', 'ROUTES']
 class Family:
     """One family: its rows (model name -> row), its tags' pretrained cfgs ('model.tag' -> timm cfg dict; the
     first tag of a model is its default), its dispatch routes, and the keys its training checkpoints hold their
-    weights under beyond timm's (``weight_entries``, in order of preference; ``ema_entries`` are EMA weights)."""
+    weights under beyond timm's (``weight_entries``, in order of preference; ``ema_entries`` are EMA weights);
+    ``untrained`` gives each row with published tags an untrained tag after them."""
     name: str
     rows: Mapping[str, ModelEntry] = field(default_factory=dict)
     cfgs: Mapping[str, Dict[str, Any]] = field(default_factory=dict)
     routes: Tuple[Route, ...] = ()
     weight_entries: Tuple[str, ...] = ()
     ema_entries: Tuple[str, ...] = ()
+    untrained: bool = False  # an 'untrained' tag after the published ones of each row (the rows' tags of release 0.2)
 
 
 def _discover() -> Tuple[Family, ...]:
