@@ -11,7 +11,6 @@ from .clip_models import CLIP_ROWS
 from .config import SimpleViTConfig
 from .deit_models import DEIT3_ROWS, DEIT_ROWS
 from .dino_models import DINO_ROWS
-from .eva02_models import EVA02_ROWS
 
 __all__ = ['Variant', 'VARIANTS', 'ModelEntry', 'MODELS', 'SIGLIP_TOWERS', 'architecture_for', 'heads_for_width']
 
@@ -108,7 +107,7 @@ MODELS: Dict[str, ModelEntry] = {
        for size in ('base', 'so400m')},
 }
 # DINOv2, DINOv3, RoPE-ViT (dino_models.py), DeiT and DeiT-III (deit_models.py) and CLIP towers (clip_models.py)
-MODELS.update({name: ModelEntry(*row) for rows in (DINO_ROWS, DEIT_ROWS, DEIT3_ROWS, CLIP_ROWS, EVA02_ROWS)
+MODELS.update({name: ModelEntry(*row) for rows in (DINO_ROWS, DEIT_ROWS, DEIT3_ROWS, CLIP_ROWS)
                for name, row in rows.items()})
 
 # What must match for ``architecture`` to name a registered model, most telling first.

@@ -19,7 +19,6 @@ from .config import ARGUMENT_NAMES, SimpleViTConfig
 from .model_table import MODELS, SIGLIP_TOWERS
 from .deit_models import DEIT3_CFGS, DEIT_CFGS
 from .dino_models import DINO_CFGS
-from .eva02_models import EVA02_CFGS
 from .errors import ViTVariantsError
 from .families.registry import DEFAULT_CFGS as FAMILY_CFGS, FAMILIES
 from .geometry import Geometry, fit_stream, fixed_patch_reason, infer_grid
@@ -156,7 +155,6 @@ default_cfgs = generate_default_cfgs({
     **DINO_CFGS,  # first, so that each DINO and DeiT model's published weights are its default tag
     **DEIT_CFGS,
     **DEIT3_CFGS,
-    **EVA02_CFGS,
     **{f'{name}.untrained': _untrained(name) for name in MODELS
        if name not in _FAMILY_ROWS and name != 'simple_vit_small_patch16_224' and '_flexi_' not in name and '_siglip_' not in name
        and name not in CLIP_ARCHS},

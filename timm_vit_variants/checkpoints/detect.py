@@ -15,7 +15,6 @@ from ..limits import DEFAULT_LIMITS, Limits
 from .dinov2 import Dinov2Checkpoint, is_dinov2
 from .deit import Deit3Checkpoint
 from .dinov3 import Dinov3Checkpoint, is_dinov3
-from .eva02 import Eva02Checkpoint, is_eva02, is_eva02_architecture
 from .rope_vit import RopeVitCheckpoint, is_rope_vit
 from .files import discover
 from .layerscale_blocks import is_layerscale_ape, layerscale_ape_format
@@ -89,7 +88,6 @@ _ROWS: Tuple[Route, ...] = (
           OpenAICLIPCheckpoint),
     Route(600., lambda p: isinstance(p.store, TorchScriptStore), _NO_CLIP_ARCHIVE),
     # timm folders and training checkpoints (config.json's ``architecture``)
-    Route(700., lambda p: is_eva02_architecture(p.config.get('architecture')), Eva02Checkpoint),
     Route(900., lambda p: 'architecture' in p.config and _timm_eva(p), TimmEvaCheckpoint),
     Route(1000., lambda p: 'architecture' in p.config and _naflexvit(p), TimmNaFlexCheckpoint),
     Route(1100., lambda p: 'architecture' in p.config, TimmCheckpoint),
@@ -109,8 +107,6 @@ _ROWS: Tuple[Route, ...] = (
     # bare state dicts, by their keys
     Route(2300., lambda p: is_dinov2(p.names), Dinov2Checkpoint),
     Route(2400., lambda p: is_dinov3(p.names), Dinov3Checkpoint),
-    # EVA-02 (BAAI's or timm's layout) before timm's other Eva ports: with LayerScale it has their gamma_1 and q_bias
-    Route(2500., lambda p: is_eva02(p.names), Eva02Checkpoint),
     Route(2600., _timm_eva, TimmEvaCheckpoint),
     # DeiT-III and RoPE-ViT rope_axial_ape have the same keys: told apart by the source's name
     Route(2700., lambda p: is_layerscale_ape(p.names) and layerscale_ape_format(p.path) == 'deit3', Deit3Checkpoint),
