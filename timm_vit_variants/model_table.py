@@ -10,7 +10,6 @@ from typing import Any, Dict, Optional, Tuple
 from .clip_models import CLIP_ROWS
 from .config import SimpleViTConfig
 from .deit_models import DEIT3_ROWS, DEIT_ROWS
-from .dino_models import DINO_ROWS
 
 __all__ = ['Variant', 'VARIANTS', 'ModelEntry', 'MODELS', 'SIGLIP_TOWERS', 'architecture_for', 'heads_for_width']
 
@@ -106,8 +105,8 @@ MODELS: Dict[str, ModelEntry] = {
         "resized to each image's own grid, MAP head; takes a NaFlex dict or a list of images at their own sizes.")
        for size in ('base', 'so400m')},
 }
-# DINOv2, DINOv3, RoPE-ViT (dino_models.py), DeiT and DeiT-III (deit_models.py) and CLIP towers (clip_models.py)
-MODELS.update({name: ModelEntry(*row) for rows in (DINO_ROWS, DEIT_ROWS, DEIT3_ROWS, CLIP_ROWS)
+# DeiT and DeiT-III (deit_models.py) and CLIP towers (clip_models.py)
+MODELS.update({name: ModelEntry(*row) for rows in (DEIT_ROWS, DEIT3_ROWS, CLIP_ROWS)
                for name, row in rows.items()})
 
 # What must match for ``architecture`` to name a registered model, most telling first.

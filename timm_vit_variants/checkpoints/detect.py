@@ -12,16 +12,11 @@ from typing import Any, Dict, Optional, Tuple, Type
 
 from ..errors import ViTVariantsError
 from ..limits import DEFAULT_LIMITS, Limits
-from .dinov2 import Dinov2Checkpoint, is_dinov2
 from .deit import Deit3Checkpoint
-from .dinov3 import Dinov3Checkpoint, is_dinov3
-from .rope_vit import RopeVitCheckpoint, is_rope_vit
 from .files import discover
 from .layerscale_blocks import is_layerscale_ape, layerscale_ape_format
 from .flax import BigVisionCheckpoint, BigVisionNaFlexCheckpoint, VitJaxCheckpoint, is_flat_patch_kernel
 from .hf import HFCheckpoint, VIT_MODEL_TYPES
-from .hf_dinov2 import DINOV2_MODEL_TYPES, HFDinov2Checkpoint
-from .hf_dinov3 import DINOV3_MODEL_TYPES, HFDinov3Checkpoint
 from .hf_clip import CLIP_MODEL_TYPES, HFClipCheckpoint
 from .hf_deit import DEIT_MODEL_TYPES, HFDeitCheckpoint
 from .hf_siglip import SIGLIP_MODEL_TYPES, HFSiglip2Checkpoint, HFSiglipCheckpoint
@@ -95,8 +90,6 @@ _ROWS: Tuple[Route, ...] = (
     Route(1200., lambda p: p.model_type in SIGLIP_MODEL_TYPES and str(p.model_type).startswith('siglip2'),
           HFSiglip2Checkpoint),
     Route(1300., lambda p: p.model_type in SIGLIP_MODEL_TYPES, HFSiglipCheckpoint),
-    Route(1400., lambda p: p.model_type in DINOV2_MODEL_TYPES, HFDinov2Checkpoint),
-    Route(1500., lambda p: p.model_type in DINOV3_MODEL_TYPES, HFDinov3Checkpoint),
     Route(1600., lambda p: p.model_type in CLIP_MODEL_TYPES, HFClipCheckpoint),
     Route(1700., lambda p: p.model_type in VIT_MODEL_TYPES, HFCheckpoint),
     Route(1800., lambda p: p.model_type in DEIT_MODEL_TYPES, HFDeitCheckpoint),
@@ -105,12 +98,9 @@ _ROWS: Tuple[Route, ...] = (
     # is asked for (--prefix visual.trunk.: read below as a timm state dict)
     Route(2100., lambda p: _open_clip_trunk(p), OpenCLIPTimmCheckpoint),
     # bare state dicts, by their keys
-    Route(2300., lambda p: is_dinov2(p.names), Dinov2Checkpoint),
-    Route(2400., lambda p: is_dinov3(p.names), Dinov3Checkpoint),
     Route(2600., _timm_eva, TimmEvaCheckpoint),
-    # DeiT-III and RoPE-ViT rope_axial_ape have the same keys: told apart by the source's name
+    # DeiT-III and RoPE-ViT rope_axial_ape have the same keys: told apart by the source's name (RoPE-ViT's row: 2800)
     Route(2700., lambda p: is_layerscale_ape(p.names) and layerscale_ape_format(p.path) == 'deit3', Deit3Checkpoint),
-    Route(2800., lambda p: is_layerscale_ape(p.names) or is_rope_vit(p.names), RopeVitCheckpoint),
     # open_clip's layout: OpenAI's state dict (its scalars), else OpenCLIP's
     Route(2900., lambda p: 'visual.conv1.weight' in p.names and is_openai_clip(p.names), OpenAICLIPCheckpoint),
     Route(3000., lambda p: 'visual.conv1.weight' in p.names, OpenCLIPCheckpoint),
