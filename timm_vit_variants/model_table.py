@@ -9,7 +9,6 @@ from typing import Any, Dict, Optional, Tuple
 
 from .clip_models import CLIP_ROWS
 from .config import SimpleViTConfig
-from .deit_models import DEIT3_ROWS, DEIT_ROWS
 
 __all__ = ['Variant', 'VARIANTS', 'ModelEntry', 'MODELS', 'SIGLIP_TOWERS', 'architecture_for', 'heads_for_width']
 
@@ -105,9 +104,8 @@ MODELS: Dict[str, ModelEntry] = {
         "resized to each image's own grid, MAP head; takes a NaFlex dict or a list of images at their own sizes.")
        for size in ('base', 'so400m')},
 }
-# DeiT and DeiT-III (deit_models.py) and CLIP towers (clip_models.py)
-MODELS.update({name: ModelEntry(*row) for rows in (DEIT_ROWS, DEIT3_ROWS, CLIP_ROWS)
-               for name, row in rows.items()})
+# CLIP towers (clip_models.py)
+MODELS.update({name: ModelEntry(*row) for name, row in CLIP_ROWS.items()})
 
 # What must match for ``architecture`` to name a registered model, most telling first.
 _DIMS = ('embed_dim', 'num_heads', 'mlp_dim', 'depth', 'patch_size', 'rep_size', 'img_size', 'global_pool', 'pos_embed',

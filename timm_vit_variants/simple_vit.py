@@ -17,7 +17,6 @@ from .checkpoints.files import CONFIG_FILE, read_json
 from .clip_models import CLIP_ARCHS, clip_default_cfgs, clip_tag_args
 from .config import ARGUMENT_NAMES, SimpleViTConfig
 from .model_table import MODELS, SIGLIP_TOWERS
-from .deit_models import DEIT3_CFGS, DEIT_CFGS
 from .errors import ViTVariantsError
 from .families.registry import DEFAULT_CFGS as FAMILY_CFGS, FAMILIES
 from .geometry import Geometry, fit_stream, fixed_patch_reason, infer_grid
@@ -151,8 +150,6 @@ default_cfgs = generate_default_cfgs({
     # after its published tags, an untrained one for each row of a family that asks for it
     **{f'{name}.untrained': _untrained(name) for family in FAMILIES if family.untrained for name in family.rows
        if any(tag.split('.', 1)[0] == name for tag in family.cfgs)},
-    **DEIT_CFGS,  # first, so that each DeiT model's published weights are its default tag
-    **DEIT3_CFGS,
     **{f'{name}.untrained': _untrained(name) for name in MODELS
        if name not in _FAMILY_ROWS and name != 'simple_vit_small_patch16_224' and '_flexi_' not in name and '_siglip_' not in name
        and name not in CLIP_ARCHS},

@@ -12,13 +12,10 @@ from typing import Any, Dict, Optional, Tuple, Type
 
 from ..errors import ViTVariantsError
 from ..limits import DEFAULT_LIMITS, Limits
-from .deit import Deit3Checkpoint
 from .files import discover
-from .layerscale_blocks import is_layerscale_ape, layerscale_ape_format
 from .flax import BigVisionCheckpoint, BigVisionNaFlexCheckpoint, VitJaxCheckpoint, is_flat_patch_kernel
 from .hf import HFCheckpoint, VIT_MODEL_TYPES
 from .hf_clip import CLIP_MODEL_TYPES, HFClipCheckpoint
-from .hf_deit import DEIT_MODEL_TYPES, HFDeitCheckpoint
 from .hf_siglip import SIGLIP_MODEL_TYPES, HFSiglip2Checkpoint, HFSiglipCheckpoint
 from .openclip import OpenAICLIPCheckpoint, OpenCLIPCheckpoint, is_openai_clip
 from .openclip_config import open_clip_config_path
@@ -92,15 +89,12 @@ _ROWS: Tuple[Route, ...] = (
     Route(1300., lambda p: p.model_type in SIGLIP_MODEL_TYPES, HFSiglipCheckpoint),
     Route(1600., lambda p: p.model_type in CLIP_MODEL_TYPES, HFClipCheckpoint),
     Route(1700., lambda p: p.model_type in VIT_MODEL_TYPES, HFCheckpoint),
-    Route(1800., lambda p: p.model_type in DEIT_MODEL_TYPES, HFDeitCheckpoint),
     Route(2000., lambda p: 'model_type' in p.config, _NOT_TRANSFORMERS_VIT),
     # open_clip towers on a timm trunk (visual.trunk.*): with their open_clip_config.json, else unless the trunk alone
     # is asked for (--prefix visual.trunk.: read below as a timm state dict)
     Route(2100., lambda p: _open_clip_trunk(p), OpenCLIPTimmCheckpoint),
     # bare state dicts, by their keys
     Route(2600., _timm_eva, TimmEvaCheckpoint),
-    # DeiT-III and RoPE-ViT rope_axial_ape have the same keys: told apart by the source's name (RoPE-ViT's row: 2800)
-    Route(2700., lambda p: is_layerscale_ape(p.names) and layerscale_ape_format(p.path) == 'deit3', Deit3Checkpoint),
     # open_clip's layout: OpenAI's state dict (its scalars), else OpenCLIP's
     Route(2900., lambda p: 'visual.conv1.weight' in p.names and is_openai_clip(p.names), OpenAICLIPCheckpoint),
     Route(3000., lambda p: 'visual.conv1.weight' in p.names, OpenCLIPCheckpoint),
