@@ -26,8 +26,10 @@ from timm_vit_variants.eva02_models import EVA02_ROWS
 from timm_vit_variants.families.registry import FAMILIES
 
 MODEL_NAMES = sorted(timm.list_models('simple_vit_*'))
-# The rows of the families under timm_vit_variants/families/ (AIMv2, I-JEPA): published image towers, no classifier.
-FAMILY_ROWS = {name for family in FAMILIES for name in family.rows}
+# The rows of the families under timm_vit_variants/families/ without a table of their own here (AIMv2, I-JEPA):
+# published image towers, no classifier.
+FAMILY_ROWS = {name for family in FAMILIES for name in family.rows} - {
+    *DINO_ROWS, *DEIT_ROWS, *DEIT3_ROWS, *EVA02_ROWS, *BEIT_ROWS}
 
 
 def _one_per_form(names):
