@@ -30,10 +30,11 @@ class HFCheckpoint(TransformersCheckpoint):
     names (``VIT_MODEL_TYPES``)."""
     RULES = VIT_LAYER_NAMES
     PREPROCESSING_DEFAULTS = VIT_PROCESSOR_DEFAULTS
+    MODEL_TYPES = VIT_MODEL_TYPES  # the model types this reader reads (a family's subclass reads its own)
 
     @property
     def CLASSES(self) -> Dict[str, Optional[str]]:  # type: ignore[override]  # the folder's model_type decides
-        return VIT_MODEL_TYPES.get(self.source_config.get('model_type'), ('', True, {}))[2]
+        return self.MODEL_TYPES.get(self.source_config.get('model_type'), ('', True, {}))[2]
 
     def _candidates(self) -> Set[str]:
         # every name: a ViTForImageClassification's classifier sits outside its 'vit.' prefix
@@ -45,10 +46,10 @@ class HFCheckpoint(TransformersCheckpoint):
             raise ViTVariantsError('a transformers ViT needs its config.json next to the weights', path=self.path,
                                    key='config.json')
         model_type = self.source_config.get('model_type')
-        if model_type not in VIT_MODEL_TYPES:
+        if model_type not in self.MODEL_TYPES:
             raise ViTVariantsError(f"model_type {model_type!r} is not a transformers ViT "
-                                   f"({', '.join(VIT_MODEL_TYPES)})", path=cfg_path, key='model_type')
-        stem, class_token, _ = VIT_MODEL_TYPES[model_type]
+                                   f"({', '.join(self.MODEL_TYPES)})", path=cfg_path, key='model_type')
+        stem, class_token, _ = self.MODEL_TYPES[model_type]
         self._source_class()
         names = self._store.names()
         prefix = self.options.prefix
