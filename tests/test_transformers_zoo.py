@@ -47,10 +47,11 @@ ZOO: Dict[str, tuple] = {
     'IJepaModel': (_one('IJepaModel', 'IJepaConfig'), None),
     'IJepaForImageClassification': (_one('IJepaForImageClassification', 'IJepaConfig', **L), None),
     'GitVisionModel': (_one('GitVisionModel', 'GitVisionConfig'), None),
+    'ViTMAEModel': (_one('ViTMAEModel', 'ViTMAEConfig'), None),
+    'ViTMAEForPreTraining': (_one('ViTMAEForPreTraining', 'ViTMAEConfig'), None),
     'GitForCausalLM': (lambda: transformers.GitForCausalLM(transformers.GitConfig(
         vision_config=V, **dict(T, vocab_size=128), bos_token_id=1, eos_token_id=2, pad_token_id=0)), None),
     # not converted yet: refused by their model_type
-    'ViTMAEModel': (_one('ViTMAEModel', 'ViTMAEConfig'), "model_type 'vit_mae' is not a transformers ViT"),
     'YolosModel': (lambda: transformers.YolosModel(transformers.YolosConfig(**dict(V, image_size=[32, 32]))), "model_type 'yolos' is not a transformers ViT"),
     'BlipVisionModel': (_one('BlipVisionModel', 'BlipVisionConfig'), "model_type 'blip_vision_model' is not"),
 }
