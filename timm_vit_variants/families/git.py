@@ -1,7 +1,7 @@
 """GIT's image tower (Wang et al. 2022, *GIT: A Generative Image-to-text Transformer*, microsoft/GenerativeImage2Text):
 transformers' ``GitVisionModel`` folders (model_type ``git_vision_model``) and the image encoder of its captioning
 folders (``GitModel``, ``GitForCausalLM``; model_type ``git``: the published ``microsoft/git-*`` repos), under
-``git.image_encoder.``.
+``image_encoder.`` (``git.image_encoder.`` in the latter).
 
 The tower is CLIP's vision layout (transformers copies CLIP's embeddings, encoder and table resize), with one
 difference: ``post_layernorm`` normalises every token (our final norm; CLIP's normalises the pooled [CLS] only), and
@@ -22,8 +22,8 @@ __all__ = ['GIT_MODEL_TYPES', 'GitVisionCheckpoint', 'FAMILY']
 
 # The vision model alone, and the captioning model holding it (its vision_config).
 GIT_MODEL_TYPES = ('git_vision_model', 'git')
-_TOWER = 'vision_model.'  # where the tower's tensors start, under the captioning model's 'git.image_encoder.'
-_IN_CAPTIONER = 'git.image_encoder.'
+_TOWER = 'vision_model.'  # the tower's own prefix (under 'image_encoder.' in GitModel, 'git.image_encoder.' above it)
+_KERNEL = 'embeddings.patch_embedding.weight'
 # CLIP's rules, the post-norm read as the final norm on every token instead of the pooled [CLS]'s fc_norm.
 _RULES = {('norm.' + k.split('.', 1)[1] if k.startswith('fc_norm.') else k): rule
           for k, rule in HFClipCheckpoint.RULES.items() if k != 'head.weight'}
@@ -45,6 +45,15 @@ class GitVisionCheckpoint(HFClipCheckpoint):
             return {'GitModel': None, 'GitForCausalLM': None}
         return {'GitVisionModel': None}
 
+    def _tower_prefix(self) -> str:
+        """Where the tower's tensors start: ``vision_model.``, under ``image_encoder.`` in a ``GitModel`` and under
+        ``git.image_encoder.`` in a ``GitForCausalLM``."""
+        kernel = _TOWER + _KERNEL
+        found = sorted(n[:-len(_KERNEL)] for n in self._store.names() if n.endswith(kernel))
+        if len(found) != 1:
+            raise self._error(f'expected one GIT image tower (a {kernel}), found {len(found)}', key=kernel)
+        return found[0]
+
     def _candidates(self) -> set:
         return super(HFClipCheckpoint, self)._candidates()
 
@@ -56,8 +65,7 @@ class GitVisionCheckpoint(HFClipCheckpoint):
             raise ViTVariantsError("a GIT config.json needs a vision_config", path=self._config_path,
                                    key='vision_config')
         self._source_class()
-        self._prefix = self.options.prefix if self.options.prefix is not None else \
-            (_IN_CAPTIONER if self._two_tower else '') + _TOWER
+        self._prefix = self.options.prefix if self.options.prefix is not None else self._tower_prefix()
         others = [n for n in self._store.names() if not n.startswith(self._prefix)]
         if others:
             self.notes.append(f'read the image tower under {self._prefix!r}; skipped {len(others)} other tensors (the '
