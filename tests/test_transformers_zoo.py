@@ -48,12 +48,14 @@ ZOO: Dict[str, tuple] = {
     'IJepaForImageClassification': (_one('IJepaForImageClassification', 'IJepaConfig', **L), None),
     'GitVisionModel': (_one('GitVisionModel', 'GitVisionConfig'), None),
     'ViTMAEModel': (_one('ViTMAEModel', 'ViTMAEConfig'), None),
+    'BlipVisionModel': (_one('BlipVisionModel', 'BlipVisionConfig'), None),
+    'Blip2VisionModel': (_one('Blip2VisionModel', 'Blip2VisionConfig'), None),
+    'InstructBlipVisionModel': (_one('InstructBlipVisionModel', 'InstructBlipVisionConfig'), None),
     'ViTMAEForPreTraining': (_one('ViTMAEForPreTraining', 'ViTMAEConfig'), None),
     'GitForCausalLM': (lambda: transformers.GitForCausalLM(transformers.GitConfig(
         vision_config=V, **dict(T, vocab_size=128), bos_token_id=1, eos_token_id=2, pad_token_id=0)), None),
     # not converted yet: refused by their model_type
     'YolosModel': (lambda: transformers.YolosModel(transformers.YolosConfig(**dict(V, image_size=[32, 32]))), "model_type 'yolos' is not a transformers ViT"),
-    'BlipVisionModel': (_one('BlipVisionModel', 'BlipVisionConfig'), "model_type 'blip_vision_model' is not"),
 }
 _SEEN: Dict[str, bool] = {}
 
