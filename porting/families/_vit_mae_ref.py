@@ -21,8 +21,7 @@ def vit_mae_outputs(check: Check, x: torch.Tensor, mixed: Optional[Dict[str, tor
     folder, cfg = hf_config(check)
     model, name = load(transformers, folder, cfg, 'ViTMAEModel')
     encoder = model.vit if hasattr(model, 'vit') else model
-    encoder.config.mask_ratio = 0.0
-    encoder.embeddings.config.mask_ratio = 0.0
+    encoder.config.mask_ratio = 0.0  # the embeddings read the same config object
     resize = check.target is not None
     patches = (x.shape[-2] // encoder.config.patch_size) * (x.shape[-1] // encoder.config.patch_size)
     noise = torch.arange(patches, dtype=torch.float32).expand(x.shape[0], patches)

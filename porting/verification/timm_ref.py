@@ -199,6 +199,14 @@ class TimmReference:
         return out
 
 
+def single_weight_file(folder: Path) -> Path:
+    """A folder's one weight file (the first of ``SINGLE_WEIGHT_FILES`` it holds); without one, no reference."""
+    found = next((folder / n for n in SINGLE_WEIGHT_FILES if (folder / n).is_file()), None)
+    if found is None:
+        raise NoReference('the folder holds no single weight file (model.safetensors, pytorch_model.bin, ...)')
+    return found
+
+
 def timm_weights(file: Path, key: Optional[str] = None) -> Dict[str, torch.Tensor]:
     """A weight file as tensors viewing the file where the format allows (safetensors, zip pickles); of a training
     checkpoint, the entry ``key`` the converter read (``Check.weights_key``: EMA or not, chosen once)."""

@@ -54,9 +54,6 @@ class GitVisionCheckpoint(HFClipCheckpoint):
             raise self._error(f'expected one GIT image tower (a {kernel}), found {len(found)}', key=kernel)
         return found[0]
 
-    def _candidates(self) -> set:
-        return super(HFClipCheckpoint, self)._candidates()
-
     def _infer(self) -> SimpleViTConfig:
         if self._config_path is None:
             raise ViTVariantsError('a transformers GIT folder needs its config.json next to the weights',
@@ -71,9 +68,7 @@ class GitVisionCheckpoint(HFClipCheckpoint):
             self.notes.append(f'read the image tower under {self._prefix!r}; skipped {len(others)} other tensors (the '
                               'text decoder, its embeddings and the visual projection into it), which the image '
                               'model does not use')
-        self._pre = 'pre_layernorm' if self._prefix + 'pre_layernorm.weight' in self._store else 'pre_layrnorm'
-        network = self._network(eps_default=CLIP_TOWER['norm_eps'])
-        self._check_no_extra_layer(network['depth'], 'encoder.layers.{i}.layer_norm1.weight')
+        network = self._tower_network()
         self.notes.append(f"detected: a transformers GIT image tower (model_type {self.source_config['model_type']!r}): "
                           "every token normed, no pooler (pooled output: the normed [CLS]); hidden_act "
                           f"{self._settings.get('hidden_act', 'gelu')!r}; the table is resized as transformers' "
