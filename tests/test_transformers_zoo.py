@@ -23,6 +23,21 @@ def _two(cls: str, config: str) -> Callable[[], object]:
     return lambda: getattr(transformers, cls)(getattr(transformers, config)(vision_config=V, text_config=T))
 
 
+def _qformer(cls: str, config: str) -> Callable[[], object]:
+    """A BLIP-2-style model: the image tower, a Q-Former and an OPT language model."""
+    qformer = dict(T, encoder_hidden_size=V['hidden_size'])
+    opt = dict(T, model_type='opt', ffn_dim=32, word_embed_proj_dim=16)
+    return lambda: getattr(transformers, cls)(getattr(transformers, config)(
+        vision_config=V, qformer_config=qformer, text_config=opt))
+
+
+def _timm(cls: str, **kwargs) -> Callable[[], object]:
+    """transformers' wrapper of a timm model, here a tiny timm ViT."""
+    args = dict(depth=1, embed_dim=32, num_heads=2, img_size=32, patch_size=8)
+    return lambda: getattr(transformers, cls)(transformers.TimmWrapperConfig(
+        architecture='vit_tiny_patch16_224', model_args=args, **kwargs))
+
+
 # class -> (builder, None when it converts, else a text its refusal names)
 ZOO: Dict[str, tuple] = {
     'ViTModel': (_one('ViTModel', 'ViTConfig'), None),
@@ -82,6 +97,29 @@ ZOO: Dict[str, tuple] = {
                                    'the masked-image-modelling head'),
     'DeiTForMaskedImageModeling': (_one('DeiTForMaskedImageModeling', 'DeiTConfig'),
                                    'the masked-image-modelling decoder'),
+    'Aimv2VisionModel': (_one('Aimv2VisionModel', 'Aimv2VisionConfig'), None),
+    'Aimv2Model': (_two('Aimv2Model', 'Aimv2Config'), None),
+    'MetaClip2VisionModelWithProjection': (_one('MetaClip2VisionModelWithProjection', 'MetaClip2VisionConfig'), None),
+    'MetaClip2ForImageClassification': (_two('MetaClip2ForImageClassification', 'MetaClip2Config'), None),
+    'TimmWrapperModel': (_timm('TimmWrapperModel'), None),
+    'TimmWrapperForImageClassification': (_timm('TimmWrapperForImageClassification', num_labels=3), None),
+    'Siglip2VisionModel': (lambda: transformers.Siglip2VisionModel(transformers.Siglip2VisionConfig(
+        **V, num_patches=16)), None),
+    'Siglip2Model': (lambda: transformers.Siglip2Model(transformers.Siglip2Config(
+        vision_config=dict(V, num_patches=16), text_config=T)), None),
+    'Siglip2ForImageClassification': (lambda: transformers.Siglip2ForImageClassification(transformers.Siglip2Config(
+        vision_config=dict(V, num_patches=16), text_config=T, **L)), None),
+    'BlipModel': (_two('BlipModel', 'BlipConfig'), None),
+    'BlipForImageTextRetrieval': (_two('BlipForImageTextRetrieval', 'BlipConfig'), None),
+    'BlipForConditionalGeneration': (_two('BlipForConditionalGeneration', 'BlipConfig'), None),
+    'BlipForQuestionAnswering': (_two('BlipForQuestionAnswering', 'BlipConfig'), None),
+    'Blip2Model': (_qformer('Blip2Model', 'Blip2Config'), None),
+    'Blip2ForConditionalGeneration': (_qformer('Blip2ForConditionalGeneration', 'Blip2Config'), None),
+    'InstructBlipModel': (_qformer('InstructBlipModel', 'InstructBlipConfig'), None),
+    'InstructBlipForConditionalGeneration': (_qformer('InstructBlipForConditionalGeneration', 'InstructBlipConfig'),
+                                             None),
+    'Blip2VisionModelWithProjection': (_qformer('Blip2VisionModelWithProjection', 'Blip2Config'),
+                                       'the Q-Former is not expressed'),
     # not converted yet: refused by their model_type
     'YolosModel': (lambda: transformers.YolosModel(transformers.YolosConfig(**dict(V, image_size=[32, 32]))), "model_type 'yolos' is not a transformers ViT"),
 }

@@ -53,22 +53,23 @@ def timm_aimv2_outputs(state: Mapping[str, 'torch.Tensor'], num_heads: int, img_
         return model.forward_features(x)
 
 
-def hf_aimv2_outputs(folder: Union[str, Path], x: 'torch.Tensor') -> Dict[str, Optional['torch.Tensor']]:
-    """transformers' AIMv2 image tower from ``folder`` on ``x`` (an ``Aimv2VisionModel``, or an ``Aimv2Model``'s
-    ``vision_model``): ``tokens`` (``last_hidden_state``) and ``pooled`` (``pooler_output``, None without the head)."""
+def hf_aimv2_outputs(folder: Union[str, Path], x: 'torch.Tensor') -> Dict[str, Any]:
+    """transformers' AIMv2 image output from ``folder`` on ``x``: an ``Aimv2VisionModel``'s, or an ``Aimv2Model``'s
+    ``get_image_features``: ``tokens`` (``last_hidden_state``), ``pooled`` (``pooler_output``, projected by an
+    ``Aimv2Model``; None without the head) and ``name``, what ran."""
     import torch
     from transformers import Aimv2Model, Aimv2VisionModel
 
     from timm_vit_variants.checkpoints.files import read_json
 
-    model_type = read_json(str(Path(folder) / 'config.json')).get('model_type')
-    if model_type == 'aimv2':
-        model = Aimv2Model.from_pretrained(str(folder), attn_implementation='eager').vision_model.eval()
-    else:
-        model = Aimv2VisionModel.from_pretrained(str(folder), attn_implementation='eager').eval()
     with torch.no_grad():
-        out = model(pixel_values=x)
-    return {'tokens': out.last_hidden_state, 'pooled': out.pooler_output}
+        if read_json(str(Path(folder) / 'config.json')).get('model_type') == 'aimv2':
+            model = Aimv2Model.from_pretrained(str(folder), attn_implementation='eager').eval()
+            out, name = model.get_image_features(pixel_values=x), 'Aimv2Model.from_pretrained.get_image_features'
+        else:
+            model = Aimv2VisionModel.from_pretrained(str(folder), attn_implementation='eager').eval()
+            out, name = model(pixel_values=x), 'Aimv2VisionModel.from_pretrained'
+    return {'tokens': out.last_hidden_state, 'pooled': out.pooler_output, 'name': 'transformers ' + name}
 
 
 def aimv2_outputs(check: Any, x: 'torch.Tensor', mixed: Optional[Dict[str, 'torch.Tensor']]) -> Any:
@@ -92,7 +93,7 @@ def aimv2_outputs(check: Any, x: 'torch.Tensor', mixed: Optional[Dict[str, 'torc
         check.require_own_resize('transformers', None)
         out = hf_aimv2_outputs(path, x)
         return Outputs(out['tokens'], out['pooled'] if out['pooled'] is not None else out['tokens'].mean(dim=1),
-                       'transformers Aimv2VisionModel', note=None if out['pooled'] is not None else
+                       out['name'], note=None if out['pooled'] is not None else
                        'no head: the mean of its tokens')
     path = single_weight_file(path) if path.is_dir() else path  # a timm folder: its one weight file
     state = dict(timm_weights(path, check.weights_key))
