@@ -204,3 +204,25 @@ def test_fc_norm_without_a_final_norm_is_average_pooling(tmp_path, max_delta):
     x = _images()
     with torch.no_grad():
         max_delta('timm VisionTransformer avg + fc_norm state dict: logits', model(x), ref(x), TOL)
+
+
+@pytest.mark.parametrize('arch, kwargs', [
+    ('vit_intern300m_patch14_448', dict(img_size=28, patch_size=14, embed_dim=32, num_heads=2)),  # [CLS], LayerScale
+    ('vit_base_patch16_radio_v3', dict(img_size=32, patch_size=16, embed_dim=32, num_heads=2)),  # [CLS] + 7 registers
+])
+def test_a_timm_folder_without_a_final_norm_converts(tmp_path, arch, kwargs, max_delta):
+    """timm's final_norm=False towers (InternViT-300M, RADIO v3): no norm after the blocks, read off the folder's
+    architecture. Before, refused with "key 'norm.weight': missing key"."""
+    args = dict(kwargs, depth=2, num_classes=5)
+    ref = randomize(timm.create_model(arch, **args), seed=1).eval()
+    assert 'norm.weight' not in ref.state_dict() and 'fc_norm.weight' not in ref.state_dict()
+    save_for_hf(ref, tmp_path / 'hub', model_args=args)
+    model, ckpt = _ours(tmp_path / 'hub')
+    assert ckpt.model_args['final_norm'] is False
+    side = args['img_size']
+    for size in (side, 2 * side):  # the stored grid, and one that resizes the table by timm's rule
+        ref.set_input_size(img_size=size)
+        model.set_input_size(img_size=size)
+        x = _images(size)
+        with torch.no_grad():
+            max_delta(f'timm {arch} (final_norm=False) at {size}: logits', model(x), ref(x), TOL)

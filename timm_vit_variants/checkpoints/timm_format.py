@@ -73,6 +73,8 @@ class TimmCheckpoint(TimmFolder):
             raise ViTVariantsError(str(e), path=self._config_path, key='architecture') from None
         facts = dict(num_heads=blocks[0].attn.num_heads, global_pool=model.global_pool, act_layer=act,
                      norm_eps=blocks[0].norm1.eps, built=Built.of_vit(arch, args, model, self._classes is not None),
+                     # final_norm=False (InternViT, RADIO): no norm after the blocks, before or after the pool
+                     final_norm=not (isinstance(model.norm, nn.Identity) and isinstance(model.fc_norm, nn.Identity)),
                      **block_facts(blocks[0]))
         if '_clip_' in arch:
             self._clip_note(arch, act)
@@ -229,6 +231,7 @@ class TimmCheckpoint(TimmFolder):
             pre_norm='norm_pre.weight' in local,
             patch_bias=self.KERNEL[:-len('weight')] + 'bias' in local,
             fc_norm='fc_norm.weight' in local,
+            final_norm=facts.get('final_norm', True),
             head_bias='head.bias' in local or 'head.weight' not in local,
         )
 
