@@ -226,3 +226,39 @@ def test_a_timm_folder_without_a_final_norm_converts(tmp_path, arch, kwargs, max
         x = _images(size)
         with torch.no_grad():
             max_delta(f'timm {arch} (final_norm=False) at {size}: logits', model(x), ref(x), TOL)
+
+
+@pytest.mark.parametrize('class_token', [False, True])
+def test_registers_with_their_own_table_rows(tmp_path, class_token, max_delta):
+    """timm's registers with rows in the table (``no_embed_class=False`` with ``reg_tokens``: vit_so150m_*_reg*,
+    test_vit2/3), with and without a [CLS]: every prefix token has a row, resized as timm resizes it. Before,
+    refused ("does not fit a table")."""
+    args = dict(TINY, reg_tokens=3, class_token=class_token, no_embed_class=False,
+                global_pool='token' if class_token else 'avg')
+    ref = _timm_vit(**args).eval()
+    prefix = 3 + int(class_token)
+    assert ref.pos_embed.shape[1] == 16 + prefix
+    save_for_hf(ref, tmp_path / 'hub', model_args=args)
+    model, ckpt = _ours(tmp_path / 'hub')
+    assert ckpt.config.num_prefix_slots == prefix and ckpt.model_args['pos_embed_reg_slots']
+    for size in (32, 48):  # the stored grid, and one that resizes the table by timm's rule
+        ref.set_input_size(img_size=size)
+        model.set_input_size(img_size=size)
+        x = _images(size)
+        with torch.no_grad():
+            max_delta(f'timm registers with table rows (cls={class_token}) at {size}: logits', model(x), ref(x), TOL)
+
+
+def test_table_register_rows_round_trip_the_flat_model_args():
+    """A folder's flat model_args name the register rows only when there are some, so a folder written before the
+    setting existed reads as it did (no rows)."""
+    from timm_vit_variants.config import SimpleViTConfig
+
+    plain = SimpleViTConfig.of(img_size=32, patch_size=8, embed_dim=32, depth=1, num_heads=2, reg_tokens=2,
+                               class_token=True, pos_embed='learn', pos_embed_cls_slot=True)
+    assert 'pos_embed_reg_slots' not in plain.to_flat() and plain.num_prefix_slots == 1
+    rows = plain.replace(pos_embed_reg_slots=True)
+    assert rows.to_flat()['pos_embed_reg_slots'] is True and rows.num_prefix_slots == 3
+    assert SimpleViTConfig.of(**rows.to_flat()) == rows
+    with pytest.raises(ViTVariantsError, match='reg_slots'):
+        plain.replace(pos_embed_reg_slots=True, pos_embed_cls_slot=False)

@@ -177,15 +177,20 @@ def test_bare_timm_state_dict_with_registers_or_layer_scale(kwargs, tmp_path, ma
             max_delta(f'timm {kwargs} {size}', model.forward_features(x), ref.forward_features(x), BOUND)
 
 
-def test_timm_registers_with_position_rows_are_refused(tmp_path):
+def test_timm_registers_with_position_rows_read_from_a_bare_state_dict(tmp_path, max_delta):
+    """A bare timm state dict whose table has rows for [CLS] and the registers (``no_embed_class=False``): the
+    table's length tells the rows apart from DINOv2's layout (registers without rows), and the logits match."""
     from safetensors.torch import save_file
     from timm.models.vision_transformer import VisionTransformer
 
-    ref = VisionTransformer(img_size=32, patch_size=8, embed_dim=64, depth=1, num_heads=4, reg_tokens=2)
+    torch.manual_seed(0)
+    ref = VisionTransformer(img_size=32, patch_size=8, embed_dim=64, depth=1, num_heads=4, reg_tokens=2).eval()
     save_file(ref.state_dict(), str(tmp_path / 'w.safetensors'))
-    with pytest.raises(ViTVariantsError, match='no_embed_class=False') as e:
-        open_checkpoint(tmp_path / 'w.safetensors', num_heads=4)
-    assert e.value.key == 'pos_embed' and str(tmp_path / 'w.safetensors') in str(e.value)
+    model = read_into_model(tmp_path / 'w.safetensors', num_heads=4).eval()
+    assert model.config.num_prefix_slots == 3
+    x = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        max_delta('timm bare state dict, registers with table rows: logits', model(x), ref(x), 1e-5)
 
 
 def _hf_dinov2(tmp_path, registers=0, swiglu=False):

@@ -47,12 +47,15 @@ _FLAT_0_2 = ('img_size', 'patch_size', 'in_chans', 'num_classes', 'global_pool',
              'final_norm', 'head_bias', 'attn_pool_queries', 'attn_pool_heads', 'attn_pool_dim', 'act_layer',
              'norm_eps', 'grid_mode')
 _TRAINING = tuple(f.name for f in fields(TrainingPart))
-# Block options newer than release 0.2.0: in a flat dict only when they differ from the default.
-_NEWER = tuple(flat for flat in BlockPart.FLAT.values() if flat not in _FLAT_0_2)
 _POOL_FLAT = {flat: (cls, f) for cls in POOL_KINDS.values() for f, flat in cls.FLAT.items()}
 _SCHEME_FLAT = {flat: (cls, f) for cls in POSITION_SCHEMES.values() for f, flat in cls.FLAT.items()}
+# Block and position-scheme options newer than release 0.2.0, with their defaults: in a flat dict only when they
+# differ from the default, so a folder of the earlier release reads the same and the new field's default holds.
+_NEWER: Dict[str, Any] = {
+    **{flat: getattr(BlockPart, f) for f, flat in BlockPart.FLAT.items() if flat not in _FLAT_0_2},
+    **{flat: getattr(cls, f) for flat, (cls, f) in _SCHEME_FLAT.items() if flat not in _FLAT_0_2}}
 # Every flat name ``of`` accepts, and every name it accepts (the fields, parts whole, flat names).
-FLAT_NAMES = _FLAT_0_2 + _NEWER + _TRAINING + ('dynamic_img_pad',)
+FLAT_NAMES = _FLAT_0_2 + tuple(_NEWER) + _TRAINING + ('dynamic_img_pad',)
 _PART_FIELDS = ('patch', 'tokens', 'positions', 'block', 'head', 'training')
 ARGUMENT_NAMES = frozenset(_TOP + _PART_FIELDS + FLAT_NAMES)
 
@@ -262,8 +265,10 @@ class SimpleViTConfig:
 
     @property
     def num_prefix_slots(self) -> int:
-        """Rows of a learned table that belong to the class token and the distillation token (0, 1 or 2)."""
-        return 1 + int(self.tokens.dist) if any(s.table_cls_slot for s in self.positions) else 0
+        """Rows of a learned table that belong to prefix tokens: the class token and the distillation token, and
+        the registers where the table has rows for them (the first rows, in the tokens' order)."""
+        cls = 1 + int(self.tokens.dist) if any(s.table_cls_slot for s in self.positions) else 0
+        return cls + (self.tokens.registers if any(s.table_reg_slots for s in self.positions) else 0)
 
     @property
     def num_prefix_tokens(self) -> int:
@@ -305,7 +310,7 @@ class SimpleViTConfig:
             values[flat] = getattr(self.head.pool if isinstance(self.head.pool, owner) else coca, name, None)
         values['global_pool'], values['pos_embed'] = self.head.pool.kind, self.flat_pos_embed
         out = {name: values[name] for name in _FLAT_0_2}
-        out.update({name: values[name] for name in _NEWER if values[name] != getattr(BlockPart, _SIMPLE[name][1])})
+        out.update({name: values[name] for name, default in _NEWER.items() if values[name] != default})
         if include_training:
             out.update({name: values[name] for name in _TRAINING})
         return out

@@ -151,6 +151,11 @@ class PositionScheme(Part):
         """Whether an absolute table carries rows for the prefix tokens (only ``Learned`` can)."""
         return False
 
+    @property
+    def table_reg_slots(self) -> bool:
+        """Whether an absolute table carries rows for the register tokens too (only ``Learned`` can)."""
+        return False
+
     def normalised(self, tokens: TokensPart) -> 'PositionScheme':
         """This scheme with values that have no effect next to ``tokens`` dropped (the default: as it is)."""
         return self
@@ -189,24 +194,43 @@ class SinCos(PositionScheme, scheme='sincos'):
 @dataclass(frozen=True)
 class Learned(PositionScheme, scheme='learn'):
     """A learned table; ``cls_slot``: it carries rows for [CLS] (and the distillation token) as vit_jax / timm,
-    rather than being added before the class token is prepended (big_vision); ``resample``: how it is resized for
-    another grid (``geometry.RESAMPLE_RULES``)."""
+    rather than being added before the class token is prepended (big_vision); ``reg_slots``: rows for the register
+    tokens too, every prefix token then having one (timm's ``no_embed_class=False`` with ``reg_tokens``; DINOv2's
+    registers have none); ``resample``: how it is resized for another grid (``geometry.RESAMPLE_RULES``)."""
     cls_slot: bool = False
     resample: str = 'bigvision'
+    reg_slots: bool = False
     slot: ClassVar[str] = 'abs_pos'
-    FLAT: ClassVar[Mapping[str, str]] = {'cls_slot': 'pos_embed_cls_slot', 'resample': 'pos_embed_resample'}
+    FLAT: ClassVar[Mapping[str, str]] = {'cls_slot': 'pos_embed_cls_slot', 'resample': 'pos_embed_resample',
+                                         'reg_slots': 'pos_embed_reg_slots'}
 
     def __post_init__(self) -> None:
-        self._bools('cls_slot')
+        self._bools('cls_slot', 'reg_slots')
         resample_rule(self.resample)
 
     @property
     def table_cls_slot(self) -> bool:
         return self.cls_slot
 
+    @property
+    def table_reg_slots(self) -> bool:
+        return self.reg_slots
+
+    def to_dict(self) -> Dict[str, Any]:
+        """Plain JSON; ``reg_slots`` only when set, so a table without register rows is written as before it
+        existed."""
+        out = super().to_dict()
+        if not self.reg_slots:
+            del out['reg_slots']
+        return out
+
     def normalised(self, tokens: TokensPart) -> 'Learned':
-        """A cls slot exists only next to a class token."""
-        return dataclasses.replace(self, cls_slot=self.cls_slot and tokens.cls)
+        """A cls slot exists only next to a class token, register slots only next to registers; with both, the
+        [CLS] has a row whenever the registers do (timm's table covers every prefix token or none of them)."""
+        regs = self.reg_slots and tokens.registers > 0
+        if regs and tokens.cls and not self.cls_slot:
+            raise self._bad('reg_slots', 'a table with rows for the registers has one for the class token too')
+        return dataclasses.replace(self, cls_slot=self.cls_slot and tokens.cls, reg_slots=regs)
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from .checkpoints.files import CONFIG_FILE, read_json
 from .clip_models import CLIP_ARCHS, clip_default_cfgs, clip_tag_args
 from .config import ARGUMENT_NAMES, SimpleViTConfig
 from .model_table import MODELS, SIGLIP_TOWERS
+from .parts import Learned
 from .beit_models import BEIT_CFGS
 from .deit_models import DEIT3_CFGS, DEIT_CFGS
 from .dino_models import DINO_CFGS
@@ -189,9 +190,12 @@ def checkpoint_filter_fn(state_dict: Dict[str, torch.Tensor], model: SimpleVisio
     patch = tuple(kernel.shape[-2:]) if dst.kernel_is_patch else dst.patch
     grid, prefix = dst.grid, dst.prefix
     if table is not None and model.pos_embed is not None and table.ndim == 3 and table.shape != model.pos_embed.shape:
+        table_part = model.config.position(Learned)
+        regs = state_dict['reg_token'].shape[1] if 'reg_token' in state_dict else 0
         grid, prefix = infer_grid(table.shape[1], patch, class_token='cls_token' in state_dict,
-                                  slot=bool(model.config.num_prefix_slots), key='pos_embed',
-                                  dist_token='dist_token' in state_dict)
+                                  slot=bool(table_part and table_part.cls_slot), key='pos_embed',
+                                  dist_token='dist_token' in state_dict, registers=regs,
+                                  reg_slots=bool(table_part and table_part.reg_slots))
     src = replace(dst, grid=tuple(grid), patch=patch, prefix=prefix)
     return dict(fit_stream(state_dict.items(), src, dst))
 

@@ -8,7 +8,6 @@ rule is a copy; the work is knowing the architecture: a ``simple_vit_*`` folder'
 read the settings no tensor records, and held against the tensors (``timm_build``); a bare state dict needs the head
 count (``_heads``: the one head-count policy, ``SourceCheckpoint._head_count``). timm's other families read on this reader: ``timm_naflex`` (NaFlexVit), ``timm_eva`` (Eva), ``beit``.
 """
-import math
 import os
 import re
 from typing import Any, Dict, Optional, Sequence, Tuple
@@ -52,6 +51,7 @@ class TimmCheckpoint(TimmFolder):
     KERNEL, CLS = 'patch_embed.proj.weight', 'cls_token'
     # Settings a config.json's architecture records and a state dict does not, with timm's defaults for the latter.
     SETTINGS = {'global_pool': None, 'act_layer': 'gelu', 'norm_eps': 1e-6}
+    _reg_slots = False  # whether the table has rows for the registers (``_position``)
     ALWAYS_CROPS = False  # whether the patch embedding drops the pixels the patch does not divide, whatever the pool
     _deit = False  # read as DeiT's own release format (set by ``_infer``)
 
@@ -67,6 +67,11 @@ class TimmCheckpoint(TimmFolder):
         if model.global_pool not in ('token', 'avg', 'map', ''):
             raise ViTVariantsError(f"global_pool={model.global_pool!r} is not supported (token, avg, map or '')",
                                    path=self._config_path, key='global_pool')
+        if model.global_pool == 'map' and model.num_prefix_tokens and not getattr(model, 'pool_include_prefix', True):
+            raise ViTVariantsError(f'{arch} with these model_args pools by MAP over the patch tokens alone, beside '
+                                   f'{model.num_prefix_tokens} prefix tokens (timm pool_include_prefix=False): this '
+                                   "family's MAP head attends to every token", path=self._config_path,
+                                   key='architecture')
         try:
             act = activation_name(blocks[0].mlp.act)
         except ViTVariantsError as e:
@@ -85,9 +90,10 @@ class TimmCheckpoint(TimmFolder):
         if getattr(model, 'embeds', None) is not None:
             raise self._error(f"{arch} is timm's NaFlexVit, whose weights sit under embeds.*, and these have none",
                               key=self._prefix + 'embeds.proj.weight')
+        rows = not getattr(model, 'no_embed_class', False)  # timm's table then has a row for every prefix token
         return dict(img_size=tuple(model.patch_embed.img_size),
-                    pos_embed_cls_slot=not getattr(model, 'no_embed_class', False) and
-                    getattr(model, 'cls_token', None) is not None,
+                    pos_embed_cls_slot=rows and getattr(model, 'cls_token', None) is not None,
+                    pos_embed_reg_slots=rows and getattr(model, 'reg_token', None) is not None,
                     pos_embed='learn' if getattr(model, 'pos_embed', None) is not None else 'none')
 
     def _clip_note(self, arch: str, act: str) -> None:
@@ -224,6 +230,7 @@ class TimmCheckpoint(TimmFolder):
             reg_tokens=self._shape(p + 'reg_token')[1] if 'reg_token' in local else 0,
             init_values=facts.get('init_values') or (1.0 if 'blocks.0.ls1.gamma' in local else None),
             mlp_layer=facts.get('mlp_layer', 'mlp'), pos_embed=pos_embed, pos_embed_cls_slot=slot,
+            pos_embed_reg_slots=self._reg_slots,
             pos_embed_resample=settings.get('pos_embed_resample', 'timm'), patch_embed=self.PATCH_EMBED,
             rep_size=rep_size, act_layer=self.options.act_layer or settings['act_layer'],
             norm_eps=self.options.norm_eps or settings['norm_eps'],
@@ -234,17 +241,6 @@ class TimmCheckpoint(TimmFolder):
             final_norm=facts.get('final_norm', True),
             head_bias='head.bias' in local or 'head.weight' not in local,
         )
-
-    def _registers_without_position(self, local: set, facts: Dict[str, Any]) -> None:
-        """Refuse timm's registers with their own table rows (``no_embed_class=False``): here registers have none."""
-        p = self._prefix
-        if 'reg_token' not in local or facts.get('pos_embed_cls_slot') is False:
-            return
-        extra = self._shape(p + 'pos_embed')[1] - self._shape(p + 'reg_token')[1] - 1
-        if facts.get('pos_embed_cls_slot') or (extra > 0 and math.isqrt(extra) ** 2 == extra):
-            raise self._error('register tokens with their own position-table rows (timm no_embed_class=False) are '
-                              'not supported: registers carry no position here (timm\'s DINOv2 models use '
-                              'no_embed_class=True)', key=p + 'pos_embed')
 
     def _patch_kernel(self, facts: Dict[str, Any]) -> Tuple[int, int, int, int]:
         """(D, C, P, P) of the patch conv."""
@@ -263,12 +259,16 @@ class TimmCheckpoint(TimmFolder):
             if pos_embed == 'learn':
                 raise self._error('missing key', key=self._prefix + 'pos_embed')
             return pos_embed, False
-        self._registers_without_position(local, facts)
-        slot = self._check_token_table(self._prefix + 'pos_embed', dim, patch, class_token=class_token,
-                                       slot=facts.get('pos_embed_cls_slot'),
-                                       img_size=self.options.img_size or facts.get('img_size'),
-                                       dist_token='dist_token' in local)
-        return 'learn', bool(slot)
+        dist = 'dist_token' in local
+        regs = self._shape(self._prefix + 'reg_token')[1] if 'reg_token' in local else 0
+        prefix = self._check_token_table(self._prefix + 'pos_embed', dim, patch, class_token=class_token,
+                                         slot=facts.get('pos_embed_cls_slot'),
+                                         img_size=self.options.img_size or facts.get('img_size'),
+                                         dist_token=dist, registers=regs,
+                                         reg_slots=facts.get('pos_embed_reg_slots'))
+        # rows for the registers: timm's no_embed_class=False, where every prefix token has one
+        self._reg_slots = regs > 0 and prefix == regs + (1 + int(dist) if class_token else 0)
+        return 'learn', bool(prefix) and class_token
 
     def _settings(self, local: set, facts: Dict[str, Any], class_token: bool, dim: int,
                   mlp_dim: int) -> Dict[str, Any]:
