@@ -61,7 +61,7 @@ class EmbeddingMixin:
             if self.reg_token is not None:
                 reg = self.reg_token
                 start = int(self.cls_token is not None) + int(self.dist_token is not None)
-                if slot is not None and slot.shape[0] > start:  # a table with rows for the registers
+                if slot is not None and self.pos_embed_slots > start:  # a table with rows for the registers
                     reg = reg + slot[start:start + reg.shape[1]]
                 pieces.append(reg.expand(batch, -1, -1).to(tokens.dtype))
             pieces.append(images[i])

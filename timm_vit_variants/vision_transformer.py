@@ -97,6 +97,7 @@ class SimpleVisionTransformer(EmbeddingMixin, NaFlexMixin, PositionsMixin, HeadM
         self.distilled_training = False  # DeiT: forward_head returns both heads' logits in training when set
         self.pos_embed_type = cfg.flat_pos_embed
         self.pos_embed_cls_slot = cfg.num_prefix_slots > 0
+        self.pos_embed_slots = cfg.num_prefix_slots  # the table's prefix rows ([CLS], distillation, registers)
         self.grad_checkpointing = False
 
         self.patch_embed = AdaptivePatchEmbed(
