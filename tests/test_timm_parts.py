@@ -27,7 +27,13 @@ CASES = [
                                     'attention, decomposed relative positions and a neck)'),
     ('vit_relpos_small_patch16_224', {}, "the model (timm's VisionTransformerRelPos"),
     ('eva02_base_patch16_clip_224', {}, 'blocks.0.attn (a norm inside attention, scale_norm)'),
-    ('vit_medium_patch16_rope_reg1_gap_256', {}, "a RoPE outside timm's DINOv3 and RoPE-ViT ports"),
+    ('vit_medium_patch16_rope_reg1_gap_256', {}, None),  # EVA-02's RoPE (a reference grid), a register, no [CLS]
+    ('vit_small_patch16_lingbot', {}, None),  # DINOv3's RoPE under another name: [CLS] and registers
+    ('vit_intern300m_patch14_448', {}, None),  # no final norm, LayerScale
+    ('vit_base_patch16_radio_v3', {}, None),  # no final norm, [CLS] + 7 registers
+    ('vit_so150m_patch16_reg4_gap_256', {}, None),  # registers with rows in the table, no [CLS]
+    ('vit_so150m_patch16_reg4_map_256', {}, 'MAP over the patch tokens alone'),
+    ('vit_pe_spatial_base_patch16_512', {}, 'a RoPE scaled to a reference grid (ref_feat_shape)'),
     ('vit_pe_core_base_patch16_224', {}, "pools by 'map'"),
 ]
 
@@ -56,7 +62,13 @@ def test_a_timm_architecture_converts_exactly_or_names_the_part(tmp_path, arch, 
         return
     result = convert(folder, tmp_path / 'out')
     assert result.verification.status == 'passed', result.verification.summary()
-    x = torch.randn(2, 3, *reference.patch_embed.img_size, generator=torch.Generator().manual_seed(1))
-    with torch.no_grad():
-        max_delta(f'timm {arch} folder, converted and loaded as a user does: logits', load_like_user(tmp_path / 'out')(x),
-                  reference(x), TOL)
+    ours = load_like_user(tmp_path / 'out')
+    size = tuple(reference.patch_embed.img_size)
+    patch = tuple(reference.patch_embed.patch_size)
+    for grid in (size, (size[0] + 2 * patch[0], size[1] - patch[1])):  # the stored grid, and a non-square one
+        reference.set_input_size(img_size=grid)
+        ours.set_input_size(img_size=grid)
+        x = torch.randn(2, 3, *grid, generator=torch.Generator().manual_seed(1))
+        with torch.no_grad():
+            max_delta(f'timm {arch} folder at {grid}, converted and loaded as a user does: logits', ours(x),
+                      reference(x), TOL)

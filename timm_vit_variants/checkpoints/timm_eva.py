@@ -89,6 +89,7 @@ class TimmEvaCheckpoint(TimmCheckpoint):
             pos_embed='+'.join(part for part, used in (('learn', ape), ('rope', bool(kind))) if used) or 'none',
             pos_embed_cls_slot=slot, pos_embed_resample='timm', **(dict(rope_type=kind, rope_theta=self._theta) if kind
                                                                   else {}),
+            **(dict(rope_ref_grid=self._ref_grid) if kind == 'eva02' else {}),
             act_layer=self.options.act_layer or ('silu' if swiglu else activation_name(block.mlp.act)),
             norm_eps=self.options.norm_eps or block.norm1.eps, grid_mode='crop',
             fc_norm=not isinstance(model.fc_norm, nn.Identity),
@@ -106,11 +107,16 @@ class TimmEvaCheckpoint(TimmCheckpoint):
         refused, naming what differs."""
         rope, attn = model.rope, model.blocks[0].attn
         kind, half = _EVA_ROPE.get((type(rope).__name__, getattr(rope, 'grid_indexing', 'ij')), (None, None))
-        beyond = [(not EVA_ARCHITECTURES.match(arch), "a RoPE outside timm's DINOv3 and RoPE-ViT ports"),
-                  (kind is None or kind == 'eva02', f"timm's {type(rope).__name__} with grid indexing "
+        ref = getattr(rope, 'ref_feat_shape', None)
+        self._ref_grid = int(ref[0]) if kind == 'eva02' and ref else None
+        beyond = [(kind is None, f"timm's {type(rope).__name__} with grid indexing "
                    f"{getattr(rope, 'grid_indexing', 'ij')!r}"),
                   (bool(getattr(attn, 'rotate_half', False)) != half, 'another rotation layout (rotate_half)'),
-                  (bool(getattr(rope, 'ref_feat_shape', None)), 'a RoPE scaled to a reference grid (ref_feat_shape)'),
+                  # EVA-02's RoPE (timm's RotaryEmbeddingCat, 'ij') is scaled to a square reference grid; the
+                  # others are not
+                  (kind == 'eva02' and (not ref or ref[0] != ref[1]), 'an EVA-02 RoPE without a square reference '
+                   'grid (ref_feat_shape)'),
+                  (kind != 'eva02' and bool(ref), 'a RoPE scaled to a reference grid (ref_feat_shape)'),
                   (bool(getattr(rope, 'grid_offset', 0.)), 'a RoPE grid offset'),
                   (getattr(rope, 'in_pixels', False), 'RoPE positions in pixels'),
                   (getattr(rope, 'min_period', None) is not None, 'a RoPE minimum period'),
@@ -118,7 +124,8 @@ class TimmEvaCheckpoint(TimmCheckpoint):
         for refused, what in beyond:
             if refused:
                 raise ViTVariantsError(f'{arch} with these model_args uses {what}, which this family does not express '
-                                       "(DINOv3's or RoPE-ViT's RoPE)", path=self._config_path, key='architecture')
+                                       "(DINOv3's, RoPE-ViT's or EVA-02's RoPE)", path=self._config_path,
+                                       key='architecture')
         return kind
 
     def _from_eva_tensors(self) -> SimpleViTConfig:
