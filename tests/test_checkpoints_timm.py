@@ -262,3 +262,18 @@ def test_table_register_rows_round_trip_the_flat_model_args():
     assert SimpleViTConfig.of(**rows.to_flat()) == rows
     with pytest.raises(ViTVariantsError, match='reg_slots'):
         plain.replace(pos_embed_reg_slots=True, pos_embed_cls_slot=False)
+
+
+def test_a_bare_state_dict_with_sub_lns_in_attention_and_mlp(tmp_path, max_delta):
+    """timm's scale_attn_norm / scale_mlp_norm (BEiT-3's sub-LNs), told by their tensors in a bare state dict and
+    verified against timm's VisionTransformer built with them. Before, refused ("scale_attn_norm / scale_mlp_norm
+    are not supported")."""
+    ref = _timm_vit(scale_attn_norm=True, scale_mlp_norm=True).eval()
+    path = tmp_path / 'beit3_like.safetensors'
+    save_file(ref.state_dict(), str(path))
+    model, ckpt = _ours(path)
+    assert ckpt.config.block.attn_norm and ckpt.config.block.mlp_norm
+    with torch.no_grad():
+        max_delta('timm bare state dict with attention and MLP sub-LNs: logits', model(_images()), ref(_images()), TOL)
+    from porting.pipeline import convert
+    assert convert(path, tmp_path / 'out').verification.status == 'passed'

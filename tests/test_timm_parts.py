@@ -26,7 +26,9 @@ CASES = [
     ('samvit_base_patch16_224', {}, "the model (timm's VisionTransformerSAM: SAM's image encoder, with windowed "
                                     'attention, decomposed relative positions and a neck)'),
     ('vit_relpos_small_patch16_224', {}, "the model (timm's VisionTransformerRelPos"),
-    ('eva02_base_patch16_clip_224', {}, 'blocks.0.attn (a norm inside attention, scale_norm)'),
+    ('eva02_base_patch16_clip_224', {}, None),  # EVA-02 CLIP: the attention's and MLP's sub-LNs, split q/k/v
+    ('eva02_enormous_patch14_clip_224', {}, "blocks.0 (timm's EvaBlockPostNorm"),
+    ('beit3_base_patch16_224', {}, None),  # BEiT-3 (timm's VisionTransformer): the sub-LNs in attention and MLP
     ('vit_medium_patch16_rope_reg1_gap_256', {}, None),  # EVA-02's RoPE (a reference grid), a register, no [CLS]
     ('vit_small_patch16_lingbot', {}, None),  # DINOv3's RoPE under another name: [CLS] and registers
     ('vit_intern300m_patch14_448', {}, None),  # no final norm, LayerScale

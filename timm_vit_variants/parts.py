@@ -24,9 +24,12 @@ P = TypeVar('P', bound='Part')
 
 
 class Part:
-    """A frozen dataclass part: ``FLAT`` maps each field to its release-0.2.0 flat name (the error key)."""
+    """A frozen dataclass part: ``FLAT`` maps each field to its release-0.2.0 flat name (the error key);
+    ``WRITTEN_IF_SET`` names the fields newer than the composed form, written only when they differ from their
+    default, so a config without them is written as before they existed."""
     FLAT: ClassVar[Mapping[str, str]] = {}
     NAME: ClassVar[str] = 'part'
+    WRITTEN_IF_SET: ClassVar[Tuple[str, ...]] = ()
 
     def _bad(self, name: str, why: str) -> ViTVariantsError:
         key = self.FLAT.get(name, name)
@@ -44,8 +47,10 @@ class Part:
         self._check(name, lambda v: v in allowed, f'expected one of {allowed}')
 
     def to_dict(self) -> Dict[str, Any]:
-        """Plain JSON: every field (a pair as a list)."""
-        return {f.name: list(v) if isinstance(v := getattr(self, f.name), tuple) else v for f in fields(self)}
+        """Plain JSON: every field (a pair as a list), those of ``WRITTEN_IF_SET`` only when not their default."""
+        values = {f.name: getattr(self, f.name) for f in fields(self)
+                  if f.name not in self.WRITTEN_IF_SET or getattr(self, f.name) != f.default}
+        return {name: list(v) if isinstance(v, tuple) else v for name, v in values.items()}
 
     @classmethod
     def _checked_keys(cls, data: Any, extra: Tuple[str, ...] = ()) -> Dict[str, Any]:
@@ -203,6 +208,7 @@ class Learned(PositionScheme, scheme='learn'):
     slot: ClassVar[str] = 'abs_pos'
     FLAT: ClassVar[Mapping[str, str]] = {'cls_slot': 'pos_embed_cls_slot', 'resample': 'pos_embed_resample',
                                          'reg_slots': 'pos_embed_reg_slots'}
+    WRITTEN_IF_SET: ClassVar[Tuple[str, ...]] = ('reg_slots',)
 
     def __post_init__(self) -> None:
         self._bools('cls_slot', 'reg_slots')
@@ -215,14 +221,6 @@ class Learned(PositionScheme, scheme='learn'):
     @property
     def table_reg_slots(self) -> bool:
         return self.reg_slots
-
-    def to_dict(self) -> Dict[str, Any]:
-        """Plain JSON; ``reg_slots`` only when set, so a table without register rows is written as before it
-        existed."""
-        out = super().to_dict()
-        if not self.reg_slots:
-            del out['reg_slots']
-        return out
 
     def normalised(self, tokens: TokensPart) -> 'Learned':
         """A cls slot exists only next to a class token, register slots only next to registers; with both, the
@@ -282,7 +280,8 @@ class RelPos(PositionScheme, scheme='relpos'):
 class BlockPart(Part):
     """The transformer block. ``kind`` 'vit' (timm's pre-norm ``Block``) or 'eva' (timm's ``EvaBlock``: q/v-only
     bias when ``qkv_bias``, LayerScale as ``gamma_1``/``gamma_2``, split q/k/v when not ``qkv_fused``, the MLP's
-    sub-LN ``mlp_norm``); ``norm`` the model's norm layer and ``norm_eps`` its epsilon; ``act`` the MLP activation
+    sub-LN ``mlp_norm``); ``attn_norm`` the attention's sub-LN before its output projection (timm's
+    ``scale_attn_norm`` / ``scale_attn_inner``: EVA-02 CLIP, BEiT-3); ``norm`` the model's norm layer and ``norm_eps`` its epsilon; ``act`` the MLP activation
     (flax ``nn.gelu`` is 'gelu_tanh'); ``mlp`` 'mlp', 'swiglu_packed' or 'swiglu' and ``mlp_dim`` its exact hidden
     (gated) width, None for 4 * embed_dim; ``init_values`` LayerScale's initial value, None for none."""
     kind: str = 'vit'
@@ -298,10 +297,13 @@ class BlockPart(Part):
     qk_norm: bool = False
     proj_bias: bool = True
     init_values: Optional[float] = None
+    attn_norm: bool = False
     FLAT: ClassVar[Mapping[str, str]] = {
         'kind': 'block_type', 'norm': 'norm_layer', 'norm_eps': 'norm_eps', 'act': 'act_layer', 'mlp': 'mlp_layer',
         'mlp_dim': 'mlp_dim', 'mlp_norm': 'mlp_norm', 'mlp_bias': 'mlp_bias', 'qkv_bias': 'qkv_bias',
-        'qkv_fused': 'qkv_fused', 'qk_norm': 'qk_norm', 'proj_bias': 'proj_bias', 'init_values': 'init_values'}
+        'qkv_fused': 'qkv_fused', 'qk_norm': 'qk_norm', 'proj_bias': 'proj_bias', 'init_values': 'init_values',
+        'attn_norm': 'attn_norm'}
+    WRITTEN_IF_SET: ClassVar[Tuple[str, ...]] = ('attn_norm',)
     NAME: ClassVar[str] = 'block'
 
     def __post_init__(self) -> None:
@@ -312,13 +314,14 @@ class BlockPart(Part):
         self._choice('mlp', MLP_LAYERS)
         self._check('norm_eps', lambda v: _is_number(v) and v > 0, 'expected a positive number')
         self._check('mlp_dim', lambda v: v is None or (_is_int(v) and v >= 1), 'expected a positive integer')
-        self._bools('mlp_norm', 'mlp_bias', 'qkv_bias', 'qkv_fused', 'qk_norm', 'proj_bias')
+        self._bools('mlp_norm', 'mlp_bias', 'qkv_bias', 'qkv_fused', 'qk_norm', 'proj_bias', 'attn_norm')
         self._check('init_values', lambda v: v is None or _is_number(v), 'expected a number or None')
         if self.mlp in ('swiglu_packed', 'swiglu') and self.act != 'silu':
             raise self._bad('mlp', f"{self.mlp!r} gates with silu: set act_layer='silu'")
-        if self.kind == 'vit' and (not self.qkv_fused or self.mlp_norm):
-            raise self._bad('qkv_fused' if not self.qkv_fused else 'mlp_norm',
-                            "split q/k/v projections and the MLP's sub-LN are EvaBlock's: set block_type='eva'")
+        if self.kind == 'vit' and not self.qkv_fused:
+            raise self._bad('qkv_fused', "split q/k/v projections are EvaBlock's: set block_type='eva'")
+        if self.kind == 'vit' and self.mlp_norm and self.mlp != 'mlp':  # timm's Block: scale_mlp_norm, Mlp only
+            raise self._bad('mlp_norm', "a gated MLP's sub-LN is EvaBlock's: set block_type='eva'")
         if self.mlp_norm and self.mlp == 'swiglu_packed':
             raise self._bad('mlp_norm', "timm's EvaBlock normalises a SwiGLU's hidden features only in its split "
                                         "form: use mlp_layer='swiglu'")

@@ -41,9 +41,17 @@ _TABLE = 'relative_position_bias_table'
 
 
 def is_timm_beit(check: Check) -> bool:
-    """Whether the source is a timm ``beit*`` folder (its ``config.json``'s ``architecture``), not one of ours."""
+    """Whether the source is a timm folder of an architecture timm's ``Beit`` builds (its ``config.json``'s
+    ``architecture``; timm's ``beit3_*`` are ``VisionTransformer``s), not one of ours."""
+    import timm
+    from timm.models.beit import Beit
+
     config = Path(check.path) / 'config.json'
-    return config.is_file() and str(read_json(str(config)).get('architecture', '')).startswith('beit')
+    if not config.is_file():
+        return False
+    arch = read_json(str(config)).get('architecture')
+    return isinstance(arch, str) and timm.is_model(arch) and \
+        timm.models.model_entrypoint(arch).__module__ == Beit.__module__
 
 
 def _weights(path: Path, key: Optional[str]) -> Dict[str, torch.Tensor]:

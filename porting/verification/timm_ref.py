@@ -90,6 +90,8 @@ def timm_equivalent(config: SimpleViTConfig, num_classes: Optional[int] = None, 
             fc_norm=config.head.fc_norm,
             final_norm=config.head.final_norm,
             pre_norm=config.tokens.pre_norm,
+            scale_attn_norm=config.block.attn_norm,
+            scale_mlp_norm=config.block.mlp_norm,
             act_layer=config.block.act,
             norm_layer=partial(nn.LayerNorm, eps=config.block.norm_eps),
         )

@@ -16,7 +16,7 @@ from ..errors import ViTVariantsError
 from .preprocessing import imagenet_preprocessing
 from .source import Rule
 from .tensor_rules import LAYER_SCALE, dinov3_periods, for_key, qv_bias, renamed_keys
-from .timm_parts import EVA_PARTS, refuse_unexpressed
+from .timm_parts import ATTN_NORM, EVA_PARTS, MLP_NORM, SPLIT_QKV, refuse_unexpressed
 from .timm_format import TimmCheckpoint
 
 __all__ = ['TimmEvaCheckpoint', 'EVA_ARCHITECTURES', 'is_eva_architecture', 'is_timm_eva']
@@ -63,7 +63,8 @@ class TimmEvaCheckpoint(TimmCheckpoint):
         if arch is None:
             return self._from_eva_tensors()
         model = self._meta_build(arch, args)
-        refuse_unexpressed(model, EVA_PARTS, arch, self._config_path)
+        # timm's EvaBlock options the 'eva' block has: EVA-02 CLIP's sub-LNs and split q/k/v
+        refuse_unexpressed(model, EVA_PARTS, arch, self._config_path, frozenset({ATTN_NORM, MLP_NORM, SPLIT_QKV}))
         where = dict(path=self._config_path, key='architecture')
         block, rope = model.blocks[0], model.rope
         if model.global_pool not in ('token', 'avg', ''):
@@ -78,7 +79,14 @@ class TimmEvaCheckpoint(TimmCheckpoint):
         if ape:
             self.grid = tuple(model.patch_embed.grid_size)
         slot = ape and model.cls_token is not None and not getattr(model, 'no_embed_class', False)
-        qkv_bias = getattr(block.attn, 'q_bias', None) is not None or getattr(block.attn.qkv, 'bias', None) is not None
+        attn = block.attn
+        fused = getattr(attn, 'qkv', None) is not None
+        qkv_bias = getattr(attn, 'q_bias', None) is not None or \
+            getattr(attn.qkv if fused else attn.q_proj, 'bias', None) is not None
+        norms = dict(attn_norm=not isinstance(attn.norm, nn.Identity),
+                     mlp_norm=not isinstance(getattr(block.mlp, 'norm', None), (nn.Identity, type(None))))
+        # timm's own EvaBlock where the plain block has no equivalent (split q/k/v, the sub-LNs)
+        eva = dict(block_type='eva', qkv_fused=fused, **norms) if not fused or any(norms.values()) else {}
         config = SimpleViTConfig.of(
             img_size=tuple(model.patch_embed.img_size), patch_size=patch, in_chans=model.patch_embed.proj.in_channels,
             num_classes=model.num_classes, global_pool=model.global_pool, embed_dim=model.embed_dim,
@@ -93,13 +101,14 @@ class TimmEvaCheckpoint(TimmCheckpoint):
             act_layer=self.options.act_layer or ('silu' if swiglu else activation_name(block.mlp.act)),
             norm_eps=self.options.norm_eps or block.norm1.eps, grid_mode='crop',
             fc_norm=not isinstance(model.fc_norm, nn.Identity),
-            head_bias=not isinstance(model.head, nn.Linear) or model.head.bias is not None)
-        if kind and slot:
+            head_bias=not isinstance(model.head, nn.Linear) or model.head.bias is not None, **eva)
+        if kind and kind != 'eva02' and slot:  # EVA-02 has both (a table with its [CLS] slot and RoPE)
             raise ViTVariantsError(f'{arch}: a table with a [CLS] slot next to RoPE is not supported', **where)
         self.notes.append(f'detected a timm Eva {arch} (' + (
             f'{kind} RoPE, base {self._theta:g}{", periods recomputed in fp32 as timm does" if kind == "dinov3" else ""}'
             if kind else 'no RoPE: a learned table with its [CLS] slot, q/v-only biases') +
-            f'{", table resize rule " + repr("timm") if ape else ""})')
+            f'{", table resize rule " + repr("timm") if ape else ""}'
+            f'{", the attention sub-LN" if norms["attn_norm"] else ""}{", the MLP sub-LN" if norms["mlp_norm"] else ""})')
         return config
 
     def _rope_kind(self, arch: str, model: nn.Module) -> str:

@@ -21,7 +21,7 @@ from ..parts import Learned
 from .preprocessing import (assumed_preprocessing, checked_input_size,
                             imagenet_preprocessing)
 from .timm_build import Built, TimmFolder, block_facts
-from .timm_parts import VIT_PARTS, refuse_unexpressed
+from .timm_parts import ATTN_NORM, MLP_NORM, VIT_PARTS, refuse_unexpressed
 
 __all__ = ['TimmCheckpoint']
 
@@ -30,7 +30,6 @@ _BLOCK_RE = re.compile(r'^blocks\.(\d+)\.')
 _UNSUPPORTED = (
     (re.compile(r'\.[qk]_norm\.'), 'qk_norm is not supported'),
     (re.compile(r'^attn_pool\.pos_embed$'), 'an attention pool with its own position table is not supported'),
-    (re.compile(r'\.(attn|mlp)\.norm\.'), 'scale_attn_norm / scale_mlp_norm are not supported'),
 )
 
 # DeiT v1 (facebookresearch/deit): its releases are ``{'model': state_dict}`` of timm's VisionTransformer, or of its
@@ -59,7 +58,7 @@ class TimmCheckpoint(TimmFolder):
     def _foreign_facts(self, arch: str, args: Dict[str, Any]) -> Dict[str, Any]:
         """Settings no tensor records, read off a meta-device build of a timm ``vit_*`` architecture."""
         model = self._meta_build(arch, args)
-        refuse_unexpressed(model, VIT_PARTS, arch, self._config_path)
+        refuse_unexpressed(model, VIT_PARTS, arch, self._config_path, frozenset({ATTN_NORM, MLP_NORM}))
         blocks = model.blocks
         if not len(blocks):
             raise ViTVariantsError(f'{arch} with these model_args has no transformer blocks', path=self._config_path,
@@ -239,6 +238,8 @@ class TimmCheckpoint(TimmFolder):
             patch_bias=self.KERNEL[:-len('weight')] + 'bias' in local,
             fc_norm='fc_norm.weight' in local,
             final_norm=facts.get('final_norm', True),
+            # timm's Block scale_attn_norm / scale_mlp_norm (BEiT-3): a sub-LN inside attention and inside the MLP
+            attn_norm='blocks.0.attn.norm.weight' in local, mlp_norm='blocks.0.mlp.norm.weight' in local,
             head_bias='head.bias' in local or 'head.weight' not in local,
         )
 
