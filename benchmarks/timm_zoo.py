@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Dict, List, Tuple
 
 import timm
+import torch
 from timm.models import is_model_in_modules, save_for_hf
 
 from porting.cli import main
@@ -33,18 +34,34 @@ def names() -> List[str]:
     return [n for n in timm.list_models() if is_model_in_modules(n, MODULES)]
 
 
+MAX_PARAMS = 500_000_000  # an entry that only builds at its full depth is skipped above this (memory)
+
+
+class TooLarge(Exception):
+    """An entry that builds only at its full depth, too large to build here."""
+
+
 def build(name: str, depth: int) -> 'timm.models.VisionTransformer':
     """``name`` with random weights at ``depth`` blocks (at timm's own depth where the entry fixes a per-block
-    setting, such as Sapiens 2's key/value head counts)."""
+    setting, such as Sapiens 2's key/value head counts, unless that is over ``MAX_PARAMS``)."""
     try:
         return timm.create_model(name, pretrained=False, depth=depth)
     except (TypeError, AssertionError):
+        with torch.device('meta'):
+            size = sum(p.numel() for p in timm.create_model(name, pretrained=False).parameters())
+        if size > MAX_PARAMS:
+            raise TooLarge(f'{size / 1e9:.1f}B parameters at its full depth') from None
         return timm.create_model(name, pretrained=False)
 
 
 def convert(name: str, depth: int, root: Path) -> Tuple[str, str]:
-    """(outcome, detail) of converting ``name``: 'converts', 'refused' with its error line, or 'failure'."""
-    save_for_hf(build(name, depth), str(root / 'src'))
+    """(outcome, detail) of converting ``name``: 'converts', 'refused' with its error line, 'skipped' (too large
+    to build), or 'failure'."""
+    try:
+        model = build(name, depth)
+    except TooLarge as e:
+        return 'skipped', str(e)
+    save_for_hf(model, str(root / 'src'))
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         rc = main(['convert', str(root / 'src'), str(root / 'out')])
@@ -80,7 +97,7 @@ def main_() -> None:
         module = next(m for m in MODULES if is_model_in_modules(name, [m]))
         by_module[module][outcome] += 1
     print(f"timm zoo: {counts['converts']} of {len(results)} names convert, {counts['refused']} refused by name, "
-          f"{counts['failure']} failures")
+          f"{counts['skipped']} skipped (too large to build at full depth), {counts['failure']} failures")
     for module, c in by_module.items():
         print(f"  {module}: {c['converts']} of {sum(c.values())} convert")
     if args.json:
