@@ -1,6 +1,9 @@
 """The transformers vision classes, each built tiny with random weights and saved: each either converts (verified
 against its own forward by the converter) or is refused by name with the part that is not expressed (one ``error:``
-line, never a missing key). The coverage figure is printed; docs/checkpoints.md lists the refusals."""
+line, never a missing key); each that converts is converted to two more grids, where its output is checked against
+the class's own resize or the converter says the class has none. The coverage figure is printed;
+docs/checkpoints.md lists the refusals."""
+import re
 from typing import Callable, Dict, Optional
 
 import pytest
@@ -139,6 +142,29 @@ def test_class_converts_or_is_refused_by_name(name, tmp_path, capsys):
     else:
         assert rc == 1 and err.count('error:') == 1 and refusal in err, err
         assert 'missing key' not in err and 'Traceback' not in err, err
+
+
+_GRIDS = (['48'], ['40', '56'])  # a larger square grid (6x6) and a non-square one (5x7); the classes' own is 4x4
+_TARGET_CHECKED = re.compile(r'target geometry \(\d+x\d+, patch \d+\) passed vs ')
+_TARGET_UNDEFINED = re.compile(r'the output at the target geometry \(\d+x\d+, patch \d+\) was NOT checked: \S')
+
+
+@pytest.mark.parametrize('name', [n for n, (_, refusal) in ZOO.items() if refusal is None])
+def test_class_converts_at_two_more_grids(name, tmp_path, capsys):
+    """Each class that converts, converted to two other grids: the output there is checked against the class's own
+    resize (transformers' interpolate_pos_encoding, SigLIP 2's NaFlex resize, ...), or the converter says the class
+    defines none (a tower that runs at its own grid only); a rule with no non-square form refuses that grid by
+    name."""
+    build, _ = ZOO[name]
+    build().save_pretrained(str(tmp_path / 'src'))
+    for size in _GRIDS:
+        capsys.readouterr()
+        rc = main(['convert', str(tmp_path / 'src'), str(tmp_path / ('out' + 'x'.join(size))), '--img-size', *size])
+        out, err = capsys.readouterr()
+        if rc == 1:
+            assert err.count('error:') == 1 and 'defines no non-square grid' in err and len(size) == 2, err
+            continue
+        assert rc == 0 and (_TARGET_CHECKED.search(out) or _TARGET_UNDEFINED.search(out)), out + err
 
 
 def test_coverage_figure():
