@@ -197,7 +197,9 @@ class TimmReference:
             if self.naflex and mixed is not None:
                 laid = self.model.forward_features(**mixed)
                 out.mixed_features = laid['patches'][:, self.model.num_prefix_tokens:][mixed['patch_valid']]
-                out.mixed_pooled = self.model.forward_head(laid['patches'], patch_valid=mixed['patch_valid'])
+                # the pooled feature before any classifier, as ours is taken (compare.our_outputs)
+                out.mixed_pooled = self.model.forward_head(laid['patches'], pre_logits=True,
+                                                           patch_valid=mixed['patch_valid'])
         return out
 
 

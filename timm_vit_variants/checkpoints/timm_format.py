@@ -47,7 +47,7 @@ class TimmCheckpoint(TimmFolder):
     PREPROCESSING_DEFAULTS = assumed_preprocessing('bicubic', 0.9, 'center',
                                                    "not recorded by the checkpoint; timm's vit_* default")
     KIND = 'VisionTransformer'  # the timm class whose defaults a bare state dict is read with
-    KERNEL, CLS = 'patch_embed.proj.weight', 'cls_token'
+    KERNEL, CLS, REG = 'patch_embed.proj.weight', 'cls_token', 'reg_token'
     # Settings a config.json's architecture records and a state dict does not, with timm's defaults for the latter.
     SETTINGS = {'global_pool': None, 'act_layer': 'gelu', 'norm_eps': 1e-6}
     _reg_slots = False  # whether the table has rows for the registers (``_position``)
@@ -226,7 +226,7 @@ class TimmCheckpoint(TimmFolder):
             img_size=img_size, patch_size=(patch_h, patch_w), in_chans=in_chans, num_classes=num_classes,
             global_pool=settings['global_pool'], embed_dim=dim, depth=depth, num_heads=num_heads, mlp_dim=mlp_dim,
             qkv_bias=qkv_bias, class_token=class_token, dist_token=dist_token,
-            reg_tokens=self._shape(p + 'reg_token')[1] if 'reg_token' in local else 0,
+            reg_tokens=self._shape(p + self.REG)[1] if self.REG in local else 0,
             init_values=facts.get('init_values') or (1.0 if 'blocks.0.ls1.gamma' in local else None),
             mlp_layer=facts.get('mlp_layer', 'mlp'), pos_embed=pos_embed, pos_embed_cls_slot=slot,
             pos_embed_reg_slots=self._reg_slots,
