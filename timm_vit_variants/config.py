@@ -53,7 +53,7 @@ _SCHEME_FLAT = {flat: (cls, f) for cls in POSITION_SCHEMES.values() for f, flat 
 # differ from the default, so a folder of the earlier release reads the same and the new field's default holds.
 _NEWER: Dict[str, Any] = {
     **{flat: getattr(BlockPart, f) for f, flat in BlockPart.FLAT.items() if flat not in _FLAT_0_2},
-    **{flat: getattr(cls, f) for flat, (cls, f) in _SCHEME_FLAT.items() if flat not in _FLAT_0_2}}
+    **{flat: getattr(cls, f) for flat, (cls, f) in {**_SCHEME_FLAT, **_POOL_FLAT}.items() if flat not in _FLAT_0_2}}
 # Every flat name ``of`` accepts, and every name it accepts (the fields, parts whole, flat names).
 FLAT_NAMES = _FLAT_0_2 + tuple(_NEWER) + _TRAINING + ('dynamic_img_pad',)
 _PART_FIELDS = ('patch', 'tokens', 'positions', 'block', 'head', 'training')
@@ -306,8 +306,9 @@ class SimpleViTConfig:
         for flat, (owner, name) in _SCHEME_FLAT.items():
             values[flat] = getattr(self.position(owner) or defaults.get(owner), name, None)
         coca = POOL_KINDS['coca'](dim=self.embed_dim)
-        for flat, (owner, name) in _POOL_FLAT.items():
-            values[flat] = getattr(self.head.pool if isinstance(self.head.pool, owner) else coca, name, None)
+        for flat, (owner, name) in _POOL_FLAT.items():  # another kind's options: their defaults (CoCa's width ours)
+            values[flat] = getattr(self.head.pool if isinstance(self.head.pool, owner) else
+                                   coca if owner is POOL_KINDS['coca'] else owner(), name)
         values['global_pool'], values['pos_embed'] = self.head.pool.kind, self.flat_pos_embed
         out = {name: values[name] for name in _FLAT_0_2}
         out.update({name: values[name] for name, default in _NEWER.items() if values[name] != default})

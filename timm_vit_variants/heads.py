@@ -117,9 +117,11 @@ class NoPool(PoolModule, kind=''):
 
 
 class MapPool(PoolModule, AttentionPoolLatent, kind='map'):
-    """big_vision's MAPHead, exactly timm's ``AttentionPoolLatent``: a learned probe queries every token, no residual
-    around that attention, then x + MLP(LN(x)); padding is left out of its keys."""
+    """big_vision's MAPHead, exactly timm's ``AttentionPoolLatent``: a learned probe queries every token (or the patch
+    tokens alone: ``include_prefix``), no residual around that attention, then x + MLP(LN(x)); padding is left out
+    of its keys."""
     weighted = True
+    include_prefix: bool = True
 
     @classmethod
     def create(cls, cfg: SimpleViTConfig, norm_layer: Callable[..., nn.Module], act_layer: Any,
@@ -127,10 +129,15 @@ class MapPool(PoolModule, AttentionPoolLatent, kind='map'):
         # timm sizes its MLP as int(D * ratio): half a unit more lands on the exact width (4304 for So400m)
         pool = cls(cfg.embed_dim, num_heads=cfg.num_heads, mlp_ratio=(cfg.block.mlp_dim + 0.5) / cfg.embed_dim,
                    qkv_bias=cfg.block.qkv_bias, norm_layer=norm_layer, act_layer=act_layer, **dd)
+        pool.include_prefix = cfg.head.pool.include_prefix
         return pool.with_prefix(cfg.num_prefix_tokens)
 
     def pool_tokens(self, x: torch.Tensor, patch_valid: Optional[torch.Tensor] = None) -> torch.Tensor:
-        keys = _key_valid(x, self.num_prefix_tokens, patch_valid)
+        if not self.include_prefix:  # the patch tokens alone are its keys (timm's pool_include_prefix=False)
+            x = x[:, self.num_prefix_tokens:]
+            keys = patch_valid
+        else:
+            keys = _key_valid(x, self.num_prefix_tokens, patch_valid)
         return self(x) if keys is None else self(x, attn_mask=keys[:, None, None, :])
 
 

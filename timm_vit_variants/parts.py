@@ -385,7 +385,15 @@ class TokenPool(PoolPart, kind='token'):
 
 @dataclass(frozen=True)
 class MapPool(PoolPart, kind='map'):
-    """big_vision's MAPHead: attention pooling with a learned probe (SigLIP's)."""
+    """big_vision's MAPHead: attention pooling with a learned probe (SigLIP's); ``include_prefix``: its keys are
+    every token, else the patch tokens alone (timm's ``pool_include_prefix=False``, its default beside prefix
+    tokens)."""
+    include_prefix: bool = True
+    FLAT: ClassVar[Mapping[str, str]] = {'include_prefix': 'attn_pool_include_prefix'}
+    WRITTEN_IF_SET: ClassVar[Tuple[str, ...]] = ('include_prefix',)
+
+    def __post_init__(self) -> None:
+        self._bools('include_prefix')
 
 
 @dataclass(frozen=True)

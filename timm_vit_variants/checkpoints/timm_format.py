@@ -66,16 +66,12 @@ class TimmCheckpoint(TimmFolder):
         if model.global_pool not in ('token', 'avg', 'map', ''):
             raise ViTVariantsError(f"global_pool={model.global_pool!r} is not supported (token, avg, map or '')",
                                    path=self._config_path, key='global_pool')
-        if model.global_pool == 'map' and model.num_prefix_tokens and not getattr(model, 'pool_include_prefix', True):
-            raise ViTVariantsError(f'{arch} with these model_args pools by MAP over the patch tokens alone, beside '
-                                   f'{model.num_prefix_tokens} prefix tokens (timm pool_include_prefix=False): this '
-                                   "family's MAP head attends to every token", path=self._config_path,
-                                   key='architecture')
         try:
             act = activation_name(blocks[0].mlp.act)
         except ViTVariantsError as e:
             raise ViTVariantsError(str(e), path=self._config_path, key='architecture') from None
         facts = dict(num_heads=blocks[0].attn.num_heads, global_pool=model.global_pool, act_layer=act,
+                     pool_include_prefix=bool(getattr(model, 'pool_include_prefix', False)),
                      norm_eps=blocks[0].norm1.eps, built=Built.of_vit(arch, args, model, self._classes is not None),
                      # final_norm=False (InternViT, RADIO): no norm after the blocks, before or after the pool
                      final_norm=not (isinstance(model.norm, nn.Identity) and isinstance(model.fc_norm, nn.Identity)),
@@ -238,6 +234,9 @@ class TimmCheckpoint(TimmFolder):
             patch_bias=self.KERNEL[:-len('weight')] + 'bias' in local,
             fc_norm='fc_norm.weight' in local,
             final_norm=facts.get('final_norm', True),
+            # timm's MAP head reads the patch tokens alone unless pool_include_prefix (its default: False)
+            **(dict(attn_pool_include_prefix=facts.get('pool_include_prefix', False))
+               if settings['global_pool'] == 'map' and (class_token or self.REG in local) else {}),
             # timm's Block scale_attn_norm / scale_mlp_norm (BEiT-3): a sub-LN inside attention and inside the MLP
             attn_norm='blocks.0.attn.norm.weight' in local, mlp_norm='blocks.0.mlp.norm.weight' in local,
             head_bias='head.bias' in local or 'head.weight' not in local,

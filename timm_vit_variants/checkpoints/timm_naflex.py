@@ -55,6 +55,9 @@ class TimmNaFlexCheckpoint(NaFlexReader, TimmCheckpoint):
             if refused:
                 raise ViTVariantsError(f'this NaFlexVit uses {what}, which SimpleVisionTransformer does not express',
                                        path=self._config_path, key='architecture')
+        if model.global_pool == 'map' and model.num_prefix_tokens:
+            raise ViTVariantsError("this NaFlexVit pools by MAP beside prefix tokens, whose packed-batch output this "
+                                   "family's MAP head does not reproduce", path=self._config_path, key='architecture')
         (gh, gw), (ph, pw) = embeds.pos_embed_grid_size, embeds.patch_size
         return dict(patch_size=(ph, pw), in_chans=embeds.in_chans, img_size=(gh * ph, gw * pw),
                     pos_embed_resample=_NAFLEX_RESAMPLE[interp])
