@@ -123,6 +123,8 @@ ZOO: Dict[str, tuple] = {
                                              None),
     'Blip2VisionModelWithProjection': (_qformer('Blip2VisionModelWithProjection', 'Blip2Config'),
                                        'the Q-Former is not expressed'),
+    'PixioModel': (lambda: transformers.PixioModel(transformers.PixioConfig(
+        **{k: v for k, v in V.items() if k != 'intermediate_size'}, n_cls_tokens=4)), None),
     # not converted yet: refused by their model_type
     'YolosModel': (lambda: transformers.YolosModel(transformers.YolosConfig(**dict(V, image_size=[32, 32]))), "model_type 'yolos' is not a transformers ViT"),
 }
