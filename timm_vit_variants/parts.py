@@ -5,12 +5,14 @@ parts' properties. Position schemes and pools register by name (``scheme=``/``ki
 """
 import dataclasses
 from dataclasses import dataclass, field, fields
-from typing import Any, Callable, ClassVar, Dict, Mapping, Optional, Tuple, Type, TypeVar, Union
+from typing import Any, ClassVar, Dict, Mapping, Optional, Tuple, Type, Union
 
 from .choices import (ACT_LAYERS, BLOCK_TYPES, MLP_LAYERS, NORM_TYPES, PATCH_EMBED_TYPES, PATCH_NORM_TYPES,
                       REL_POS_RESAMPLE_RULES, RESAMPLE_RULE_NAMES, ROPE_TYPES, _is_int, _is_number, activation_name,
                       pair, resample_rule)
 from .errors import ViTVariantsError
+from .part_base import Part, TokensPart
+from .position_parts import POSITION_SCHEMES, Cpe, Learned, PositionScheme, RelPos, Rope, SinCos
 
 __all__ = [
     'Part', 'PatchPart', 'TokensPart', 'PositionScheme', 'SinCos', 'Learned', 'Cpe', 'Rope', 'RelPos', 'BlockPart',
@@ -19,55 +21,6 @@ __all__ = [
     'PATCH_EMBED_TYPES', 'PATCH_NORM_TYPES', 'ACT_LAYERS', 'MLP_LAYERS', 'ROPE_TYPES', 'REL_POS_RESAMPLE_RULES',
     'BLOCK_TYPES', 'NORM_TYPES',
 ]
-
-P = TypeVar('P', bound='Part')
-
-
-class Part:
-    """A frozen dataclass part: ``FLAT`` maps each field to its release-0.2.0 flat name (the error key);
-    ``WRITTEN_IF_SET`` names the fields newer than the composed form, written only when they differ from their
-    default, so a config without them is written as before they existed."""
-    FLAT: ClassVar[Mapping[str, str]] = {}
-    NAME: ClassVar[str] = 'part'
-    WRITTEN_IF_SET: ClassVar[Tuple[str, ...]] = ()
-
-    def _bad(self, name: str, why: str) -> ViTVariantsError:
-        key = self.FLAT.get(name, name)
-        return ViTVariantsError(f'{key}={getattr(self, name)!r}: {why}', key=key)
-
-    def _check(self, name: str, test: Callable[[Any], bool], why: str) -> None:
-        if not test(getattr(self, name)):
-            raise self._bad(name, why)
-
-    def _bools(self, *names: str) -> None:
-        for name in names:
-            self._check(name, lambda v: isinstance(v, bool), 'expected True or False')
-
-    def _choice(self, name: str, allowed: Tuple[Any, ...]) -> None:
-        self._check(name, lambda v: v in allowed, f'expected one of {allowed}')
-
-    def to_dict(self) -> Dict[str, Any]:
-        """Plain JSON: every field (a pair as a list), those of ``WRITTEN_IF_SET`` only when not their default."""
-        values = {f.name: getattr(self, f.name) for f in fields(self)
-                  if f.name not in self.WRITTEN_IF_SET or getattr(self, f.name) != f.default}
-        return {name: list(v) if isinstance(v, tuple) else v for name, v in values.items()}
-
-    @classmethod
-    def _checked_keys(cls, data: Any, extra: Tuple[str, ...] = ()) -> Dict[str, Any]:
-        if not isinstance(data, Mapping):
-            raise ViTVariantsError(f'expected a JSON object for {cls.NAME}, got {data!r}', key=cls.NAME)
-        known = {f.name for f in fields(cls)} | set(extra)
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ViTVariantsError(f'unknown {cls.NAME} option(s) {unknown}; expected some of {sorted(known)}',
-                                   key=f'{cls.NAME}.{unknown[0]}')
-        return {k: v for k, v in data.items() if k not in extra}
-
-    @classmethod
-    def from_dict(cls: Type[P], data: Mapping[str, Any]) -> P:
-        """The part from ``to_dict`` output; unknown keys are refused."""
-        return cls(**cls._checked_keys(data))
-
 
 @dataclass(frozen=True)
 class PatchPart(Part):
@@ -102,176 +55,6 @@ class PatchPart(Part):
             raise ViTVariantsError(f'patch_size={patch_size!r}: patch_embed=\'conv_stem\' stacks 3x3 stride-2 convs, '
                                    'so its total stride is a square power of 2 (2, 4, 8, 16, ...); use \'conv\', '
                                    "'overlap' or 'mlp' for other patch sizes", key='patch_size')
-
-
-@dataclass(frozen=True)
-class TokensPart(Part):
-    """The prefix tokens: a learned [CLS] token, DeiT's distillation token right after it (its own table slot and
-    classifier ``head_dist``), ``registers`` register tokens (Darcet et al. 2024, no position information), and
-    ``pre_norm``: a norm (``norm_pre``) after positions and prefix tokens are added (CLIP's ``ln_pre``)."""
-    cls: bool = False
-    dist: bool = False
-    registers: int = 0
-    pre_norm: bool = False
-    FLAT: ClassVar[Mapping[str, str]] = {'cls': 'class_token', 'dist': 'dist_token', 'registers': 'reg_tokens',
-                                         'pre_norm': 'pre_norm'}
-    NAME: ClassVar[str] = 'tokens'
-
-    def __post_init__(self) -> None:
-        self._bools('cls', 'dist', 'pre_norm')
-        self._check('registers', lambda v: _is_int(v) and v >= 0, 'expected an integer >= 0')
-
-    @property
-    def count(self) -> int:
-        """Tokens before the patch tokens: [CLS], the distillation token, then the registers."""
-        return int(self.cls) + int(self.dist) + self.registers
-
-
-# -- positions --------------------------------------------------------------------------------------
-
-POSITION_SCHEMES: Dict[str, Type['PositionScheme']] = {}
-
-
-@dataclass(frozen=True)
-class PositionScheme(Part):
-    """One position scheme; subclasses register by ``scheme`` name and say which ``slot`` of the model they fill
-    ('abs_pos': a table added to the patch tokens, 'pos_cpe', 'rope', 'rel_pos'). A config holds at most one per
-    slot. Cross-part needs are properties, read by the config."""
-    scheme: ClassVar[str] = ''
-    slot: ClassVar[str] = ''
-    NAME: ClassVar[str] = 'positions'
-    # What the scheme needs of the rest of the model (the config checks these).
-    width_multiple: ClassVar[int] = 1  # embed_dim divisible by this
-    needs_head_width_multiple_of_4: ClassVar[bool] = False
-    needs_single_class_token: ClassVar[bool] = False  # a [CLS] token, no registers, no distillation token
-
-    def __init_subclass__(cls, scheme: str = '', **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        if scheme:
-            cls.scheme = scheme
-            POSITION_SCHEMES[scheme] = cls
-
-    @property
-    def table_cls_slot(self) -> bool:
-        """Whether an absolute table carries rows for the prefix tokens (only ``Learned`` can)."""
-        return False
-
-    @property
-    def table_reg_slots(self) -> bool:
-        """Whether an absolute table carries rows for the register tokens too (only ``Learned`` can)."""
-        return False
-
-    def normalised(self, tokens: TokensPart) -> 'PositionScheme':
-        """This scheme with values that have no effect next to ``tokens`` dropped (the default: as it is)."""
-        return self
-
-    def to_dict(self) -> Dict[str, Any]:
-        return {'scheme': self.scheme, **super().to_dict()}
-
-    @staticmethod
-    def parse(data: Union['PositionScheme', Mapping[str, Any]]) -> 'PositionScheme':
-        """A scheme from itself or its JSON dict (``{'scheme': 'learn', ...}``)."""
-        if isinstance(data, PositionScheme):
-            return data
-        name = data.get('scheme') if isinstance(data, Mapping) else None
-        if name not in POSITION_SCHEMES:
-            raise ViTVariantsError(f'unknown position scheme {data!r}; expected a dict with a scheme key, one of '
-                                   f'{sorted(POSITION_SCHEMES)}', key='positions')
-        return POSITION_SCHEMES[name]._from(data)
-
-    @classmethod
-    def _from(cls, data: Mapping[str, Any]) -> 'PositionScheme':
-        return cls(**cls._checked_keys(data, extra=('scheme',)))
-
-
-@dataclass(frozen=True)
-class SinCos(PositionScheme, scheme='sincos'):
-    """The fixed big_vision 2D sin-cos table (never saved)."""
-    temperature: float = 10000.
-    slot: ClassVar[str] = 'abs_pos'
-    width_multiple: ClassVar[int] = 4
-    FLAT: ClassVar[Mapping[str, str]] = {'temperature': 'sincos_temperature'}
-
-    def __post_init__(self) -> None:
-        self._check('temperature', lambda v: _is_number(v) and v > 0, 'expected a positive number')
-
-
-@dataclass(frozen=True)
-class Learned(PositionScheme, scheme='learn'):
-    """A learned table; ``cls_slot``: it carries rows for [CLS] (and the distillation token) as vit_jax / timm,
-    rather than being added before the class token is prepended (big_vision); ``reg_slots``: rows for the register
-    tokens too, every prefix token then having one (timm's ``no_embed_class=False`` with ``reg_tokens``; DINOv2's
-    registers have none); ``resample``: how it is resized for another grid (``geometry.RESAMPLE_RULES``)."""
-    cls_slot: bool = False
-    resample: str = 'bigvision'
-    reg_slots: bool = False
-    slot: ClassVar[str] = 'abs_pos'
-    FLAT: ClassVar[Mapping[str, str]] = {'cls_slot': 'pos_embed_cls_slot', 'resample': 'pos_embed_resample',
-                                         'reg_slots': 'pos_embed_reg_slots'}
-    WRITTEN_IF_SET: ClassVar[Tuple[str, ...]] = ('reg_slots',)
-
-    def __post_init__(self) -> None:
-        self._bools('cls_slot', 'reg_slots')
-        resample_rule(self.resample)
-
-    @property
-    def table_cls_slot(self) -> bool:
-        return self.cls_slot
-
-    @property
-    def table_reg_slots(self) -> bool:
-        return self.reg_slots
-
-    def normalised(self, tokens: TokensPart) -> 'Learned':
-        """A cls slot exists only next to a class token, register slots only next to registers; with both, the
-        [CLS] has a row whenever the registers do (timm's table covers every prefix token or none of them)."""
-        regs = self.reg_slots and tokens.registers > 0
-        if regs and tokens.cls and not self.cls_slot:
-            raise self._bad('reg_slots', 'a table with rows for the registers has one for the class token too')
-        return dataclasses.replace(self, cls_slot=self.cls_slot and tokens.cls, reg_slots=regs)
-
-
-@dataclass(frozen=True)
-class Cpe(PositionScheme, scheme='cpe'):
-    """CPVT's conditional position encoding: a depthwise conv after the first block."""
-    slot: ClassVar[str] = 'pos_cpe'
-
-
-@dataclass(frozen=True)
-class Rope(PositionScheme, scheme='rope'):
-    """2D rotary positions in every block's attention, from each image's own grid: ``kind`` 'dinov3' (coordinates
-    normalised per side, half-split rotation, a stored ``rope.periods`` buffer), 'axial' (RoPE-ViT: integer
-    coordinates, interleaved pairs), 'mixed' (RoPE-ViT: learned per-layer, per-head ``rope.freqs``) or 'eva02'
-    (positions scaled to ``ref_grid``, EVA-02's pretraining grid, interleaved pairs); ``theta``: the base."""
-    kind: str = 'dinov3'
-    theta: float = 100.
-    ref_grid: Optional[int] = None
-    slot: ClassVar[str] = 'rope'
-    needs_head_width_multiple_of_4: ClassVar[bool] = True
-    FLAT: ClassVar[Mapping[str, str]] = {'kind': 'rope_type', 'theta': 'rope_theta', 'ref_grid': 'rope_ref_grid'}
-
-    def __post_init__(self) -> None:
-        self._choice('kind', ROPE_TYPES)
-        self._check('theta', lambda v: _is_number(v) and v > 0, 'expected a positive number')
-        self._check('ref_grid', lambda v: v is None or (_is_int(v) and v >= 1), 'expected a positive integer or None')
-        if self.kind == 'eva02' and self.ref_grid is None:
-            raise self._bad('ref_grid', "rope_type 'eva02' scales positions to its pretraining grid: give it (16 for "
-                                        'EVA-02 at 224 px, patch 14)')
-        if self.ref_grid is not None and self.kind != 'eva02':
-            raise self._bad('ref_grid', "only rope_type 'eva02' with rotary positions scales them to a grid")
-
-
-@dataclass(frozen=True)
-class RelPos(PositionScheme, scheme='relpos'):
-    """BEiT's relative position bias (one ``rel_pos.tables`` table per block); ``resample``: how the tables are
-    resized for another nominal grid, 'beit' (square grids only) or 'timm' (any grid)."""
-    resample: str = 'beit'
-    slot: ClassVar[str] = 'rel_pos'
-    needs_single_class_token: ClassVar[bool] = True
-    FLAT: ClassVar[Mapping[str, str]] = {'resample': 'rel_pos_resample'}
-
-    def __post_init__(self) -> None:
-        self._choice('resample', REL_POS_RESAMPLE_RULES)
 
 
 # -- block ------------------------------------------------------------------------------------------
