@@ -82,6 +82,9 @@ ZOO: Dict[str, tuple] = {
                                    'the masked-image-modelling head'),
     'DeiTForMaskedImageModeling': (_one('DeiTForMaskedImageModeling', 'DeiTConfig'),
                                    'the masked-image-modelling decoder'),
+    'Kosmos2Model': (lambda: transformers.Kosmos2Model(transformers.Kosmos2Config(
+        vision_config=V, text_config=dict(embed_dim=16, ffn_dim=32, layers=1, attention_heads=2, vocab_size=64),
+        latent_query_num=4)), None),
     # not converted yet: refused by their model_type
     'YolosModel': (lambda: transformers.YolosModel(transformers.YolosConfig(**dict(V, image_size=[32, 32]))), "model_type 'yolos' is not a transformers ViT"),
 }
