@@ -85,6 +85,11 @@ ZOO: Dict[str, tuple] = {
     'Kosmos2Model': (lambda: transformers.Kosmos2Model(transformers.Kosmos2Config(
         vision_config=V, text_config=dict(embed_dim=16, ffn_dim=32, layers=1, attention_heads=2, vocab_size=64),
         latent_query_num=4)), None),
+    'FlavaImageModel': (_one('FlavaImageModel', 'FlavaImageConfig'), None),
+    'FlavaModel': (lambda: transformers.FlavaModel(transformers.FlavaConfig(
+        image_config=V, text_config=T, multimodal_config=dict(hidden_size=16, intermediate_size=32,
+                                                              num_hidden_layers=1, num_attention_heads=2),
+        projection_dim=16)), None),
     # not converted yet: refused by their model_type
     'YolosModel': (lambda: transformers.YolosModel(transformers.YolosConfig(**dict(V, image_size=[32, 32]))), "model_type 'yolos' is not a transformers ViT"),
 }
