@@ -90,6 +90,8 @@ ZOO: Dict[str, tuple] = {
         image_config=V, text_config=T, multimodal_config=dict(hidden_size=16, intermediate_size=32,
                                                               num_hidden_layers=1, num_attention_heads=2),
         projection_dim=16)), None),
+    'JanusVisionModel': (lambda: transformers.JanusVisionModel(transformers.JanusVisionConfig(
+        **{k: v for k, v in V.items() if k != 'intermediate_size'}, mlp_ratio=2.0)), None),
     # not converted yet: refused by their model_type
     'YolosModel': (lambda: transformers.YolosModel(transformers.YolosConfig(**dict(V, image_size=[32, 32]))), "model_type 'yolos' is not a transformers ViT"),
 }
