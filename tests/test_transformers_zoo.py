@@ -92,6 +92,9 @@ ZOO: Dict[str, tuple] = {
         projection_dim=16)), None),
     'JanusVisionModel': (lambda: transformers.JanusVisionModel(transformers.JanusVisionConfig(
         **{k: v for k, v in V.items() if k != 'intermediate_size'}, mlp_ratio=2.0)), None),
+    'InternVLVisionModel': (_one('InternVLVisionModel', 'InternVLVisionConfig'), None),
+    'InternVLVisionModel (q/k norm)': (_one('InternVLVisionModel', 'InternVLVisionConfig', use_qk_norm=True),
+                                       'the q/k RMSNorm (use_qk_norm) is not expressed'),
     # not converted yet: refused by their model_type
     'YolosModel': (lambda: transformers.YolosModel(transformers.YolosConfig(**dict(V, image_size=[32, 32]))), "model_type 'yolos' is not a transformers ViT"),
 }
