@@ -95,6 +95,7 @@ ZOO: Dict[str, tuple] = {
     'InternVLVisionModel': (_one('InternVLVisionModel', 'InternVLVisionConfig'), None),
     'InternVLVisionModel (q/k norm)': (_one('InternVLVisionModel', 'InternVLVisionConfig', use_qk_norm=True),
                                        'the q/k RMSNorm (use_qk_norm) is not expressed'),
+    'Phi4MultimodalVisionModel': (_one('Phi4MultimodalVisionModel', 'Phi4MultimodalVisionConfig'), None),
     # not converted yet: refused by their model_type
     'YolosModel': (lambda: transformers.YolosModel(transformers.YolosConfig(**dict(V, image_size=[32, 32]))), "model_type 'yolos' is not a transformers ViT"),
 }
