@@ -12,10 +12,10 @@ pretraining only) is skipped with a note.
 """
 from typing import Dict, Set
 
+from ..checkpoints.fills import stack_rows
 from ..checkpoints.preprocessing import imagenet_preprocessing
 from ..checkpoints.routes import Route
 from ..checkpoints.source import Rule
-from ..checkpoints.fills import stack_rows
 from ..checkpoints.transformers_folder import TransformersCheckpoint
 from ..config import SimpleViTConfig
 from ..errors import ViTVariantsError
@@ -76,13 +76,13 @@ class InternVLVisionCheckpoint(TransformersCheckpoint):
         if cfg.get('norm_type', 'layer_norm') != 'layer_norm':
             raise ViTVariantsError(f"norm_type {cfg['norm_type']!r}: only layer_norm is expressed (an RMSNorm is "
                                    'not)', path=cfg_path, key='norm_type')
-        flags = {}
         for key, (expressed, why) in _REFUSED.items():
             value = cfg.get(key, expressed)
             if not isinstance(value, bool):
                 raise ViTVariantsError(f'expected true or false, got {value!r}', path=cfg_path, key=key)
             if value != expressed:
                 raise ViTVariantsError(why, path=cfg_path, key=key)
+        flags: Dict[str, bool] = {}
         for key, default in (('attention_bias', False), ('use_mean_pooling', True)):
             flags[key] = cfg.get(key, default)
             if not isinstance(flags[key], bool):

@@ -10,7 +10,7 @@ table is resized as its ``interpolate_pos_encoding`` does (rule 'hf': bicubic, n
 (``use_qk_norm``) is refused by name.
 """
 from dataclasses import dataclass
-from typing import Any, Dict, Optional
+from typing import Any, Dict
 
 from ..checkpoints.fills import add_leading_axis, stack_rows
 from ..checkpoints.preprocessing import assumed_preprocessing
