@@ -31,6 +31,7 @@ class HFCheckpoint(TransformersCheckpoint):
     RULES = VIT_LAYER_NAMES
     PREPROCESSING_DEFAULTS = VIT_PROCESSOR_DEFAULTS
     MODEL_TYPES = VIT_MODEL_TYPES  # the model types this reader reads (a family's subclass reads its own)
+    UNSUPPORTED = _UNSUPPORTED  # tensors (under the prefix) refused with the reason (a family's model may not use one)
 
     @property
     def CLASSES(self) -> Dict[str, Optional[str]]:  # type: ignore[override]  # the folder's model_type decides
@@ -54,7 +55,7 @@ class HFCheckpoint(TransformersCheckpoint):
         names = self._store.names()
         prefix = self.options.prefix
         self._prefix = (stem if any(n.startswith(stem) for n in names) else '') if prefix is None else prefix
-        for short, reason in _UNSUPPORTED.items():
+        for short, reason in self.UNSUPPORTED.items():
             if self._prefix + short in self._store:
                 raise self._error(reason, key=self._prefix + short)
         network = self._network(eps_default=1e-12)
@@ -67,8 +68,8 @@ class HFCheckpoint(TransformersCheckpoint):
             raise self._error('the pooler reads the first patch token (there is no [CLS]), which this model does not '
                               'express', key=pooler)
         if pooler in self._store:
-            if self.source_config.get('pooler_act', 'tanh') != 'tanh':
-                raise ViTVariantsError(f"pooler_act {self.source_config['pooler_act']!r} is not supported (only tanh)",
+            if self._settings.get('pooler_act', 'tanh') != 'tanh':
+                raise ViTVariantsError(f"pooler_act {self._settings['pooler_act']!r} is not supported (only tanh)",
                                        path=cfg_path, key='pooler_act')
             if 'classifier.weight' in self._store:
                 raise self._error('a pooler together with a classifier is not a transformers ViT layout', key=pooler)
@@ -78,5 +79,5 @@ class HFCheckpoint(TransformersCheckpoint):
         self.label_names = self._labels(num_classes)
         return SimpleViTConfig.of(
             num_classes=num_classes, global_pool='token' if class_token else 'avg', fc_norm=False,
-            qkv_bias=bool(self.source_config.get('qkv_bias', True)), class_token=class_token, pos_embed='learn',
+            qkv_bias=bool(self._settings.get('qkv_bias', True)), class_token=class_token, pos_embed='learn',
             pos_embed_cls_slot=class_token, pos_embed_resample='hf', rep_size=rep_size, **network)
