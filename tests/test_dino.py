@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from model_probes import assert_list_equals_each_alone, read_into_model
+from model_probes import assert_list_equals_each_alone, load_like_user, read_into_model
 from reader_checks import assert_register_count_refused
 from porting.cli import main
 from timm_vit_variants import SimpleVisionTransformer
@@ -248,3 +248,48 @@ def test_convert_timm_dinov2_folder_verifies_at_the_target_geometry(tmp_path, ca
     save_for_hf(timm.create_model('vit_giant_patch14_reg4_dinov2', **args), str(tmp_path / 'timm'), model_args=args)
     assert main(['convert', str(tmp_path / 'timm'), str(tmp_path / 'out'), '--img-size', '126', '98']) == 0
     assert 'target geometry (126x98, patch 14) passed' in capsys.readouterr().out
+
+
+@pytest.mark.parametrize('registers', [0, 2])
+def test_transformers_dinov2_classifier_keeps_its_probe(tmp_path, registers, max_delta):
+    """``Dinov2ForImageClassification`` / ``Dinov2WithRegistersForImageClassification``: the probe on [CLS]
+    concatenated with the mean of the patch tokens (registers left out) is kept, the 'cls_patch_mean' pool; the
+    converted folder gives the class's logits at its grid, a larger and a non-square one (the class resizes its
+    table by itself). Before, refused ("[CLS]+mean concat head is not expressed")."""
+    import transformers
+
+    kwargs = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, image_size=28, patch_size=7, num_labels=5)
+    if registers:
+        source = transformers.Dinov2WithRegistersForImageClassification(
+            transformers.Dinov2WithRegistersConfig(num_register_tokens=registers, **kwargs))
+    else:
+        source = transformers.Dinov2ForImageClassification(transformers.Dinov2Config(**kwargs))
+    torch.manual_seed(3)
+    with torch.no_grad():
+        for p in source.parameters():
+            p.add_(torch.randn_like(p) * 0.1)
+    source.eval().save_pretrained(str(tmp_path / 'src'))
+    assert main(['convert', str(tmp_path / 'src'), str(tmp_path / 'out')]) == 0
+    for size in ((28, 28), (42, 42), (35, 49)):
+        model = load_like_user(tmp_path / 'out')
+        model.set_input_size(img_size=size)
+        x = torch.randn(2, 3, *size, generator=torch.Generator().manual_seed(1))
+        with torch.no_grad():
+            max_delta(f'transformers DINOv2 classifier ({registers} registers) {size}: logits', model(x),
+                      source(pixel_values=x).logits, 2e-5)
+
+
+def test_a_dinov2_classifier_that_contradicts_its_width_is_refused(tmp_path, capsys):
+    import transformers
+    from safetensors.torch import load_file, save_file
+
+    source = transformers.Dinov2ForImageClassification(transformers.Dinov2Config(
+        hidden_size=32, num_hidden_layers=1, num_attention_heads=2, image_size=28, patch_size=7, num_labels=5))
+    source.save_pretrained(str(tmp_path / 'src'))
+    weights = tmp_path / 'src' / 'model.safetensors'
+    state = load_file(str(weights))
+    save_file(dict(state, **{'classifier.weight': state['classifier.weight'][:, :32].contiguous()}), str(weights))
+    capsys.readouterr()
+    assert main(['convert', str(tmp_path / 'src'), str(tmp_path / 'out')]) == 1
+    err = capsys.readouterr().err
+    assert err.count('error:') == 1 and "key 'classifier.weight'" in err and 'model.safetensors' in err, err

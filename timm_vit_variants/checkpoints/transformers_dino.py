@@ -39,7 +39,7 @@ class HFDinoReader(TransformersCheckpoint):
 
     def _candidates(self) -> Set[str]:
         # a model with no registers still saves its (1, 0, D) register tensor: nothing to read
-        return {n for n in self._store.names() if n != MASK and not
+        return {n for n in self._store.names() if n != self._prefix + MASK and not
                 (n.endswith('embeddings.register_tokens') and 0 in tuple(self._store.shape(n)))}
 
     def _config_registers(self, registers: Any) -> int:
