@@ -176,7 +176,8 @@ class SimpleViTConfig:
         self.patch.check_patch_size(self.patch_size)
         if pool.needs_class_token and not tokens.cls:
             raise self._bad('global_pool', pool.kind, f"{pool.kind!r} pooling needs class_token=True")
-        if tokens.dist and (not tokens.cls or not pool.reads_distillation_token or head.rep_size or head.fc_norm):
+        if tokens.dist and not pool.ignores_distillation_token and (
+                not tokens.cls or not pool.reads_distillation_token or head.rep_size or head.fc_norm):
             raise self._bad('dist_token', True, "DeiT's distilled head reads the [CLS] and distillation tokens: it "
                                                 "needs class_token=True, 'token' (or '') pooling, no rep_size and "
                                                 'no fc_norm')

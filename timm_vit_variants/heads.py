@@ -48,6 +48,7 @@ class PoolModule(nn.Module):
     kind = ''
     weighted = False
     two_heads = False
+    dist_head = True  # beside a distillation token: its own classifier head_dist (DeiT's), unless the pool says not
 
     def __init_subclass__(cls, kind: Optional[str] = None, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -173,7 +174,8 @@ class HeadMixin:
         # DINOv3's untied final norms: cls_norm over [CLS, registers], norm over the patch tokens
         self.cls_norm = norm_layer(dim, **dd) if head.untie_norms else None
         self.fc_norm = norm_layer(dim, **dd) if head.fc_norm else nn.Identity()
-        self._set_pool(POOL_MODULES[head.pool.kind].create(cfg, norm_layer, act_layer, dd))
+        pool = POOL_MODULES[head.pool.kind].create(cfg, norm_layer, act_layer, dd)
+        self._set_pool(pool)
         if head.rep_size:
             self.pre_logits = nn.Sequential(OrderedDict([('fc', nn.Linear(cfg.pool_width, head.rep_size, **dd)),
                                                          ('act', nn.Tanh())]))
@@ -183,7 +185,7 @@ class HeadMixin:
         self.head = nn.Linear(self.head_hidden_size, cfg.num_classes, bias=head.bias, **dd) \
             if cfg.num_classes > 0 else nn.Identity()
         # DeiT's classifier of the distillation token
-        self.head_dist = self._dist_head(cfg.num_classes, dd) if cfg.tokens.dist else None
+        self.head_dist = self._dist_head(cfg.num_classes, dd) if cfg.tokens.dist and pool.dist_head else None
 
     def _set_pool(self, pool: PoolModule) -> None:
         """``pool`` into its slot: ``attn_pool`` (timm's, with its keys) when it holds weights, else ``pooler``."""

@@ -123,6 +123,7 @@ class PoolPart(Part):
     NAME: ClassVar[str] = 'pool'
     needs_class_token: ClassVar[bool] = False
     reads_distillation_token: ClassVar[bool] = False  # DeiT's distilled head can read [CLS] and dist tokens
+    ignores_distillation_token: ClassVar[bool] = False  # reads [CLS] alone beside it, with one classifier
     owns_final_norm: ClassVar[bool] = False  # the pool applies the final norm itself, after pooling
 
     def __init_subclass__(cls, kind: Optional[str] = None, **kwargs: Any) -> None:
