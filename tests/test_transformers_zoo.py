@@ -139,8 +139,19 @@ ZOO: Dict[str, tuple] = {
     'InternVLVisionModel (q/k norm)': (_one('InternVLVisionModel', 'InternVLVisionConfig', use_qk_norm=True),
                                        'the q/k RMSNorm (use_qk_norm) is not expressed'),
     'Phi4MultimodalVisionModel': (_one('Phi4MultimodalVisionModel', 'Phi4MultimodalVisionConfig'), None),
-    # not converted yet: refused by their model_type
-    'YolosModel': (lambda: transformers.YolosModel(transformers.YolosConfig(**dict(V, image_size=[32, 32]))), "model_type 'yolos' is not a transformers ViT"),
+    # not converted yet: refused by their model_type, naming the part they need
+    'YolosModel': (lambda: transformers.YolosModel(transformers.YolosConfig(**dict(V, image_size=[32, 32]))),
+                   "needs YOLOS's detection tokens"),
+    'PixtralVisionModel': (lambda: transformers.PixtralVisionModel(transformers.PixtralVisionConfig(
+        **V, head_dim=16)), "needs Pixtral's 2D RoPE"),
+    'MLCDVisionModel': (_one('MLCDVisionModel', 'MLCDVisionConfig'), "needs MLCD's 2D RoPE"),
+    'Idefics3VisionTransformer': (_one('Idefics3VisionTransformer', 'Idefics3VisionConfig'),
+                                  'needs NaViT-style position ids'),
+    'SmolVLMVisionTransformer': (_one('SmolVLMVisionTransformer', 'SmolVLMVisionConfig'),
+                                 'needs NaViT-style position ids'),
+    'SamVisionModel': (lambda: transformers.SamVisionModel(transformers.SamVisionConfig(
+        hidden_size=32, num_hidden_layers=1, num_attention_heads=2, image_size=32, patch_size=8, output_channels=16,
+        global_attn_indexes=[0], mlp_dim=64)), "needs SAM's image encoder"),
 }
 _SEEN: Dict[str, bool] = {}
 
