@@ -140,6 +140,8 @@ ZOO: Dict[str, tuple] = {
     'InternVLVisionModel (q/k norm)': (_one('InternVLVisionModel', 'InternVLVisionConfig', use_qk_norm=True),
                                        'the q/k RMSNorm (use_qk_norm) is not expressed'),
     'Phi4MultimodalVisionModel': (_one('Phi4MultimodalVisionModel', 'Phi4MultimodalVisionConfig'), None),
+    'Tipsv2VisionModel': (lambda: transformers.Tipsv2VisionModel(transformers.Tipsv2VisionConfig(
+        **{k: v for k, v in V.items() if k != 'intermediate_size'}, num_register_tokens=2)), None),
     # not converted yet: refused by their model_type, naming the part they need
     'YolosModel': (lambda: transformers.YolosModel(transformers.YolosConfig(**dict(V, image_size=[32, 32]))),
                    "needs YOLOS's detection tokens"),
