@@ -152,6 +152,9 @@ ZOO: Dict[str, tuple] = {
                                   'needs NaViT-style position ids'),
     'SmolVLMVisionTransformer': (_one('SmolVLMVisionTransformer', 'SmolVLMVisionConfig'),
                                  'needs NaViT-style position ids'),
+    'BridgeTowerModel': (lambda: transformers.BridgeTowerModel(transformers.BridgeTowerConfig(
+        vision_config=dict(hidden_size=64, num_hidden_layers=1, image_size=32, patch_size=8), text_config=dict(T),
+        hidden_size=32, num_hidden_layers=1, num_attention_heads=2)), "needs BridgeTower's output"),
     'SamVisionModel': (lambda: transformers.SamVisionModel(transformers.SamVisionConfig(
         hidden_size=32, num_hidden_layers=1, num_attention_heads=2, image_size=32, patch_size=8, output_channels=16,
         global_attn_indexes=[0], mlp_dim=64)), "needs SAM's image encoder"),

@@ -21,6 +21,8 @@ UNEXPRESSED: Dict[str, str] = {
                                                  'clamped linears'),
     **dict.fromkeys(('sam', 'sam_vision_model', 'vitdet'), _SAM),
     'yolos': "YOLOS's detection tokens, appended after the patch tokens with their own table rows",
+    **dict.fromkeys(('bridgetower', 'bridgetower_vision_model'), "BridgeTower's output of every layer's tokens (each "
+                                                                 'normed again) for its cross-modal layers'),
 }
 
 
