@@ -7,6 +7,7 @@ import re
 from typing import Callable, Dict, Optional
 
 import pytest
+import torch
 
 transformers = pytest.importorskip('transformers')
 
@@ -17,6 +18,8 @@ T = dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attentio
          max_position_embeddings=8)
 L = dict(num_labels=3)
 TOL = '2e-5'  # the converter's check of max |delta| of logits and features (float32 noise at these sizes)
+# Phi-4-multimodal's MAP head outputs values near 73 at these weights: float32 noise there is 2.7e-5 (4e-7 relative)
+_TOL_OF = {'Phi4MultimodalVisionModel': '1e-4'}
 
 
 def _one(cls: str, config: str, **kwargs) -> Callable[[], object]:
@@ -165,9 +168,10 @@ _SEEN: Dict[str, bool] = {}
 @pytest.mark.parametrize('name', list(ZOO))
 def test_class_converts_or_is_refused_by_name(name, tmp_path, capsys):
     build, refusal = ZOO[name]
+    torch.manual_seed(0)  # each class's random weights the same at every run
     build().save_pretrained(str(tmp_path / 'src'))
     capsys.readouterr()
-    rc = main(['convert', str(tmp_path / 'src'), str(tmp_path / 'out'), '--tol', TOL])
+    rc = main(['convert', str(tmp_path / 'src'), str(tmp_path / 'out'), '--tol', _TOL_OF.get(name, TOL)])
     out, err = capsys.readouterr()
     _SEEN[name] = rc == 0
     if refusal is None:
@@ -189,11 +193,12 @@ def test_class_converts_at_two_more_grids(name, tmp_path, capsys):
     defines none (a tower that runs at its own grid only); a rule with no non-square form (BEiT's), or a resize of the
     class's own that this model does not express (Phi-4's bucketed lookup), refuses that grid by name."""
     build, _ = ZOO[name]
+    torch.manual_seed(0)
     build().save_pretrained(str(tmp_path / 'src'))
     for size in _GRIDS:
         capsys.readouterr()
         rc = main(['convert', str(tmp_path / 'src'), str(tmp_path / ('out' + 'x'.join(size))), '--img-size', *size,
-                   '--tol', TOL])
+                   '--tol', _TOL_OF.get(name, TOL)])
         out, err = capsys.readouterr()
         if rc == 1:  # a resize of the class's own this model does not express, said by name: nothing written
             assert err.count('error:') == 1 and 'Traceback' not in err, err
