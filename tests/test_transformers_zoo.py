@@ -13,6 +13,9 @@ V = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attentio
 T = dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, vocab_size=64,
          max_position_embeddings=8)
 L = dict(num_labels=3)
+# Idefics2's perceiver resampler, tiny
+P = dict(hidden_size=16, resampler_n_latents=4, resampler_depth=1, resampler_n_heads=2, resampler_head_dim=8,
+         num_key_value_heads=1)
 
 
 def _one(cls: str, config: str, **kwargs) -> Callable[[], object]:
@@ -82,6 +85,17 @@ ZOO: Dict[str, tuple] = {
                                    'the masked-image-modelling head'),
     'DeiTForMaskedImageModeling': (_one('DeiTForMaskedImageModeling', 'DeiTConfig'),
                                    'the masked-image-modelling decoder'),
+    # the SigLIP towers of Idefics2, Idefics3 and SmolVLM (their bucketed table), alone or in the full models
+    'Idefics3VisionTransformer': (_one('Idefics3VisionTransformer', 'Idefics3VisionConfig'), None),
+    'SmolVLMVisionTransformer': (_one('SmolVLMVisionTransformer', 'SmolVLMVisionConfig'), None),
+    'Idefics2Model': (lambda: transformers.Idefics2Model(transformers.Idefics2Config(
+        vision_config=V, text_config=T, perceiver_config=P)), None),
+    'Idefics2ForConditionalGeneration': (lambda: transformers.Idefics2ForConditionalGeneration(
+        transformers.Idefics2Config(vision_config=V, text_config=T, perceiver_config=P)), None),
+    'Idefics3Model': (_two('Idefics3Model', 'Idefics3Config'), None),
+    'Idefics3ForConditionalGeneration': (_two('Idefics3ForConditionalGeneration', 'Idefics3Config'), None),
+    'SmolVLMModel': (_two('SmolVLMModel', 'SmolVLMConfig'), None),
+    'SmolVLMForConditionalGeneration': (_two('SmolVLMForConditionalGeneration', 'SmolVLMConfig'), None),
     # not converted yet: refused by their model_type
     'YolosModel': (lambda: transformers.YolosModel(transformers.YolosConfig(**dict(V, image_size=[32, 32]))), "model_type 'yolos' is not a transformers ViT"),
 }
