@@ -57,12 +57,12 @@ class IdeficsVisionCheckpoint(HFSiglipCheckpoint):
         return nested if self._nested and isinstance(nested, dict) else self.source_config
 
     def _preprocessing_defaults(self) -> Dict[str, Tuple[Any, str]]:
-        # Idefics2ImageProcessor resizes bilinearly, Idefics3's and SmolVLM's with Lanczos; both to [-1, 1]
-        idefics2 = self.source_config.get('model_type') == 'idefics2'
+        # Idefics2ImageProcessor resizes bilinearly, Idefics3's and SmolVLM's with Lanczos; all to [-1, 1]
+        family = {'idefics2': 'Idefics2', 'smolvlm': 'SmolVLM', 'smolvlm_vision': 'SmolVLM'}.get(
+            self.source_config.get('model_type'), 'Idefics3')
         return assumed_preprocessing(
-            'bilinear' if idefics2 else 'lanczos', 1.0, 'squash',
-            f"not recorded by the folder; transformers' {'Idefics2' if idefics2 else 'Idefics3'}ImageProcessor "
-            'defaults, one tile')
+            'bilinear' if family == 'Idefics2' else 'lanczos', 1.0, 'squash',
+            f"not recorded by the folder; transformers' {family}ImageProcessor defaults, one tile")
 
     def _tower_prefix(self) -> str:
         """Where the tower's tensors start: '' in a tower folder, ``vision_model.`` (``model.vision_model.``) in a
