@@ -9,14 +9,11 @@ from .registry import Family
 
 __all__ = ['UNEXPRESSED', 'FAMILY']
 
-_BUCKETED = "NaViT-style position ids (patch coordinates bucketed into the table's grid) in SigLIP's tower"
 _SAM = "SAM's image encoder: windowed attention with decomposed relative positions, and its convolutional neck"
 # model_type -> the part the tower needs that this model does not express
 UNEXPRESSED: Dict[str, str] = {
     'pixtral': "Pixtral's 2D RoPE (its own frequency layout) with RMSNorm and a gated MLP",
     'mlcd_vision_model': "MLCD's 2D RoPE on the patch tokens beside its [CLS]",
-    **dict.fromkeys(('idefics2', 'idefics2_vision', 'idefics3', 'idefics3_vision', 'smolvlm', 'smolvlm_vision'),
-                    _BUCKETED),
     **dict.fromkeys(('gemma4', 'gemma4_vision'), "Gemma 4's tower: 2D RoPE, q/k/v RMSNorm, four norms per block and "
                                                  'clamped linears'),
     **dict.fromkeys(('sam', 'sam_vision_model', 'vitdet'), _SAM),
