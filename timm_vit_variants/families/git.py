@@ -45,15 +45,6 @@ class GitVisionCheckpoint(HFClipCheckpoint):
             return {'GitModel': None, 'GitForCausalLM': None}
         return {'GitVisionModel': None}
 
-    def _tower_prefix(self) -> str:
-        """Where the tower's tensors start: ``vision_model.``, under ``image_encoder.`` in a ``GitModel`` and under
-        ``git.image_encoder.`` in a ``GitForCausalLM``."""
-        kernel = _TOWER + _KERNEL
-        found = sorted(n[:-len(_KERNEL)] for n in self._store.names() if n.endswith(kernel))
-        if len(found) != 1:
-            raise self._error(f'expected one GIT image tower (a {kernel}), found {len(found)}', key=kernel)
-        return found[0]
-
     def _infer(self) -> SimpleViTConfig:
         if self._config_path is None:
             raise ViTVariantsError('a transformers GIT folder needs its config.json next to the weights',
@@ -62,12 +53,9 @@ class GitVisionCheckpoint(HFClipCheckpoint):
             raise ViTVariantsError("a GIT config.json needs a vision_config", path=self._config_path,
                                    key='vision_config')
         self._source_class()
-        self._prefix = self.options.prefix if self.options.prefix is not None else self._tower_prefix()
-        others = [n for n in self._store.names() if not n.startswith(self._prefix)]
-        if others:
-            self.notes.append(f'read the image tower under {self._prefix!r}; skipped {len(others)} other tensors (the '
-                              'text decoder, its embeddings and the visual projection into it), which the image '
-                              'model does not use')
+        # vision_model., under image_encoder. in a GitModel and under git.image_encoder. in a GitForCausalLM
+        self._vision_tower('the text decoder, its embeddings and the visual projection into it',
+                           locate=lambda: self._tower_prefix(_KERNEL, _TOWER))
         network = self._tower_network()
         self.notes.append(f"detected: a transformers GIT image tower (model_type {self.source_config['model_type']!r}): "
                           "every token normed, no pooler (pooled output: the normed [CLS]); hidden_act "

@@ -64,14 +64,6 @@ class IdeficsVisionCheckpoint(HFSiglipCheckpoint):
             'bilinear' if family == 'Idefics2' else 'lanczos', 1.0, 'squash',
             f"not recorded by the folder; transformers' {family}ImageProcessor defaults, one tile")
 
-    def _tower_prefix(self) -> str:
-        """Where the tower's tensors start: '' in a tower folder, ``vision_model.`` (``model.vision_model.``) in a
-        full model's."""
-        found = sorted(n[:-len(_KERNEL)] for n in self._store.names() if n.endswith(_KERNEL))
-        if len(found) != 1:
-            raise self._error(f'expected one image tower (a {_KERNEL}), found {len(found)}', key=_KERNEL)
-        return found[0]
-
     def _infer(self) -> SimpleViTConfig:
         if self._config_path is None:
             raise ViTVariantsError('a transformers Idefics / SmolVLM folder needs its config.json next to the weights',
@@ -80,11 +72,8 @@ class IdeficsVisionCheckpoint(HFSiglipCheckpoint):
             raise ViTVariantsError('an Idefics / SmolVLM config.json needs a vision_config', path=self._config_path,
                                    key='vision_config')
         self._source_class()
-        self._prefix = self.options.prefix if self.options.prefix is not None else self._tower_prefix()
-        others = [n for n in self._store.names() if not n.startswith(self._prefix)]
-        if others:
-            self.notes.append(f'read the image tower under {self._prefix!r}; skipped {len(others)} other tensors (the '
-                              'connector, perceiver and language model), which the image model does not use')
+        # '' in a tower folder, vision_model. (model.vision_model.) in a full model's
+        self._vision_tower('the connector, perceiver and language model', locate=lambda: self._tower_prefix(_KERNEL))
         network = self._network(eps_default=1e-6)
         self._check_no_extra_layer(network['depth'], 'encoder.layers.{i}.layer_norm1.weight')
         if self.grid[0] != self.grid[1]:

@@ -46,11 +46,7 @@ class Kosmos2VisionCheckpoint(HFClipCheckpoint):
             raise ViTVariantsError('a Kosmos-2 config.json needs a vision_config', path=self._config_path,
                                    key='vision_config')
         self._source_class()
-        self._prefix = self.options.prefix if self.options.prefix is not None else _PREFIX
-        others = [n for n in self._store.names() if not n.startswith(self._prefix)]
-        if others:
-            self.notes.append(f'read the image tower under {self._prefix!r}; skipped {len(others)} other tensors (the '
-                              'image-to-text projection and the text model), which the image features do not use')
+        self._vision_tower('the image-to-text projection and the text model', locate=lambda: _PREFIX)
         network = self._tower_network()
         self.notes.append("detected: a transformers Kosmos-2 image tower (model_type 'kosmos-2'): CLIP's layout, "
                           "the output is its vision model's (tokens not normed, pooled: the [CLS] through "
