@@ -293,3 +293,18 @@ def test_a_dinov2_classifier_that_contradicts_its_width_is_refused(tmp_path, cap
     assert main(['convert', str(tmp_path / 'src'), str(tmp_path / 'out')]) == 1
     err = capsys.readouterr().err
     assert err.count('error:') == 1 and "key 'classifier.weight'" in err and 'model.safetensors' in err, err
+
+
+def test_resetting_the_probe_pool_to_another_pooling_gives_a_head_of_its_width():
+    """A model with DINOv2's 'cls_patch_mean' pool (twice the token width) reset to 'token' pooling gets a classifier
+    reading the token width. Before, the new head kept the old width and the forward pass failed."""
+    from timm_vit_variants import SimpleVisionTransformer
+    import timm_vit_variants.families.dinov2  # noqa: F401  (registers the pool)
+
+    model = SimpleVisionTransformer(img_size=28, patch_size=7, embed_dim=32, depth=1, num_heads=2, class_token=True,
+                                    num_classes=3, global_pool='cls_patch_mean').eval()
+    assert model.head.in_features == 64
+    model.reset_classifier(5, 'token')
+    assert model.head.in_features == 32 and model.num_features == 32
+    with torch.no_grad():
+        assert model(torch.randn(2, 3, 28, 28)).shape == (2, 5)

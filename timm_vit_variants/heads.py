@@ -232,6 +232,10 @@ class HeadMixin:
         """Pool by ``global_pool`` from now on: a weightless kind is made; one with weights cannot be, and a pool
         holding the final norm cannot be left; leaving an attention pool removes it, as timm's."""
         new, old = POOL_MODULES[global_pool], POOL_MODULES[self.global_pool]
+        width = self.config.replace(global_pool=global_pool).pool_width
+        if width != self.config.pool_width and self.config.head.rep_size:
+            raise ViTVariantsError(f'global_pool={global_pool!r} pools {width} wide, where the pre-logits layer reads '
+                                   f'{self.config.pool_width}: create the model with global_pool={global_pool!r}')
         if new is not old:
             if new.weighted:
                 raise ViTVariantsError(f"global_pool={global_pool!r} needs the model's attention pool, which a reset "
@@ -242,6 +246,7 @@ class HeadMixin:
             self._set_pool(new.create(self.config.replace(global_pool=global_pool), None, None,
                                       get_device_dtype(self)))
         self.global_pool = global_pool
+        self.head_hidden_size = self.config.head.rep_size or width  # the classifier made next reads this width
         update_model_args(self, global_pool=global_pool)
 
     def _init_pool(self) -> None:
