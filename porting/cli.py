@@ -133,6 +133,7 @@ def _main(argv: List[str]) -> int:
         return int(e.code or 0)
     subparser = parser.subcommands[args.command]
     register_token(getattr(args, 'token', None))
+    _load_torch()
     args.command_line = recorded_command(subparser, args, f'{PROG} {args.command}')
     try:
         with warnings.catch_warnings():
@@ -147,6 +148,13 @@ def _main(argv: List[str]) -> int:
     except Exception as e:  # noqa: BLE001  (the CLI promises a message, not a traceback)
         stopping.check()  # an interrupt that a library turned into another error is still the interrupt
         return _report_failure(e)
+
+
+def _load_torch() -> None:
+    """Import torch with stop signals held: torch's C++ calls back into Python while it loads, and an exception
+    raised there (our ``Stopped``) reaches C++ code that cannot pass it on, which aborts the process (SIGABRT)."""
+    with stopping.held():
+        import torch  # noqa: F401
 
 
 def _report_failure(e: Exception) -> int:

@@ -87,6 +87,29 @@ def test_transformers_folder(tmp_path, max_delta):
         _open(tmp_path)
 
 
+@torch.no_grad()
+def test_two_tower_folder_keeps_the_image_projection(tmp_path, max_delta):
+    """An ``Aimv2Model`` folder gives its ``get_image_features``: ``visual_projection`` (no bias) on the pooled
+    output is the head. Before, the projection was dropped and the folder gave the unprojected pooler output."""
+    from transformers import Aimv2Config, Aimv2Model
+
+    torch.manual_seed(0)
+    config = Aimv2Config(
+        vision_config=dict(hidden_size=16, intermediate_size=24, num_hidden_layers=2, num_attention_heads=2,
+                           image_size=28, patch_size=7, use_head=True),
+        text_config=dict(hidden_size=16, intermediate_size=24, num_hidden_layers=1, num_attention_heads=2,
+                         vocab_size=50, max_position_embeddings=8), projection_dim=8)
+    source = Aimv2Model(config).eval()
+    source.save_pretrained(tmp_path)
+    ckpt = _open(tmp_path)
+    assert ckpt.config.num_classes == 8 and not ckpt.config.head.bias
+    ours = _model(ckpt)
+    x = OUTPUTS['x28x28']
+    expected = source.get_image_features(pixel_values=x)
+    max_delta('aimv2 reader hf two-tower: tokens', ours.forward_features(x), expected.last_hidden_state, 2e-5)
+    max_delta('aimv2 reader hf two-tower: image features', ours(x), expected.pooler_output, 2e-5)
+
+
 def test_refusals(tmp_path):
     """A tensor no AIMv2 tower holds, and a table that is no square grid, are named."""
     state = load_file(DATA / 'apple_absolute.safetensors')

@@ -204,3 +204,76 @@ def test_fc_norm_without_a_final_norm_is_average_pooling(tmp_path, max_delta):
     x = _images()
     with torch.no_grad():
         max_delta('timm VisionTransformer avg + fc_norm state dict: logits', model(x), ref(x), TOL)
+
+
+@pytest.mark.parametrize('arch, kwargs', [
+    ('vit_intern300m_patch14_448', dict(img_size=28, patch_size=14, embed_dim=32, num_heads=2)),  # [CLS], LayerScale
+    ('vit_base_patch16_radio_v3', dict(img_size=32, patch_size=16, embed_dim=32, num_heads=2)),  # [CLS] + 7 registers
+])
+def test_a_timm_folder_without_a_final_norm_converts(tmp_path, arch, kwargs, max_delta):
+    """timm's final_norm=False towers (InternViT-300M, RADIO v3): no norm after the blocks, read off the folder's
+    architecture. Before, refused with "key 'norm.weight': missing key"."""
+    args = dict(kwargs, depth=2, num_classes=5)
+    ref = randomize(timm.create_model(arch, **args), seed=1).eval()
+    assert 'norm.weight' not in ref.state_dict() and 'fc_norm.weight' not in ref.state_dict()
+    save_for_hf(ref, tmp_path / 'hub', model_args=args)
+    model, ckpt = _ours(tmp_path / 'hub')
+    assert ckpt.model_args['final_norm'] is False
+    side = args['img_size']
+    for size in (side, 2 * side):  # the stored grid, and one that resizes the table by timm's rule
+        ref.set_input_size(img_size=size)
+        model.set_input_size(img_size=size)
+        x = _images(size)
+        with torch.no_grad():
+            max_delta(f'timm {arch} (final_norm=False) at {size}: logits', model(x), ref(x), TOL)
+
+
+@pytest.mark.parametrize('class_token', [False, True])
+def test_registers_with_their_own_table_rows(tmp_path, class_token, max_delta):
+    """timm's registers with rows in the table (``no_embed_class=False`` with ``reg_tokens``: vit_so150m_*_reg*,
+    test_vit2/3), with and without a [CLS]: every prefix token has a row, resized as timm resizes it. Before,
+    refused ("does not fit a table")."""
+    args = dict(TINY, reg_tokens=3, class_token=class_token, no_embed_class=False,
+                global_pool='token' if class_token else 'avg')
+    ref = _timm_vit(**args).eval()
+    prefix = 3 + int(class_token)
+    assert ref.pos_embed.shape[1] == 16 + prefix
+    save_for_hf(ref, tmp_path / 'hub', model_args=args)
+    model, ckpt = _ours(tmp_path / 'hub')
+    assert ckpt.config.num_prefix_slots == prefix and ckpt.model_args['pos_embed_reg_slots']
+    for size in (32, 48):  # the stored grid, and one that resizes the table by timm's rule
+        ref.set_input_size(img_size=size)
+        model.set_input_size(img_size=size)
+        x = _images(size)
+        with torch.no_grad():
+            max_delta(f'timm registers with table rows (cls={class_token}) at {size}: logits', model(x), ref(x), TOL)
+
+
+def test_table_register_rows_round_trip_the_flat_model_args():
+    """A folder's flat model_args name the register rows only when there are some, so a folder written before the
+    setting existed reads as it did (no rows)."""
+    from timm_vit_variants.config import SimpleViTConfig
+
+    plain = SimpleViTConfig.of(img_size=32, patch_size=8, embed_dim=32, depth=1, num_heads=2, reg_tokens=2,
+                               class_token=True, pos_embed='learn', pos_embed_cls_slot=True)
+    assert 'pos_embed_reg_slots' not in plain.to_flat() and plain.num_prefix_slots == 1
+    rows = plain.replace(pos_embed_reg_slots=True)
+    assert rows.to_flat()['pos_embed_reg_slots'] is True and rows.num_prefix_slots == 3
+    assert SimpleViTConfig.of(**rows.to_flat()) == rows
+    with pytest.raises(ViTVariantsError, match='reg_slots'):
+        plain.replace(pos_embed_reg_slots=True, pos_embed_cls_slot=False)
+
+
+def test_a_bare_state_dict_with_sub_lns_in_attention_and_mlp(tmp_path, max_delta):
+    """timm's scale_attn_norm / scale_mlp_norm (BEiT-3's sub-LNs), told by their tensors in a bare state dict and
+    verified against timm's VisionTransformer built with them. Before, refused ("scale_attn_norm / scale_mlp_norm
+    are not supported")."""
+    ref = _timm_vit(scale_attn_norm=True, scale_mlp_norm=True).eval()
+    path = tmp_path / 'beit3_like.safetensors'
+    save_file(ref.state_dict(), str(path))
+    model, ckpt = _ours(path)
+    assert ckpt.config.block.attn_norm and ckpt.config.block.mlp_norm
+    with torch.no_grad():
+        max_delta('timm bare state dict with attention and MLP sub-LNs: logits', model(_images()), ref(_images()), TOL)
+    from porting.pipeline import convert
+    assert convert(path, tmp_path / 'out').verification.status == 'passed'

@@ -202,3 +202,15 @@ def test_new_block_options_default_to_todays_models_and_appear_flat_only_when_se
     assert (block.norm, block.mlp_bias, block.proj_bias, block.qk_norm) == ('layernorm', True, True, False)
     flat = SimpleViTConfig.of(norm_layer='rmsnorm', qk_norm=True).to_flat()
     assert (flat['norm_layer'], flat['qk_norm']) == ('rmsnorm', True) and 'mlp_bias' not in flat
+
+
+def test_fields_newer_than_the_composed_form_are_written_only_when_set():
+    """A table's register rows and the attention's sub-LN appear in to_dict / to_flat only when set, so a config
+    without them is written as before they existed, and what is written reads back equal."""
+    plain = SimpleViTConfig.of(embed_dim=64, num_heads=4, class_token=True, reg_tokens=2, pos_embed='learn',
+                               pos_embed_cls_slot=True)
+    assert 'attn_norm' not in plain.to_dict()['block'] and 'attn_norm' not in plain.to_flat()
+    assert 'reg_slots' not in plain.to_dict()['positions'][0] and 'pos_embed_reg_slots' not in plain.to_flat()
+    newer = plain.replace(attn_norm=True, pos_embed_reg_slots=True)
+    assert newer.to_dict()['block']['attn_norm'] is True and newer.to_dict()['positions'][0]['reg_slots'] is True
+    assert SimpleViTConfig.from_dict(newer.to_dict()) == newer == SimpleViTConfig.of(**newer.to_flat())

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from model_probes import assert_list_equals_each_alone, read_into_model
+from model_probes import assert_list_equals_each_alone, load_like_user, read_into_model
 from reader_checks import assert_register_count_refused
 from porting.cli import main
 from timm_vit_variants import SimpleVisionTransformer
@@ -177,15 +177,20 @@ def test_bare_timm_state_dict_with_registers_or_layer_scale(kwargs, tmp_path, ma
             max_delta(f'timm {kwargs} {size}', model.forward_features(x), ref.forward_features(x), BOUND)
 
 
-def test_timm_registers_with_position_rows_are_refused(tmp_path):
+def test_timm_registers_with_position_rows_read_from_a_bare_state_dict(tmp_path, max_delta):
+    """A bare timm state dict whose table has rows for [CLS] and the registers (``no_embed_class=False``): the
+    table's length tells the rows apart from DINOv2's layout (registers without rows), and the logits match."""
     from safetensors.torch import save_file
     from timm.models.vision_transformer import VisionTransformer
 
-    ref = VisionTransformer(img_size=32, patch_size=8, embed_dim=64, depth=1, num_heads=4, reg_tokens=2)
+    torch.manual_seed(0)
+    ref = VisionTransformer(img_size=32, patch_size=8, embed_dim=64, depth=1, num_heads=4, reg_tokens=2).eval()
     save_file(ref.state_dict(), str(tmp_path / 'w.safetensors'))
-    with pytest.raises(ViTVariantsError, match='no_embed_class=False') as e:
-        open_checkpoint(tmp_path / 'w.safetensors', num_heads=4)
-    assert e.value.key == 'pos_embed' and str(tmp_path / 'w.safetensors') in str(e.value)
+    model = read_into_model(tmp_path / 'w.safetensors', num_heads=4).eval()
+    assert model.config.num_prefix_slots == 3
+    x = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        max_delta('timm bare state dict, registers with table rows: logits', model(x), ref(x), 1e-5)
 
 
 def _hf_dinov2(tmp_path, registers=0, swiglu=False):
@@ -243,3 +248,63 @@ def test_convert_timm_dinov2_folder_verifies_at_the_target_geometry(tmp_path, ca
     save_for_hf(timm.create_model('vit_giant_patch14_reg4_dinov2', **args), str(tmp_path / 'timm'), model_args=args)
     assert main(['convert', str(tmp_path / 'timm'), str(tmp_path / 'out'), '--img-size', '126', '98']) == 0
     assert 'target geometry (126x98, patch 14) passed' in capsys.readouterr().out
+
+
+@pytest.mark.parametrize('registers', [0, 2])
+def test_transformers_dinov2_classifier_keeps_its_probe(tmp_path, registers, max_delta):
+    """``Dinov2ForImageClassification`` / ``Dinov2WithRegistersForImageClassification``: the probe on [CLS]
+    concatenated with the mean of the patch tokens (registers left out) is kept, the 'cls_patch_mean' pool; the
+    converted folder gives the class's logits at its grid, a larger and a non-square one (the class resizes its
+    table by itself). Before, refused ("[CLS]+mean concat head is not expressed")."""
+    import transformers
+
+    kwargs = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, image_size=28, patch_size=7, num_labels=5)
+    if registers:
+        source = transformers.Dinov2WithRegistersForImageClassification(
+            transformers.Dinov2WithRegistersConfig(num_register_tokens=registers, **kwargs))
+    else:
+        source = transformers.Dinov2ForImageClassification(transformers.Dinov2Config(**kwargs))
+    torch.manual_seed(3)
+    with torch.no_grad():
+        for p in source.parameters():
+            p.add_(torch.randn_like(p) * 0.1)
+    source.eval().save_pretrained(str(tmp_path / 'src'))
+    assert main(['convert', str(tmp_path / 'src'), str(tmp_path / 'out')]) == 0
+    for size in ((28, 28), (42, 42), (35, 49)):
+        model = load_like_user(tmp_path / 'out')
+        model.set_input_size(img_size=size)
+        x = torch.randn(2, 3, *size, generator=torch.Generator().manual_seed(1))
+        with torch.no_grad():
+            max_delta(f'transformers DINOv2 classifier ({registers} registers) {size}: logits', model(x),
+                      source(pixel_values=x).logits, 2e-5)
+
+
+def test_a_dinov2_classifier_that_contradicts_its_width_is_refused(tmp_path, capsys):
+    import transformers
+    from safetensors.torch import load_file, save_file
+
+    source = transformers.Dinov2ForImageClassification(transformers.Dinov2Config(
+        hidden_size=32, num_hidden_layers=1, num_attention_heads=2, image_size=28, patch_size=7, num_labels=5))
+    source.save_pretrained(str(tmp_path / 'src'))
+    weights = tmp_path / 'src' / 'model.safetensors'
+    state = load_file(str(weights))
+    save_file(dict(state, **{'classifier.weight': state['classifier.weight'][:, :32].contiguous()}), str(weights))
+    capsys.readouterr()
+    assert main(['convert', str(tmp_path / 'src'), str(tmp_path / 'out')]) == 1
+    err = capsys.readouterr().err
+    assert err.count('error:') == 1 and "key 'classifier.weight'" in err and 'model.safetensors' in err, err
+
+
+def test_resetting_the_probe_pool_to_another_pooling_gives_a_head_of_its_width():
+    """A model with DINOv2's 'cls_patch_mean' pool (twice the token width) reset to 'token' pooling gets a classifier
+    reading the token width. Before, the new head kept the old width and the forward pass failed."""
+    from timm_vit_variants import SimpleVisionTransformer
+    import timm_vit_variants.families.dinov2  # noqa: F401  (registers the pool)
+
+    model = SimpleVisionTransformer(img_size=28, patch_size=7, embed_dim=32, depth=1, num_heads=2, class_token=True,
+                                    num_classes=3, global_pool='cls_patch_mean').eval()
+    assert model.head.in_features == 64
+    model.reset_classifier(5, 'token')
+    assert model.head.in_features == 32 and model.num_features == 32
+    with torch.no_grad():
+        assert model(torch.randn(2, 3, 28, 28)).shape == (2, 5)

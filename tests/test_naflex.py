@@ -325,9 +325,10 @@ def test_timms_naflexvit_checkpoints(tmp_path, capsys, max_delta, interp, rule):
     else:  # the assumption is wrong for a bilinear tower, which is why it is stated
         assert (bare - expected).abs().max() > 1e-4
 
-    torch.save(dict(reference.state_dict(), **{'embeds.reg_token': torch.zeros(1, 1, 64)}), tmp_path / 'reg.pth')
-    with pytest.raises(ViTVariantsError, match='register tokens'):
-        open_checkpoint(tmp_path / 'reg.pth', num_heads=4)
+    torch.save(dict(reference.state_dict(), **{'embeds.pos_embed_y': torch.zeros(1, 8, 64)}), tmp_path / 'fac.pth')
+    with pytest.raises(ViTVariantsError, match='factorised tables') as refused:
+        open_checkpoint(tmp_path / 'fac.pth', num_heads=4)
+    assert refused.value.key == 'embeds.pos_embed_y'
 
 # -- timm's NaFlex loader and train.py --naflex-loader -------------------------------------------------------------
 

@@ -19,7 +19,7 @@ _VIT_MODULES = ['vision_transformer', 'vision_transformer_hybrid', 'vision_trans
 REFUSED = {
     **{name: 'PE-Core: RoPE together with a learned table' for name in (
         'PE-Core-B-16', 'PE-Core-L-14-336', 'PE-Core-S-16-384', 'PE-Core-T-16-384', 'PE-Core-bigG-14-448')},
-    **{name: 'EVA-02 CLIP: RoPE together with a learned table' for name in (
+    **{name: "EVA-02 CLIP: a trunk of timm's Eva" for name in (
         'EVA02-B-16', 'EVA02-L-14', 'EVA02-L-14-336', 'EVA02-E-14', 'EVA02-E-14-plus')},
     'EVA01-g-14': "EVA01 CLIP: timm's Eva without RoPE", 'EVA01-g-14-plus': "EVA01 CLIP: timm's Eva without RoPE",
     'MobileCLIP-B': 'MobileCLIP: its convolutional MCi stem', 'MobileCLIP2-B': 'MobileCLIP: its convolutional MCi stem',

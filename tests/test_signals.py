@@ -224,6 +224,34 @@ def test_an_interrupt_a_library_swallows_or_turns_into_an_error_still_stops_the_
     assert 'Traceback' not in proc.stderr and not out.exists() and _leftovers(tmp_path) == []
 
 
+_WHILE_TORCH_LOADS = """
+import os, signal, sys
+from porting import cli, stopping
+
+class Trip:  # SIGINT as torch looks for its C extension
+    def find_spec(self, name, path=None, target=None):
+        if name == 'torch._C':
+            sys.meta_path.remove(self)
+            os.kill(os.getpid(), signal.SIGINT)
+        return None
+
+stopping.install()
+sys.meta_path.insert(0, Trip())
+try:
+    cli._load_torch()
+except KeyboardInterrupt:
+    print('stopped; torch loaded:', hasattr(sys.modules.get('torch'), 'Tensor'))
+"""
+
+
+def test_a_signal_while_torch_loads_waits_for_torch():
+    """A stop signal while torch imports is raised once torch has loaded: raised inside, it can reach C++ code that
+    cannot pass it on, and the process aborts (SIGABRT, a C++ 'terminate called' message; seen once in CI)."""
+    proc = _start(['-c', _WHILE_TORCH_LOADS])
+    out, err = proc.communicate(timeout=HANG)
+    assert proc.returncode == 0 and out.strip() == 'stopped; torch loaded: True', (out, err)
+
+
 # -- the handlers themselves ----------------------------------------------------------------------------------------
 
 _HELD_SIGNAL = """

@@ -89,6 +89,7 @@ def _patchified(x: torch.Tensor) -> Dict[str, torch.Tensor]:
                 spatial_shapes=torch.tensor([[gh, gw]] * batch))
 
 
+DINO = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, mlp_ratio=2, image_size=32, patch_size=8)
 # class -> (builder, what its forward returns, the grids its own code runs at: a second one where it resizes itself)
 CASES: Dict[str, Tuple[Callable[[], torch.nn.Module], Callable, Tuple[int, ...]]] = {
     'SiglipForImageClassification': (
@@ -131,6 +132,15 @@ CASES: Dict[str, Tuple[Callable[[], torch.nn.Module], Callable, Tuple[int, ...]]
     'TimmWrapperForImageClassification': (
         _timm_wrapper('TimmWrapperForImageClassification'), lambda m, x: m(pixel_values=x).logits, (32,)),
     'TimmWrapperModel': (_timm_wrapper('TimmWrapperModel'), lambda m, x: m(pixel_values=x).pooler_output, (32,)),
+    # its classifier on [CLS] alone beside the distillation token: the 'cls_alone' pool, no head_dist
+    'DeiTForImageClassification': (
+        _deit('DeiTForImageClassification'), lambda m, x: m(pixel_values=x, interpolate_pos_encoding=True).logits,
+        (32, 48)),
+    # the probe on [CLS] concatenated with the mean of the patch tokens; the class resizes its table by itself
+    **{cls: (lambda cls=cls, config=config: getattr(transformers, cls)(getattr(transformers, config)(
+        **DINO, **CLASSES)), lambda m, x: m(pixel_values=x).logits, (32, 48))
+       for cls, config in (('Dinov2ForImageClassification', 'Dinov2Config'),
+                           ('Dinov2WithRegistersForImageClassification', 'Dinov2WithRegistersConfig'))},
 }
 
 
@@ -153,16 +163,7 @@ def test_folder_outputs_what_its_class_outputs(name, tmp_path, capsys, max_delta
             max_delta(f'{name} at {size}x{size}', model(x), forward(source, x), TOL)
 
 
-DINO = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, mlp_ratio=2, image_size=32, patch_size=8)
-
-
 @pytest.mark.parametrize('cls,config,part', [
-    ('Dinov2ForImageClassification', lambda: transformers.Dinov2Config(**DINO, **CLASSES),
-     '[CLS]+mean concat head is not expressed'),
-    ('Dinov2WithRegistersForImageClassification', lambda: transformers.Dinov2WithRegistersConfig(**DINO, **CLASSES),
-     '[CLS]+mean concat head is not expressed'),
-    ('DeiTForImageClassification', lambda: transformers.DeiTConfig(**VISION, **CLASSES),
-     'its classifier reads [CLS] alone beside the distillation token'),
     ('OwlViTForObjectDetection', lambda: transformers.OwlViTConfig(vision_config=VISION, text_config=TEXT),
      'the detection heads (boxes and class embeddings of every patch token) are not expressed'),
     ('CLIPSegForImageSegmentation', lambda: transformers.CLIPSegConfig(vision_config=VISION, text_config=TEXT),
@@ -188,12 +189,19 @@ def test_class_no_reader_converts_is_refused(tmp_path, capsys):
     assert "key 'architectures': Dinov2Backbone is not a transformers class the reader of model_type 'dinov2' converts" in err, err
 
 
-def test_deit_pooler_is_refused_naming_it(tmp_path, capsys):
-    """DeiTModel's pooler reads [CLS] alone beside the distillation token: refused by its key, not dropped."""
-    transformers.DeiTModel(transformers.DeiTConfig(**VISION)).save_pretrained(str(tmp_path / 'src'))
-    assert main(['convert', str(tmp_path / 'src'), str(tmp_path / 'out')]) == 1
-    err = capsys.readouterr().err
-    assert err.count('error:') == 1 and "key 'pooler.dense.weight': the DeiTModel pooler reads [CLS] alone" in err, err
+def test_deit_pooler_is_kept(tmp_path, capsys, max_delta):
+    """DeiTModel's pooler (Linear + tanh on [CLS] alone, beside the distillation token) is the pre-logits layer of
+    the 'cls_alone' pool: the folder gives its pooler_output. Before, refused by its key."""
+    torch.manual_seed(0)
+    source = _perturbed(transformers.DeiTModel(transformers.DeiTConfig(**VISION)))
+    source.save_pretrained(str(tmp_path / 'src'))
+    assert main(['convert', str(tmp_path / 'src'), str(tmp_path / 'out')]) == 0, capsys.readouterr().err
+    model = load_like_user(tmp_path / 'out')
+    for size in (32, 48):
+        x = torch.randn(2, 3, size, size, generator=torch.Generator().manual_seed(1))
+        with torch.no_grad():
+            max_delta(f'DeiTModel pooler at {size}x{size}', model(x),
+                      source(pixel_values=x, interpolate_pos_encoding=True).pooler_output, TOL)
 
 
 def test_ijepa_pooler_is_refused_naming_it(tmp_path, capsys):

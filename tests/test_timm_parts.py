@@ -26,9 +26,20 @@ CASES = [
     ('samvit_base_patch16_224', {}, "the model (timm's VisionTransformerSAM: SAM's image encoder, with windowed "
                                     'attention, decomposed relative positions and a neck)'),
     ('vit_relpos_small_patch16_224', {}, "the model (timm's VisionTransformerRelPos"),
-    ('eva02_base_patch16_clip_224', {}, 'blocks.0.attn (a norm inside attention, scale_norm)'),
-    ('vit_medium_patch16_rope_reg1_gap_256', {}, "a RoPE outside timm's DINOv3 and RoPE-ViT ports"),
+    ('eva02_base_patch16_clip_224', {}, None),  # EVA-02 CLIP: the attention's and MLP's sub-LNs, split q/k/v
+    ('eva02_enormous_patch14_clip_224', {}, "blocks.0 (timm's EvaBlockPostNorm"),
+    ('beit3_base_patch16_224', {}, None),  # BEiT-3 (timm's VisionTransformer): the sub-LNs in attention and MLP
+    ('vit_medium_patch16_rope_reg1_gap_256', {}, None),  # EVA-02's RoPE (a reference grid), a register, no [CLS]
+    ('vit_small_patch16_lingbot', {}, None),  # DINOv3's RoPE under another name: [CLS] and registers
+    ('vit_intern300m_patch14_448', {}, None),  # no final norm, LayerScale
+    ('vit_base_patch16_radio_v3', {}, None),  # no final norm, [CLS] + 7 registers
+    ('vit_so150m_patch16_reg4_gap_256', {}, None),  # registers with rows in the table, no [CLS]
+    ('vit_so150m_patch16_reg4_map_256', {}, None),  # MAP over the patch tokens alone, beside 4 registers
+    ('vit_pe_spatial_base_patch16_512', {}, 'a RoPE scaled to a reference grid (ref_feat_shape)'),
     ('vit_pe_core_base_patch16_224', {}, "pools by 'map'"),
+    ('naflexvit_base_patch16_gap', {}, None),  # NaFlexVit with [CLS] and registers (no table rows), avg pooling
+    ('naflexvit_base_patch16_map', {}, 'pools by MAP beside prefix tokens'),
+    ('naflexvit_base_patch16_par_gap', {}, 'a table resize other than antialiased, half-pixel and per axis'),
 ]
 
 
@@ -56,7 +67,13 @@ def test_a_timm_architecture_converts_exactly_or_names_the_part(tmp_path, arch, 
         return
     result = convert(folder, tmp_path / 'out')
     assert result.verification.status == 'passed', result.verification.summary()
-    x = torch.randn(2, 3, *reference.patch_embed.img_size, generator=torch.Generator().manual_seed(1))
-    with torch.no_grad():
-        max_delta(f'timm {arch} folder, converted and loaded as a user does: logits', load_like_user(tmp_path / 'out')(x),
-                  reference(x), TOL)
+    ours = load_like_user(tmp_path / 'out')
+    size, patch = tuple(ours.patch_embed.img_size), tuple(ours.patch_embed.patch_size)
+    for grid in (size, (size[0] + 2 * patch[0], size[1] - patch[1])):  # the stored grid, and a non-square one
+        if hasattr(reference, 'set_input_size'):  # a NaFlexVit takes any size as it is
+            reference.set_input_size(img_size=grid)
+        ours.set_input_size(img_size=grid)
+        x = torch.randn(2, 3, *grid, generator=torch.Generator().manual_seed(1))
+        with torch.no_grad():
+            max_delta(f'timm {arch} folder at {grid}, converted and loaded as a user does: logits', ours(x),
+                      reference(x), TOL)

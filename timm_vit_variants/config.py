@@ -47,12 +47,15 @@ _FLAT_0_2 = ('img_size', 'patch_size', 'in_chans', 'num_classes', 'global_pool',
              'final_norm', 'head_bias', 'attn_pool_queries', 'attn_pool_heads', 'attn_pool_dim', 'act_layer',
              'norm_eps', 'grid_mode')
 _TRAINING = tuple(f.name for f in fields(TrainingPart))
-# Block options newer than release 0.2.0: in a flat dict only when they differ from the default.
-_NEWER = tuple(flat for flat in BlockPart.FLAT.values() if flat not in _FLAT_0_2)
 _POOL_FLAT = {flat: (cls, f) for cls in POOL_KINDS.values() for f, flat in cls.FLAT.items()}
 _SCHEME_FLAT = {flat: (cls, f) for cls in POSITION_SCHEMES.values() for f, flat in cls.FLAT.items()}
+# Block and position-scheme options newer than release 0.2.0, with their defaults: in a flat dict only when they
+# differ from the default, so a folder of the earlier release reads the same and the new field's default holds.
+_NEWER: Dict[str, Any] = {
+    **{flat: getattr(BlockPart, f) for f, flat in BlockPart.FLAT.items() if flat not in _FLAT_0_2},
+    **{flat: getattr(cls, f) for flat, (cls, f) in {**_SCHEME_FLAT, **_POOL_FLAT}.items() if flat not in _FLAT_0_2}}
 # Every flat name ``of`` accepts, and every name it accepts (the fields, parts whole, flat names).
-FLAT_NAMES = _FLAT_0_2 + _NEWER + _TRAINING + ('dynamic_img_pad',)
+FLAT_NAMES = _FLAT_0_2 + tuple(_NEWER) + _TRAINING + ('dynamic_img_pad',)
 _PART_FIELDS = ('patch', 'tokens', 'positions', 'block', 'head', 'training')
 ARGUMENT_NAMES = frozenset(_TOP + _PART_FIELDS + FLAT_NAMES)
 
@@ -173,7 +176,8 @@ class SimpleViTConfig:
         self.patch.check_patch_size(self.patch_size)
         if pool.needs_class_token and not tokens.cls:
             raise self._bad('global_pool', pool.kind, f"{pool.kind!r} pooling needs class_token=True")
-        if tokens.dist and (not tokens.cls or not pool.reads_distillation_token or head.rep_size or head.fc_norm):
+        if tokens.dist and not pool.ignores_distillation_token and (
+                not tokens.cls or not pool.reads_distillation_token or head.rep_size or head.fc_norm):
             raise self._bad('dist_token', True, "DeiT's distilled head reads the [CLS] and distillation tokens: it "
                                                 "needs class_token=True, 'token' (or '') pooling, no rep_size and "
                                                 'no fc_norm')
@@ -262,8 +266,10 @@ class SimpleViTConfig:
 
     @property
     def num_prefix_slots(self) -> int:
-        """Rows of a learned table that belong to the class token and the distillation token (0, 1 or 2)."""
-        return 1 + int(self.tokens.dist) if any(s.table_cls_slot for s in self.positions) else 0
+        """Rows of a learned table that belong to prefix tokens: the class token and the distillation token, and
+        the registers where the table has rows for them (the first rows, in the tokens' order)."""
+        cls = 1 + int(self.tokens.dist) if any(s.table_cls_slot for s in self.positions) else 0
+        return cls + (self.tokens.registers if any(s.table_reg_slots for s in self.positions) else 0)
 
     @property
     def num_prefix_tokens(self) -> int:
@@ -301,11 +307,12 @@ class SimpleViTConfig:
         for flat, (owner, name) in _SCHEME_FLAT.items():
             values[flat] = getattr(self.position(owner) or defaults.get(owner), name, None)
         coca = POOL_KINDS['coca'](dim=self.embed_dim)
-        for flat, (owner, name) in _POOL_FLAT.items():
-            values[flat] = getattr(self.head.pool if isinstance(self.head.pool, owner) else coca, name, None)
+        for flat, (owner, name) in _POOL_FLAT.items():  # another kind's options: their defaults (CoCa's width ours)
+            values[flat] = getattr(self.head.pool if isinstance(self.head.pool, owner) else
+                                   coca if owner is POOL_KINDS['coca'] else owner(), name)
         values['global_pool'], values['pos_embed'] = self.head.pool.kind, self.flat_pos_embed
         out = {name: values[name] for name in _FLAT_0_2}
-        out.update({name: values[name] for name in _NEWER if values[name] != getattr(BlockPart, _SIMPLE[name][1])})
+        out.update({name: values[name] for name, default in _NEWER.items() if values[name] != default})
         if include_training:
             out.update({name: values[name] for name in _TRAINING})
         return out

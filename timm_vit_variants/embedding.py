@@ -4,9 +4,10 @@ An NCHW batch (its one-grid case), a list of images and timm's NaFlex dict all a
 tokens, each token's (y, x), each image's grid) and leave as sequences ready for the blocks: each image's absolute
 positions for its own grid (the ``abs_pos`` scheme: a sin-cos row depends on (y, x) alone; a learned table is
 resampled once per grid, with the model's rule), then its prefix ([CLS] with its table slot, DeiT's distillation
-token with its own, then the registers, which have no position) before its patch tokens, and the attention-input
-schemes' per-token inputs (rotations, the identity on prefix tokens). Position schemes are reached through
-``positions.PositionsMixin``; ``naflex.py`` only turns its input forms into ``Patches`` and runs the packed rows.
+token with its own, then the registers, with rows of their own only in a table that has them) before its patch
+tokens, and the attention-input schemes' per-token inputs (rotations, the identity on prefix tokens). Position
+schemes are reached through ``positions.PositionsMixin``; ``naflex.py`` only turns its input forms into
+``Patches`` and runs the packed rows.
 """
 from typing import Dict, List, Optional, Tuple
 
@@ -30,8 +31,8 @@ class EmbeddingMixin:
 
     def _embed(self, patches: Patches) -> Tuple[torch.Tensor, Dict[str, torch.Tensor]]:
         """The one embedding step, for every input form: each image's positions for its own grid, then its prefix
-        ([CLS] with its table slot, DeiT's distillation token with the next one, then the registers, which have no
-        position) before its patch tokens.
+        ([CLS] with its table slot, DeiT's distillation token with the next one, then the registers, with rows of
+        their own in a table that has them) before its patch tokens.
 
         Returns the (rows, sequence, D) tokens and the attention-input schemes' per-token inputs by slot name.
         """
@@ -58,6 +59,10 @@ class EmbeddingMixin:
                 dist = self.dist_token if slot is None else self.dist_token + slot[1:2]
                 pieces.append(dist.expand(batch, -1, -1).to(tokens.dtype))
             if self.reg_token is not None:
-                pieces.append(self.reg_token.expand(batch, -1, -1).to(tokens.dtype))
+                reg = self.reg_token
+                start = int(self.cls_token is not None) + int(self.dist_token is not None)
+                if slot is not None and self.pos_embed_slots > start:  # a table with rows for the registers
+                    reg = reg + slot[start:start + reg.shape[1]]
+                pieces.append(reg.expand(batch, -1, -1).to(tokens.dtype))
             pieces.append(images[i])
         return torch.cat(pieces, dim=1)

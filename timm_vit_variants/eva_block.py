@@ -25,8 +25,8 @@ class Eva02Block(EvaBlock):
     """
 
     def __init__(self, dim: int, num_heads: int, *, mlp: Any, mlp_width: int, mlp_bias: bool = True,
-                 mlp_norm: bool = False, proj_bias: bool = True, rotate_half: Optional[bool] = None, depth: int = 0,
-                 **kwargs: Any) -> None:
+                 mlp_norm: bool = False, attn_norm: bool = False, proj_bias: bool = True,
+                 rotate_half: Optional[bool] = None, depth: int = 0, **kwargs: Any) -> None:
         """``mlp`` is a ``layers.MlpLayer``; ``depth`` (the block's index) is timm's Block's and unused here."""
         if not (mlp_bias and proj_bias):
             raise ViTVariantsError("timm's EvaBlock has biases on its MLP and attention projections",
@@ -39,6 +39,7 @@ class Eva02Block(EvaBlock):
             # EvaBlock packs a SwiGLU without a norm unless aligned; aligning to 1 keeps the width and splits it
             swiglu_align_to=1 if mlp.gated and not mlp.packed else 0,
             scale_mlp=mlp_norm,
+            scale_attn_inner=attn_norm,
             num_prefix_tokens=0,
             rotate_half=bool(rotate_half),
             **kwargs)

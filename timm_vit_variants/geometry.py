@@ -163,15 +163,20 @@ def infer_grid(
         path: Optional[str] = None,
         key: str = _TABLE,
         dist_token: bool = False,
+        registers: int = 0,
+        reg_slots: Optional[bool] = None,
 ) -> Tuple[Tuple[int, int], int]:
     """(grid, prefix slots) of a learned table of ``tokens`` rows.
 
     With an image size the grid follows from it; otherwise the patch part must be square. A
     class token makes a one-row slot possible (two rows with DeiT's distillation token, which has its own);
-    ``slot`` pins the answer when a config says it.
+    ``slot`` pins the answer when a config says it. ``registers`` may have rows too (then so has a class token:
+    timm's ``no_embed_class=False``), which ``reg_slots`` pins.
     """
     slots = 1 + int(dist_token)
-    choices = [s for s in ((0, slots) if class_token else (0,)) if slot is None or bool(s) == slot]
+    cls_rows = [s for s in ((0, slots) if class_token else (0,)) if slot is None or bool(s) == slot]
+    reg_rows = [r for r in ((0, registers) if registers else (0,)) if reg_slots is None or bool(r) == reg_slots]
+    choices = [c + r for c in cls_rows for r in reg_rows if not (r and class_token and not c)]
     if img_size:
         img = pair(img_size, 'img_size')
         grid = (img[0] // patch[0], img[1] // patch[1])

@@ -48,6 +48,7 @@ class PoolModule(nn.Module):
     kind = ''
     weighted = False
     two_heads = False
+    dist_head = True  # beside a distillation token: its own classifier head_dist (DeiT's), unless the pool says not
 
     def __init_subclass__(cls, kind: Optional[str] = None, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -117,9 +118,11 @@ class NoPool(PoolModule, kind=''):
 
 
 class MapPool(PoolModule, AttentionPoolLatent, kind='map'):
-    """big_vision's MAPHead, exactly timm's ``AttentionPoolLatent``: a learned probe queries every token, no residual
-    around that attention, then x + MLP(LN(x)); padding is left out of its keys."""
+    """big_vision's MAPHead, exactly timm's ``AttentionPoolLatent``: a learned probe queries every token (or the patch
+    tokens alone: ``include_prefix``), no residual around that attention, then x + MLP(LN(x)); padding is left out
+    of its keys."""
     weighted = True
+    include_prefix: bool = True
 
     @classmethod
     def create(cls, cfg: SimpleViTConfig, norm_layer: Callable[..., nn.Module], act_layer: Any,
@@ -127,10 +130,15 @@ class MapPool(PoolModule, AttentionPoolLatent, kind='map'):
         # timm sizes its MLP as int(D * ratio): half a unit more lands on the exact width (4304 for So400m)
         pool = cls(cfg.embed_dim, num_heads=cfg.num_heads, mlp_ratio=(cfg.block.mlp_dim + 0.5) / cfg.embed_dim,
                    qkv_bias=cfg.block.qkv_bias, norm_layer=norm_layer, act_layer=act_layer, **dd)
+        pool.include_prefix = cfg.head.pool.include_prefix
         return pool.with_prefix(cfg.num_prefix_tokens)
 
     def pool_tokens(self, x: torch.Tensor, patch_valid: Optional[torch.Tensor] = None) -> torch.Tensor:
-        keys = _key_valid(x, self.num_prefix_tokens, patch_valid)
+        if not self.include_prefix:  # the patch tokens alone are its keys (timm's pool_include_prefix=False)
+            x = x[:, self.num_prefix_tokens:]
+            keys = patch_valid
+        else:
+            keys = _key_valid(x, self.num_prefix_tokens, patch_valid)
         return self(x) if keys is None else self(x, attn_mask=keys[:, None, None, :])
 
 
@@ -166,7 +174,8 @@ class HeadMixin:
         # DINOv3's untied final norms: cls_norm over [CLS, registers], norm over the patch tokens
         self.cls_norm = norm_layer(dim, **dd) if head.untie_norms else None
         self.fc_norm = norm_layer(dim, **dd) if head.fc_norm else nn.Identity()
-        self._set_pool(POOL_MODULES[head.pool.kind].create(cfg, norm_layer, act_layer, dd))
+        pool = POOL_MODULES[head.pool.kind].create(cfg, norm_layer, act_layer, dd)
+        self._set_pool(pool)
         if head.rep_size:
             self.pre_logits = nn.Sequential(OrderedDict([('fc', nn.Linear(cfg.pool_width, head.rep_size, **dd)),
                                                          ('act', nn.Tanh())]))
@@ -176,7 +185,7 @@ class HeadMixin:
         self.head = nn.Linear(self.head_hidden_size, cfg.num_classes, bias=head.bias, **dd) \
             if cfg.num_classes > 0 else nn.Identity()
         # DeiT's classifier of the distillation token
-        self.head_dist = self._dist_head(cfg.num_classes, dd) if cfg.tokens.dist else None
+        self.head_dist = self._dist_head(cfg.num_classes, dd) if cfg.tokens.dist and pool.dist_head else None
 
     def _set_pool(self, pool: PoolModule) -> None:
         """``pool`` into its slot: ``attn_pool`` (timm's, with its keys) when it holds weights, else ``pooler``."""
@@ -223,6 +232,10 @@ class HeadMixin:
         """Pool by ``global_pool`` from now on: a weightless kind is made; one with weights cannot be, and a pool
         holding the final norm cannot be left; leaving an attention pool removes it, as timm's."""
         new, old = POOL_MODULES[global_pool], POOL_MODULES[self.global_pool]
+        width = self.config.replace(global_pool=global_pool).pool_width
+        if width != self.config.pool_width and self.config.head.rep_size:
+            raise ViTVariantsError(f'global_pool={global_pool!r} pools {width} wide, where the pre-logits layer reads '
+                                   f'{self.config.pool_width}: create the model with global_pool={global_pool!r}')
         if new is not old:
             if new.weighted:
                 raise ViTVariantsError(f"global_pool={global_pool!r} needs the model's attention pool, which a reset "
@@ -233,6 +246,7 @@ class HeadMixin:
             self._set_pool(new.create(self.config.replace(global_pool=global_pool), None, None,
                                       get_device_dtype(self)))
         self.global_pool = global_pool
+        self.head_hidden_size = self.config.head.rep_size or width  # the classifier made next reads this width
         update_model_args(self, global_pool=global_pool)
 
     def _init_pool(self) -> None:

@@ -74,15 +74,15 @@ class PlainBlock(Block):
 
 
 def vit_block(dim: int, num_heads: int, *, mlp: MlpLayer, mlp_width: int, mlp_bias: bool = True,
-              mlp_norm: bool = False, qkv_fused: bool = True, rotate_half: Optional[bool] = None,
-              **kwargs: Any) -> nn.Module:
+              mlp_norm: bool = False, attn_norm: bool = False, qkv_fused: bool = True,
+              rotate_half: Optional[bool] = None, **kwargs: Any) -> nn.Module:
     """'vit': timm's pre-norm ``Block`` (``RopeBlock``, its attention taking rotations, under a rotary scheme whose
     pair layout is ``rotate_half``), with the exact MLP ``mlp_width``; its qkv is always one fused projection."""
     if not qkv_fused:
         raise ViTVariantsError("split q/k/v projections are EvaBlock's: use the 'eva' block", key='qkv_fused')
     block = PlainBlock if rotate_half is None else partial(RopeBlock, rotate_half=rotate_half)
     return block(dim=dim, num_heads=num_heads, mlp_ratio=mlp_width / dim, mlp_layer=mlp.exact(mlp_width, mlp_bias),
-                 scale_mlp_norm=mlp_norm, **kwargs)
+                 scale_mlp_norm=mlp_norm, scale_attn_norm=attn_norm, **kwargs)
 
 
 # Each block kind's builder, all taking ``build_blocks``' options: timm's Block, or timm's EvaBlock (EVA-02).

@@ -5,12 +5,14 @@ parts' properties. Position schemes and pools register by name (``scheme=``/``ki
 """
 import dataclasses
 from dataclasses import dataclass, field, fields
-from typing import Any, Callable, ClassVar, Dict, Mapping, Optional, Tuple, Type, TypeVar, Union
+from typing import Any, ClassVar, Dict, Mapping, Optional, Tuple, Type, Union
 
 from .choices import (ACT_LAYERS, BLOCK_TYPES, MLP_LAYERS, NORM_TYPES, PATCH_EMBED_TYPES, PATCH_NORM_TYPES,
                       REL_POS_RESAMPLE_RULES, RESAMPLE_RULE_NAMES, ROPE_TYPES, _is_int, _is_number, activation_name,
                       pair, resample_rule)
 from .errors import ViTVariantsError
+from .part_base import Part, TokensPart
+from .position_parts import POSITION_SCHEMES, Cpe, Learned, PositionScheme, RelPos, Rope, SinCos
 
 __all__ = [
     'Part', 'PatchPart', 'TokensPart', 'PositionScheme', 'SinCos', 'Learned', 'Cpe', 'Rope', 'RelPos', 'BlockPart',
@@ -19,50 +21,6 @@ __all__ = [
     'PATCH_EMBED_TYPES', 'PATCH_NORM_TYPES', 'ACT_LAYERS', 'MLP_LAYERS', 'ROPE_TYPES', 'REL_POS_RESAMPLE_RULES',
     'BLOCK_TYPES', 'NORM_TYPES',
 ]
-
-P = TypeVar('P', bound='Part')
-
-
-class Part:
-    """A frozen dataclass part: ``FLAT`` maps each field to its release-0.2.0 flat name (the error key)."""
-    FLAT: ClassVar[Mapping[str, str]] = {}
-    NAME: ClassVar[str] = 'part'
-
-    def _bad(self, name: str, why: str) -> ViTVariantsError:
-        key = self.FLAT.get(name, name)
-        return ViTVariantsError(f'{key}={getattr(self, name)!r}: {why}', key=key)
-
-    def _check(self, name: str, test: Callable[[Any], bool], why: str) -> None:
-        if not test(getattr(self, name)):
-            raise self._bad(name, why)
-
-    def _bools(self, *names: str) -> None:
-        for name in names:
-            self._check(name, lambda v: isinstance(v, bool), 'expected True or False')
-
-    def _choice(self, name: str, allowed: Tuple[Any, ...]) -> None:
-        self._check(name, lambda v: v in allowed, f'expected one of {allowed}')
-
-    def to_dict(self) -> Dict[str, Any]:
-        """Plain JSON: every field (a pair as a list)."""
-        return {f.name: list(v) if isinstance(v := getattr(self, f.name), tuple) else v for f in fields(self)}
-
-    @classmethod
-    def _checked_keys(cls, data: Any, extra: Tuple[str, ...] = ()) -> Dict[str, Any]:
-        if not isinstance(data, Mapping):
-            raise ViTVariantsError(f'expected a JSON object for {cls.NAME}, got {data!r}', key=cls.NAME)
-        known = {f.name for f in fields(cls)} | set(extra)
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ViTVariantsError(f'unknown {cls.NAME} option(s) {unknown}; expected some of {sorted(known)}',
-                                   key=f'{cls.NAME}.{unknown[0]}')
-        return {k: v for k, v in data.items() if k not in extra}
-
-    @classmethod
-    def from_dict(cls: Type[P], data: Mapping[str, Any]) -> P:
-        """The part from ``to_dict`` output; unknown keys are refused."""
-        return cls(**cls._checked_keys(data))
-
 
 @dataclass(frozen=True)
 class PatchPart(Part):
@@ -99,166 +57,14 @@ class PatchPart(Part):
                                    "'overlap' or 'mlp' for other patch sizes", key='patch_size')
 
 
-@dataclass(frozen=True)
-class TokensPart(Part):
-    """The prefix tokens: a learned [CLS] token, DeiT's distillation token right after it (its own table slot and
-    classifier ``head_dist``), ``registers`` register tokens (Darcet et al. 2024, no position information), and
-    ``pre_norm``: a norm (``norm_pre``) after positions and prefix tokens are added (CLIP's ``ln_pre``)."""
-    cls: bool = False
-    dist: bool = False
-    registers: int = 0
-    pre_norm: bool = False
-    FLAT: ClassVar[Mapping[str, str]] = {'cls': 'class_token', 'dist': 'dist_token', 'registers': 'reg_tokens',
-                                         'pre_norm': 'pre_norm'}
-    NAME: ClassVar[str] = 'tokens'
-
-    def __post_init__(self) -> None:
-        self._bools('cls', 'dist', 'pre_norm')
-        self._check('registers', lambda v: _is_int(v) and v >= 0, 'expected an integer >= 0')
-
-    @property
-    def count(self) -> int:
-        """Tokens before the patch tokens: [CLS], the distillation token, then the registers."""
-        return int(self.cls) + int(self.dist) + self.registers
-
-
-# -- positions --------------------------------------------------------------------------------------
-
-POSITION_SCHEMES: Dict[str, Type['PositionScheme']] = {}
-
-
-@dataclass(frozen=True)
-class PositionScheme(Part):
-    """One position scheme; subclasses register by ``scheme`` name and say which ``slot`` of the model they fill
-    ('abs_pos': a table added to the patch tokens, 'pos_cpe', 'rope', 'rel_pos'). A config holds at most one per
-    slot. Cross-part needs are properties, read by the config."""
-    scheme: ClassVar[str] = ''
-    slot: ClassVar[str] = ''
-    NAME: ClassVar[str] = 'positions'
-    # What the scheme needs of the rest of the model (the config checks these).
-    width_multiple: ClassVar[int] = 1  # embed_dim divisible by this
-    needs_head_width_multiple_of_4: ClassVar[bool] = False
-    needs_single_class_token: ClassVar[bool] = False  # a [CLS] token, no registers, no distillation token
-
-    def __init_subclass__(cls, scheme: str = '', **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        if scheme:
-            cls.scheme = scheme
-            POSITION_SCHEMES[scheme] = cls
-
-    @property
-    def table_cls_slot(self) -> bool:
-        """Whether an absolute table carries rows for the prefix tokens (only ``Learned`` can)."""
-        return False
-
-    def normalised(self, tokens: TokensPart) -> 'PositionScheme':
-        """This scheme with values that have no effect next to ``tokens`` dropped (the default: as it is)."""
-        return self
-
-    def to_dict(self) -> Dict[str, Any]:
-        return {'scheme': self.scheme, **super().to_dict()}
-
-    @staticmethod
-    def parse(data: Union['PositionScheme', Mapping[str, Any]]) -> 'PositionScheme':
-        """A scheme from itself or its JSON dict (``{'scheme': 'learn', ...}``)."""
-        if isinstance(data, PositionScheme):
-            return data
-        name = data.get('scheme') if isinstance(data, Mapping) else None
-        if name not in POSITION_SCHEMES:
-            raise ViTVariantsError(f'unknown position scheme {data!r}; expected a dict with a scheme key, one of '
-                                   f'{sorted(POSITION_SCHEMES)}', key='positions')
-        return POSITION_SCHEMES[name]._from(data)
-
-    @classmethod
-    def _from(cls, data: Mapping[str, Any]) -> 'PositionScheme':
-        return cls(**cls._checked_keys(data, extra=('scheme',)))
-
-
-@dataclass(frozen=True)
-class SinCos(PositionScheme, scheme='sincos'):
-    """The fixed big_vision 2D sin-cos table (never saved)."""
-    temperature: float = 10000.
-    slot: ClassVar[str] = 'abs_pos'
-    width_multiple: ClassVar[int] = 4
-    FLAT: ClassVar[Mapping[str, str]] = {'temperature': 'sincos_temperature'}
-
-    def __post_init__(self) -> None:
-        self._check('temperature', lambda v: _is_number(v) and v > 0, 'expected a positive number')
-
-
-@dataclass(frozen=True)
-class Learned(PositionScheme, scheme='learn'):
-    """A learned table; ``cls_slot``: it carries rows for [CLS] (and the distillation token) as vit_jax / timm,
-    rather than being added before the class token is prepended (big_vision); ``resample``: how it is resized for
-    another grid (``geometry.RESAMPLE_RULES``)."""
-    cls_slot: bool = False
-    resample: str = 'bigvision'
-    slot: ClassVar[str] = 'abs_pos'
-    FLAT: ClassVar[Mapping[str, str]] = {'cls_slot': 'pos_embed_cls_slot', 'resample': 'pos_embed_resample'}
-
-    def __post_init__(self) -> None:
-        self._bools('cls_slot')
-        resample_rule(self.resample)
-
-    @property
-    def table_cls_slot(self) -> bool:
-        return self.cls_slot
-
-    def normalised(self, tokens: TokensPart) -> 'Learned':
-        """A cls slot exists only next to a class token."""
-        return dataclasses.replace(self, cls_slot=self.cls_slot and tokens.cls)
-
-
-@dataclass(frozen=True)
-class Cpe(PositionScheme, scheme='cpe'):
-    """CPVT's conditional position encoding: a depthwise conv after the first block."""
-    slot: ClassVar[str] = 'pos_cpe'
-
-
-@dataclass(frozen=True)
-class Rope(PositionScheme, scheme='rope'):
-    """2D rotary positions in every block's attention, from each image's own grid: ``kind`` 'dinov3' (coordinates
-    normalised per side, half-split rotation, a stored ``rope.periods`` buffer), 'axial' (RoPE-ViT: integer
-    coordinates, interleaved pairs), 'mixed' (RoPE-ViT: learned per-layer, per-head ``rope.freqs``) or 'eva02'
-    (positions scaled to ``ref_grid``, EVA-02's pretraining grid, interleaved pairs); ``theta``: the base."""
-    kind: str = 'dinov3'
-    theta: float = 100.
-    ref_grid: Optional[int] = None
-    slot: ClassVar[str] = 'rope'
-    needs_head_width_multiple_of_4: ClassVar[bool] = True
-    FLAT: ClassVar[Mapping[str, str]] = {'kind': 'rope_type', 'theta': 'rope_theta', 'ref_grid': 'rope_ref_grid'}
-
-    def __post_init__(self) -> None:
-        self._choice('kind', ROPE_TYPES)
-        self._check('theta', lambda v: _is_number(v) and v > 0, 'expected a positive number')
-        self._check('ref_grid', lambda v: v is None or (_is_int(v) and v >= 1), 'expected a positive integer or None')
-        if self.kind == 'eva02' and self.ref_grid is None:
-            raise self._bad('ref_grid', "rope_type 'eva02' scales positions to its pretraining grid: give it (16 for "
-                                        'EVA-02 at 224 px, patch 14)')
-        if self.ref_grid is not None and self.kind != 'eva02':
-            raise self._bad('ref_grid', "only rope_type 'eva02' with rotary positions scales them to a grid")
-
-
-@dataclass(frozen=True)
-class RelPos(PositionScheme, scheme='relpos'):
-    """BEiT's relative position bias (one ``rel_pos.tables`` table per block); ``resample``: how the tables are
-    resized for another nominal grid, 'beit' (square grids only) or 'timm' (any grid)."""
-    resample: str = 'beit'
-    slot: ClassVar[str] = 'rel_pos'
-    needs_single_class_token: ClassVar[bool] = True
-    FLAT: ClassVar[Mapping[str, str]] = {'resample': 'rel_pos_resample'}
-
-    def __post_init__(self) -> None:
-        self._choice('resample', REL_POS_RESAMPLE_RULES)
-
-
 # -- block ------------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class BlockPart(Part):
     """The transformer block. ``kind`` 'vit' (timm's pre-norm ``Block``) or 'eva' (timm's ``EvaBlock``: q/v-only
     bias when ``qkv_bias``, LayerScale as ``gamma_1``/``gamma_2``, split q/k/v when not ``qkv_fused``, the MLP's
-    sub-LN ``mlp_norm``); ``norm`` the model's norm layer and ``norm_eps`` its epsilon; ``act`` the MLP activation
+    sub-LN ``mlp_norm``); ``attn_norm`` the attention's sub-LN before its output projection (timm's
+    ``scale_attn_norm`` / ``scale_attn_inner``: EVA-02 CLIP, BEiT-3); ``norm`` the model's norm layer and ``norm_eps`` its epsilon; ``act`` the MLP activation
     (flax ``nn.gelu`` is 'gelu_tanh'); ``mlp`` 'mlp', 'swiglu_packed' or 'swiglu' and ``mlp_dim`` its exact hidden
     (gated) width, None for 4 * embed_dim; ``init_values`` LayerScale's initial value, None for none."""
     kind: str = 'vit'
@@ -274,10 +80,13 @@ class BlockPart(Part):
     qk_norm: bool = False
     proj_bias: bool = True
     init_values: Optional[float] = None
+    attn_norm: bool = False
     FLAT: ClassVar[Mapping[str, str]] = {
         'kind': 'block_type', 'norm': 'norm_layer', 'norm_eps': 'norm_eps', 'act': 'act_layer', 'mlp': 'mlp_layer',
         'mlp_dim': 'mlp_dim', 'mlp_norm': 'mlp_norm', 'mlp_bias': 'mlp_bias', 'qkv_bias': 'qkv_bias',
-        'qkv_fused': 'qkv_fused', 'qk_norm': 'qk_norm', 'proj_bias': 'proj_bias', 'init_values': 'init_values'}
+        'qkv_fused': 'qkv_fused', 'qk_norm': 'qk_norm', 'proj_bias': 'proj_bias', 'init_values': 'init_values',
+        'attn_norm': 'attn_norm'}
+    WRITTEN_IF_SET: ClassVar[Tuple[str, ...]] = ('attn_norm',)
     NAME: ClassVar[str] = 'block'
 
     def __post_init__(self) -> None:
@@ -288,13 +97,14 @@ class BlockPart(Part):
         self._choice('mlp', MLP_LAYERS)
         self._check('norm_eps', lambda v: _is_number(v) and v > 0, 'expected a positive number')
         self._check('mlp_dim', lambda v: v is None or (_is_int(v) and v >= 1), 'expected a positive integer')
-        self._bools('mlp_norm', 'mlp_bias', 'qkv_bias', 'qkv_fused', 'qk_norm', 'proj_bias')
+        self._bools('mlp_norm', 'mlp_bias', 'qkv_bias', 'qkv_fused', 'qk_norm', 'proj_bias', 'attn_norm')
         self._check('init_values', lambda v: v is None or _is_number(v), 'expected a number or None')
         if self.mlp in ('swiglu_packed', 'swiglu') and self.act != 'silu':
             raise self._bad('mlp', f"{self.mlp!r} gates with silu: set act_layer='silu'")
-        if self.kind == 'vit' and (not self.qkv_fused or self.mlp_norm):
-            raise self._bad('qkv_fused' if not self.qkv_fused else 'mlp_norm',
-                            "split q/k/v projections and the MLP's sub-LN are EvaBlock's: set block_type='eva'")
+        if self.kind == 'vit' and not self.qkv_fused:
+            raise self._bad('qkv_fused', "split q/k/v projections are EvaBlock's: set block_type='eva'")
+        if self.kind == 'vit' and self.mlp_norm and self.mlp != 'mlp':  # timm's Block: scale_mlp_norm, Mlp only
+            raise self._bad('mlp_norm', "a gated MLP's sub-LN is EvaBlock's: set block_type='eva'")
         if self.mlp_norm and self.mlp == 'swiglu_packed':
             raise self._bad('mlp_norm', "timm's EvaBlock normalises a SwiGLU's hidden features only in its split "
                                         "form: use mlp_layer='swiglu'")
@@ -313,6 +123,7 @@ class PoolPart(Part):
     NAME: ClassVar[str] = 'pool'
     needs_class_token: ClassVar[bool] = False
     reads_distillation_token: ClassVar[bool] = False  # DeiT's distilled head can read [CLS] and dist tokens
+    ignores_distillation_token: ClassVar[bool] = False  # reads [CLS] alone beside it, with one classifier
     owns_final_norm: ClassVar[bool] = False  # the pool applies the final norm itself, after pooling
 
     def __init_subclass__(cls, kind: Optional[str] = None, **kwargs: Any) -> None:
@@ -358,7 +169,15 @@ class TokenPool(PoolPart, kind='token'):
 
 @dataclass(frozen=True)
 class MapPool(PoolPart, kind='map'):
-    """big_vision's MAPHead: attention pooling with a learned probe (SigLIP's)."""
+    """big_vision's MAPHead: attention pooling with a learned probe (SigLIP's); ``include_prefix``: its keys are
+    every token, else the patch tokens alone (timm's ``pool_include_prefix=False``, its default beside prefix
+    tokens)."""
+    include_prefix: bool = True
+    FLAT: ClassVar[Mapping[str, str]] = {'include_prefix': 'attn_pool_include_prefix'}
+    WRITTEN_IF_SET: ClassVar[Tuple[str, ...]] = ('include_prefix',)
+
+    def __post_init__(self) -> None:
+        self._bools('include_prefix')
 
 
 @dataclass(frozen=True)

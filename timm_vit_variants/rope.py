@@ -208,15 +208,16 @@ class RopeBlock(Block):
     """
 
     def __init__(self, dim: int, num_heads: int, *, rotate_half: bool, qkv_bias: bool = True,
-                 qk_norm: bool = False, proj_bias: bool = True, attn_drop: float = 0., proj_drop: float = 0.,
-                 norm_layer=None, device=None, dtype=None, **kwargs) -> None:
-        super().__init__(dim, num_heads, qkv_bias=qkv_bias, qk_norm=qk_norm, proj_bias=proj_bias,
-                         attn_drop=attn_drop, proj_drop=proj_drop, norm_layer=norm_layer, device=device, dtype=dtype,
-                         **kwargs)
+                 qk_norm: bool = False, scale_attn_norm: bool = False, proj_bias: bool = True, attn_drop: float = 0.,
+                 proj_drop: float = 0., norm_layer=None, device=None, dtype=None, **kwargs) -> None:
+        super().__init__(dim, num_heads, qkv_bias=qkv_bias, qk_norm=qk_norm, scale_attn_norm=scale_attn_norm,
+                         proj_bias=proj_bias, attn_drop=attn_drop, proj_drop=proj_drop, norm_layer=norm_layer,
+                         device=device, dtype=dtype, **kwargs)
         # Block's own attention has no rope argument; AttentionRope has the same qkv/proj (and q/k norm) names.
         self.attn = AttentionRope(dim, num_heads=num_heads, qkv_bias=qkv_bias, num_prefix_tokens=0,
                                   attn_drop=attn_drop, proj_drop=proj_drop, norm_layer=norm_layer, qk_norm=qk_norm,
-                                  proj_bias=proj_bias, rotate_half=rotate_half, device=device, dtype=dtype)
+                                  scale_norm=scale_attn_norm, proj_bias=proj_bias, rotate_half=rotate_half,
+                                  device=device, dtype=dtype)
 
     def forward(self, x: torch.Tensor, attn_mask: Optional[torch.Tensor] = None,
                 rope: Optional[torch.Tensor] = None) -> torch.Tensor:

@@ -21,6 +21,7 @@ from .errors import ViTVariantsError
 from .families.registry import DEFAULT_CFGS as FAMILY_CFGS, FAMILIES
 from .geometry import Geometry, fit_stream, fixed_patch_reason, infer_grid
 from .limits import DEFAULT_LIMITS, Limits
+from .parts import Learned
 from .vision_transformer import SimpleVisionTransformer
 
 __all__ = ['checkpoint_filter_fn', 'create_simple_vit', 'pretrained_cfg_for', 'FOLDER_CFG_KEYS', 'WEIGHT_DTYPES']
@@ -183,9 +184,12 @@ def checkpoint_filter_fn(state_dict: Dict[str, torch.Tensor], model: SimpleVisio
     patch = tuple(kernel.shape[-2:]) if dst.kernel_is_patch else dst.patch
     grid, prefix = dst.grid, dst.prefix
     if table is not None and model.pos_embed is not None and table.ndim == 3 and table.shape != model.pos_embed.shape:
+        table_part = model.config.position(Learned)
+        regs = state_dict['reg_token'].shape[1] if 'reg_token' in state_dict else 0
         grid, prefix = infer_grid(table.shape[1], patch, class_token='cls_token' in state_dict,
-                                  slot=bool(model.config.num_prefix_slots), key='pos_embed',
-                                  dist_token='dist_token' in state_dict)
+                                  slot=bool(table_part and table_part.cls_slot), key='pos_embed',
+                                  dist_token='dist_token' in state_dict, registers=regs,
+                                  reg_slots=bool(table_part and table_part.reg_slots))
     src = replace(dst, grid=tuple(grid), patch=patch, prefix=prefix)
     return dict(fit_stream(state_dict.items(), src, dst))
 

@@ -97,6 +97,7 @@ class SimpleVisionTransformer(EmbeddingMixin, NaFlexMixin, PositionsMixin, HeadM
         self.distilled_training = False  # DeiT: forward_head returns both heads' logits in training when set
         self.pos_embed_type = cfg.flat_pos_embed
         self.pos_embed_cls_slot = cfg.num_prefix_slots > 0
+        self.pos_embed_slots = cfg.num_prefix_slots  # the table's prefix rows ([CLS], distillation, registers)
         self.grad_checkpointing = False
 
         self.patch_embed = AdaptivePatchEmbed(
@@ -120,7 +121,7 @@ class SimpleVisionTransformer(EmbeddingMixin, NaFlexMixin, PositionsMixin, HeadM
         self.blocks = build_blocks(
             BLOCKS[block.kind], cfg.depth, cfg.training.drop_path_rate, dim=embed_dim, num_heads=cfg.num_heads,
             mlp=MLP_LAYERS[block.mlp], mlp_width=block.mlp_dim, mlp_bias=block.mlp_bias, mlp_norm=block.mlp_norm,
-            qkv_bias=block.qkv_bias, qkv_fused=block.qkv_fused, qk_norm=block.qk_norm, proj_bias=block.proj_bias,
+            attn_norm=block.attn_norm, qkv_bias=block.qkv_bias, qkv_fused=block.qkv_fused, qk_norm=block.qk_norm, proj_bias=block.proj_bias,
             init_values=block.init_values, act_layer=act_layer, norm_layer=norm_layer,
             proj_drop=cfg.training.proj_drop_rate, attn_drop=cfg.training.attn_drop_rate,
             rotate_half=block_rotation(positions), **dd)

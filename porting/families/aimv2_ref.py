@@ -53,31 +53,23 @@ def timm_aimv2_outputs(state: Mapping[str, 'torch.Tensor'], num_heads: int, img_
         return model.forward_features(x)
 
 
-def hf_aimv2_outputs(folder: Union[str, Path], x: 'torch.Tensor') -> Dict[str, Optional['torch.Tensor']]:
-    """transformers' AIMv2 image tower from ``folder`` on ``x`` (an ``Aimv2VisionModel``, or an ``Aimv2Model``'s
-    ``vision_model``): ``tokens`` (``last_hidden_state``) and ``pooled`` (``pooler_output``, None without the head)."""
-    import json
-
+def hf_aimv2_outputs(folder: Union[str, Path], x: 'torch.Tensor') -> Dict[str, Any]:
+    """transformers' AIMv2 image output from ``folder`` on ``x``: an ``Aimv2VisionModel``'s, or an ``Aimv2Model``'s
+    ``get_image_features``: ``tokens`` (``last_hidden_state``), ``pooled`` (``pooler_output``, projected by an
+    ``Aimv2Model``; None without the head) and ``name``, what ran."""
     import torch
     from transformers import Aimv2Model, Aimv2VisionModel
 
-    model_type = json.loads((Path(folder) / 'config.json').read_text()).get('model_type')
-    if model_type == 'aimv2':
-        model = Aimv2Model.from_pretrained(str(folder), attn_implementation='eager').vision_model.eval()
-    else:
-        model = Aimv2VisionModel.from_pretrained(str(folder), attn_implementation='eager').eval()
+    from timm_vit_variants.checkpoints.files import read_json
+
     with torch.no_grad():
-        out = model(pixel_values=x)
-    return {'tokens': out.last_hidden_state, 'pooled': out.pooler_output}
-
-
-def _hf_folder(path: Path) -> bool:
-    """Whether ``path`` is a transformers folder (its ``config.json`` names a ``model_type``; timm's names an
-    ``architecture``)."""
-    import json
-
-    config = path / 'config.json'
-    return path.is_dir() and config.is_file() and 'model_type' in json.loads(config.read_text())
+        if read_json(str(Path(folder) / 'config.json')).get('model_type') == 'aimv2':
+            model = Aimv2Model.from_pretrained(str(folder), attn_implementation='eager').eval()
+            out, name = model.get_image_features(pixel_values=x), 'Aimv2Model.from_pretrained.get_image_features'
+        else:
+            model = Aimv2VisionModel.from_pretrained(str(folder), attn_implementation='eager').eval()
+            out, name = model(pixel_values=x), 'Aimv2VisionModel.from_pretrained'
+    return {'tokens': out.last_hidden_state, 'pooled': out.pooler_output, 'name': 'transformers ' + name}
 
 
 def aimv2_outputs(check: Any, x: 'torch.Tensor', mixed: Optional[Dict[str, 'torch.Tensor']]) -> Any:
@@ -85,14 +77,14 @@ def aimv2_outputs(check: Any, x: 'torch.Tensor', mixed: Optional[Dict[str, 'torc
     for Apple's and timm's files, at the source geometry or at a target one by the source's own rule (timm's
     bicubic resize; transformers' native sin-cos at any grid, its learned table at its own grid only)."""
     from porting.extras import require
+    from porting.verification.hf_ref import hf_model_type
     from porting.verification.result import NoReference, Outputs
-    from porting.verification.timm_ref import timm_weights
-    from timm_vit_variants.checkpoints.files import SINGLE_WEIGHT_FILES
+    from porting.verification.timm_ref import single_weight_file, timm_weights
     from timm_vit_variants.families.aimv2_layouts import find_layout
     from timm_vit_variants.parts import Learned
 
     path = Path(check.path)
-    if _hf_folder(path):
+    if path.is_dir() and hf_model_type(check) is not None:  # a transformers folder (timm's names no model_type)
         require('hf', 'verifying a transformers AIMv2 folder', 'pass --no-verify to convert without the check')
         native = check.source.position(Learned) is None
         if check.target is not None and not native:
@@ -101,12 +93,9 @@ def aimv2_outputs(check: Any, x: 'torch.Tensor', mixed: Optional[Dict[str, 'torc
         check.require_own_resize('transformers', None)
         out = hf_aimv2_outputs(path, x)
         return Outputs(out['tokens'], out['pooled'] if out['pooled'] is not None else out['tokens'].mean(dim=1),
-                       'transformers Aimv2VisionModel', note=None if out['pooled'] is not None else
+                       out['name'], note=None if out['pooled'] is not None else
                        'no head: the mean of its tokens')
-    if path.is_dir():  # a timm folder: its one weight file
-        path = next((path / n for n in SINGLE_WEIGHT_FILES if (path / n).is_file()), path)
-        if path.is_dir():
-            raise NoReference('the folder holds no single weight file (model.safetensors, pytorch_model.bin, ...)')
+    path = single_weight_file(path) if path.is_dir() else path  # a timm folder: its one weight file
     state = dict(timm_weights(path, check.weights_key))
     found = find_layout(state)
     if found is None:

@@ -24,7 +24,7 @@ import torch
 import torch.nn as nn
 
 from timm_vit_variants.checkpoints.beit import MIM_ONLY
-from timm_vit_variants.checkpoints.files import SINGLE_WEIGHT_FILES, read_json
+from timm_vit_variants.checkpoints.files import read_json
 from timm_vit_variants.checkpoints.hf_beit import BEIT_MODEL_TYPES
 from timm_vit_variants.parts import Learned, RelPos
 from timm_vit_variants.relpos_resize import beit_resize_table
@@ -32,7 +32,7 @@ from timm_vit_variants.relpos_resize import beit_resize_table
 from .deit3_ref import deit_table
 from .hf_ref import declared_class, hf_config, hf_model_type, transformers_module
 from .result import Check, NoReference, Outputs
-from .timm_ref import timm_weights
+from .timm_ref import single_weight_file, timm_weights
 
 __all__ = ['beit_outputs', 'hf_beit_outputs', 'is_hf_beit', 'is_timm_beit']
 
@@ -41,17 +41,22 @@ _TABLE = 'relative_position_bias_table'
 
 
 def is_timm_beit(check: Check) -> bool:
-    """Whether the source is a timm ``beit*`` folder (its ``config.json``'s ``architecture``), not one of ours."""
+    """Whether the source is a timm folder of an architecture timm's ``Beit`` builds (its ``config.json``'s
+    ``architecture``; timm's ``beit3_*`` are ``VisionTransformer``s), not one of ours."""
+    import timm
+    from timm.models.beit import Beit
+
     config = Path(check.path) / 'config.json'
-    return config.is_file() and str(read_json(str(config)).get('architecture', '')).startswith('beit')
+    if not config.is_file():
+        return False
+    arch = read_json(str(config)).get('architecture')
+    return isinstance(arch, str) and timm.is_model(arch) and \
+        timm.models.model_entrypoint(arch).__module__ == Beit.__module__
 
 
 def _weights(path: Path, key: Optional[str]) -> Dict[str, torch.Tensor]:
     """The file's tensors (a folder's single weight file), its training checkpoint's entry ``key`` (the converter's)."""
-    if path.is_dir():
-        path = next((path / n for n in SINGLE_WEIGHT_FILES if (path / n).is_file()), path)
-        if path.is_dir():
-            raise NoReference('the folder holds no single weight file (model.safetensors, pytorch_model.bin, ...)')
+    path = single_weight_file(path) if path.is_dir() else path
     return {k: v for k, v in timm_weights(path, key).items() if not MIM_ONLY.match(k)}
 
 

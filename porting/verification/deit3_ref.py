@@ -97,7 +97,8 @@ def is_hf_deit(check: Check) -> bool:
 
 def hf_deit_outputs(check: Check, x: torch.Tensor, mixed: Optional[Dict[str, torch.Tensor]] = None) -> Outputs:
     """A DeiT folder's class: the normed tokens, and ``DeiTForImageClassificationWithTeacher``'s logits (the mean of
-    its two classifiers)."""
+    its two classifiers), ``DeiTForImageClassification``'s (its classifier on [CLS]) or a ``DeiTModel``'s pooler
+    output (Linear + tanh on [CLS])."""
     transformers = transformers_at(check, 'hf')
     folder, cfg = hf_config(check)
     resize = check.target is not None
@@ -105,6 +106,11 @@ def hf_deit_outputs(check: Check, x: torch.Tensor, mixed: Optional[Dict[str, tor
     name += ' with interpolate_pos_encoding' if resize else ''
     if type(model).__name__ == 'DeiTModel':
         with torch.no_grad():
-            return Outputs(model(pixel_values=x, interpolate_pos_encoding=resize).last_hidden_state, None, name)
+            out = model(pixel_values=x, interpolate_pos_encoding=resize)
+        # transformers builds a pooler even for a folder saved without one (random weights): compared only when
+        # the folder holds it, read as our pre-logits layer
+        pooled = out.pooler_output if check.source.head.rep_size else None
+        return Outputs(out.last_hidden_state, pooled,
+                       name + (' (pooler_output: Linear + tanh on [CLS])' if pooled is not None else ''))
     out, seen = forward_seen(lambda: model(pixel_values=x, interpolate_pos_encoding=resize), {'tower': model.deit})
     return Outputs(seen['tower'][1].last_hidden_state, out.logits, name)

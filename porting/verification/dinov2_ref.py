@@ -111,11 +111,14 @@ def is_hf_dinov2(check: Check) -> bool:
 
 def hf_dinov2_outputs(check: Check, x: torch.Tensor, mixed: Optional[Dict[str, torch.Tensor]] = None) -> Outputs:
     """A DINOv2 folder's class: its model resizes the table itself at every input size; the pooler is the normed
-    [CLS]."""
+    [CLS]; a classifier class gives its logits (the probe on [CLS] and the patch mean) and its model's tokens."""
     folder, cfg = hf_config(check)
     transformers = transformers_at(check, _HF_RULES[cfg['model_type']])
     model, name = load(transformers, folder, cfg, 'Dinov2WithRegistersModel' if
                        cfg['model_type'] == 'dinov2_with_registers' else 'Dinov2Model')
     with torch.no_grad():
+        if type(model).__name__.endswith('ForImageClassification'):
+            base = getattr(model, cfg['model_type'])  # the class's own model, under its model_type
+            return Outputs(base(pixel_values=x).last_hidden_state, model(pixel_values=x).logits, name)
         out = model(pixel_values=x)
     return Outputs(out.last_hidden_state, out.pooler_output, name)

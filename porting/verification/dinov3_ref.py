@@ -105,14 +105,15 @@ def dinov3_outputs(check: Check, x: torch.Tensor, mixed: Optional[Dict[str, torc
 
 
 def timm_eva_outputs(check: Check, x: torch.Tensor, mixed: Optional[Dict[str, torch.Tensor]] = None) -> Outputs:
-    """A timm Eva folder of DINOv3 or RoPE-ViT (``vit_*_patch16_dinov3*``, ``vit_*_patch16_rope*_224``) run by timm
-    itself (``local-dir:``, ``dynamic_img_size=True``), or a bare state dict of one in timm's ``Eva`` built as those
-    entries build it; at the source geometry or at the target one, where timm resizes an absolute table with its own
-    rule (bicubic with antialias)."""
+    """A timm Eva folder with RoPE (any architecture of timm's ``eva`` module: the DINOv3 and RoPE-ViT ports, the
+    ``vit_*_rope_reg*_gap`` and lingbot towers) run by timm itself (``local-dir:``, ``dynamic_img_size=True``), or a
+    bare state dict of a DINOv3 or RoPE-ViT port in timm's ``Eva`` built as those entries build it; at the source
+    geometry or at the target one, where timm resizes an absolute table with its own rule (bicubic with
+    antialias)."""
     import timm
 
     from timm_vit_variants.checkpoints.files import SINGLE_WEIGHT_FILES, read_json
-    from timm_vit_variants.checkpoints.timm_eva import EVA_ARCHITECTURES
+    from timm_vit_variants.checkpoints.timm_eva import is_eva_architecture
 
     from .timm_ref import timm_weights
 
@@ -121,7 +122,7 @@ def timm_eva_outputs(check: Check, x: torch.Tensor, mixed: Optional[Dict[str, to
     check.require_own_resize('timm', 'timm' if source.flat_pos_embed == 'learn+rope' else None)
     if folder.is_dir():
         config = read_json(str(folder / 'config.json')) if (folder / 'config.json').is_file() else {}
-        if not EVA_ARCHITECTURES.match(str(config.get('architecture'))):
+        if not is_eva_architecture(config.get('architecture')):
             raise NoReference(f"timm's VisionTransformer has no equivalent of pos_embed={source.flat_pos_embed!r}")
         files = [folder / name for name in SINGLE_WEIGHT_FILES if (folder / name).is_file()]
         if not files:

@@ -90,6 +90,9 @@ def timm_equivalent(config: SimpleViTConfig, num_classes: Optional[int] = None, 
             fc_norm=config.head.fc_norm,
             final_norm=config.head.final_norm,
             pre_norm=config.tokens.pre_norm,
+            pool_include_prefix=getattr(config.head.pool, 'include_prefix', False),
+            scale_attn_norm=config.block.attn_norm,
+            scale_mlp_norm=config.block.mlp_norm,
             act_layer=config.block.act,
             norm_layer=partial(nn.LayerNorm, eps=config.block.norm_eps),
         )
@@ -195,8 +198,18 @@ class TimmReference:
             if self.naflex and mixed is not None:
                 laid = self.model.forward_features(**mixed)
                 out.mixed_features = laid['patches'][:, self.model.num_prefix_tokens:][mixed['patch_valid']]
-                out.mixed_pooled = self.model.forward_head(laid['patches'], patch_valid=mixed['patch_valid'])
+                # the pooled feature before any classifier, as ours is taken (compare.our_outputs)
+                out.mixed_pooled = self.model.forward_head(laid['patches'], pre_logits=True,
+                                                           patch_valid=mixed['patch_valid'])
         return out
+
+
+def single_weight_file(folder: Path) -> Path:
+    """A folder's one weight file (the first of ``SINGLE_WEIGHT_FILES`` it holds); without one, no reference."""
+    found = next((folder / n for n in SINGLE_WEIGHT_FILES if (folder / n).is_file()), None)
+    if found is None:
+        raise NoReference('the folder holds no single weight file (model.safetensors, pytorch_model.bin, ...)')
+    return found
 
 
 def timm_weights(file: Path, key: Optional[str] = None) -> Dict[str, torch.Tensor]:

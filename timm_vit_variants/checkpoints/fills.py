@@ -4,12 +4,13 @@ A reader's rule names the source tensors and one of these; the reader skeleton (
 on meta tensors to plan, then on real ones to convert. Each is the one place a layout change between
 an ecosystem and ours (a transpose, fused q/k/v, per-head kernels, a grid table) is written.
 """
-from typing import Callable, Tuple
+from typing import Callable, Optional, Tuple
 
 import torch
 
 __all__ = ['Fill', 'Misfit', 'copy', 'transpose', 'hwio_to_oihw', 'dense_patch_kernel', 'linear_patch_kernel',
-           'flatten_grid_table', 'batched_grid_table', 'stack_rows', 'split_rows', 'add_leading_axis', 'fuse_heads',
+           'flatten_grid_table', 'batched_grid_table', 'stack_rows', 'split_rows', 'token_rows', 'add_leading_axis',
+           'fuse_heads',
            'fuse_head_bias', 'merge_heads']
 
 Fill = Callable[..., None]
@@ -65,6 +66,16 @@ def split_rows(first: int, stop: int, parts: int) -> Fill:
         _put(dst, src[first * rows:stop * rows])
 
     fill.__name__ = fill.__qualname__ = f'rows_{first}_to_{stop}_of_{parts}'
+    return fill
+
+
+def token_rows(first: int, stop: Optional[int] = None) -> Fill:
+    """A fill taking tokens [first, stop) of one (1, N, D) source (stop None: to the end): the first of several
+    class tokens as ours, the others as registers."""
+    def fill(dst: torch.Tensor, src: torch.Tensor) -> None:
+        _put(dst, _rank(src, 3)[:, first:stop])
+
+    fill.__name__ = fill.__qualname__ = f'tokens_{first}_to_{stop}'
     return fill
 
 

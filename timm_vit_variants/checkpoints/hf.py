@@ -30,10 +30,12 @@ class HFCheckpoint(TransformersCheckpoint):
     names (``VIT_MODEL_TYPES``)."""
     RULES = VIT_LAYER_NAMES
     PREPROCESSING_DEFAULTS = VIT_PROCESSOR_DEFAULTS
+    MODEL_TYPES = VIT_MODEL_TYPES  # the model types this reader reads (a family's subclass reads its own)
+    UNSUPPORTED = _UNSUPPORTED  # tensors (under the prefix) refused with the reason (a family's model may not use one)
 
     @property
     def CLASSES(self) -> Dict[str, Optional[str]]:  # type: ignore[override]  # the folder's model_type decides
-        return VIT_MODEL_TYPES.get(self.source_config.get('model_type'), ('', True, {}))[2]
+        return self.MODEL_TYPES.get(self.source_config.get('model_type'), ('', True, {}))[2]
 
     def _candidates(self) -> Set[str]:
         # every name: a ViTForImageClassification's classifier sits outside its 'vit.' prefix
@@ -45,15 +47,15 @@ class HFCheckpoint(TransformersCheckpoint):
             raise ViTVariantsError('a transformers ViT needs its config.json next to the weights', path=self.path,
                                    key='config.json')
         model_type = self.source_config.get('model_type')
-        if model_type not in VIT_MODEL_TYPES:
+        if model_type not in self.MODEL_TYPES:
             raise ViTVariantsError(f"model_type {model_type!r} is not a transformers ViT "
-                                   f"({', '.join(VIT_MODEL_TYPES)})", path=cfg_path, key='model_type')
-        stem, class_token, _ = VIT_MODEL_TYPES[model_type]
+                                   f"({', '.join(self.MODEL_TYPES)})", path=cfg_path, key='model_type')
+        stem, class_token, _ = self.MODEL_TYPES[model_type]
         self._source_class()
         names = self._store.names()
         prefix = self.options.prefix
         self._prefix = (stem if any(n.startswith(stem) for n in names) else '') if prefix is None else prefix
-        for short, reason in _UNSUPPORTED.items():
+        for short, reason in self.UNSUPPORTED.items():
             if self._prefix + short in self._store:
                 raise self._error(reason, key=self._prefix + short)
         network = self._network(eps_default=1e-12)
@@ -66,8 +68,8 @@ class HFCheckpoint(TransformersCheckpoint):
             raise self._error('the pooler reads the first patch token (there is no [CLS]), which this model does not '
                               'express', key=pooler)
         if pooler in self._store:
-            if self.source_config.get('pooler_act', 'tanh') != 'tanh':
-                raise ViTVariantsError(f"pooler_act {self.source_config['pooler_act']!r} is not supported (only tanh)",
+            if self._settings.get('pooler_act', 'tanh') != 'tanh':
+                raise ViTVariantsError(f"pooler_act {self._settings['pooler_act']!r} is not supported (only tanh)",
                                        path=cfg_path, key='pooler_act')
             if 'classifier.weight' in self._store:
                 raise self._error('a pooler together with a classifier is not a transformers ViT layout', key=pooler)
@@ -77,5 +79,5 @@ class HFCheckpoint(TransformersCheckpoint):
         self.label_names = self._labels(num_classes)
         return SimpleViTConfig.of(
             num_classes=num_classes, global_pool='token' if class_token else 'avg', fc_norm=False,
-            qkv_bias=bool(self.source_config.get('qkv_bias', True)), class_token=class_token, pos_embed='learn',
+            qkv_bias=bool(self._settings.get('qkv_bias', True)), class_token=class_token, pos_embed='learn',
             pos_embed_cls_slot=class_token, pos_embed_resample='hf', rep_size=rep_size, **network)

@@ -120,6 +120,15 @@ class HFClipCheckpoint(TransformersCheckpoint):
             names -= {n.format(p=self._prefix) for n in _POST_NORM}
         return names | {n for n in (_CLASSIFIER if self._classifier else (_PROJECTION,)) if n in self._store}
 
+    def _tower_network(self) -> Dict[str, Any]:
+        """The tower under ``_prefix``: the names of its pre-norm and block list read off the tensors, and its
+        ``config.json`` settings, checked (no layer past ``num_hidden_layers``)."""
+        self._pre = 'pre_layernorm' if self._prefix + 'pre_layernorm.weight' in self._store else 'pre_layrnorm'
+        self._layers = 'layer' if self._prefix + 'encoder.layer.0.layer_norm1.weight' in self._store else 'layers'
+        network = self._network(eps_default=CLIP_TOWER['norm_eps'])
+        self._check_no_extra_layer(network['depth'], f'encoder.{self._layers}.{{i}}.layer_norm1.weight')
+        return network
+
     def _infer(self) -> SimpleViTConfig:
         cfg_path = self._config_path
         if cfg_path is None:
@@ -129,11 +138,7 @@ class HFClipCheckpoint(TransformersCheckpoint):
             raise ViTVariantsError('a CLIP config.json needs a vision_config', path=cfg_path, key='vision_config')
         self._classifier = str(self._source_class()).endswith('ForImageClassification')
         self._vision_tower('the text tower, its projection and logit_scale', keep=(_PROJECTION, *_CLASSIFIER))
-        self._pre = 'pre_layernorm' if self._prefix + 'pre_layernorm.weight' in self._store else 'pre_layrnorm'
-        self._layers = 'layer' if self._prefix + 'encoder.layer.0.layer_norm1.weight' in self._store else 'layers'
-        network = self._network(eps_default=CLIP_TOWER['norm_eps'])
-        depth = network['depth']
-        self._check_no_extra_layer(depth, f'encoder.{self._layers}.{{i}}.layer_norm1.weight')
+        network = self._tower_network()
         if self._classifier:
             num_classes = self._shape(_CLASSIFIER[0])[0] if _CLASSIFIER[0] in self._store else 0
             self._check_dims(_CLASSIFIER[0], classes=num_classes)

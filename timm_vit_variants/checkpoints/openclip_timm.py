@@ -36,8 +36,8 @@ _VISION = 'model_cfg.vision_cfg.'
 # timm trunks this family does not express: (timm model name, what is missing); the first match refuses.
 _TRUNKS_REFUSED = (
     (re.compile(r'^vit_pe_'), "PE-Core: RoPE together with a learned table (timm's Eva) is not expressed"),
-    (re.compile(r'^eva02_'), "EVA-02 CLIP: RoPE together with a learned table, and the norm inside the MLP and "
-                             "attention (timm's Eva scale_mlp_norm / scale_attn_inner), are not expressed"),
+    (re.compile(r'^eva02_'), "EVA-02 CLIP: a trunk of timm's Eva, which this reader of open_clip towers does not "
+                             "read (timm's own eva02_*_clip_* folders convert)"),
     (re.compile(r'_mci_'), "MobileCLIP: its convolutional MCi stem (timm's HybridEmbed) is not expressed"),
     (re.compile(r'^vitamin_'), "ViTamin: its convolutional MbConv stem (timm's HybridEmbed) is not expressed"),
     (re.compile(r'^eva_'), "EVA01 CLIP: timm's Eva without RoPE (q and v biases apart, fc_norm after [CLS]) has no "

@@ -333,15 +333,18 @@ class SourceCheckpoint(abc.ABC):
         return self._store.shape(name)
 
     def _check_token_table(self, key: str, width: int, patch: Tuple[int, int], *, class_token: bool,
-                           slot: Optional[bool], img_size: Any, dist_token: bool = False) -> int:
+                           slot: Optional[bool], img_size: Any, dist_token: bool = False, registers: int = 0,
+                           reg_slots: Optional[bool] = None) -> int:
         """Check a learned table laid out as a row of tokens, (1, tokens, width), within the limits; sets
-        ``self.grid`` (split by ``infer_grid``), returns its prefix slots ([CLS], and DeiT's distillation token)."""
+        ``self.grid`` (split by ``infer_grid``), returns its prefix slots ([CLS], DeiT's distillation token, and
+        the ``registers`` where the table has rows for them)."""
         shape = self._shape(key)
         if len(shape) != 3 or shape[0] != 1 or shape[2] != width:
             raise self._error('position table must be (1, tokens, width)', key=key, shapes=(shape, (1, -1, width)))
         self._check_dims(key, tokens=shape[1])
         self.grid, prefix = infer_grid(shape[1], patch, img_size=img_size, class_token=class_token, slot=slot,
-                                       path=self.path, key=key, dist_token=dist_token)
+                                       path=self.path, key=key, dist_token=dist_token, registers=registers,
+                                       reg_slots=reg_slots)
         return prefix
 
     def _conv_patch_kernel(self, key: str = 'patch_embed.proj.weight') -> Tuple[int, int, int, int]:

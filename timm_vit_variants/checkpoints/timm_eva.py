@@ -16,7 +16,7 @@ from ..errors import ViTVariantsError
 from .preprocessing import imagenet_preprocessing
 from .source import Rule
 from .tensor_rules import LAYER_SCALE, dinov3_periods, for_key, qv_bias, renamed_keys
-from .timm_parts import EVA_PARTS, refuse_unexpressed
+from .timm_parts import ATTN_NORM, EVA_PARTS, MLP_NORM, SPLIT_QKV, refuse_unexpressed
 from .timm_format import TimmCheckpoint
 
 __all__ = ['TimmEvaCheckpoint', 'EVA_ARCHITECTURES', 'is_eva_architecture', 'is_timm_eva']
@@ -63,7 +63,8 @@ class TimmEvaCheckpoint(TimmCheckpoint):
         if arch is None:
             return self._from_eva_tensors()
         model = self._meta_build(arch, args)
-        refuse_unexpressed(model, EVA_PARTS, arch, self._config_path)
+        # timm's EvaBlock options the 'eva' block has: EVA-02 CLIP's sub-LNs and split q/k/v
+        refuse_unexpressed(model, EVA_PARTS, arch, self._config_path, frozenset({ATTN_NORM, MLP_NORM, SPLIT_QKV}))
         where = dict(path=self._config_path, key='architecture')
         block, rope = model.blocks[0], model.rope
         if model.global_pool not in ('token', 'avg', ''):
@@ -78,7 +79,14 @@ class TimmEvaCheckpoint(TimmCheckpoint):
         if ape:
             self.grid = tuple(model.patch_embed.grid_size)
         slot = ape and model.cls_token is not None and not getattr(model, 'no_embed_class', False)
-        qkv_bias = getattr(block.attn, 'q_bias', None) is not None or getattr(block.attn.qkv, 'bias', None) is not None
+        attn = block.attn
+        fused = getattr(attn, 'qkv', None) is not None
+        qkv_bias = getattr(attn, 'q_bias', None) is not None or \
+            getattr(attn.qkv if fused else attn.q_proj, 'bias', None) is not None
+        norms = dict(attn_norm=not isinstance(attn.norm, nn.Identity),
+                     mlp_norm=not isinstance(getattr(block.mlp, 'norm', None), (nn.Identity, type(None))))
+        # timm's own EvaBlock where the plain block has no equivalent (split q/k/v, the sub-LNs)
+        eva = dict(block_type='eva', qkv_fused=fused, **norms) if not fused or any(norms.values()) else {}
         config = SimpleViTConfig.of(
             img_size=tuple(model.patch_embed.img_size), patch_size=patch, in_chans=model.patch_embed.proj.in_channels,
             num_classes=model.num_classes, global_pool=model.global_pool, embed_dim=model.embed_dim,
@@ -89,16 +97,18 @@ class TimmEvaCheckpoint(TimmCheckpoint):
             pos_embed='+'.join(part for part, used in (('learn', ape), ('rope', bool(kind))) if used) or 'none',
             pos_embed_cls_slot=slot, pos_embed_resample='timm', **(dict(rope_type=kind, rope_theta=self._theta) if kind
                                                                   else {}),
+            **(dict(rope_ref_grid=self._ref_grid) if kind == 'eva02' else {}),
             act_layer=self.options.act_layer or ('silu' if swiglu else activation_name(block.mlp.act)),
             norm_eps=self.options.norm_eps or block.norm1.eps, grid_mode='crop',
             fc_norm=not isinstance(model.fc_norm, nn.Identity),
-            head_bias=not isinstance(model.head, nn.Linear) or model.head.bias is not None)
-        if kind and slot:
+            head_bias=not isinstance(model.head, nn.Linear) or model.head.bias is not None, **eva)
+        if kind and kind != 'eva02' and slot:  # EVA-02 has both (a table with its [CLS] slot and RoPE)
             raise ViTVariantsError(f'{arch}: a table with a [CLS] slot next to RoPE is not supported', **where)
         self.notes.append(f'detected a timm Eva {arch} (' + (
             f'{kind} RoPE, base {self._theta:g}{", periods recomputed in fp32 as timm does" if kind == "dinov3" else ""}'
             if kind else 'no RoPE: a learned table with its [CLS] slot, q/v-only biases') +
-            f'{", table resize rule " + repr("timm") if ape else ""})')
+            f'{", table resize rule " + repr("timm") if ape else ""}'
+            f'{", the attention sub-LN" if norms["attn_norm"] else ""}{", the MLP sub-LN" if norms["mlp_norm"] else ""})')
         return config
 
     def _rope_kind(self, arch: str, model: nn.Module) -> str:
@@ -106,11 +116,16 @@ class TimmEvaCheckpoint(TimmCheckpoint):
         refused, naming what differs."""
         rope, attn = model.rope, model.blocks[0].attn
         kind, half = _EVA_ROPE.get((type(rope).__name__, getattr(rope, 'grid_indexing', 'ij')), (None, None))
-        beyond = [(not EVA_ARCHITECTURES.match(arch), "a RoPE outside timm's DINOv3 and RoPE-ViT ports"),
-                  (kind is None or kind == 'eva02', f"timm's {type(rope).__name__} with grid indexing "
+        ref = getattr(rope, 'ref_feat_shape', None)
+        self._ref_grid = int(ref[0]) if kind == 'eva02' and ref else None
+        beyond = [(kind is None, f"timm's {type(rope).__name__} with grid indexing "
                    f"{getattr(rope, 'grid_indexing', 'ij')!r}"),
                   (bool(getattr(attn, 'rotate_half', False)) != half, 'another rotation layout (rotate_half)'),
-                  (bool(getattr(rope, 'ref_feat_shape', None)), 'a RoPE scaled to a reference grid (ref_feat_shape)'),
+                  # EVA-02's RoPE (timm's RotaryEmbeddingCat, 'ij') is scaled to a square reference grid; the
+                  # others are not
+                  (kind == 'eva02' and (not ref or ref[0] != ref[1]), 'an EVA-02 RoPE without a square reference '
+                   'grid (ref_feat_shape)'),
+                  (kind != 'eva02' and bool(ref), 'a RoPE scaled to a reference grid (ref_feat_shape)'),
                   (bool(getattr(rope, 'grid_offset', 0.)), 'a RoPE grid offset'),
                   (getattr(rope, 'in_pixels', False), 'RoPE positions in pixels'),
                   (getattr(rope, 'min_period', None) is not None, 'a RoPE minimum period'),
@@ -118,7 +133,8 @@ class TimmEvaCheckpoint(TimmCheckpoint):
         for refused, what in beyond:
             if refused:
                 raise ViTVariantsError(f'{arch} with these model_args uses {what}, which this family does not express '
-                                       "(DINOv3's or RoPE-ViT's RoPE)", path=self._config_path, key='architecture')
+                                       "(DINOv3's, RoPE-ViT's or EVA-02's RoPE)", path=self._config_path,
+                                       key='architecture')
         return kind
 
     def _from_eva_tensors(self) -> SimpleViTConfig:

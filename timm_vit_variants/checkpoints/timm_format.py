@@ -8,7 +8,6 @@ rule is a copy; the work is knowing the architecture: a ``simple_vit_*`` folder'
 read the settings no tensor records, and held against the tensors (``timm_build``); a bare state dict needs the head
 count (``_heads``: the one head-count policy, ``SourceCheckpoint._head_count``). timm's other families read on this reader: ``timm_naflex`` (NaFlexVit), ``timm_eva`` (Eva), ``beit``.
 """
-import math
 import os
 import re
 from typing import Any, Dict, Optional, Sequence, Tuple
@@ -22,7 +21,7 @@ from ..parts import Learned
 from .preprocessing import (assumed_preprocessing, checked_input_size,
                             imagenet_preprocessing)
 from .timm_build import Built, TimmFolder, block_facts
-from .timm_parts import VIT_PARTS, refuse_unexpressed
+from .timm_parts import ATTN_NORM, MLP_NORM, VIT_PARTS, refuse_unexpressed
 
 __all__ = ['TimmCheckpoint']
 
@@ -31,7 +30,6 @@ _BLOCK_RE = re.compile(r'^blocks\.(\d+)\.')
 _UNSUPPORTED = (
     (re.compile(r'\.[qk]_norm\.'), 'qk_norm is not supported'),
     (re.compile(r'^attn_pool\.pos_embed$'), 'an attention pool with its own position table is not supported'),
-    (re.compile(r'\.(attn|mlp)\.norm\.'), 'scale_attn_norm / scale_mlp_norm are not supported'),
 )
 
 # DeiT v1 (facebookresearch/deit): its releases are ``{'model': state_dict}`` of timm's VisionTransformer, or of its
@@ -49,9 +47,10 @@ class TimmCheckpoint(TimmFolder):
     PREPROCESSING_DEFAULTS = assumed_preprocessing('bicubic', 0.9, 'center',
                                                    "not recorded by the checkpoint; timm's vit_* default")
     KIND = 'VisionTransformer'  # the timm class whose defaults a bare state dict is read with
-    KERNEL, CLS = 'patch_embed.proj.weight', 'cls_token'
+    KERNEL, CLS, REG = 'patch_embed.proj.weight', 'cls_token', 'reg_token'
     # Settings a config.json's architecture records and a state dict does not, with timm's defaults for the latter.
     SETTINGS = {'global_pool': None, 'act_layer': 'gelu', 'norm_eps': 1e-6}
+    _reg_slots = False  # whether the table has rows for the registers (``_position``)
     ALWAYS_CROPS = False  # whether the patch embedding drops the pixels the patch does not divide, whatever the pool
     _deit = False  # read as DeiT's own release format (set by ``_infer``)
 
@@ -59,7 +58,7 @@ class TimmCheckpoint(TimmFolder):
     def _foreign_facts(self, arch: str, args: Dict[str, Any]) -> Dict[str, Any]:
         """Settings no tensor records, read off a meta-device build of a timm ``vit_*`` architecture."""
         model = self._meta_build(arch, args)
-        refuse_unexpressed(model, VIT_PARTS, arch, self._config_path)
+        refuse_unexpressed(model, VIT_PARTS, arch, self._config_path, frozenset({ATTN_NORM, MLP_NORM}))
         blocks = model.blocks
         if not len(blocks):
             raise ViTVariantsError(f'{arch} with these model_args has no transformer blocks', path=self._config_path,
@@ -72,7 +71,10 @@ class TimmCheckpoint(TimmFolder):
         except ViTVariantsError as e:
             raise ViTVariantsError(str(e), path=self._config_path, key='architecture') from None
         facts = dict(num_heads=blocks[0].attn.num_heads, global_pool=model.global_pool, act_layer=act,
+                     pool_include_prefix=bool(getattr(model, 'pool_include_prefix', False)),
                      norm_eps=blocks[0].norm1.eps, built=Built.of_vit(arch, args, model, self._classes is not None),
+                     # final_norm=False (InternViT, RADIO): no norm after the blocks, before or after the pool
+                     final_norm=not (isinstance(model.norm, nn.Identity) and isinstance(model.fc_norm, nn.Identity)),
                      **block_facts(blocks[0]))
         if '_clip_' in arch:
             self._clip_note(arch, act)
@@ -83,9 +85,10 @@ class TimmCheckpoint(TimmFolder):
         if getattr(model, 'embeds', None) is not None:
             raise self._error(f"{arch} is timm's NaFlexVit, whose weights sit under embeds.*, and these have none",
                               key=self._prefix + 'embeds.proj.weight')
+        rows = not getattr(model, 'no_embed_class', False)  # timm's table then has a row for every prefix token
         return dict(img_size=tuple(model.patch_embed.img_size),
-                    pos_embed_cls_slot=not getattr(model, 'no_embed_class', False) and
-                    getattr(model, 'cls_token', None) is not None,
+                    pos_embed_cls_slot=rows and getattr(model, 'cls_token', None) is not None,
+                    pos_embed_reg_slots=rows and getattr(model, 'reg_token', None) is not None,
                     pos_embed='learn' if getattr(model, 'pos_embed', None) is not None else 'none')
 
     def _clip_note(self, arch: str, act: str) -> None:
@@ -219,9 +222,10 @@ class TimmCheckpoint(TimmFolder):
             img_size=img_size, patch_size=(patch_h, patch_w), in_chans=in_chans, num_classes=num_classes,
             global_pool=settings['global_pool'], embed_dim=dim, depth=depth, num_heads=num_heads, mlp_dim=mlp_dim,
             qkv_bias=qkv_bias, class_token=class_token, dist_token=dist_token,
-            reg_tokens=self._shape(p + 'reg_token')[1] if 'reg_token' in local else 0,
+            reg_tokens=self._shape(p + self.REG)[1] if self.REG in local else 0,
             init_values=facts.get('init_values') or (1.0 if 'blocks.0.ls1.gamma' in local else None),
             mlp_layer=facts.get('mlp_layer', 'mlp'), pos_embed=pos_embed, pos_embed_cls_slot=slot,
+            pos_embed_reg_slots=self._reg_slots,
             pos_embed_resample=settings.get('pos_embed_resample', 'timm'), patch_embed=self.PATCH_EMBED,
             rep_size=rep_size, act_layer=self.options.act_layer or settings['act_layer'],
             norm_eps=self.options.norm_eps or settings['norm_eps'],
@@ -229,19 +233,14 @@ class TimmCheckpoint(TimmFolder):
             pre_norm='norm_pre.weight' in local,
             patch_bias=self.KERNEL[:-len('weight')] + 'bias' in local,
             fc_norm='fc_norm.weight' in local,
+            final_norm=facts.get('final_norm', True),
+            # timm's MAP head reads the patch tokens alone unless pool_include_prefix (its default: False)
+            **(dict(attn_pool_include_prefix=facts.get('pool_include_prefix', False))
+               if settings['global_pool'] == 'map' and (class_token or self.REG in local) else {}),
+            # timm's Block scale_attn_norm / scale_mlp_norm (BEiT-3): a sub-LN inside attention and inside the MLP
+            attn_norm='blocks.0.attn.norm.weight' in local, mlp_norm='blocks.0.mlp.norm.weight' in local,
             head_bias='head.bias' in local or 'head.weight' not in local,
         )
-
-    def _registers_without_position(self, local: set, facts: Dict[str, Any]) -> None:
-        """Refuse timm's registers with their own table rows (``no_embed_class=False``): here registers have none."""
-        p = self._prefix
-        if 'reg_token' not in local or facts.get('pos_embed_cls_slot') is False:
-            return
-        extra = self._shape(p + 'pos_embed')[1] - self._shape(p + 'reg_token')[1] - 1
-        if facts.get('pos_embed_cls_slot') or (extra > 0 and math.isqrt(extra) ** 2 == extra):
-            raise self._error('register tokens with their own position-table rows (timm no_embed_class=False) are '
-                              'not supported: registers carry no position here (timm\'s DINOv2 models use '
-                              'no_embed_class=True)', key=p + 'pos_embed')
 
     def _patch_kernel(self, facts: Dict[str, Any]) -> Tuple[int, int, int, int]:
         """(D, C, P, P) of the patch conv."""
@@ -260,12 +259,16 @@ class TimmCheckpoint(TimmFolder):
             if pos_embed == 'learn':
                 raise self._error('missing key', key=self._prefix + 'pos_embed')
             return pos_embed, False
-        self._registers_without_position(local, facts)
-        slot = self._check_token_table(self._prefix + 'pos_embed', dim, patch, class_token=class_token,
-                                       slot=facts.get('pos_embed_cls_slot'),
-                                       img_size=self.options.img_size or facts.get('img_size'),
-                                       dist_token='dist_token' in local)
-        return 'learn', bool(slot)
+        dist = 'dist_token' in local
+        regs = self._shape(self._prefix + 'reg_token')[1] if 'reg_token' in local else 0
+        prefix = self._check_token_table(self._prefix + 'pos_embed', dim, patch, class_token=class_token,
+                                         slot=facts.get('pos_embed_cls_slot'),
+                                         img_size=self.options.img_size or facts.get('img_size'),
+                                         dist_token=dist, registers=regs,
+                                         reg_slots=facts.get('pos_embed_reg_slots'))
+        # rows for the registers: timm's no_embed_class=False, where every prefix token has one
+        self._reg_slots = regs > 0 and prefix == regs + (1 + int(dist) if class_token else 0)
+        return 'learn', bool(prefix) and class_token
 
     def _settings(self, local: set, facts: Dict[str, Any], class_token: bool, dim: int,
                   mlp_dim: int) -> Dict[str, Any]:

@@ -19,6 +19,7 @@ _NAFLEX_RULES = {
     'patch_embed.proj.bias': Rule(('{p}embeds.proj.bias',)),
     'pos_embed': Rule(('{p}embeds.pos_embed',), batched_grid_table),
     'cls_token': Rule(('{p}embeds.cls_token',)),
+    'reg_token': Rule(('{p}embeds.reg_token',)),  # registers, with no table row: NaFlexEmbeds' prefix tokens
 }
 _NAFLEX_KNOWN = {rule.sources[0][len('{p}'):] for rule in _NAFLEX_RULES.values()}
 # NaFlexVit's per-image table resize -> our rule computing the same (antialiased, half-pixel, as timm calls it).
@@ -30,7 +31,7 @@ class TimmNaFlexCheckpoint(NaFlexReader, TimmCheckpoint):
     patches and its (1, G_h, G_w, D) table, under our names."""
     RULES = _NAFLEX_RULES
     KIND = 'NaFlexVit'
-    KERNEL, CLS = 'embeds.proj.weight', 'embeds.cls_token'
+    KERNEL, CLS, REG = 'embeds.proj.weight', 'embeds.cls_token', 'embeds.reg_token'
     SETTINGS = dict(TimmCheckpoint.SETTINGS, pos_embed_resample='timm')  # NaFlexVitCfg's default table resize
     ALWAYS_CROPS = True
 
@@ -54,6 +55,9 @@ class TimmNaFlexCheckpoint(NaFlexReader, TimmCheckpoint):
             if refused:
                 raise ViTVariantsError(f'this NaFlexVit uses {what}, which SimpleVisionTransformer does not express',
                                        path=self._config_path, key='architecture')
+        if model.global_pool == 'map' and model.num_prefix_tokens:
+            raise ViTVariantsError("this NaFlexVit pools by MAP beside prefix tokens, whose packed-batch output this "
+                                   "family's MAP head does not reproduce", path=self._config_path, key='architecture')
         (gh, gw), (ph, pw) = embeds.pos_embed_grid_size, embeds.patch_size
         return dict(patch_size=(ph, pw), in_chans=embeds.in_chans, img_size=(gh * ph, gw * pw),
                     pos_embed_resample=_NAFLEX_RESAMPLE[interp])
@@ -61,8 +65,8 @@ class TimmNaFlexCheckpoint(NaFlexReader, TimmCheckpoint):
     def _refuse_beyond(self, local: set) -> None:
         foreign = sorted(n for n in local if n.startswith('embeds.') and n not in _NAFLEX_KNOWN)
         if foreign:
-            raise self._error('a NaFlexVit embedding part this family does not express (register tokens, factorised '
-                              'tables, a patch norm)', key=self._prefix + foreign[0])
+            raise self._error('a NaFlexVit embedding part this family does not express (factorised tables, a patch '
+                              'norm)', key=self._prefix + foreign[0])
 
     def _patch_kernel(self, facts: Dict[str, Any]) -> Tuple[int, int, int, int]:
         """(D, C, P, P) of a NaFlexVit's Linear (D, P*P*C): from its architecture, else 3 channels and a square patch

@@ -20,7 +20,7 @@ from timm.models.vision_transformer import Block, VisionTransformer
 
 from ..errors import ViTVariantsError
 
-__all__ = ['COMMON_PARTS', 'VIT_PARTS', 'EVA_PARTS', 'refuse_unexpressed']
+__all__ = ['COMMON_PARTS', 'VIT_PARTS', 'EVA_PARTS', 'ATTN_NORM', 'MLP_NORM', 'SPLIT_QKV', 'refuse_unexpressed']
 
 # Parts every timm ViT reader expresses: containers, the dense layers, LayerNorm, the activations, LayerScale, the
 # patch conv, SigLIP's MAP head, and what is the identity at inference (dropout, drop path, patch dropout).
@@ -59,14 +59,16 @@ def _not_identity(name: str) -> Callable[[nn.Module], bool]:
 
 
 # Options of an expressed class that this family has no equivalent of: (the module has it, what it is).
-_ATTENTION: Tuple[_Option, ...] = ((_not_identity('q_norm'), 'qk_norm'),
-                                   (_not_identity('norm'), 'a norm inside attention, scale_norm'))
+ATTN_NORM = 'a norm inside attention, scale_norm'
+MLP_NORM = 'a norm inside the MLP, scale_mlp_norm'
+SPLIT_QKV = 'separate q, k and v projections'
+_ATTENTION: Tuple[_Option, ...] = ((_not_identity('q_norm'), 'qk_norm'), (_not_identity('norm'), ATTN_NORM))
 _OPTIONS: Dict[type, Tuple[_Option, ...]] = {
     Attention: _ATTENTION,
     AttentionRope: _ATTENTION,
-    EvaAttention: _ATTENTION + ((lambda m: getattr(m, 'qkv', None) is None, 'separate q, k and v projections'),),
-    Mlp: ((_not_identity('norm'), 'a norm inside the MLP, scale_mlp_norm'),),
-    SwiGLU: ((_not_identity('norm'), 'a norm inside the MLP, scale_mlp_norm'),),
+    EvaAttention: _ATTENTION + ((lambda m: getattr(m, 'qkv', None) is None, SPLIT_QKV),),
+    Mlp: ((_not_identity('norm'), MLP_NORM),),
+    SwiGLU: ((_not_identity('norm'), MLP_NORM),),
     GluMlp: ((_not_identity('norm'), 'a norm inside the MLP'),
              (lambda m: getattr(m, 'gate_last', False) or not isinstance(getattr(m, 'act', None), nn.SiLU),
               'a gated MLP other than a packed SwiGLU')),
@@ -74,9 +76,10 @@ _OPTIONS: Dict[type, Tuple[_Option, ...]] = {
 }
 
 
-def _unexpressed(model: nn.Module, parts: FrozenSet[type]) -> List[str]:
-    """Each part of ``model`` not in ``parts``, or with an option ``_OPTIONS`` lists, once per kind: 'where (what)'.
-    What a part that is not ours holds is not looked into (its own classes may share a name with ours)."""
+def _unexpressed(model: nn.Module, parts: FrozenSet[type], expressed: FrozenSet[str] = frozenset()) -> List[str]:
+    """Each part of ``model`` not in ``parts``, or with an option ``_OPTIONS`` lists (other than the ``expressed``
+    ones), once per kind: 'where (what)'. What a part that is not ours holds is not looked into (its own classes may
+    share a name with ours)."""
     found: Dict[str, str] = {}
     foreign: List[str] = []
     for where, module in model.named_modules():
@@ -88,16 +91,19 @@ def _unexpressed(model: nn.Module, parts: FrozenSet[type]) -> List[str]:
             what: Optional[str] = f"timm's {cls.__name__}" + (f': {_KNOWN[cls.__name__]}' if cls.__name__ in _KNOWN
                                                              else '')
         else:
-            what = next((text for has, text in _OPTIONS.get(cls, ()) if has(module)), None)
+            what = next((text for has, text in _OPTIONS.get(cls, ()) if text not in expressed and has(module)),
+                        None)
         if what is not None and what not in found:
             found[what] = where or 'the model'
     return [f'{where} ({what})' for what, where in found.items()]
 
 
-def refuse_unexpressed(model: nn.Module, parts: FrozenSet[type], arch: str, path: Optional[str]) -> None:
+def refuse_unexpressed(model: nn.Module, parts: FrozenSet[type], arch: str, path: Optional[str],
+                       expressed: FrozenSet[str] = frozenset()) -> None:
     """Refuse ``model`` (timm's build of ``arch`` from ``path``'s config) if any of its parts is not in ``parts`` or
-    has an option this family does not express, naming every such part and where it first sits."""
-    found = _unexpressed(model, parts)
+    has an option this family does not express (``_OPTIONS``' texts, but for the reader's ``expressed`` ones),
+    naming every such part and where it first sits."""
+    found = _unexpressed(model, parts, expressed)
     if found:
         raise ViTVariantsError(f'{arch} with these model_args has parts SimpleVisionTransformer does not express: '
                                f'{"; ".join(found)}', path=path, key='architecture')

@@ -38,7 +38,9 @@ class HFDinoReader(TransformersCheckpoint):
     ``num_register_tokens`` read and checked (their names: ``dino_table``)."""
 
     def _candidates(self) -> Set[str]:
-        return {n for n in self._store.names() if n != MASK}
+        # a model with no registers still saves its (1, 0, D) register tensor: nothing to read
+        return {n for n in self._store.names() if n != self._prefix + MASK and not
+                (n.endswith('embeddings.register_tokens') and 0 in tuple(self._store.shape(n)))}
 
     def _config_registers(self, registers: Any) -> int:
         """config.json's ``num_register_tokens`` (``registers``), an integer >= 0 within the limits."""

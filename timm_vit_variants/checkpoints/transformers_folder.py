@@ -5,7 +5,7 @@ outputs, or refused naming the part of it the model does not express), and trans
 (``VIT_LAYER_NAMES``), which the ViT, DeiT and BEiT folders share.
 """
 import os
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
 from ..config import pair
 from ..errors import ViTVariantsError
@@ -82,18 +82,32 @@ class TransformersCheckpoint(SourceCheckpoint):
             raise ViTVariantsError(f'{name}: {self.CLASSES[name]}', path=self._config_path, key='architectures')
         return name
 
-    def _vision_tower(self, skipped: str, keep: Tuple[str, ...] = ()) -> None:
-        """Set ``_prefix`` to the vision tower's: the caller's ``prefix`` hint, else ``vision_model.`` in a two-tower
-        folder (CLIP, SigLIP), else none; one note names what lies outside it (``skipped`` says what that is), apart
-        from the tensors in ``keep`` that the reader also takes (CLIP's ``visual_projection``)."""
+    def _vision_tower(self, skipped: str, keep: Tuple[str, ...] = (),
+                      locate: Optional[Callable[[], str]] = None) -> None:
+        """Set ``_prefix`` to the vision tower's: the caller's ``prefix`` hint, else where ``locate`` finds it, else
+        ``vision_model.`` in a two-tower folder (CLIP, SigLIP), else none; one note names what lies outside it
+        (``skipped`` says what that is), apart from the tensors in ``keep`` that the reader also takes (CLIP's
+        ``visual_projection``)."""
         names = self._store.names()
-        prefix = self.options.prefix
-        self._prefix = ('vision_model.' if any(n.startswith('vision_model.') for n in names) else '') \
-            if prefix is None else prefix
+        if self.options.prefix is not None:
+            self._prefix = self.options.prefix
+        elif locate is not None:
+            self._prefix = locate()
+        else:
+            self._prefix = 'vision_model.' if any(n.startswith('vision_model.') for n in names) else ''
         others = [n for n in names if not n.startswith(self._prefix) and n not in keep]
         if others:
             self.notes.append(f'read the vision tower under {self._prefix!r}; skipped {len(others)} other tensors '
                               f'({skipped}), which the image model does not use')
+
+    def _tower_prefix(self, key: str, tower: str = '') -> str:
+        """The one prefix under which ``tower + key`` sits (the tower's tensors start there, ``tower`` included):
+        where a model nests its image tower (GIT's ``image_encoder.``, a VLM's ``model.``)."""
+        wanted = tower + key
+        found = sorted(n[:-len(key)] for n in self._store.names() if n.endswith(wanted))
+        if len(found) != 1:
+            raise self._error(f'expected one image tower (a {wanted}), found {len(found)}', key=wanted)
+        return found[0]
 
     def _check_no_extra_layer(self, depth: int, layer_norm: str) -> None:
         """Refuse weights holding a layer past the config's ``num_hidden_layers`` (``layer_norm``: that layer's first

@@ -20,6 +20,7 @@ __all__ = ['Aimv2Checkpoint', 'is_aimv2']
 
 _MEAN, _STD = (0.48145466, 0.4578275, 0.40821073), (0.26862954, 0.26130258, 0.27577711)
 _NATIVE_IMG = 224
+_PROJECTION = 'visual_projection.weight'  # a transformers Aimv2Model's image projection, outside the tower
 # transformers' vision options AIMv2's published towers all share; another value is a network we do not build.
 _HF_FIXED = {'qkv_bias': False, 'mlp_bias': False, 'hidden_act': 'silu', 'num_channels': None}
 
@@ -90,13 +91,33 @@ class Aimv2Checkpoint(SourceCheckpoint):
         parts = aimv2_parts(facts['mlp_dim'], native=grid is None, pool=facts['attention_pool'])
         parts['block'] = dataclasses.replace(parts['block'], norm_eps=eps)
         if self._prefix:
-            self.notes.append(f'read the image tower under {self._prefix!r}; the other tensors (text tower, '
-                              'projections, logit scale) are not part of it and are left out')
+            self.notes.append(f'read the image tower under {self._prefix!r}; the other tensors (text tower, its '
+                              'projection, logit scale) are not part of it and are left out')
         self.notes.append(f"detected an AIMv2 tower in {self._layout}'s layout ("
                           f"{'attention-pool head' if facts['attention_pool'] else 'no head: mean pooling'}, "
                           f"{'native sin-cos' if grid is None else f'a {grid[0]}x{grid[1]} learned table'})")
+        projection = self._projection(dim, facts['attention_pool'])
         return SimpleViTConfig.of(img_size=img, patch_size=patch, in_chans=facts['in_chans'], embed_dim=dim,
-                                  depth=facts['depth'], num_heads=int(heads), num_classes=0, **parts)
+                                  depth=facts['depth'], num_heads=int(heads), num_classes=projection, head_bias=False,
+                                  **parts)
+
+    def _projection(self, dim: int, pooled: bool) -> int:
+        """The width of a transformers ``Aimv2Model``'s ``visual_projection`` (no bias), which its
+        ``get_image_features`` applies to the pooled output: the head here; 0 for any other file."""
+        if self._layout != 'hf' or self.source_config.get('model_type') != 'aimv2' or _PROJECTION not in self._store:
+            return 0
+        shape = tuple(self._store.shape(_PROJECTION))
+        if len(shape) != 2 or shape[1] != dim or not pooled:
+            raise self._error(f'visual_projection must be (projection_dim, hidden_size {dim}) over the '
+                              'attention-pool head', key=_PROJECTION, shapes=(shape, ('projection_dim', dim)))
+        self.notes.append('Aimv2Model: visual_projection (no bias) is the head, as its get_image_features applies it '
+                          'to the pooled output')
+        return shape[0]
+
+    def _candidates(self) -> set:
+        return super()._candidates() | ({_PROJECTION} if self.config.num_classes else set())
 
     def _rule(self, pattern: str, block: Optional[int]) -> Tuple[Rule, Optional[int]]:
+        if pattern == 'head.weight':
+            return Rule((_PROJECTION,)), None
         return layout_rule(self._layout, pattern, block, self._prefix), None

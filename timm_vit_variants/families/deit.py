@@ -1,5 +1,6 @@
 """DeiT and DeiT-III (facebookresearch/deit): rows and tags from ``deit_models``; the readers stay in
-``checkpoints.deit`` (DeiT-III's LayerScale files) and ``checkpoints.hf_deit`` (transformers folders).
+``checkpoints.deit`` (DeiT-III's LayerScale files) and ``checkpoints.hf_deit`` (transformers folders), the 'cls_alone'
+pool of transformers' classifier in ``deit_heads``.
 """
 from ..checkpoints.deit import Deit3Checkpoint
 from ..checkpoints.hf_deit import DEIT_MODEL_TYPES, HFDeitCheckpoint

@@ -1,0 +1,108 @@
+"""Coverage of timm's plain-ViT zoo: every name in timm's nine plain-ViT modules, built by timm with random weights
+at reduced depth, saved with timm's ``save_for_hf``, and converted by ``vit-port convert`` (which verifies the
+converted model against timm's own forward). Each name ends converted, refused (the ``error:`` line), or as a
+failure of ours (a traceback: a bug).
+
+This is the whole registry, minutes of work on two cores, so it lives here and not in the test suite; the suite
+checks the families it finds. The figures go to stdout and, with ``--json``, to a file.
+
+Run: ``OMP_NUM_THREADS=1 python benchmarks/timm_zoo.py --depth 1 --json /tmp/timm_zoo.json``
+"""
+import argparse
+import collections
+import contextlib
+import io
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Dict, List, Tuple
+
+import timm
+import torch
+from timm.models import is_model_in_modules, save_for_hf
+
+from porting.cli import main
+
+MODULES = ('vision_transformer', 'eva', 'deit', 'naflexvit', 'vision_transformer_relpos', 'qwen3_vit', 'beit',
+           'gemma4_vit', 'vision_transformer_sam')
+
+
+def names() -> List[str]:
+    """timm's registered names in the nine plain-ViT modules."""
+    return [n for n in timm.list_models() if is_model_in_modules(n, MODULES)]
+
+
+MAX_PARAMS = 500_000_000  # an entry that only builds at its full depth is skipped above this (memory)
+
+
+class TooLarge(Exception):
+    """An entry that builds only at its full depth, too large to build here."""
+
+
+def build(name: str, depth: int) -> 'timm.models.VisionTransformer':
+    """``name`` with random weights at ``depth`` blocks (at timm's own depth where the entry fixes a per-block
+    setting, such as Sapiens 2's key/value head counts, unless that is over ``MAX_PARAMS``)."""
+    try:
+        return timm.create_model(name, pretrained=False, depth=depth)
+    except (TypeError, AssertionError):
+        with torch.device('meta'):
+            size = sum(p.numel() for p in timm.create_model(name, pretrained=False).parameters())
+        if size > MAX_PARAMS:
+            raise TooLarge(f'{size / 1e9:.1f}B parameters at its full depth') from None
+        return timm.create_model(name, pretrained=False)
+
+
+def convert(name: str, depth: int, root: Path) -> Tuple[str, str]:
+    """(outcome, detail) of converting ``name``: 'converts', 'refused' with its error line, 'skipped' (too large
+    to build), or 'failure'."""
+    try:
+        model = build(name, depth)
+    except TooLarge as e:
+        return 'skipped', str(e)
+    save_for_hf(model, str(root / 'src'))
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = main(['convert', str(root / 'src'), str(root / 'out')])
+    lines = [line for line in err.getvalue().splitlines() if line.startswith('error:')]
+    if rc == 0:
+        return 'converts', ''
+    if len(lines) == 1 and 'Traceback' not in err.getvalue():
+        return 'refused', lines[0].replace(str(root), 'FOLDER')
+    return 'failure', err.getvalue()[-500:]
+
+
+def run(selected: List[str], depth: int) -> Dict[str, Tuple[str, str]]:
+    results: Dict[str, Tuple[str, str]] = {}
+    for i, name in enumerate(selected, 1):
+        start = time.monotonic()
+        with tempfile.TemporaryDirectory() as tmp:
+            results[name] = convert(name, depth, Path(tmp))
+        print(f'[{i}/{len(selected)}] {name}: {results[name][0]} ({time.monotonic() - start:.1f} s) '
+              f'{results[name][1][:160]}', file=sys.stderr)
+    return results
+
+
+def main_() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    parser.add_argument('--depth', type=int, default=1, help='blocks per model (default 1)')
+    parser.add_argument('--only', nargs='*', help='names (default: the whole zoo)')
+    parser.add_argument('--json', type=Path, help='write {name: [outcome, detail]} here')
+    args = parser.parse_args()
+    results = run(args.only or names(), args.depth)
+    counts = collections.Counter(outcome for outcome, _ in results.values())
+    by_module = collections.defaultdict(collections.Counter)
+    for name, (outcome, _) in results.items():
+        module = next(m for m in MODULES if is_model_in_modules(name, [m]))
+        by_module[module][outcome] += 1
+    print(f"timm zoo: {counts['converts']} of {len(results)} names convert, {counts['refused']} refused by name, "
+          f"{counts['skipped']} skipped (too large to build at full depth), {counts['failure']} failures")
+    for module, c in by_module.items():
+        print(f"  {module}: {c['converts']} of {sum(c.values())} convert")
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1))
+
+
+if __name__ == '__main__':
+    main_()
