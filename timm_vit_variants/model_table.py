@@ -130,11 +130,25 @@ def architecture_for(config: SimpleViTConfig) -> str:
         return tuple(int(_dim(config, d) != _dim(ref, d)) for d in _DIMS)
 
     flat = config.to_flat(include_training=True)
+    network = config.to_flat()
+
+    def other_fields(name: str) -> int:
+        # among rows as near by ``_DIMS``, the one agreeing on more of the rest (pos_embed_resample, LayerScale, ...)
+        ref = MODELS[name].config().to_flat()
+        return sum(network.get(key) != ref.get(key) for key in network.keys() | ref.keys())
+
     # timm's create_model drops None keyword arguments, so a row that sets a field this config leaves None
     # (DINOv3's init_values, a rep_size) would fill it when the folder is loaded: such rows cannot label it.
     eligible = [name for name, entry in MODELS.items()
                 if not any(value is not None and flat.get(key) is None for key, value in entry.kwargs.items())]
-    return min(eligible, key=lambda name: (sum(distance(name)), distance(name)))
+    def size_gap(name: str) -> Tuple[int, int]:
+        # then the nearest in width and depth (a narrow test model is labelled by its family's smallest row)
+        ref = MODELS[name].kwargs
+        return abs(ref['embed_dim'] - config.embed_dim), abs(ref['depth'] - config.depth)
+
+    # the name last: the label never depends on the order in which the families registered their rows
+    return min(eligible, key=lambda name: (sum(distance(name)), distance(name), other_fields(name), size_gap(name),
+                                           name))
 
 
 def heads_for_width(width: int) -> Optional[int]:
