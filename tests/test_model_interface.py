@@ -19,7 +19,8 @@ import timm_vit_variants  # noqa: F401
 from timm_vit_variants.beit_models import BEIT_ROWS
 from timm_vit_variants.clip_models import CLIP_ARCHS
 from timm_vit_variants.config import SimpleViTConfig, grid_for
-from timm_vit_variants.model_table import MODELS, SIGLIP_TOWERS
+from timm_vit_variants.families.siglip import SIGLIP_TOWERS
+from timm_vit_variants.model_table import MODELS
 from timm_vit_variants.deit_models import DEIT3_ROWS, DEIT_ROWS
 from timm_vit_variants.dino_models import DINO_ROWS
 from timm_vit_variants.eva02_models import EVA02_ROWS

@@ -1,26 +1,21 @@
 """The names a ``SimpleViTConfig`` accepts and the small parsers of its values: choice tables, ``pair``,
 ``activation_name``, ``resample_rule``, the grid rule ``grid_for`` and the state-dict / preprocessing key lists.
-Torch-free, and importing nothing of the package but its error type, so ``parts`` and ``config`` both build on it.
+Torch-free, and importing nothing of the package but its error type and the sources' named rules
+(``source_rules``), so ``parts`` and ``config`` both build on it.
 """
 from typing import TYPE_CHECKING, Any, Callable, Tuple, Union
 
 from .errors import ViTVariantsError
+from .source_rules import REL_POS_RESAMPLE_RULES, RESAMPLE_RULE_NAMES, ROPE_TYPES  # noqa: F401  (the choices' names)
 
 if TYPE_CHECKING:
     import torch
 
 PATCH_EMBED_TYPES = ('conv', 'linear', 'conv_stem', 'overlap', 'mlp')
 PATCH_NORM_TYPES = (None, 'pre', 'post', 'dual')
-# Names of the learned-table resample rules; their definitions live in ``geometry.RESAMPLE_RULES``.
-RESAMPLE_RULE_NAMES = ('bigvision', 'timm', 'hf', 'flexi', 'dinov2', 'openclip', 'ropevit', 'deit')
-# The rotary-position forms (``rope.py``): DINOv3's, RoPE-ViT's axial and mixed (learned frequencies), EVA-02's.
-ROPE_TYPES = ('dinov3', 'axial', 'mixed', 'eva02')
 # The transformer blocks: timm's pre-norm ``Block`` (``RopeBlock`` with rotary positions), or timm's ``EvaBlock``
 # (q/v-only bias, LayerScale ``gamma_1``/``gamma_2``, fused or split qkv, SwiGLU with or without sub-LN).
 BLOCK_TYPES = ('vit', 'eva')
-# How a relative-position table is resized for another nominal grid: BEiT's own rule (a geometric progression and
-# a cubic spline, ``relpos_resize.py``) or timm's ``resize_rel_pos_bias_table`` (linear).
-REL_POS_RESAMPLE_RULES = ('beit', 'timm')
 ACT_LAYERS = ('gelu_tanh', 'gelu', 'quick_gelu', 'silu', 'relu')
 # The blocks' MLP: timm's Mlp, its SwiGLUPacked (one fc1 holding both halves, silu(first) * second; DINOv2 ViT-g),
 # or its SwiGLU (separate fc1_g gate and fc1_x value; DINOv3 H+'s w1/w2/w3).

@@ -21,40 +21,13 @@ from .config import SimpleViTConfig, grid_for, pair, resample_rule
 from .parts import Learned, RelPos
 from .errors import ViTVariantsError
 from .limits import DEFAULT_LIMITS, Limits
-from .relpos_resize import beit_resize_table, table_rows, timm_resize_table
+from .relpos_resize import RESIZERS as REL_POS_RESIZERS, table_rows
+from .source_rules import DEFAULT_REL_POS_RULE, RESAMPLE_OFFSETS, RESAMPLE_RULES
 
 __all__ = [
     'RESAMPLE_RULES', 'RESAMPLE_OFFSETS', 'Geometry', 'grid_for', 'is_capturing', 'interpolate_grid', 'resample_table', 'pi_resize',
     'adapt_in_chans', 'infer_grid', 'fixed_patch_reason', 'pi_resize_bytes', 'check_fit', 'fit_tensor', 'fit_stream',
 ]
-
-# How each ecosystem resizes a learned table: (mode, align_corners, antialias).
-#   bigvision: scipy.ndimage.zoom(order=1) at load time (big_vision vit.resample_posemb, vit_jax
-#              checkpoint.interpolate_posembed) == bilinear with align_corners=True;
-#   timm:      resample_abs_pos_embed, bicubic with antialias;
-#   hf:        transformers interpolate_pos_encoding, bicubic without antialias;
-#   flexi:     big_vision FlexiViT at run time, jax.image.resize 'linear' (half-pixel, antialiased).
-#   dinov2:    DINOv2's interpolate_pos_encoding without registers: bicubic, no antialias, sampled at the scale
-#              (new + 0.1) / old (``RESAMPLE_OFFSETS``), not the one the output size implies. Its register models
-#              (offset 0, antialias) resize exactly as 'timm'.
-#   openclip:  open_clip resize_pos_embed, bicubic with antialias, [CLS] row kept, the stored grid square (the
-#              same numbers as timm's; open_clip skips the resize when the token count is unchanged, this never does).
-#   ropevit:   RoPE-ViT's ``_ape`` models (``forward_features``): bicubic, no antialias, a table with no [CLS] slot
-#              (the numbers of 'hf'; RoPE-ViT skips the resize when the token count is unchanged, this never does).
-#   deit:      DeiT's ``main.py`` (``--finetune``): bicubic, ``align_corners=False``, no antialias, prefix rows kept,
-#              square grids only (the numbers of 'hf'; the verification refuses a non-square grid for it).
-RESAMPLE_RULES: Dict[str, Tuple[str, Optional[bool], bool]] = {
-    'bigvision': ('bilinear', True, False),
-    'timm': ('bicubic', None, True),
-    'hf': ('bicubic', False, False),
-    'flexi': ('bilinear', False, True),
-    'dinov2': ('bicubic', False, False),
-    'openclip': ('bicubic', False, True),
-    'ropevit': ('bicubic', False, False),
-    'deit': ('bicubic', False, False),
-}
-# Rules that pass F.interpolate a scale factor (new + offset) / old per axis instead of the output size.
-RESAMPLE_OFFSETS: Dict[str, float] = {'dinov2': 0.1}
 
 _KERNEL = 'patch_embed.proj.weight'
 _STEM_KERNEL = 'patch_embed.stem.0.conv.weight'
@@ -215,7 +188,7 @@ class Geometry:
     in_chans: int = 3
     patch_embed: str = 'conv'
     patch_norm: Optional[str] = None
-    rel_pos_rule: str = 'beit'
+    rel_pos_rule: str = DEFAULT_REL_POS_RULE
 
     @classmethod
     def of(cls, config: SimpleViTConfig, grid: Optional[Tuple[int, int]] = None) -> 'Geometry':
@@ -281,7 +254,7 @@ def _fit_rel_pos(tables: torch.Tensor, src: Geometry, dst: Geometry) -> torch.Te
                                shapes=(tables.shape, (tables.shape[0] if tables.ndim else 0, entries, -1)))
     if src.grid == dst.grid:
         return tables
-    resize = beit_resize_table if dst.rel_pos_rule == 'beit' else timm_resize_table
+    resize = REL_POS_RESIZERS[dst.rel_pos_rule]
     try:
         return torch.stack([resize(t, src.grid, dst.grid) for t in tables])
     except ViTVariantsError as e:  # named by our key

@@ -7,10 +7,9 @@ Variants are data: a name gives width, depth, MLP width and heads, and each regi
 from dataclasses import dataclass, field
 from typing import Any, Dict, Optional, Tuple
 
-from .clip_models import CLIP_ROWS
 from .config import SimpleViTConfig
 
-__all__ = ['Variant', 'VARIANTS', 'ModelEntry', 'MODELS', 'SIGLIP_TOWERS', 'architecture_for', 'heads_for_width']
+__all__ = ['Variant', 'VARIANTS', 'ModelEntry', 'MODELS', 'architecture_for', 'heads_for_width']
 
 
 @dataclass(frozen=True)
@@ -57,19 +56,6 @@ class ModelEntry:
         return SimpleViTConfig.of(**{**self.kwargs, **overrides})
 
 
-# FlexiViT's published ImageNet-1k models: tok pooling, a learned table without a cls slot, 240px.
-_FLEXI = {'img_size': 240, 'patch_size': 16, 'class_token': True, 'global_pool': 'token', 'pos_embed': 'learn',
-          'pos_embed_resample': 'flexi'}
-
-# SigLIP / SigLIP 2 image towers: a learned table without a cls slot, big_vision's MAPHead, no classifier
-# (model(x) is the image embedding: their pretrained_cfg says num_classes=0, so a folder's own count still wins),
-# and the VALID patch conv's crop.
-_SIGLIP = {'pos_embed': 'learn', 'global_pool': 'map', 'grid_mode': 'crop'}
-# (variant, patch, image sizes) of the published towers (big_vision configs/proj/image_text/README_siglip2.md).
-SIGLIP_TOWERS = (('base', 16, (224, 256, 384, 512)), ('base', 32, (256,)), ('large', 16, (256, 384, 512)),
-                 ('so400m', 14, (224, 384)), ('so400m', 16, (256, 384, 512)), ('giantopt', 16, (256, 384)))
-_SIGLIP_LABEL = {'base': 'B', 'large': 'L', 'so400m': 'So400m', 'giantopt': 'g-opt'}
-
 MODELS: Dict[str, ModelEntry] = {
     'simple_vit_tiny': ModelEntry('tiny', {}, 'ViT-Ti/16 plain recipe (width 192, depth 12, 3 heads).'),
     'simple_vit_small': ModelEntry('small', {}, 'ViT-S/16 plain recipe (width 384, depth 12, 6 heads).'),
@@ -89,23 +75,7 @@ MODELS: Dict[str, ModelEntry] = {
     'simple_vit_tiny_patch4_32': ModelEntry(
         'tiny', {'img_size': 32, 'patch_size': 4, 'depth': 6},
         'Small-image plain ViT for 32x32 inputs: patch 4, width 192, 3 heads, 6 blocks.'),
-    **{f'simple_vit_{size}_flexi_240': ModelEntry(
-        size, _FLEXI,
-        f'FlexiViT-{size[0].upper()} (big_vision proj/flexi): 240px, [CLS] pooling, a learned table resampled like '
-        'FlexiViT at run time; create it with any patch_size= to load the published weights at that patch size '
-        '(tag bv_i1k_1200ep).') for size in ('small', 'base', 'large')},
-    **{f'simple_vit_{size}_patch{patch}_siglip_{img}': ModelEntry(
-        size, dict(_SIGLIP, img_size=img, patch_size=patch),
-        f'SigLIP image tower {_SIGLIP_LABEL[size]}/{patch} at {img}px (big_vision): learned table, MAP head, no '
-        'classifier, so model(x) is the image embedding.') for size, patch, sizes in SIGLIP_TOWERS for img in sizes},
-    **{f'simple_vit_{size}_patch16_siglip_naflex': ModelEntry(
-        size, dict(_SIGLIP, img_size=256, patch_size=16, patch_embed='linear', pos_embed_resample='flexi'),
-        f'SigLIP 2 NaFlex image tower {_SIGLIP_LABEL[size]}/16 (big_vision naflex_vit): a 16x16 learned table '
-        "resized to each image's own grid, MAP head; takes a NaFlex dict or a list of images at their own sizes.")
-       for size in ('base', 'so400m')},
 }
-# CLIP towers (clip_models.py)
-MODELS.update({name: ModelEntry(*row) for name, row in CLIP_ROWS.items()})
 
 # What must match for ``architecture`` to name a registered model, most telling first.
 _DIMS = ('embed_dim', 'num_heads', 'mlp_dim', 'depth', 'patch_size', 'rep_size', 'img_size', 'global_pool', 'pos_embed',

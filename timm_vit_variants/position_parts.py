@@ -4,7 +4,9 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, ClassVar, Dict, Mapping, Optional, Tuple, Type, Union
 
-from .choices import REL_POS_RESAMPLE_RULES, ROPE_TYPES, _is_int, _is_number, resample_rule
+from .choices import _is_int, _is_number, resample_rule
+from .source_rules import (DEFAULT_REL_POS_RULE, DEFAULT_ROPE_TYPE, REL_POS_RESAMPLE_RULES, ROPE_SCALED_TO_GRID,
+                           ROPE_TYPES)
 from .errors import ViTVariantsError
 from .part_base import Part, TokensPart
 
@@ -124,7 +126,7 @@ class Rope(PositionScheme, scheme='rope'):
     normalised per side, half-split rotation, a stored ``rope.periods`` buffer), 'axial' (RoPE-ViT: integer
     coordinates, interleaved pairs), 'mixed' (RoPE-ViT: learned per-layer, per-head ``rope.freqs``) or 'eva02'
     (positions scaled to ``ref_grid``, EVA-02's pretraining grid, interleaved pairs); ``theta``: the base."""
-    kind: str = 'dinov3'
+    kind: str = DEFAULT_ROPE_TYPE
     theta: float = 100.
     ref_grid: Optional[int] = None
     slot: ClassVar[str] = 'rope'
@@ -135,18 +137,20 @@ class Rope(PositionScheme, scheme='rope'):
         self._choice('kind', ROPE_TYPES)
         self._check('theta', lambda v: _is_number(v) and v > 0, 'expected a positive number')
         self._check('ref_grid', lambda v: v is None or (_is_int(v) and v >= 1), 'expected a positive integer or None')
-        if self.kind == 'eva02' and self.ref_grid is None:
-            raise self._bad('ref_grid', "rope_type 'eva02' scales positions to its pretraining grid: give it (16 for "
-                                        'EVA-02 at 224 px, patch 14)')
-        if self.ref_grid is not None and self.kind != 'eva02':
-            raise self._bad('ref_grid', "only rope_type 'eva02' with rotary positions scales them to a grid")
+        scaled = self.kind in ROPE_SCALED_TO_GRID
+        if scaled and self.ref_grid is None:
+            raise self._bad('ref_grid', f'rope_type {self.kind!r} scales positions to its pretraining grid: give it '
+                                        '(16 for EVA-02 at 224 px, patch 14)')
+        if self.ref_grid is not None and not scaled:
+            raise self._bad('ref_grid', f'only rope_type {" or ".join(map(repr, ROPE_SCALED_TO_GRID))} with rotary '
+                                        'positions scales them to a grid')
 
 
 @dataclass(frozen=True)
 class RelPos(PositionScheme, scheme='relpos'):
     """BEiT's relative position bias (one ``rel_pos.tables`` table per block); ``resample``: how the tables are
     resized for another nominal grid, 'beit' (square grids only) or 'timm' (any grid)."""
-    resample: str = 'beit'
+    resample: str = DEFAULT_REL_POS_RULE
     slot: ClassVar[str] = 'rel_pos'
     needs_single_class_token: ClassVar[bool] = True
     FLAT: ClassVar[Mapping[str, str]] = {'resample': 'rel_pos_resample'}

@@ -19,7 +19,7 @@ import torch
 
 from .errors import ViTVariantsError
 
-__all__ = ['beit_resize_table', 'timm_resize_table', 'table_rows', 'require_square', 'EXTRA_ROWS']
+__all__ = ['beit_resize_table', 'timm_resize_table', 'table_rows', 'require_square', 'EXTRA_ROWS', 'RESIZERS']
 
 EXTRA_ROWS = 3
 
@@ -109,3 +109,7 @@ def timm_resize_table(table: torch.Tensor, src_grid: Tuple[int, int], dst_grid: 
     rows = table_rows(dst_grid)
     return resize_rel_pos_bias_table(table, new_window_size=tuple(dst_grid), new_bias_shape=(rows, table.shape[1]),
                                      old_window_size=tuple(src_grid))
+
+
+# ``source_rules.REL_POS_RESAMPLE_RULES`` -> the function that applies it to one (entries, heads) table
+RESIZERS = {'beit': beit_resize_table, 'timm': timm_resize_table}

@@ -14,11 +14,11 @@ from timm.models import build_model_with_cfg, generate_default_cfgs, register_mo
 from ._timm_compat import check_local_dir_configs
 from .checkpoints import check_folder
 from .checkpoints.files import CONFIG_FILE, read_json
-from .clip_models import CLIP_ARCHS, clip_default_cfgs, clip_tag_args
+from .cfgs import pretrained_cfg
 from .config import ARGUMENT_NAMES, SimpleViTConfig
-from .model_table import MODELS, SIGLIP_TOWERS
+from .model_table import MODELS
 from .errors import ViTVariantsError
-from .families.registry import DEFAULT_CFGS as FAMILY_CFGS, FAMILIES
+from .families.registry import DEFAULT_CFGS as FAMILY_CFGS, FAMILIES, family_of
 from .geometry import Geometry, fit_stream, fixed_patch_reason, infer_grid
 from .limits import DEFAULT_LIMITS, Limits
 from .parts import Learned
@@ -26,8 +26,6 @@ from .vision_transformer import SimpleVisionTransformer
 
 __all__ = ['checkpoint_filter_fn', 'create_simple_vit', 'pretrained_cfg_for', 'FOLDER_CFG_KEYS', 'WEIGHT_DTYPES']
 
-_BV_URL = 'https://storage.googleapis.com/big_vision/vit_s16_i1k_{}ep.npz'
-_FLEXI_URL = 'https://storage.googleapis.com/big_vision/flexivit/flexivit_{}_i1k.npz'
 # The dtypes a Hub folder's config.json may name in model_args.
 WEIGHT_DTYPES = {'float32': torch.float32, 'bfloat16': torch.bfloat16, 'float16': torch.float16}
 # The pretrained_cfg fields a Hub folder's config.json carries (timm's save_config_for_hf, minus sources and papers).
@@ -35,96 +33,9 @@ FOLDER_CFG_KEYS = ('custom_load', 'input_size', 'fixed_input_size', 'interpolati
                    'std', 'num_classes', 'pool_size', 'first_conv', 'classifier')
 
 
-def _cfg(url: str = '', **kwargs: Any) -> Dict[str, Any]:
-    return {
-        'url': url,
-        'num_classes': 1000,
-        'input_size': (3, 224, 224),
-        'pool_size': None,
-        'crop_pct': 0.875,
-        'interpolation': 'bilinear',
-        'fixed_input_size': False,
-        'mean': (0.5, 0.5, 0.5),
-        'std': (0.5, 0.5, 0.5),
-        'first_conv': 'patch_embed.proj',
-        'classifier': 'head',
-        'license': 'apache-2.0',
-        **kwargs,
-    }
-
-
-def _bv_cfg(epochs: int) -> Dict[str, Any]:
-    return _cfg(
-        url=_BV_URL.format(epochs),
-        custom_load=True,
-        paper_ids='arXiv:2205.01580',
-        paper_name='Better plain ViT baselines for ImageNet-1k',
-        origin_url='https://github.com/google-research/big_vision',
-        notes=(f'big_vision vit_s16_i1k {epochs}ep: gap pooling, sincos2d posemb, rep_size=384',),
-    )
-
-
-def _flexi_cfg(size: str) -> Dict[str, Any]:
-    # big_vision's i1k evaluation: squash-resize to 274, centre crop 240, pixels in [-1, 1].
-    return _cfg(
-        url=_FLEXI_URL.format(size[0]),
-        custom_load=True,
-        input_size=(3, 240, 240),
-        crop_pct=240 / 274,
-        paper_ids='arXiv:2212.08013',
-        paper_name='FlexiViT: One Model for All Patch Sizes',
-        origin_url='https://github.com/google-research/big_vision',
-        notes=(f'big_vision FlexiViT-{size[0].upper()} i1k 1200ep: underlying 32x32 kernel and 7x7 table, '
-               'PI-resized and resampled at load time to the requested patch size',),
-    )
-
-
-_SIGLIP_URL = 'https://storage.googleapis.com/big_vision/'
-_SIGLIP2_SHORT = {'base': 'b', 'large': 'l', 'so400m': 'so400m', 'giantopt': 'g-opt'}  # the file names' spelling
-# The published image-text files (big_vision configs/proj/image_text/README_siglip2.md, the SigLIP demo
-# notebooks): (model, tag) -> file. Each is a whole two-tower file; the plugin reads its image tower.
-_SIGLIP_FILES = {
-    **{(f'simple_vit_base_patch16_siglip_{img}', 'webli'): f'siglip/webli_en_b16_{img}_{n}.npz' for img, n in (
-        (224, 63724782), (256, 60500360), (384, 68578854), (512, 68580893))},
-    ('simple_vit_base_patch16_siglip_256', 'webli_i18n'): 'siglip/webli_i18n_b16_256_66117334.npz',
-    ('simple_vit_large_patch16_siglip_256', 'webli'): 'siglip/webli_en_l16_256_60552751.npz',
-    ('simple_vit_large_patch16_siglip_384', 'webli'): 'siglip/webli_en_l16_384_63634585.npz',
-    ('simple_vit_so400m_patch14_siglip_224', 'webli'): 'siglip/webli_en_so400m_224_57633886.npz',
-    ('simple_vit_so400m_patch14_siglip_384', 'webli'): 'siglip/webli_en_so400m_384_58765454.npz',
-    ('simple_vit_so400m_patch16_siglip_256', 'webli_i18n'): 'siglip/webli_i18n_so400m_16_256_78061115.npz',
-    # SigLIP 2 publishes every tower of SIGLIP_TOWERS
-    **{(f'simple_vit_{size}_patch{patch}_siglip_{img}', 'v2_webli'):
-       f'siglip2/siglip2_{_SIGLIP2_SHORT[size]}{patch}_{img}.npz'
-       for size, patch, sizes in SIGLIP_TOWERS for img in sizes},
-    ('simple_vit_base_patch16_siglip_naflex', 'v2_webli'): 'siglip2/siglip2_b16_naflex.npz',
-    ('simple_vit_so400m_patch16_siglip_naflex', 'v2_webli'): 'siglip2/siglip2_so400m16_naflex.npz',
-}
-
-
-def _siglip_cfg(name: str, tag: str) -> Dict[str, Any]:
-    """A SigLIP tower's published weights: the image embedding (no classifier), big_vision's evaluation transform."""
-    img = MODELS[name].config().img_size
-    version = 'SigLIP 2' if tag == 'v2_webli' else 'SigLIP'
-    return _cfg(
-        url=_SIGLIP_URL + _SIGLIP_FILES[(name, tag)],
-        custom_load=True,
-        num_classes=0,
-        input_size=(3, *img),
-        # big_vision SigLIP: resize(size)|value_range(-1, 1), the whole image squashed to the model's size
-        crop_pct=1.0,
-        crop_mode='squash',
-        paper_ids='arXiv:2502.14786' if tag == 'v2_webli' else 'arXiv:2303.15343',
-        paper_name='SigLIP 2: Multilingual Vision-Language Encoders with Improved Semantic Understanding, '
-                   'Localization, and Dense Features' if tag == 'v2_webli' else
-                   'Sigmoid Loss for Language Image Pre-Training',
-        origin_url='https://github.com/google-research/big_vision',
-        notes=(f'big_vision {version} image tower ({_SIGLIP_FILES[(name, tag)]}); the text tower is not loaded',),
-    )
-
-
 def _untrained(name: str) -> Dict[str, Any]:
     config = MODELS[name].config()
-    return _cfg(input_size=(3, *config.img_size), crop_pct=1.0 if max(config.img_size) < 224 else 0.875,
+    return pretrained_cfg(input_size=(3, *config.img_size), crop_pct=1.0 if max(config.img_size) < 224 else 0.875,
                 num_classes=config.num_classes)
 
 
@@ -142,24 +53,14 @@ def pretrained_cfg_for(config: SimpleViTConfig, architecture: str) -> Dict[str, 
     return cfg
 
 
-# Each family module's rows; one without a cfg of its own gets an untrained one.
-_FAMILY_ROWS = {name for family in FAMILIES for name in family.rows}
+_TAGGED = {tag.split('.', 1)[0] for tag in FAMILY_CFGS}
 default_cfgs = generate_default_cfgs({
     **FAMILY_CFGS,
-    **{f'{name}.untrained': _untrained(name) for name in sorted(_FAMILY_ROWS)
-       if not any(tag.split('.', 1)[0] == name for tag in FAMILY_CFGS)},
-    # after its published tags, an untrained one for each row of a family that asks for it
+    # an untrained tag for each row without a published one, and after its published ones for each row of a family
+    # that asks for it
+    **{f'{name}.untrained': _untrained(name) for name in MODELS if name not in _TAGGED},
     **{f'{name}.untrained': _untrained(name) for family in FAMILIES if family.untrained for name in family.rows
-       if any(tag.split('.', 1)[0] == name for tag in family.cfgs)},
-    **{f'{name}.untrained': _untrained(name) for name in MODELS
-       if name not in _FAMILY_ROWS and name != 'simple_vit_small_patch16_224' and '_flexi_' not in name and '_siglip_' not in name
-       and name not in CLIP_ARCHS},
-    **clip_default_cfgs(),
-    **{f'{name}.{tag}': _siglip_cfg(name, tag) for name, tag in _SIGLIP_FILES},
-    **{f'simple_vit_{size}_flexi_240.bv_i1k_1200ep': _flexi_cfg(size) for size in ('small', 'base', 'large')},
-    'simple_vit_small_patch16_224.bv_i1k_300ep': _bv_cfg(300),
-    'simple_vit_small_patch16_224.bv_i1k_150ep': _bv_cfg(150),
-    'simple_vit_small_patch16_224.bv_i1k_90ep': _bv_cfg(90),
+       if name in _TAGGED},
 })
 
 
@@ -220,13 +121,16 @@ def create_simple_vit(variant: str, pretrained: bool = False, **kwargs: Any) -> 
         check_folder(source['file'], SimpleVisionTransformer.state_layout, kwargs.get('limits', DEFAULT_LIMITS))
     overlay: Optional[Dict[str, Any]] = kwargs.get('pretrained_cfg_overlay')
     url = str((overlay or {}).get('url') or '')
-    if overlay and (overlay.get('file') or url.endswith('.npz') or (variant in CLIP_ARCHS and _is_clip_file(url))):
+    family = family_of(variant)
+    family_reads = bool(family and family.reads_url and family.reads_url(url))
+    if overlay and (overlay.get('file') or url.endswith('.npz') or family_reads):
         # A local file or folder (train.py --pretrained-path) is read as a tag's download is: by our reader
         # (model.load_pretrained), which tells the format from the content and maps DeiT-III, RoPE-ViT, BEiT,
         # EVA-02, .npz, CLIP and sharded folders, or refuses what is no checkpoint. timm's generic loader would
         # load such a file as a plain ViT. So are URLs timm cannot read (.npz, an OpenAI TorchScript .pt).
         kwargs['pretrained_cfg_overlay'] = dict(overlay, custom_load=overlay.get('custom_load', True))
-    kwargs = {**clip_tag_args(variant, kwargs.get('pretrained_cfg')), **kwargs}  # a CLIP tag's activation
+    if family and family.tag_args:  # what a tag's weights need beyond the row (a CLIP tag's activation)
+        kwargs = {**family.tag_args(variant, kwargs.get('pretrained_cfg')), **kwargs}
     kwargs.setdefault('num_classes', _head_size(variant, kwargs))
     out_indices = kwargs.pop('out_indices', 3)
     limits: Limits = kwargs.pop('limits', DEFAULT_LIMITS)  # a caller's lifted limits (vit-port --limit)
@@ -255,11 +159,6 @@ def _head_size(variant: str, kwargs: Dict[str, Any]) -> int:
                                  pretrained_cfg_overlay=kwargs.get('pretrained_cfg_overlay')).to_dict()
     classes = cfg.get('num_classes')
     return classes if isinstance(classes, int) and classes >= 0 else MODELS[variant].config().num_classes
-
-
-def _is_clip_file(path: str) -> bool:
-    """An OpenAI CLIP ``.pt`` (also MetaCLIP's) or an open_clip Hub file (``open_clip_*``), by its name."""
-    return path.endswith('.pt') or os.path.basename(path).startswith('open_clip_')
 
 
 def _pretrained_source(cfg: Any) -> Optional[str]:

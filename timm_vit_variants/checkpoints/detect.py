@@ -3,8 +3,9 @@
 The store opened here is the one the reader plans and reads from, so nothing is opened, or
 unpickled, twice. Which reader reads it is decided by one table, ``DISPATCH``: its rows, in order, each test
 what the source holds (``Probe``: the store's names, ``config.json``, the path); the first row that holds names
-the reader (whose ``format`` is the detected format) or refuses the source. A family joins with one row, placed
-before the rows its files would otherwise meet. A wrapper's folder (transformers' ``TimmWrapperModel``, its tensors
+the reader (whose ``format`` is the detected format) or refuses the source. The rows here read timm's and
+transformers' plain ViT and refuse what no row takes; a family module's routes (``families/<name>.py``) fall
+between them, each placed before the rows its files would otherwise meet. A wrapper's folder (transformers' ``TimmWrapperModel``, its tensors
 under ``timm_model.``: ``WRAPPED_PREFIXES``) is read as the timm model it holds, that prefix its default.
 """
 import os
@@ -13,104 +14,47 @@ from typing import Any, Dict, Optional, Tuple, Type
 from ..errors import ViTVariantsError
 from ..limits import DEFAULT_LIMITS, Limits
 from .files import discover
-from .flax import BigVisionCheckpoint, BigVisionNaFlexCheckpoint, VitJaxCheckpoint, is_flat_patch_kernel
 from .hf import HFCheckpoint, VIT_MODEL_TYPES
-from .hf_clip import CLIP_MODEL_TYPES, HFClipCheckpoint
-from .hf_siglip import SIGLIP_MODEL_TYPES, HFSiglip2Checkpoint, HFSiglipCheckpoint
-from .openclip import OpenAICLIPCheckpoint, OpenCLIPCheckpoint, is_openai_clip
-from .openclip_config import open_clip_config_path
-from .openclip_timm import TRUNK, OpenCLIPTimmCheckpoint
 from .options import HINTS, ReaderOptions
 from .routes import WRAPPED_PREFIXES, Probe, Refuse, Route
 from .source import LayoutFn, SourceCheckpoint
-from .stores import NpzStore, TensorStore, open_store
-from .torchscript_store import TorchScriptStore
-from .timm_eva import TimmEvaCheckpoint, is_eva_architecture, is_timm_eva
+from .stores import NpzStore, open_store
 from .timm_format import TimmCheckpoint
-from .timm_naflex import TimmNaFlexCheckpoint
 from ..families.registry import ROUTES
 
 __all__ = ['DISPATCH', 'FORMATS', 'HINTS', 'READERS', 'WRAPPED_PREFIXES', 'Probe', 'Refuse', 'Route',
            'open_checkpoint', 'detect_format']
 
-def _timm_eva(p: Probe) -> bool:
-    """timm's Eva models: by ``architecture`` (any timm's ``Eva`` builds), or for a bare state dict of its DINOv3 or
-    RoPE-ViT ports by its keys."""
-    arch = p.config.get('architecture')
-    return is_eva_architecture(arch) or arch is None and is_timm_eva(p.local)
-
-
-def _naflexvit(p: Probe) -> bool:
-    """timm NaFlexVit weights: ``embeds.proj.weight`` under the prefix."""
-    return p.prefix + 'embeds.proj.weight' in p.store
-
-
 _NPZ_BLOCKS = ('MultiHeadDotProductAttention_0/', 'Transformer/encoderblock/')
 _NO_NPZ_BLOCKS = Refuse(lambda p: ViTVariantsError(
     'an .npz archive without ViT encoder blocks (no MultiHeadDotProductAttention arrays)', path=p.path,
     key='Transformer/encoderblock_0'))
-_NO_CLIP_ARCHIVE = Refuse(lambda p: ViTVariantsError(
-    'a TorchScript archive without a CLIP image tower (no visual.conv1.weight among its '
-    f'{len(p.names)} tensors)', path=p.path, key='visual.conv1.weight'))
-_NOT_TRANSFORMERS_VIT = Refuse(lambda p: ViTVariantsError(
-    f"model_type {p.model_type!r} is not a transformers ViT, DeiT, SigLIP or CLIP model", path=p.config_path,
+_UNREAD_MODEL_TYPE = Refuse(lambda p: ViTVariantsError(
+    f'model_type {p.model_type!r} is not a transformers vision model this package reads', path=p.config_path,
     key='model_type'))
 _NO_PATCH_EMBED = Refuse(lambda p: ViTVariantsError(
     'no ViT patch embedding among the tensors (neither timm nor transformers layout)', path=p.path,
     key='patch_embed.proj.weight'))
 
-def _open_clip_trunk(probe: Probe) -> bool:
-    """Whether a source is an open_clip tower on a timm trunk, to be read with open_clip's head."""
-    if probe.prefix not in ('', TRUNK) or not any(n.startswith(TRUNK) for n in probe.names):
-        return False
-    return not probe.prefix or os.path.isfile(open_clip_config_path(probe.path))
-
-
-# Every reader, and how a source reaches it: the first row whose test holds reads (or refuses) the source.
+# The core rows, which read the plain ViT of timm and transformers and refuse what no row takes; each family's
+# rows (``families/<name>.py``) fall between them by their order.
 _ROWS: Tuple[Route, ...] = (
-    # flax .npz archives
-    Route(100., lambda p: isinstance(p.store, NpzStore) and p.has('MultiHeadDotProductAttention_1/', 'posembed_input/'),
-          VitJaxCheckpoint),
+    # an .npz archive no family's row took (those take archives with encoder blocks)
     Route(200., lambda p: isinstance(p.store, NpzStore) and not p.has(*_NPZ_BLOCKS), _NO_NPZ_BLOCKS),
-    Route(300., lambda p: isinstance(p.store, NpzStore) and is_flat_patch_kernel(p.store, p.options.prefix),
-          BigVisionNaFlexCheckpoint),
-    Route(400., lambda p: isinstance(p.store, NpzStore), BigVisionCheckpoint),
-    # OpenAI's TorchScript archives
-    Route(500., lambda p: isinstance(p.store, TorchScriptStore) and 'visual.conv1.weight' in p.names,
-          OpenAICLIPCheckpoint),
-    Route(600., lambda p: isinstance(p.store, TorchScriptStore), _NO_CLIP_ARCHIVE),
     # timm folders and training checkpoints (config.json's ``architecture``)
-    Route(900., lambda p: 'architecture' in p.config and _timm_eva(p), TimmEvaCheckpoint),
-    Route(1000., lambda p: 'architecture' in p.config and _naflexvit(p), TimmNaFlexCheckpoint),
     Route(1100., lambda p: 'architecture' in p.config, TimmCheckpoint),
     # transformers folders, by config.json's ``model_type``
-    Route(1200., lambda p: p.model_type in SIGLIP_MODEL_TYPES and str(p.model_type).startswith('siglip2'),
-          HFSiglip2Checkpoint),
-    Route(1300., lambda p: p.model_type in SIGLIP_MODEL_TYPES, HFSiglipCheckpoint),
-    Route(1600., lambda p: p.model_type in CLIP_MODEL_TYPES, HFClipCheckpoint),
     Route(1700., lambda p: p.model_type in VIT_MODEL_TYPES, HFCheckpoint),
-    Route(2000., lambda p: 'model_type' in p.config, _NOT_TRANSFORMERS_VIT),
-    # open_clip towers on a timm trunk (visual.trunk.*): with their open_clip_config.json, else unless the trunk alone
-    # is asked for (--prefix visual.trunk.: read below as a timm state dict)
-    Route(2100., lambda p: _open_clip_trunk(p), OpenCLIPTimmCheckpoint),
-    # bare state dicts, by their keys
-    Route(2600., _timm_eva, TimmEvaCheckpoint),
-    # open_clip's layout: OpenAI's state dict (its scalars), else OpenCLIP's
-    Route(2900., lambda p: 'visual.conv1.weight' in p.names and is_openai_clip(p.names), OpenAICLIPCheckpoint),
-    Route(3000., lambda p: 'visual.conv1.weight' in p.names, OpenCLIPCheckpoint),
-    # a transformers ViT's weights without config.json, then timm ViT and NaFlexVit state dicts
+    Route(2000., lambda p: 'model_type' in p.config, _UNREAD_MODEL_TYPE),
+    # a transformers ViT's weights without config.json, then timm ViT state dicts
     Route(3100., lambda p: p.ends('embeddings.patch_embeddings.projection.weight'), HFCheckpoint),
-    Route(3200., lambda p: p.ends('patch_embed.proj.weight', 'embeds.proj.weight') and _naflexvit(p),
-          TimmNaFlexCheckpoint),
     Route(3300., lambda p: p.ends('patch_embed.proj.weight', 'embeds.proj.weight'), TimmCheckpoint),
     Route(3400., lambda p: True, _NO_PATCH_EMBED),
 )
 # The rows above and every family module's routes (``families.registry``), by order.
 DISPATCH: Tuple[Route, ...] = tuple(sorted(_ROWS + ROUTES, key=lambda r: r.order))
-_CORE_FORMATS = ('bigvision', 'vitjax', 'timm', 'hf', 'dinov2', 'dinov3', 'ropevit', 'deit3', 'openclip', 'openai',
-                 'eva02', 'beit')
-FORMATS = _CORE_FORMATS + tuple(dict.fromkeys(
-    r.reader.format for r in ROUTES if not isinstance(r.reader, Refuse) and r.reader.format not in _CORE_FORMATS))
+# Every format a row reads, in the order of its first row.
+FORMATS = tuple(dict.fromkeys(r.reader.format for r in DISPATCH if not isinstance(r.reader, Refuse)))
 # Each format's plain reader: its last row's, which ``fmt=`` reads with when no row of the format holds.
 READERS: Dict[str, Type[SourceCheckpoint]] = {
     fmt: [r.reader for r in DISPATCH if not isinstance(r.reader, Refuse) and r.reader.format == fmt][-1]

@@ -9,13 +9,13 @@ dispatch table (``ROUTES``). Adding a family is adding its module; nothing here 
 import importlib
 import pkgutil
 from dataclasses import dataclass, field
-from typing import Any, Dict, Mapping, Tuple
+from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
 from ..checkpoints.pickle_store import add_weight_entries
 from ..checkpoints.routes import Route
 from ..model_table import MODELS, ModelEntry
 
-__all__ = ['Family', 'FAMILIES', 'DEFAULT_CFGS', 'ROUTES']
+__all__ = ['Family', 'FAMILIES', 'DEFAULT_CFGS', 'ROUTES', 'family_of']
 
 
 @dataclass(frozen=True)
@@ -23,7 +23,8 @@ class Family:
     """One family: its rows (model name -> row), its tags' pretrained cfgs ('model.tag' -> timm cfg dict; the
     first tag of a model is its default), its dispatch routes, and the keys its training checkpoints hold their
     weights under beyond timm's (``weight_entries``, in order of preference; ``ema_entries`` are EMA weights);
-    ``untrained`` gives each row with published tags an untrained tag after them."""
+    ``untrained`` gives each row with published tags an untrained tag after them; ``tag_args`` and ``reads_url``
+    are how its tags are built and loaded where that differs from timm's way."""
     name: str
     rows: Mapping[str, ModelEntry] = field(default_factory=dict)
     cfgs: Mapping[str, Dict[str, Any]] = field(default_factory=dict)
@@ -31,6 +32,11 @@ class Family:
     weight_entries: Tuple[str, ...] = ()
     ema_entries: Tuple[str, ...] = ()
     untrained: bool = False  # an 'untrained' tag after the published ones of each row (the rows' tags of release 0.2)
+    # (model name, the pretrained_cfg timm hands the entrypoint) -> model arguments a tag's weights need beyond the
+    # row's (CLIP's activation, which differs between tags of one architecture)
+    tag_args: Optional[Callable[[str, Any], Dict[str, Any]]] = None
+    # a URL of this family's weights that timm's own loader cannot read, so our reader reads it (OpenAI's .pt)
+    reads_url: Optional[Callable[[str], bool]] = None
 
 
 def _discover() -> Tuple[Family, ...]:
@@ -66,3 +72,8 @@ _register(FAMILIES)
 DEFAULT_CFGS: Dict[str, Dict[str, Any]] = {tag: cfg for family in FAMILIES for tag, cfg in family.cfgs.items()}
 # every family's dispatch routes (``checkpoints.detect`` sorts them into its table by ``order``)
 ROUTES: Tuple[Route, ...] = tuple(route for family in FAMILIES for route in family.routes)
+
+
+def family_of(model: str) -> Optional[Family]:
+    """The family whose rows hold ``model`` (None for the package's own plain-recipe rows)."""
+    return next((family for family in FAMILIES if model in family.rows), None)
