@@ -147,6 +147,16 @@ def write_npz_at(path, params: Dict[str, np.ndarray], prefix: str = '', bf16: bo
 # -- the porting sources: a fixed tiny geometry ---------------------------------------------------------
 
 WIDTH, DEPTH, HEADS, MLP, PATCH, IMG, CLASSES = 32, 2, 2, 64, 8, 32, 5
+def perturb(model: torch.nn.Module, seed: int = 0, scale: float = 0.1) -> torch.nn.Module:
+    """Add seeded noise to every parameter on top of its initialisation (a transformers model's own, so norms stay
+    around their init): biases, tables and tokens that the init leaves at zero become non-trivial."""
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for param in model.parameters():
+            param.add_(torch.randn(param.shape, generator=gen) * scale)
+    return model.eval()
+
+
 LABELS = [f'class_{i}' for i in range(CLASSES)]
 
 

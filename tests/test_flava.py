@@ -8,6 +8,7 @@ import json
 import pytest
 import torch
 
+from checkpoint_fixtures import perturb
 from model_probes import load_like_user
 from porting.pipeline import convert
 from timm_vit_variants.errors import ViTVariantsError
@@ -21,22 +22,14 @@ T = dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attentio
 BOUND = 2e-5
 
 
-def _randomised(model):
-    generator = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(torch.randn(p.shape, generator=generator) * 0.1)
-    return model.eval()
-
-
 def _image_model():
     torch.manual_seed(0)
-    return _randomised(transformers.FlavaImageModel(transformers.FlavaImageConfig(**V)))
+    return perturb(transformers.FlavaImageModel(transformers.FlavaImageConfig(**V)))
 
 
 def _model():
     torch.manual_seed(0)
-    return _randomised(transformers.FlavaModel(transformers.FlavaConfig(
+    return perturb(transformers.FlavaModel(transformers.FlavaConfig(
         image_config=V, text_config=T, projection_dim=16,
         multimodal_config=dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2))))
 

@@ -7,6 +7,7 @@ import json
 import pytest
 import torch
 
+from checkpoint_fixtures import perturb
 from model_probes import load_like_user
 from porting.pipeline import convert
 from timm_vit_variants.errors import ViTVariantsError
@@ -20,22 +21,14 @@ TEXT = dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_atten
 BOUND = 2e-5
 
 
-def _randomised(model):
-    generator = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(torch.randn(p.shape, generator=generator) * 0.1)
-    return model.eval()
-
-
 def _vision_model():
     torch.manual_seed(0)
-    return _randomised(transformers.GitVisionModel(transformers.GitVisionConfig(**V)))
+    return perturb(transformers.GitVisionModel(transformers.GitVisionConfig(**V)))
 
 
 def _captioner(cls: str = 'GitForCausalLM'):
     torch.manual_seed(0)
-    return _randomised(getattr(transformers, cls)(transformers.GitConfig(vision_config=V, **TEXT)))
+    return perturb(getattr(transformers, cls)(transformers.GitConfig(vision_config=V, **TEXT)))
 
 
 @pytest.mark.parametrize('build', [_vision_model, _captioner, lambda: _captioner('GitModel')],

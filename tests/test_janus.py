@@ -8,6 +8,7 @@ import json
 import pytest
 import torch
 
+from checkpoint_fixtures import perturb
 from model_probes import load_like_user
 from porting.pipeline import convert
 from timm_vit_variants.errors import ViTVariantsError
@@ -21,11 +22,7 @@ BOUND = 2e-5
 def _vision_model(**kwargs):
     torch.manual_seed(0)
     model = transformers.JanusVisionModel(transformers.JanusVisionConfig(**dict(V, **kwargs)))
-    generator = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(torch.randn(p.shape, generator=generator) * 0.1)
-    return model.eval()
+    return perturb(model)
 
 
 @pytest.mark.parametrize('bias', [True, False], ids=['attention_bias', 'no_attention_bias'])

@@ -8,6 +8,7 @@ import json
 import pytest
 import torch
 
+from checkpoint_fixtures import perturb
 from model_probes import load_like_user
 from porting.pipeline import convert
 from timm_vit_variants.errors import ViTVariantsError
@@ -24,11 +25,7 @@ def _kosmos2(cls: str = 'Kosmos2Model'):
     torch.manual_seed(0)
     model = getattr(transformers, cls)(transformers.Kosmos2Config(vision_config=V, text_config=TEXT,
                                                                   latent_query_num=4))
-    generator = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(torch.randn(p.shape, generator=generator) * 0.1)
-    return model.eval()
+    return perturb(model)
 
 
 @pytest.mark.parametrize('cls', ['Kosmos2Model', 'Kosmos2ForConditionalGeneration'])

@@ -7,6 +7,7 @@ import json
 import pytest
 import torch
 
+from checkpoint_fixtures import perturb
 from model_probes import load_like_user
 from porting.pipeline import convert
 from timm_vit_variants.errors import ViTVariantsError
@@ -21,11 +22,7 @@ BOUND = 2e-5
 def _vision_model():
     torch.manual_seed(0)
     model = transformers.Phi4MultimodalVisionModel(transformers.Phi4MultimodalVisionConfig(**V))
-    generator = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(torch.randn(p.shape, generator=generator) * 0.1)
-    return model.eval()
+    return perturb(model)
 
 
 def test_phi4mm_folder_gives_its_tokens_and_pooled_output(tmp_path, max_delta):

@@ -9,6 +9,7 @@ import json
 import pytest
 import torch
 
+from checkpoint_fixtures import perturb
 from model_probes import load_like_user
 from porting.pipeline import convert
 from timm_vit_variants.errors import ViTVariantsError
@@ -22,11 +23,7 @@ BOUND = 2e-5
 def _build(cls: str):
     torch.manual_seed(0)
     model = getattr(transformers, cls)(transformers.ViTMAEConfig(**V))
-    generator = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            p.add_(torch.randn(p.shape, generator=generator) * 0.1)
-    return model.eval()
+    return perturb(model)
 
 
 @pytest.mark.parametrize('cls', ['ViTMAEModel', 'ViTMAEForPreTraining'])
