@@ -19,6 +19,7 @@ import timm_vit_variants  # noqa: F401
 from timm_vit_variants.beit_models import BEIT_ROWS
 from timm_vit_variants.clip_models import CLIP_ARCHS
 from timm_vit_variants.config import SimpleViTConfig, grid_for
+from timm_vit_variants.families import bigvision, siglip
 from timm_vit_variants.families.siglip import SIGLIP_TOWERS
 from timm_vit_variants.model_table import MODELS
 from timm_vit_variants.deit_models import DEIT3_ROWS, DEIT_ROWS
@@ -30,7 +31,8 @@ MODEL_NAMES = sorted(timm.list_models('simple_vit_*'))
 # The rows of the families under timm_vit_variants/families/ without a table of their own here (AIMv2, I-JEPA):
 # published image towers, no classifier.
 FAMILY_ROWS = {name for family in FAMILIES for name in family.rows} - {
-    *DINO_ROWS, *DEIT_ROWS, *DEIT3_ROWS, *EVA02_ROWS, *BEIT_ROWS}
+    *DINO_ROWS, *DEIT_ROWS, *DEIT3_ROWS, *EVA02_ROWS, *BEIT_ROWS, *CLIP_ARCHS, *bigvision.FAMILY.rows,
+    *siglip.FAMILY.rows}
 
 
 def _one_per_form(names):
