@@ -50,10 +50,10 @@ def _timm(arch, extra):
     return model, args
 
 
-def _convert(src, out, capsys):
-    rc = main(['convert', str(src), str(out)])
-    err = capsys.readouterr().err
-    return rc, err
+def _convert(src, out, capsys, *options):
+    rc = main(['convert', str(src), str(out), *options])
+    captured = capsys.readouterr()
+    return rc, captured.out + captured.err
 
 
 def _compare(max_delta, what, ours, reference):
@@ -89,6 +89,19 @@ def test_a_bare_relpos_state_dict_converts_exactly(tmp_path, capsys, arch, extra
     ours = load_like_user(tmp_path / 'out')
     assert tuple(ours.patch_embed.img_size) == (224, 224)
     _compare(max_delta, f'timm {arch} {extra} state dict, converted', ours, reference)
+
+
+def test_a_conversion_to_a_non_square_grid_is_checked_against_timms_set_input_size(tmp_path, capsys, max_delta):
+    reference, args = _timm('vit_srelpos_small_patch16_224', {})
+    save_for_hf(reference, str(tmp_path / 'src'), model_args=args)
+    rc, said = _convert(tmp_path / 'src', tmp_path / 'out', capsys, '--img-size', '96', '48')
+    assert rc == 0 and 'target geometry (96x48, patch 16) passed' in said and 'set_input_size' in said, said
+    ours = load_like_user(tmp_path / 'out')
+    assert tuple(ours.patch_embed.img_size) == (96, 48)
+    reference.set_input_size(img_size=(96, 48))
+    x = torch.randn(2, 3, 96, 48, generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        max_delta('timm vit_srelpos folder converted to 96x48: logits', ours(x), reference(x), TOL)
 
 
 @pytest.mark.parametrize('arch, extra, part', REFUSED, ids=[f'{a}-{i}' for i, (a, _, _) in enumerate(REFUSED)])

@@ -13,7 +13,7 @@ import torch
 from timm_vit_variants.families.relpos_mlp import MlpRelPos
 
 from ..verification.result import Check, Outputs
-from ..verification.timm_ref import TimmReference, fit_input, timm_model, timm_weights
+from ..verification.timm_ref import TimmReference, fit_input, rebuild_buffers, timm_model, timm_weights
 
 __all__ = ['relpos_outputs']
 
@@ -33,11 +33,7 @@ def _from_state_dict(check: Check) -> TimmReference:
             rel_pos_type='mlp_swin' if part.mode == 'swin' else 'mlp', rel_pos_dim=part.hidden,
             shared_rel_pos=part.shared)
     model.load_state_dict(timm_weights(Path(check.path), check.weights_key), strict=True, assign=True)
-    for module in model.modules():  # the bias MLPs' coordinates and index, computed where timm computes them
-        if hasattr(module, 'init_non_persistent_buffers'):
-            for name, buffer in module.named_buffers(recurse=False):
-                setattr(module, name, torch.empty_like(buffer, device='cpu'))
-            module.init_non_persistent_buffers()
+    rebuild_buffers(model)  # the bias MLPs' coordinates and index, by timm's own code
     return TimmReference(model.eval(), 'timm VisionTransformerRelPos + timm load_state_dict (strict)')
 
 

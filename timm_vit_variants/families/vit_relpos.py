@@ -16,7 +16,7 @@ tensors. A bare state dict records no image size, head count per attention (the 
 pooling: timm's defaults are assumed and said so.
 """
 import re
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Tuple
 
 import timm
 import torch.nn as nn
@@ -69,7 +69,7 @@ class TimmRelPosCheckpoint(TimmCheckpoint):
     """A timm ``VisionTransformerRelPos`` folder or state dict (module docstring)."""
     format = 'vit_relpos'
     KIND = 'VisionTransformerRelPos'
-    TENSOR_RULES: tuple = (_mlp_rule,)
+    TENSOR_RULES: Tuple[RuleFn, ...] = (_mlp_rule,)
     shared = False  # one MLP for every block (set by ``_infer``)
 
     def _infer(self) -> SimpleViTConfig:
