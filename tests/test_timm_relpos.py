@@ -123,20 +123,36 @@ def test_a_post_norm_state_dict_without_layer_scale_is_refused_by_name(tmp_path,
 
 
 @pytest.fixture(scope='module')
-def swin_model(tmp_path_factory):
-    """A converted 'swin' model (its coordinates are normalised by each side's length minus one)."""
-    root = tmp_path_factory.mktemp('swin')
-    reference, args = _timm('vit_relpos_small_patch16_224', dict(rel_pos_type='mlp_swin'))
-    save_for_hf(reference, str(root / 'src'), model_args=args)
-    assert main(['convert', str(root / 'src'), str(root / 'out'), '--no-verify']) == 0
-    return load_like_user(root / 'out')
+def converted(tmp_path_factory):
+    """Converted models (no verification: the tests compare them), by case: per-block 'cr' with a [CLS], shared
+    'swin'; each beside its timm reference."""
+    models = {}
+    for name, arch, extra in (('cls', 'vit_relpos_medium_patch16_cls_224', {}),
+                              ('swin', 'vit_srelpos_small_patch16_224', dict(rel_pos_type='mlp_swin'))):
+        root = tmp_path_factory.mktemp(name)
+        reference, args = _timm(arch, extra)
+        save_for_hf(reference, str(root / 'src'), model_args=args)
+        assert main(['convert', str(root / 'src'), str(root / 'out'), '--no-verify']) == 0
+        models[name] = load_like_user(root / 'out'), reference
+    return models
 
 
-def test_a_grid_timm_divides_by_zero_on_is_refused_by_name(swin_model):
+def test_a_grid_timm_divides_by_zero_on_is_refused_by_name(converted):
+    ours, _ = converted['swin']
     with pytest.raises(ViTVariantsError, match=r"'swin' relative coordinates divide by \(side - 1\).*1x4 grid"):
-        swin_model(torch.randn(1, 3, 16, 64))
+        ours(torch.randn(1, 3, 16, 64))
+    with pytest.raises(ViTVariantsError, match=r'1x4 grid'):
+        ours([torch.randn(3, 64, 64), torch.randn(3, 16, 64)])
 
 
-def test_packed_naflex_rows_are_refused_by_name(swin_model):
-    with pytest.raises(ViTVariantsError, match='packed NaFlex rows'):
-        swin_model([torch.randn(3, 64, 64), torch.randn(3, 48, 32)])
+@pytest.mark.parametrize('case', ['cls', 'swin'])
+def test_packed_images_of_several_grids_each_get_what_timm_gives_them_alone(converted, case, max_delta):
+    ours, reference = converted[case]
+    images = [torch.randn(3, *size, generator=torch.Generator().manual_seed(i))
+              for i, size in enumerate(((64, 64), (96, 48), (32, 80)))]
+    with torch.no_grad():
+        packed = ours(images)
+        for i, image in enumerate(images):
+            reference.set_input_size(img_size=tuple(image.shape[1:]))
+            max_delta(f'{case}: image {i} ({tuple(image.shape[1:])}) packed beside others: logits', packed[i],
+                      reference(image[None])[0], TOL)

@@ -11,8 +11,11 @@ block (``rel_pos.mlps.{i}``), or one for every block (``shared``: timm's ``share
 
 The bias is generated for the input's own grid, so any grid, square or not, gives what timm's model gives after its
 ``set_input_size`` to that grid (which regenerates the same coordinates). Nothing is stored per grid, so a change of
-the nominal grid resizes nothing. 'swin' at a grid with a side of 1 is refused (timm divides by zero there), and so
-are packed NaFlex rows (images of several grids in one batch), which this scheme does not lay out.
+the nominal grid resizes nothing. Packed NaFlex rows give each image its own grid's bias, block-diagonally (every
+image attended as if alone, as timm runs it at its size): the chunk's index points each pair of an image's patch
+tokens into its grid's (2 gh - 1)(2 gw - 1) generated entries, from the tokens' (y, x) alone, and every other pair
+at a zero entry (prefix tokens; pairs across images, which the rows' mask gives -inf). 'swin' at a grid with a side
+of 1 is refused (timm divides by zero there).
 """
 from dataclasses import dataclass
 from typing import Any, ClassVar, Dict, Iterable, List, Optional, Tuple
@@ -35,8 +38,6 @@ __all__ = ['MlpRelPos', 'MlpRelPosBias', 'RELPOS_MLP_MODES']
 
 RELPOS_MLP_MODES = ('cr', 'swin')  # timm's RelPosMlp modes (its gen_relative_log_coords knows these two)
 _SWIN_GAIN = 16  # RelPosMlp's bias_gain in 'swin' mode
-_PACKED = ("timm's MLP relative-position bias is made for one grid per batch: packed NaFlex rows (images of several "
-           'grids) are not expressed; give an NCHW batch of one size')
 
 
 @dataclass(frozen=True)
@@ -72,14 +73,19 @@ class MlpRelPosBias(SchemeModule):
         self._inputs: Dict[Tuple[int, int, str, torch.dtype], Tuple[torch.Tensor, torch.Tensor]] = {}
 
     @torch.jit.ignore
-    def _grid_inputs(self, grid_h: int, grid_w: int, device: torch.device, dtype: torch.dtype
-                     ) -> Tuple[torch.Tensor, torch.Tensor]:
-        """A grid's log coordinates (2 gh - 1, 2 gw - 1, 2) and its (N * N,) index, as timm's ``RelPosMlp`` makes
-        its buffers (by its own functions), kept by grid: they hold no weights."""
+    def _check_grid(self, grid_h: int, grid_w: int) -> None:
+        """Refuse a grid timm's coordinates have no value for ('swin' with a side of 1)."""
         if self.mode == 'swin' and min(grid_h, grid_w) < 2:
             raise ViTVariantsError(f"timm's 'swin' relative coordinates divide by (side - 1), so a {grid_h}x{grid_w} "
                                    'grid has none (timm gives NaN there); give an image at least 2 patches on each '
                                    'side', key='img_size')
+
+    @torch.jit.ignore
+    def _grid_inputs(self, grid_h: int, grid_w: int, device: torch.device, dtype: torch.dtype
+                     ) -> Tuple[torch.Tensor, torch.Tensor]:
+        """A grid's log coordinates (2 gh - 1, 2 gw - 1, 2) and its (N * N,) index, as timm's ``RelPosMlp`` makes
+        its buffers (by its own functions), kept by grid: they hold no weights."""
+        self._check_grid(grid_h, grid_w)
         key = (int(grid_h), int(grid_w), str(device), dtype)
         hit = self._inputs.get(key)
         if hit is None:
@@ -89,32 +95,75 @@ class MlpRelPosBias(SchemeModule):
             self._inputs[key] = hit
         return hit
 
-    def bias(self, layer: int, grid_h: int, grid_w: int) -> torch.Tensor:
-        """Block ``layer``'s (1, heads, prefix + N, prefix + N) bias for an NCHW batch of grid ``grid_h`` x
-        ``grid_w``: timm's ``RelPosMlp.get_bias`` at that grid, step for step."""
+    def _entries(self, layer: int, grid_h: int, grid_w: int) -> torch.Tensor:
+        """Block ``layer``'s ((2 gh - 1)(2 gw - 1), heads) bias for every (dy, dx) of a grid: timm's MLP over its log
+        coordinates, then ('swin') its gain on the sigmoid."""
         mlp = self.mlps[0 if self.shared else layer]
         weight = mlp.fc1.weight
-        coords, index = self._grid_inputs(grid_h, grid_w, weight.device, weight.dtype)
+        coords, _ = self._grid_inputs(grid_h, grid_w, weight.device, weight.dtype)
+        entries = mlp(coords).view(-1, self.num_heads)
+        return _SWIN_GAIN * torch.sigmoid(entries) if self.mode == 'swin' else entries
+
+    def bias(self, layer: int, grid_h: int, grid_w: int) -> torch.Tensor:
+        """Block ``layer``'s (1, heads, prefix + N, prefix + N) bias for an NCHW batch of grid ``grid_h`` x
+        ``grid_w``: timm's ``RelPosMlp.get_bias`` at that grid (its activation applied to the entries before the
+        gather, which takes them as they are)."""
+        weight = self.mlps[0].fc1.weight
+        _, index = self._grid_inputs(grid_h, grid_w, weight.device, weight.dtype)
         tokens = grid_h * grid_w
-        bias = mlp(coords).view(-1, self.num_heads)[index].view(tokens, tokens, self.num_heads).permute(2, 0, 1)
-        if self.mode == 'swin':
-            bias = _SWIN_GAIN * torch.sigmoid(bias)
+        bias = self._entries(layer, grid_h, grid_w)[index].view(tokens, tokens, self.num_heads).permute(2, 0, 1)
         if self.prefix:
             bias = F.pad(bias, [self.prefix, 0, self.prefix, 0])
         return bias.unsqueeze(0).contiguous()
 
     def join_mask(self, layer: int, grid: Optional[List[int]], mask: Optional[torch.Tensor],
                   tensors: Dict[str, torch.Tensor], sizes: Dict[str, List[int]]) -> torch.Tensor:
-        """The attention mask of block ``layer`` with its bias added (NCHW; packed rows are refused before)."""
-        if grid is None:
-            raise ViTVariantsError(_PACKED, key='rel_pos')
-        bias = self.bias(layer, grid[0], grid[1])
-        return bias if mask is None else mask + bias
+        """The attention mask of block ``layer`` with its bias added: NCHW's (``grid``), or packed rows'."""
+        if grid is not None:
+            bias = self.bias(layer, grid[0], grid[1])
+            return bias if mask is None else mask + bias
+        return self._rows_bias(layer, mask, tensors, sizes)
 
     @torch.jit.ignore
     def prepare_rows(self, chunk, patches, inputs: Dict[str, torch.Tensor], tensors: Dict[str, torch.Tensor],
                      sizes: Dict[str, List[int]]) -> None:
-        raise ViTVariantsError(_PACKED, key='rel_pos')
+        """The chunk's (rows, capacity, capacity) index into a zero entry followed by the entries of its images'
+        grids (module docstring)."""
+        offsets: Dict[Tuple[int, int], int] = {}  # grid -> its entries' offset after the zero entry
+        total = 1
+        index = torch.zeros(chunk.rows, chunk.capacity, chunk.capacity, dtype=torch.long, device=patches.coords.device)
+        coords = patches.coords.split(patches.counts)
+        start = 0
+        for i in chunk.images:
+            grid_h, grid_w = grid = (int(patches.grids[i][0]), int(patches.grids[i][1]))
+            if grid not in offsets:
+                self._check_grid(grid_h, grid_w)
+                offsets[grid] = total
+                total += (2 * grid_h - 1) * (2 * grid_w - 1)
+            row, first = divmod(int(chunk.flat_index[start]), chunk.capacity)
+            start += self.prefix + patches.counts[i]
+            y, x = coords[i][:, 0], coords[i][:, 1]
+            first += self.prefix
+            block = index[row, first:first + len(y), first:first + len(y)]
+            block.copy_((y[:, None] - y[None, :] + grid_h - 1) * (2 * grid_w - 1) + x[:, None] - x[None, :])
+            block.add_(grid_w - 1 + offsets[grid])
+        tensors['rel_pos'] = index
+        sizes['rel_pos'] = [v for grid in offsets for v in grid]
+
+    @torch.jit.ignore
+    def _rows_bias(self, layer: int, mask: Optional[torch.Tensor], tensors: Dict[str, torch.Tensor],
+                   sizes: Dict[str, List[int]]) -> torch.Tensor:
+        """Block ``layer``'s (rows, heads, capacity, capacity) bias of a chunk of packed rows, plus its mask."""
+        flat = sizes['rel_pos']
+        entries = [self._entries(layer, flat[k], flat[k + 1]) for k in range(0, len(flat), 2)]
+        table = torch.cat([entries[0].new_zeros(1, self.num_heads), *entries])
+        bias = table[tensors['rel_pos']].permute(0, 3, 1, 2)
+        return bias if mask is None else bias.add_(mask)
+
+    @torch.jit.ignore
+    def pair_bytes(self, itemsize: int) -> int:
+        """Bytes this scheme adds to each (query, key) pair of a chunk of packed rows: its bias and its index."""
+        return rel_pos_bytes(1, self.num_heads, itemsize)
 
     @torch.jit.ignore
     def keep_layers(self, depth: int) -> None:
