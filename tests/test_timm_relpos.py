@@ -156,3 +156,12 @@ def test_packed_images_of_several_grids_each_get_what_timm_gives_them_alone(conv
             reference.set_input_size(img_size=tuple(image.shape[1:]))
             max_delta(f'{case}: image {i} ({tuple(image.shape[1:])}) packed beside others: logits', packed[i],
                       reference(image[None])[0], TOL)
+
+
+def test_a_converted_relpos_model_scripts_and_keeps_its_numbers(converted, max_delta):
+    ours, reference = converted['cls']
+    reference.set_input_size(img_size=(96, 48))
+    x = torch.randn(2, 3, 96, 48, generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        max_delta('TorchScript of a converted vit_relpos at 96x48: logits', torch.jit.script(ours)(x), reference(x),
+                  TOL)

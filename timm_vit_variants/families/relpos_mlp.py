@@ -37,7 +37,24 @@ from ..scheme import SchemeModule
 __all__ = ['MlpRelPos', 'MlpRelPosBias', 'RELPOS_MLP_MODES']
 
 RELPOS_MLP_MODES = ('cr', 'swin')  # timm's RelPosMlp modes (its gen_relative_log_coords knows these two)
-_SWIN_GAIN = 16  # RelPosMlp's bias_gain in 'swin' mode
+
+
+def _check_grid(mode: str, grid_h: int, grid_w: int) -> None:
+    """Refuse a grid timm's coordinates have no value for ('swin' with a side of 1)."""
+    if mode == 'swin' and min(grid_h, grid_w) < 2:
+        raise ViTVariantsError(f"timm's 'swin' relative coordinates divide by (side - 1), so a {grid_h}x{grid_w} "
+                               'grid has none (timm gives NaN there); give an image at least 2 patches on each side',
+                               key='img_size')
+
+
+@torch.jit.ignore
+def _make_grid_inputs(mode: str, grid_h: int, grid_w: int, like: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    """A grid's log coordinates (in ``like``'s dtype) and index, on ``like``'s device, made as timm's ``RelPosMlp``
+    makes its buffers, by its own functions."""
+    _check_grid(mode, grid_h, grid_w)
+    grid = (int(grid_h), int(grid_w))
+    return (gen_relative_log_coords(grid, mode=mode, device=like.device, dtype=like.dtype),
+            gen_relative_position_index(grid, device=like.device).view(-1))
 
 
 @dataclass(frozen=True)
@@ -72,44 +89,36 @@ class MlpRelPosBias(SchemeModule):
             for _ in range(1 if part.shared else depth)])
         self._inputs: Dict[Tuple[int, int, str, torch.dtype], Tuple[torch.Tensor, torch.Tensor]] = {}
 
-    @torch.jit.ignore
-    def _check_grid(self, grid_h: int, grid_w: int) -> None:
-        """Refuse a grid timm's coordinates have no value for ('swin' with a side of 1)."""
-        if self.mode == 'swin' and min(grid_h, grid_w) < 2:
-            raise ViTVariantsError(f"timm's 'swin' relative coordinates divide by (side - 1), so a {grid_h}x{grid_w} "
-                                   'grid has none (timm gives NaN there); give an image at least 2 patches on each '
-                                   'side', key='img_size')
+    def _grid_inputs(self, grid_h: int, grid_w: int, like: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        """A grid's log coordinates (2 gh - 1, 2 gw - 1, 2) and its (N * N,) index, kept by grid (they hold no
+        weights); TorchScript keeps no Python cache, so there they are made on each call."""
+        if torch.jit.is_scripting():
+            return _make_grid_inputs(self.mode, grid_h, grid_w, like)
+        return self._cached_inputs(grid_h, grid_w, like)
 
     @torch.jit.ignore
-    def _grid_inputs(self, grid_h: int, grid_w: int, device: torch.device, dtype: torch.dtype
-                     ) -> Tuple[torch.Tensor, torch.Tensor]:
-        """A grid's log coordinates (2 gh - 1, 2 gw - 1, 2) and its (N * N,) index, as timm's ``RelPosMlp`` makes
-        its buffers (by its own functions), kept by grid: they hold no weights."""
-        self._check_grid(grid_h, grid_w)
-        key = (int(grid_h), int(grid_w), str(device), dtype)
+    def _cached_inputs(self, grid_h: int, grid_w: int, like: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        key = (int(grid_h), int(grid_w), str(like.device), like.dtype)
         hit = self._inputs.get(key)
         if hit is None:
-            grid = (int(grid_h), int(grid_w))
-            hit = (gen_relative_log_coords(grid, mode=self.mode, device=device, dtype=dtype),
-                   gen_relative_position_index(grid, device=device).view(-1))
-            self._inputs[key] = hit
+            hit = self._inputs[key] = _make_grid_inputs(self.mode, grid_h, grid_w, like)
         return hit
 
     def _entries(self, layer: int, grid_h: int, grid_w: int) -> torch.Tensor:
         """Block ``layer``'s ((2 gh - 1)(2 gw - 1), heads) bias for every (dy, dx) of a grid: timm's MLP over its log
         coordinates, then ('swin') its gain on the sigmoid."""
-        mlp = self.mlps[0 if self.shared else layer]
-        weight = mlp.fc1.weight
-        coords, _ = self._grid_inputs(grid_h, grid_w, weight.device, weight.dtype)
-        entries = mlp(coords).view(-1, self.num_heads)
-        return _SWIN_GAIN * torch.sigmoid(entries) if self.mode == 'swin' else entries
+        want = 0 if self.shared else layer
+        entries = torch.empty(0)
+        for i, mlp in enumerate(self.mlps):  # not ``self.mlps[want]``: TorchScript indexes modules by literals only
+            if i == want:
+                entries = mlp(self._grid_inputs(grid_h, grid_w, mlp.fc1.weight)[0]).view(-1, self.num_heads)
+        return 16 * torch.sigmoid(entries) if self.mode == 'swin' else entries  # RelPosMlp's bias_gain: 16
 
     def bias(self, layer: int, grid_h: int, grid_w: int) -> torch.Tensor:
         """Block ``layer``'s (1, heads, prefix + N, prefix + N) bias for an NCHW batch of grid ``grid_h`` x
         ``grid_w``: timm's ``RelPosMlp.get_bias`` at that grid (its activation applied to the entries before the
         gather, which takes them as they are)."""
-        weight = self.mlps[0].fc1.weight
-        _, index = self._grid_inputs(grid_h, grid_w, weight.device, weight.dtype)
+        _, index = self._grid_inputs(grid_h, grid_w, self.mlps[0].fc1.weight)
         tokens = grid_h * grid_w
         bias = self._entries(layer, grid_h, grid_w)[index].view(tokens, tokens, self.num_heads).permute(2, 0, 1)
         if self.prefix:
@@ -137,7 +146,7 @@ class MlpRelPosBias(SchemeModule):
         for i in chunk.images:
             grid_h, grid_w = grid = (int(patches.grids[i][0]), int(patches.grids[i][1]))
             if grid not in offsets:
-                self._check_grid(grid_h, grid_w)
+                _check_grid(self.mode, grid_h, grid_w)
                 offsets[grid] = total
                 total += (2 * grid_h - 1) * (2 * grid_w - 1)
             row, first = divmod(int(chunk.flat_index[start]), chunk.capacity)
