@@ -25,7 +25,7 @@ CASES = [
     ('vit_dlittle_patch16_reg1_gap_256', {}, "blocks.0.attn (timm's DiffAttention: differential attention)"),
     ('samvit_base_patch16_224', {}, "the model (timm's VisionTransformerSAM: SAM's image encoder, with windowed "
                                     'attention, decomposed relative positions and a neck)'),
-    ('vit_relpos_small_patch16_224', {}, "the model (timm's VisionTransformerRelPos"),
+    ('vit_relpos_small_patch16_224', {}, None),  # relative-position MLP biases: the vit_relpos family reads it
     ('eva02_base_patch16_clip_224', {}, None),  # EVA-02 CLIP: the attention's and MLP's sub-LNs, split q/k/v
     ('eva02_enormous_patch14_clip_224', {}, "blocks.0 (timm's EvaBlockPostNorm"),
     ('beit3_base_patch16_224', {}, None),  # BEiT-3 (timm's VisionTransformer): the sub-LNs in attention and MLP

@@ -85,6 +85,13 @@ def _parse_pos_embed(value: Any) -> Tuple[Type[PositionScheme], ...]:
     return schemes
 
 
+def _unflattened(scheme: PositionScheme) -> bool:
+    """Whether ``scheme`` has a setting off its default that no flat name carries (a family's scheme registered
+    after this module): the flat form then lists the schemes composed too, or it would lose that setting."""
+    flat = {f for owner, f in _SCHEME_FLAT.values() if owner is type(scheme)}
+    return any(f.name not in flat and getattr(scheme, f.name) != f.default for f in fields(scheme))
+
+
 def _slot_rank(scheme: Any) -> int:
     """Where a scheme is listed: by its slot, the table first (slots a family adds last)."""
     return _SLOT_ORDER.index(scheme.slot) if scheme.slot in _SLOT_ORDER else len(_SLOT_ORDER)
@@ -313,6 +320,8 @@ class SimpleViTConfig:
         values['global_pool'], values['pos_embed'] = self.head.pool.kind, self.flat_pos_embed
         out = {name: values[name] for name in _FLAT_0_2}
         out.update({name: values[name] for name, default in _NEWER.items() if values[name] != default})
+        if any(_unflattened(s) for s in self.positions):  # a family's scheme whose settings have no flat name
+            out['positions'] = [s.to_dict() for s in self.positions]
         if include_training:
             out.update({name: values[name] for name in _TRAINING})
         return out

@@ -195,7 +195,7 @@ class PositionsMixin:
             for key in RESIZED_KEYS:
                 owner, _, name = key.rpartition('.')
                 module = getattr(self, owner) if owner else self
-                old = None if module is None else getattr(module, name)
+                old = None if module is None else getattr(module, name, None)  # a scheme may own no such tensor
                 if old is not None:
                     with torch.no_grad():
                         fitted = fit_tensor(key, old.detach(), before, after)

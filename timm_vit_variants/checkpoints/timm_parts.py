@@ -41,6 +41,8 @@ _KNOWN = {
     'VisionTransformerSAM': "SAM's image encoder, with windowed attention, decomposed relative positions and a neck",
     'VisionTransformerRelPos': "relative position biases, timm's vit_relpos",
     'ResPostBlock': 'post-norm residual blocks, the norm after each branch',
+    'ResPostRelPosBlock': 'post-norm residual blocks, the norm after each branch',
+    'RelPosBias': "a learned relative-position table per block (rel_pos_type 'bias')",
     'EvaBlockPostNorm': 'post-norm residual blocks, the norm after each branch',
     'ParallelScalingBlock': 'attention and MLP run in parallel off one fused projection',
     'ParallelThingsBlock': 'parallel attention and MLP branches',
