@@ -298,7 +298,7 @@ class SimpleViTConfig:
     def to_flat(self, include_training: bool = False) -> Dict[str, Any]:
         """Release 0.2.0's flat constructor kwargs (squares as ints); block options newer than it only where they
         differ from their default; training ones on request; ``positions`` whole beside them where a family's
-        scheme has settings of its own."""
+        scheme has settings other than its defaults."""
         values: Dict[str, Any] = {name: getattr(self, name) for name in _TOP}
         for name in ('img_size', 'patch_size'):
             values[name] = values[name][0] if values[name][0] == values[name][1] else tuple(values[name])
@@ -315,8 +315,9 @@ class SimpleViTConfig:
         values['global_pool'], values['pos_embed'] = self.head.pool.kind, self.flat_pos_embed
         out = {name: values[name] for name in _FLAT_0_2}
         out.update({name: values[name] for name, default in _NEWER.items() if values[name] != default})
-        # a family's scheme has no flat names: its settings ride in the composed list (``of`` keeps it by class)
-        if any(fields(s) and type(s) not in _FLAT_SCHEME_CLASSES for s in self.positions):
+        # a family's scheme has no flat names: settings of its own ride in the composed list (``of`` keeps it by
+        # class), written only where they are not its defaults
+        if any(type(s) not in _FLAT_SCHEME_CLASSES and s != defaults.get(type(s)) for s in self.positions):
             out['positions'] = [s.to_dict() for s in self.positions]
         if include_training:
             out.update({name: values[name] for name in _TRAINING})
