@@ -17,17 +17,18 @@ from timm_vit_variants.families.pe_positions import PeRope
 from timm_vit_variants.parts import Learned, MapPool
 
 BOUND = 2e-5
-# kind -> (timm entry, what the tiny tower shows): core (a [CLS] with its table row, grid offset 1, the final norm,
+# kind -> timm entry; what the tiny tower shows: core (a [CLS] with its table row, grid offset 1, the final norm,
 # the MAP head of 8 heads and 4x MLP, the projection), lang G (no [CLS], offset 0, LayerScale, no final norm, the
-# mean), spatial (a [CLS], no final norm, the mean; another reference grid, 32x32)
+# mean), spatial (a [CLS], no final norm, the mean; another reference grid, 32x32), and a non-square reference grid
 KINDS = {'core': 'vit_pe_core_tiny_patch16_384', 'lang': 'vit_pe_lang_gigantic_patch14_448',
-         'spatial': 'vit_pe_spatial_tiny_patch16_512'}
+         'spatial': 'vit_pe_spatial_tiny_patch16_512', 'ref_3x5': 'vit_pe_spatial_small_patch16_512'}
+_EXTRA = {'vit_pe_core_tiny_patch16_384': {'num_classes': 5},
+          'vit_pe_spatial_small_patch16_512': {'ref_feat_shape': (3, 5)}}
 
 
 def _args(arch: str) -> dict:
     patch = 14 if 'patch14' in arch else 16
-    return dict(embed_dim=32, depth=2, num_heads=2, img_size=4 * patch, **({'num_classes': 5} if 'core' in arch
-                                                                            else {}))
+    return dict(embed_dim=32, depth=2, num_heads=2, img_size=4 * patch, **_EXTRA.get(arch, {}))
 
 
 def _timm_pe(arch: str, **extra) -> torch.nn.Module:

@@ -20,7 +20,7 @@ from ..choices import _is_int, _is_number
 from ..config import SimpleViTConfig
 from ..parts import PositionScheme
 from ..positions import SCHEMES
-from ..rope import RotaryScheme, _interleaved, rope_frequencies
+from ..rope import RotaryScheme, _check_head_dim, _interleaved, rope_frequencies
 from ..scheme import SchemeModule
 
 __all__ = ['PeRope', 'PeRotary']
@@ -29,7 +29,7 @@ __all__ = ['PeRope', 'PeRotary']
 @dataclass(frozen=True)
 class PeRope(PositionScheme, scheme='pe_rope'):
     """PE's 2D RoPE (module docstring): base ``theta``, positions scaled to ``ref_grid`` (rows, cols) after adding
-    ``offset``, [cols | rows] on interleaved pairs; prefix tokens are not rotated."""
+    ``offset``, [cols | rows] on interleaved pairs; prefix tokens are not rotated. The defaults are PE-Core T/S/L's."""
     theta: float = 10000.
     ref_grid: Tuple[int, int] = (24, 24)
     offset: float = 1.
@@ -49,8 +49,7 @@ class PeRotary(RotaryScheme):
 
     def __init__(self, head_dim: int, theta: float, ref_grid: Tuple[int, int], offset: float) -> None:
         super().__init__()
-        if head_dim % 4:
-            raise ValueError(f'2D rotary positions need a head width divisible by 4, got {head_dim}')
+        _check_head_dim(head_dim)
         self.head_dim, self.theta, self.ref_grid, self.offset = head_dim, float(theta), ref_grid, float(offset)
 
     def forward(self, coords: torch.Tensor, grids: torch.Tensor) -> torch.Tensor:
