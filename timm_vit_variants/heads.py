@@ -132,7 +132,7 @@ class MapPool(PoolModule, AttentionPoolLatent, kind='map'):
         pool = cls(cfg.embed_dim, num_heads=part.heads or cfg.num_heads,
                    mlp_ratio=((part.mlp_dim or cfg.block.mlp_dim) + 0.5) / cfg.embed_dim,
                    qkv_bias=cfg.block.qkv_bias, norm_layer=norm_layer, act_layer=act_layer, **dd)
-        pool.include_prefix = cfg.head.pool.include_prefix
+        pool.include_prefix = part.include_prefix
         return pool.with_prefix(cfg.num_prefix_tokens)
 
     def pool_tokens(self, x: torch.Tensor, patch_valid: Optional[torch.Tensor] = None) -> torch.Tensor:
