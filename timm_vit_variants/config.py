@@ -49,6 +49,7 @@ _FLAT_0_2 = ('img_size', 'patch_size', 'in_chans', 'num_classes', 'global_pool',
 _TRAINING = tuple(f.name for f in fields(TrainingPart))
 _POOL_FLAT = {flat: (cls, f) for cls in POOL_KINDS.values() for f, flat in cls.FLAT.items()}
 _SCHEME_FLAT = {flat: (cls, f) for cls in POSITION_SCHEMES.values() for f, flat in cls.FLAT.items()}
+_FLAT_SCHEME_CLASSES = frozenset(cls for cls, _ in _SCHEME_FLAT.values())
 # Block and position-scheme options newer than release 0.2.0, with their defaults: in a flat dict only when they
 # differ from the default, so a folder of the earlier release reads the same and the new field's default holds.
 _NEWER: Dict[str, Any] = {
@@ -303,7 +304,8 @@ class SimpleViTConfig:
     # -- JSON round trip --------------------------------------------------------------------------
     def to_flat(self, include_training: bool = False) -> Dict[str, Any]:
         """Release 0.2.0's flat constructor kwargs (squares as ints); block options newer than it only where they
-        differ from their default; training ones on request."""
+        differ from their default; training ones on request; ``positions`` whole beside them where a family's
+        scheme has settings other than its defaults."""
         values: Dict[str, Any] = {name: getattr(self, name) for name in _TOP}
         for name in ('img_size', 'patch_size'):
             values[name] = values[name][0] if values[name][0] == values[name][1] else tuple(values[name])

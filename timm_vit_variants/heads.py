@@ -128,9 +128,11 @@ class MapPool(PoolModule, AttentionPoolLatent, kind='map'):
     def create(cls, cfg: SimpleViTConfig, norm_layer: Callable[..., nn.Module], act_layer: Any,
                dd: Dict[str, Any]) -> PoolModule:
         # timm sizes its MLP as int(D * ratio): half a unit more lands on the exact width (4304 for So400m)
-        pool = cls(cfg.embed_dim, num_heads=cfg.num_heads, mlp_ratio=(cfg.block.mlp_dim + 0.5) / cfg.embed_dim,
+        part = cfg.head.pool  # parts.MapPool: its own heads and MLP width, else the blocks'
+        pool = cls(cfg.embed_dim, num_heads=part.heads or cfg.num_heads,
+                   mlp_ratio=((part.mlp_dim or cfg.block.mlp_dim) + 0.5) / cfg.embed_dim,
                    qkv_bias=cfg.block.qkv_bias, norm_layer=norm_layer, act_layer=act_layer, **dd)
-        pool.include_prefix = cfg.head.pool.include_prefix
+        pool.include_prefix = part.include_prefix
         return pool.with_prefix(cfg.num_prefix_tokens)
 
     def pool_tokens(self, x: torch.Tensor, patch_valid: Optional[torch.Tensor] = None) -> torch.Tensor:

@@ -171,13 +171,25 @@ class TokenPool(PoolPart, kind='token'):
 class MapPool(PoolPart, kind='map'):
     """big_vision's MAPHead: attention pooling with a learned probe (SigLIP's); ``include_prefix``: its keys are
     every token, else the patch tokens alone (timm's ``pool_include_prefix=False``, its default beside prefix
-    tokens)."""
+    tokens); ``heads`` and ``mlp_dim``: its own head count and MLP width (timm's Eva ``attn_pool_num_heads``,
+    ``attn_pool_mlp_ratio``), None for the blocks' ones."""
     include_prefix: bool = True
-    FLAT: ClassVar[Mapping[str, str]] = {'include_prefix': 'attn_pool_include_prefix'}
-    WRITTEN_IF_SET: ClassVar[Tuple[str, ...]] = ('include_prefix',)
+    heads: Optional[int] = None
+    mlp_dim: Optional[int] = None
+    FLAT: ClassVar[Mapping[str, str]] = {'include_prefix': 'attn_pool_include_prefix', 'heads': 'attn_pool_map_heads',
+                                         'mlp_dim': 'attn_pool_mlp_dim'}
+    WRITTEN_IF_SET: ClassVar[Tuple[str, ...]] = ('include_prefix', 'heads', 'mlp_dim')
 
     def __post_init__(self) -> None:
         self._bools('include_prefix')
+        for name in ('heads', 'mlp_dim'):
+            self._check(name, lambda v: v is None or (_is_int(v) and v >= 1), 'expected a positive integer or None')
+
+    def resolved(self, embed_dim: int) -> 'MapPool':
+        """This pool, its own head count checked against the token width it attends over."""
+        if self.heads is not None and embed_dim % self.heads:
+            raise self._bad('heads', f'embed_dim {embed_dim} is not divisible by {self.heads} attention-pool heads')
+        return self
 
 
 @dataclass(frozen=True)
