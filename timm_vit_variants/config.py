@@ -49,7 +49,6 @@ _FLAT_0_2 = ('img_size', 'patch_size', 'in_chans', 'num_classes', 'global_pool',
 _TRAINING = tuple(f.name for f in fields(TrainingPart))
 _POOL_FLAT = {flat: (cls, f) for cls in POOL_KINDS.values() for f, flat in cls.FLAT.items()}
 _SCHEME_FLAT = {flat: (cls, f) for cls in POSITION_SCHEMES.values() for f, flat in cls.FLAT.items()}
-_FLAT_SCHEME_CLASSES = frozenset(cls for cls, _ in _SCHEME_FLAT.values())
 # Block and position-scheme options newer than release 0.2.0, with their defaults: in a flat dict only when they
 # differ from the default, so a folder of the earlier release reads the same and the new field's default holds.
 _NEWER: Dict[str, Any] = {
