@@ -21,11 +21,11 @@ from typing import Any, Dict, Set
 import timm
 import torch
 import torch.nn as nn
-from timm.layers import AttentionRope, RotaryEmbeddingCat
+from timm.layers import AttentionRope, Mlp, RotaryEmbeddingCat
 from timm.models.eva import EvaBlock
-from timm.models.qwen3_vit import Qwen3VitClassifier, Qwen3VitEncoder
+from timm.models.qwen3_vit import Qwen3VitClassifier, Qwen3VitEncoder, Qwen3VitPatchMerger
 
-from ..checkpoints.fills import Misfit
+from ..checkpoints.fills import Fill, Misfit
 from ..checkpoints.preprocessing import assumed_preprocessing
 from ..checkpoints.routes import Probe, Route
 from ..checkpoints.source import Rule
@@ -40,10 +40,10 @@ from .registry import Family
 
 __all__ = ['QWEN3_VIT_PARTS', 'is_qwen3_vit_architecture', 'Qwen3VitCheckpoint', 'FAMILY']
 
-# The timm classes a Qwen3 tower is made of (the projector is checked by the reader, which leaves it out of an
-# encoder and refuses it in a classifier).
+# The timm classes a Qwen3 tower is made of, and its VLM projector (left out of an encoder; a classifier pooling its
+# tokens is refused by the reader before its parts are checked).
 QWEN3_VIT_PARTS = COMMON_PARTS | {Qwen3VitClassifier, Qwen3VitEncoder, EvaBlock, AttentionRope, RotaryEmbeddingCat,
-                                  timm.layers.Mlp}
+                                  Mlp, Qwen3VitPatchMerger}
 _MERGER = 'merger'
 
 
@@ -60,7 +60,7 @@ def _table_rows(dst: torch.Tensor, table: torch.Tensor) -> None:
     dst.copy_(table[0])
 
 
-def _constant(value: float) -> Any:
+def _constant(value: float) -> Fill:
     """A fill of ``value`` everywhere (the affine parameters of a LayerNorm that has none)."""
     def fill(dst: torch.Tensor) -> None:
         dst.fill_(value)
@@ -99,10 +99,7 @@ class Qwen3VitCheckpoint(TimmCheckpoint):
                 'Qwen3VitPatchMerger: 2 x 2 patch tokens concatenated and projected to the language model\'s width), '
                 'which this family does not express; the tower alone converts as its qwen3_vit_*_enc entry',
                 **where)
-        merger = tower.merger
-        tower.merger = None  # checked here, not as a part: an encoder's projector is left out
         refuse_unexpressed(model, QWEN3_VIT_PARTS, arch, self._config_path)
-        tower.merger = merger
         block, rope = tower.blocks[0], tower.rope
         if not len(tower.blocks):
             raise ViTVariantsError(f'{arch} with these model_args has no transformer blocks', **where)
@@ -143,7 +140,7 @@ class Qwen3VitCheckpoint(TimmCheckpoint):
             f"('axial_half', base {THETA:g})" +
             (f"; the VLM projector ({_MERGER}.*) is not part of the image tower and is left out: the converted "
              "model gives the tower's tokens (timm's forward_features), not the projected ones timm's forward gives"
-             if merger is not None else ''))
+             if tower.merger is not None else ''))
         return SimpleViTConfig.of(
             img_size=img_size, patch_size=tuple(patch.patch_size), in_chans=patch.proj.in_channels,
             num_classes=model.num_classes if classifier else 0, global_pool=pool, embed_dim=dim,
