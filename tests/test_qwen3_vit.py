@@ -3,8 +3,9 @@ learned table included) and saved with ``save_for_hf``: a classifier (mean pool,
 parameters, the head) and an encoder (its VLM projector left out: the tower's tokens; with ``global_pool='avg'`` their
 mean) convert with the CLI, verified against timm, and the folder, loaded as a user loads it, gives what timm's model
 gives at the stored grid, a larger square one and a non-square one (timm stretches its table and makes its RoPE for
-each input); a list of images of different sizes gives each image's tokens alone. A ``_merge`` classifier (it pools the
-projector's tokens), another RoPE base and another nominal grid are refused by name, one error line each."""
+each input), and so does a classifier's exported program; a list of images of different sizes gives each image's
+tokens alone. A ``_merge`` classifier (it pools the projector's tokens), another RoPE base and another nominal grid are
+refused by name, one error line each."""
 import json
 from pathlib import Path
 
@@ -125,3 +126,16 @@ def test_another_nominal_grid_is_refused(tmp_path, capsys):
     would resize it once more) is refused, naming the table."""
     err = _refused(tmp_path, capsys, 'qwen3_vit_88m', '--img-size', '128', num_classes=5)
     assert 'abs_pos.table' in err, err
+
+
+def test_exported_program_gives_timm_outputs_at_three_grids(tmp_path, max_delta):
+    """``vit-port export``'s dynamic .pt2 of a converted classifier stretches the table in the graph at each input
+    size (the stored one too), as timm's model does."""
+    model = _timm_folder(tmp_path / 'src', 'qwen3_vit_88m', num_classes=5)
+    assert main(['convert', str(tmp_path / 'src'), str(tmp_path / 'out')]) == 0
+    assert main(['export', str(tmp_path / 'out'), str(tmp_path / 'model.pt2')]) == 0
+    program = torch.export.load(str(tmp_path / 'model.pt2')).module()
+    for size in GRIDS:
+        x = torch.randn(2, 3, *size, generator=torch.Generator().manual_seed(4))
+        with torch.no_grad():
+            max_delta(f'exported classifier at {size}', program(x), model(x), BOUND)

@@ -18,11 +18,11 @@ from typing import Any, ClassVar, Dict, List, Optional, Tuple
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 from timm.layers import register_notrace_module, trunc_normal_
 
 from ..config import SimpleViTConfig
 from ..errors import ViTVariantsError
+from ..geometry import interpolate_grid
 from ..parts import PositionScheme
 from ..positions import SCHEMES
 from ..rope import RotaryScheme, rope_frequencies
@@ -52,15 +52,10 @@ class StretchedTable(SchemeModule):
         self.table = nn.Parameter(torch.zeros(side * side, dim, device=device, dtype=dtype))
         trunc_normal_(self.table, std=.02)
 
-    def stretched(self, rows: int, cols: int) -> torch.Tensor:
-        """(rows * cols, D): the table resized to a rows x cols grid, in float32 (float64 kept), as timm's towers."""
-        if rows == self.side and cols == self.side:
-            return self.table
-        dim = self.table.shape[-1]
-        calc = torch.float64 if self.table.dtype == torch.float64 else torch.float32
-        grid = self.table.reshape(1, self.side, self.side, dim).permute(0, 3, 1, 2).to(calc)
-        grid = F.interpolate(grid, size=(rows, cols), mode='bilinear', align_corners=True)
-        return grid.permute(0, 2, 3, 1).reshape(rows * cols, dim).to(self.table.dtype)
+    def forward(self, rows: int, cols: int) -> torch.Tensor:
+        """(rows * cols, D): the table resized to a rows x cols grid (``geometry.interpolate_grid``: float32, the
+        table's dtype back; the table itself at its own grid, except while a graph is captured)."""
+        return interpolate_grid(self.table[None], rows, cols, self.side, self.side, 0, 'bilinear', True, False)[0]
 
     def add_to(self, tokens: torch.Tensor, coords: torch.Tensor, counts: List[int], grids: List[Tuple[int, int]],
                indexed: bool, table: Optional[torch.Tensor], nominal_h: int, nominal_w: int
@@ -69,9 +64,9 @@ class StretchedTable(SchemeModule):
         slots."""
         slots: List[Optional[torch.Tensor]] = [None for _ in grids]
         if len(grids) == 1 and not indexed:
-            return tokens + self.stretched(grids[0][0], grids[0][1]).to(tokens.dtype), slots
+            return tokens + self(grids[0][0], grids[0][1]).to(tokens.dtype), slots
         per_image = [coords] if len(grids) == 1 else list(coords.split(counts))
-        rows = [self.stretched(h, w)[at[:, 0] * w + at[:, 1]] for (h, w), at in zip(grids, per_image)]
+        rows = [self(h, w)[at[:, 0] * w + at[:, 1]] for (h, w), at in zip(grids, per_image)]
         return tokens + torch.cat(rows).to(tokens.dtype), slots
 
 
