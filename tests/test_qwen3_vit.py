@@ -139,3 +139,16 @@ def test_exported_program_gives_timm_outputs_at_three_grids(tmp_path, max_delta)
         x = torch.randn(2, 3, *size, generator=torch.Generator().manual_seed(4))
         with torch.no_grad():
             max_delta(f'exported classifier at {size}', program(x), model(x), BOUND)
+
+
+def test_weights_the_recorded_architecture_does_not_build_are_refused(tmp_path, capsys):
+    """A config.json recording one more block than the weights hold: refused, naming the missing tensor."""
+    _timm_folder(tmp_path / 'src', 'qwen3_vit_88m', num_classes=5)
+    config = tmp_path / 'src' / 'config.json'
+    recorded = json.loads(config.read_text())
+    recorded['model_args']['depth'] = 3
+    config.write_text(json.dumps(recorded))
+    capsys.readouterr()
+    assert main(['convert', str(tmp_path / 'src'), str(tmp_path / 'out')]) == 1
+    err = capsys.readouterr().err
+    assert err.count('error:') == 1 and "key 'encoder.blocks.2." in err and 'no such tensor' in err, err

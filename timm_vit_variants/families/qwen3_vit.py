@@ -100,9 +100,9 @@ class Qwen3VitCheckpoint(TimmCheckpoint):
                 'which this family does not express; the tower alone converts as its qwen3_vit_*_enc entry',
                 **where)
         refuse_unexpressed(model, QWEN3_VIT_PARTS, arch, self._config_path)
-        block, rope = tower.blocks[0], tower.rope
         if not len(tower.blocks):
             raise ViTVariantsError(f'{arch} with these model_args has no transformer blocks', **where)
+        block, rope = tower.blocks[0], tower.rope
         head_dim = tower.embed_dim // block.attn.num_heads
         beyond = [(rope.ref_feat_shape is not None, 'a RoPE scaled to a reference grid (ref_feat_shape)'),
                   (bool(rope.in_pixels), 'RoPE positions in pixels'),
