@@ -88,5 +88,5 @@ class InternViTCheckpoint(TransformersCheckpoint):
 FAMILY = Family(
     name='internvit',
     # before the refusal of other transformers model types (2000)
-    routes=(Route(1962., lambda p: p.model_type == INTERNVIT_MODEL_TYPE, InternViTCheckpoint),),
+    routes=(Route(1962.5, lambda p: p.model_type == INTERNVIT_MODEL_TYPE, InternViTCheckpoint),),
 )
