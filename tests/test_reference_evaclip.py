@@ -1,11 +1,10 @@
 """EVA-CLIP in BAAI's own layout: ``*.pt`` files EVA-CLIP's code wrote (the whole CLIP model, the image tower under
 ``visual.``) convert, and the converted model gives what that code's ``encode_image`` wrote (the projected [CLS]
-token), its normed [CLS] token and its last block's tokens (first image), at the stored 12x12 grid and at 8x8 and 16x16, where
-EVA-CLIP's own ``load_checkpoint`` resized the table (tests/data/reference_evaclip, see its README.md): EVA02-CLIP
-(B/L's blocks) and EVA01-CLIP (g's blocks). EVA-CLIP defines no non-square grid: the converter's check says so; the
-post-norm bigE and a width with no known head count are refused by name."""
+token), its normed [CLS] token and its last block's tokens (first image), at the stored 12x12 grid and at 8x8 and
+16x16, where EVA-CLIP's own ``load_checkpoint`` resized the table (tests/data/reference_evaclip, see its README.md):
+EVA02-CLIP (B/L's blocks) and EVA01-CLIP (g's blocks). EVA-CLIP defines no non-square grid: the converter's check
+says so; the post-norm bigE, a width with no known head count and a foreign RoPE table are refused by name."""
 import json
-import shutil
 from pathlib import Path
 
 import numpy as np

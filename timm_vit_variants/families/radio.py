@@ -13,8 +13,8 @@ RADIO's table has no nominal grid: at an input of g_h x g_w patches its patch ge
 rule of ours is that, so the reader evaluates it for one grid: the table's own (M x M) unless ``--source-img-size``
 names another, and the converted model holds the table of that grid. A resize of the converted model's table to
 another grid (``--img-size``) is not RADIO's and is said so by the check. ``align_corners=False`` is NVlabs/RADIO's
-code; timm notes that the Hub code released with C-RADIOv3-B/H used ``True`` (the file does not say which). Not read: the conditioner, ``summary_idxs``
-and the teacher adaptors.
+code; timm notes that the Hub code released with C-RADIOv3-B/H used ``True`` (the file does not say which). Not
+read: ``summary_idxs`` and the teacher adaptors (the conditioner's mean and std are the preprocessing).
 """
 from typing import Any, Dict, Tuple
 
