@@ -9,10 +9,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from safetensors.torch import load_file
+from safetensors.torch import load_file, save_file
 
 from model_probes import load_like_user
 from porting.cli import main
+from timm_vit_variants.checkpoints import open_checkpoint
+from timm_vit_variants.errors import ViTVariantsError
 
 DATA = Path(__file__).parent / 'data' / 'reference_radio'
 NAME = 'radio_v3_style'
@@ -46,3 +48,23 @@ def test_a_later_resize_is_not_radios_and_is_said_unchecked(tmp_path, capsys):
                  '--img-size', '32']) == 0
     printed = ''.join(capsys.readouterr())
     assert 'was NOT checked: RADIO evaluates its table for each grid' in printed and '--source-img-size' in printed
+
+
+@pytest.mark.parametrize('width, heads', [(1280, 16), (1536, 24), (96, None)])
+def test_the_head_count_is_c_radio_v3s_of_the_width_or_asked_for(width, heads, tmp_path):
+    """No RADIO file records its heads: C-RADIOv3-H's 1280 has 16 (80 wide, not 64), g's 1536 has 24; another width
+    is refused by name."""
+    state = load_file(str(DATA / f'{NAME}.safetensors'))
+    grown = {k: torch.zeros([width if s == 32 else 4 * width if s == 128 else 3 * width if s == 96 else s
+                             for s in v.shape]) for k, v in state.items()}
+    path = tmp_path / 'radio.safetensors'
+    save_file(grown, str(path))
+    if heads is None:
+        with pytest.raises(ViTVariantsError) as err:
+            with open_checkpoint(path) as src:
+                src.config
+        assert "not one of C-RADIOv3's; give the head count" in str(err.value)
+        assert err.value.key == 'radio_model.model.blocks.0.attn.qkv.weight' and str(path) in str(err.value)
+        return
+    with open_checkpoint(path) as src:
+        assert src.config.num_heads == heads and src.assumed['num_heads'][0] == heads

@@ -33,6 +33,8 @@ __all__ = ['RADIO_PREFIX', 'RadioCheckpoint', 'radio_table', 'FAMILY']
 
 RADIO_PREFIX = 'radio_model.model.'
 _GEN = '{p}patch_generator.'
+# C-RADIOv3's widths -> heads (B, L, H, g: timm's vit_*_patch16_radio_v3 entries; H's heads are 80 wide)
+_RADIO_HEADS = {768: 12, 1024: 16, 1280: 16, 1536: 24}
 _CONDITIONER = ('radio_model.input_conditioner.norm_mean', 'radio_model.input_conditioner.norm_std')
 
 
@@ -122,9 +124,9 @@ class RadioCheckpoint(SourceCheckpoint):
                                        path=self.path, key=key)
             self.grid = (h // patch, w // patch)
         depth = self._depth(names, first=p + 'blocks.0.attn.qkv.weight')
-        heads = self._head_count(dim, [(dim // 64 if dim % 64 == 0 else None, "C-RADIOv3's 64-wide heads")],
+        heads = self._head_count(dim, [(_RADIO_HEADS.get(dim), f'the C-RADIOv3 release of width {dim}')],
                                  f'a RADIO file does not record the number of attention heads, and width {dim} is not '
-                                 'a multiple of 64; give the head count', key=p + 'blocks.0.attn.qkv.weight')
+                                 "one of C-RADIOv3's; give the head count", key=p + 'blocks.0.attn.qkv.weight')
         mlp = self._shape(p + 'blocks.0.mlp.fc1.weight')[0]
         self._check_dims(p + 'blocks.0.mlp.fc1.weight', mlp=mlp)
         skipped = sorted({n for n in self._store.names() if not n.startswith(p)})
