@@ -52,9 +52,10 @@ def eva_model(config: SimpleViTConfig, rows: int, cols: int, **extra: Any) -> nn
 
 def load_eva(model: nn.Module, state: Dict[str, torch.Tensor]) -> nn.Module:
     """Load a timm-filtered state dict into a meta-built ``Eva``: its rope module's computed buffers are made on the
-    CPU first (the state dict does not hold them), then every stored tensor is assigned."""
-    model.rope.to_empty(device='cpu')
-    model.rope.reset_parameters()
+    CPU first (the state dict does not hold them; an EVA-01 has none), then every stored tensor is assigned."""
+    if model.rope is not None:
+        model.rope.to_empty(device='cpu')
+        model.rope.reset_parameters()
     model.load_state_dict(state, strict=True, assign=True)
     for module in model.modules():  # EvaAttention's fixed zero k bias is a computed buffer too
         if getattr(module, 'k_bias', None) is not None and module.k_bias.is_meta:
