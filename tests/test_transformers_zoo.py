@@ -73,6 +73,7 @@ ZOO: Dict[str, tuple] = {
     'Owlv2Model': (_two('Owlv2Model', 'Owlv2Config'), None),
     'OwlViTForObjectDetection': (_two('OwlViTForObjectDetection', 'OwlViTConfig'), 'the detection heads'),
     'ViTMSNModel': (_one('ViTMSNModel', 'ViTMSNConfig'), None),
+    'ViTMSNForImageClassification': (_one('ViTMSNForImageClassification', 'ViTMSNConfig', **L), None),
     'IJepaModel': (_one('IJepaModel', 'IJepaConfig'), None),
     'IJepaForImageClassification': (_one('IJepaForImageClassification', 'IJepaConfig', **L), None),
     'GitVisionModel': (_one('GitVisionModel', 'GitVisionConfig'), None),

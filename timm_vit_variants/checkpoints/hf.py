@@ -3,26 +3,39 @@
 Covers ``ViTForImageClassification`` (``vit.`` prefix, ``classifier``) and bare ``ViTModel``
 (no prefix, optional ``pooler``). The pooler is Linear + tanh on the [CLS] token, which is
 exactly SimpleVisionTransformer's ``pre_logits`` under token pooling, so it maps there
-(``rep_size``) instead of being dropped. What every transformers reader shares is ``transformers_folder.py``'s.
+(``rep_size``) instead of being dropped. ``ViTMSNForImageClassification`` folders hold the encoder's layers outside
+the ``vit.`` prefix (``encoder.layer.*``, as the Hub's ViT-MSN files do: transformers maps ``^encoder.`` to
+``vit.encoder.`` on loading and back on saving), read there. What every transformers reader shares is
+``transformers_folder.py``'s.
 """
-from typing import Dict, Optional, Set, Tuple
+from typing import Any, Dict, Optional, Set, Tuple
 
 from ..config import SimpleViTConfig
 from ..errors import ViTVariantsError
+from .tensor_rules import Reader, Rule
 from .transformers_folder import VIT_LAYER_NAMES, VIT_PROCESSOR_DEFAULTS, TransformersCheckpoint
 
 __all__ = ['HFCheckpoint', 'VIT_MODEL_TYPES']
 
 _UNSUPPORTED = {'embeddings.mask_token': 'the mask token of ViTForMaskedImageModeling is not supported'}
 # The models transformers saves under ViT's names: model_type -> (its classifier class's prefix, whether it has a [CLS]
-# token, {class: None, or what part of it is not expressed}). ViT-MSN is ViT; I-JEPA has no [CLS] (a table without its
-# slot) and its classifier reads the mean of the normed tokens.
+# token, {class: None, or what part of it is not expressed}). ViT-MSN is ViT (its classifier, like ViT's, reads the normed
+# [CLS]); I-JEPA has no [CLS] (a table without its slot) and its classifier reads the mean of the normed tokens.
 VIT_MODEL_TYPES: Dict[str, Tuple[str, bool, Dict[str, Optional[str]]]] = {
     'vit': ('vit.', True, {'ViTModel': None, 'ViTForImageClassification': None,
                            'ViTForMaskedImageModeling': _UNSUPPORTED['embeddings.mask_token']}),
-    'vit_msn': ('vit.', True, {'ViTMSNModel': None}),
+    'vit_msn': ('vit.', True, {'ViTMSNModel': None, 'ViTMSNForImageClassification': None}),
     'ijepa': ('ijepa.', False, {'IJepaModel': None, 'IJepaForImageClassification': None}),
 }
+_ENCODER = '{p}encoder.'
+
+
+def _bare_encoder(reader: Reader, pattern: str, fields: Dict[str, Any]) -> Optional[Rule]:
+    """A block's tensors outside the prefix (``encoder.layer.*``) where the folder holds its encoder there."""
+    if not reader._encoder_outside or not pattern.startswith('blocks.'):
+        return None
+    rule = VIT_LAYER_NAMES[pattern]
+    return Rule(tuple(s.replace(_ENCODER, 'encoder.') for s in rule.sources), rule.fill)
 
 
 class HFCheckpoint(TransformersCheckpoint):
@@ -32,6 +45,8 @@ class HFCheckpoint(TransformersCheckpoint):
     PREPROCESSING_DEFAULTS = VIT_PROCESSOR_DEFAULTS
     MODEL_TYPES = VIT_MODEL_TYPES  # the model types this reader reads (a family's subclass reads its own)
     UNSUPPORTED = _UNSUPPORTED  # tensors (under the prefix) refused with the reason (a family's model may not use one)
+    TENSOR_RULES = (_bare_encoder,)
+    _encoder_outside = False  # the encoder's layers sit outside the prefix (ViTMSNForImageClassification's files)
 
     @property
     def CLASSES(self) -> Dict[str, Optional[str]]:  # type: ignore[override]  # the folder's model_type decides
@@ -58,9 +73,18 @@ class HFCheckpoint(TransformersCheckpoint):
         for short, reason in self.UNSUPPORTED.items():
             if self._prefix + short in self._store:
                 raise self._error(reason, key=self._prefix + short)
+        layer_norm = 'encoder.layer.{i}.layernorm_before.weight'
+        first = layer_norm.format(i=0)
+        self._encoder_outside = bool(self._prefix) and self._prefix + first not in self._store and first in self._store
         network = self._network(eps_default=1e-12)
         depth = network['depth']
-        self._check_no_extra_layer(depth, 'encoder.layer.{i}.layernorm_before.weight')
+        self._check_no_extra_layer(depth, layer_norm)
+        if self._encoder_outside:
+            self.notes.append(f"the encoder's layers are stored outside the {self._prefix!r} prefix (encoder.layer.*, "
+                              "as transformers saves ViTMSNForImageClassification): read there")
+            if layer_norm.format(i=depth) in self._store:
+                raise self._error(f'inconsistent depth: config says num_hidden_layers={depth}',
+                                  key=layer_norm.format(i=depth))
 
         pooler = self._prefix + 'pooler.dense.weight'
         rep_size = None
