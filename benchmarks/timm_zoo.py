@@ -79,9 +79,9 @@ def speed_ratio(ref: torch.nn.Module, folder: Path, rounds: int = 7, batch: int 
     return statistics.median(times['timm']) / statistics.median(times['ours'])
 
 
-def convert(name: str, depth: int, root: Path, speed: bool = False) -> Tuple[str, str, Optional[float]]:
+def convert(name: str, depth: int, root: Path, speed: int = 0) -> Tuple[str, str, Optional[float]]:
     """(outcome, detail, speed ratio or None) of converting ``name``: 'converts', 'refused' with its error line,
-    'skipped' (too large to build), or 'failure'."""
+    'skipped' (too large to build), or 'failure'; ``speed`` rounds of timing (0: none)."""
     try:
         model = build(name, depth)
     except TooLarge as e:
@@ -92,13 +92,13 @@ def convert(name: str, depth: int, root: Path, speed: bool = False) -> Tuple[str
         rc = main(['convert', str(root / 'src'), str(root / 'out')])
     lines = [line for line in err.getvalue().splitlines() if line.startswith('error:')]
     if rc == 0:
-        return 'converts', '', speed_ratio(model, root / 'out') if speed else None
+        return 'converts', '', speed_ratio(model, root / 'out', rounds=speed) if speed else None
     if len(lines) == 1 and 'Traceback' not in err.getvalue():
         return 'refused', lines[0].replace(str(root), 'FOLDER'), None
     return 'failure', err.getvalue()[-500:], None
 
 
-def run(selected: List[str], depth: int, speed: bool = False) -> Dict[str, Tuple[str, str, Optional[float]]]:
+def run(selected: List[str], depth: int, speed: int = 0) -> Dict[str, Tuple[str, str, Optional[float]]]:
     results: Dict[str, Tuple[str, str, Optional[float]]] = {}
     for i, name in enumerate(selected, 1):
         start = time.monotonic()
@@ -116,8 +116,9 @@ def main_() -> None:
     parser.add_argument('--depth', type=int, default=1, help='blocks per model (default 1)')
     parser.add_argument('--only', nargs='*', help='names (default: the whole zoo)')
     parser.add_argument('--json', type=Path, help='write {name: [outcome, detail, speed ratio]} here')
-    parser.add_argument('--speed', action='store_true',
-                        help="time each converted model against timm's own (the ratio timm / ours)")
+    parser.add_argument('--speed', type=int, nargs='?', const=7, default=0, metavar='ROUNDS',
+                        help="time each converted model against timm's own over ROUNDS alternating rounds (default 7): "
+                             'the ratio timm / ours')
     args = parser.parse_args()
     results = run(args.only or names(), args.depth, args.speed)
     counts = collections.Counter(outcome for outcome, _, _ in results.values())
