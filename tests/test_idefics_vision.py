@@ -164,3 +164,13 @@ def test_full_model_without_vision_config_is_refused(tmp_path, capsys):
     assert main(['convert', str(tmp_path / 'src'), str(tmp_path / 'out')]) == 1
     err = capsys.readouterr().err
     assert err.count('error:') == 1 and 'Traceback' not in err and 'vision_config' in err and 'config.json' in err
+
+
+def test_the_table_is_kept_out_of_weight_decay(converted):
+    """timm's optimizer factory (``create_optimizer_v2``, which reads ``no_weight_decay``) leaves the bucketed table undecayed, as it does a learned ``pos_embed``."""
+    from timm.optim import create_optimizer_v2
+    _, _, folder = converted
+    model = load_like_user(folder)
+    optimizer = create_optimizer_v2(model, 'adamw', lr=1e-3, weight_decay=0.05)
+    decay = {id(p): g['weight_decay'] for g in optimizer.param_groups for p in g['params']}
+    assert decay[id(model.abs_pos.table)] == 0. and decay[id(model.blocks[0].attn.qkv.weight)] == 0.05

@@ -152,3 +152,13 @@ def test_weights_the_recorded_architecture_does_not_build_are_refused(tmp_path, 
     assert main(['convert', str(tmp_path / 'src'), str(tmp_path / 'out')]) == 1
     err = capsys.readouterr().err
     assert err.count('error:') == 1 and "key 'encoder.blocks.2." in err and 'no such tensor' in err, err
+
+
+def test_the_table_is_kept_out_of_weight_decay(converted):
+    """timm's optimizer factory (``create_optimizer_v2``, which reads ``no_weight_decay``) leaves the stretched table undecayed, as it does a learned ``pos_embed``."""
+    from timm.optim import create_optimizer_v2
+    _, _, folder = converted
+    model = load_like_user(folder)
+    optimizer = create_optimizer_v2(model, 'adamw', lr=1e-3, weight_decay=0.05)
+    decay = {id(p): g['weight_decay'] for g in optimizer.param_groups for p in g['params']}
+    assert decay[id(model.abs_pos.table)] == 0. and decay[id(model.blocks[0].attn.qkv.weight)] == 0.05

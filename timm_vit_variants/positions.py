@@ -220,7 +220,9 @@ class PositionsMixin:
 
     @torch.jit.ignore
     def _positions_no_weight_decay(self) -> Set[str]:
-        return set(_NO_WEIGHT_DECAY)
+        schemes = ((slot, getattr(self, slot)) for slot in SLOTS)
+        return set(_NO_WEIGHT_DECAY) | {f'{slot}.{name}' for slot, scheme in schemes if scheme is not None
+                                        for name in scheme.undecayed}
 
 
 def _token_grids(coords: torch.Tensor, counts: List[int], grids: List[Tuple[int, int]]) -> torch.Tensor:

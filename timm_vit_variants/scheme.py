@@ -5,7 +5,7 @@ hooks on whichever scheme fills a slot; a scheme overrides only those it needs, 
 step (``add_to``, ``rotations``/``layer``, ``join_mask``, ``after_block``) is the scheme's kind, called by the mixin
 only on the slot of that kind.
 """
-from typing import Dict, Iterable, List, Optional, Tuple
+from typing import ClassVar, Dict, Iterable, List, Optional, Tuple
 
 import torch
 import torch.nn as nn
@@ -22,6 +22,8 @@ class SchemeModule(nn.Module):
     holds so its key stays ``pos_embed``), made for it at the nominal grid with the prefix slots.
     """
     learned_table = False
+    # its parameters kept out of weight decay, by their names within the scheme (a table, as timm keeps ``pos_embed``)
+    undecayed: ClassVar[Tuple[str, ...]] = ()
 
     @torch.jit.ignore
     def check_cost(self, longest: int, grids: Iterable[Tuple[int, int]], itemsize: int, limits: Limits, what: str,

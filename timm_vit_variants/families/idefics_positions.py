@@ -49,6 +49,7 @@ def bucket_rows(coords: torch.Tensor, sizes: torch.Tensor, side: int) -> torch.T
 @register_notrace_module
 class BucketedTable(SchemeModule):
     """The 'bucketed' scheme's module: the (side * side, D) table, each patch token given its bucketed row."""
+    undecayed = ('table',)  # a position table, kept out of weight decay as timm keeps pos_embed
 
     def __init__(self, dim: int, side: int, device: Optional[torch.device] = None,
                  dtype: Optional[torch.dtype] = None) -> None:

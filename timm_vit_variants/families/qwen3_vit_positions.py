@@ -44,6 +44,7 @@ class Stretched(PositionScheme, scheme='stretched'):
 class StretchedTable(SchemeModule):
     """The 'stretched' scheme's module: the (side * side, D) table, resized bilinearly (corners aligned) to each
     image's grid."""
+    undecayed = ('table',)  # a position table, kept out of weight decay as timm keeps pos_embed
 
     def __init__(self, dim: int, side: int, device: Optional[torch.device] = None,
                  dtype: Optional[torch.dtype] = None) -> None:
