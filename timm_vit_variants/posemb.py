@@ -13,7 +13,7 @@ from timm.layers import register_notrace_module
 from .capacity import check_fits
 from .config import resample_rule
 from .errors import ViTVariantsError
-from .geometry import RESAMPLE_OFFSETS, RESAMPLE_RULES, interpolate_grid, is_capturing, resample_table
+from .geometry import RESAMPLE_OFFSETS, RESAMPLE_RULES, interpolate_grid, is_capturing
 from .rope import inverse_powers
 from .scheme import SchemeModule
 
@@ -101,18 +101,29 @@ class SinCos2dPosEmbed(SchemeModule):
 
 @register_notrace_module
 class LearnedPosResampler(SchemeModule):
-    """Resamples a learned table to the runtime grid; in inference, each grid is resampled once and cached."""
+    """Resamples a learned table to the runtime grid; in inference, each grid is resampled once and cached.
+
+    ``ar_preserving``: from the square of the grid's longer side, its top-left kept (``geometry.interpolate_grid``).
+    The table is the model's ``pos_embed`` at the nominal grid; a scheme keeping a table of its own overrides
+    ``_stored``.
+    """
 
     __jit_ignored_attributes__ = ['_cache']  # a Python-side cache keyed by grid; TorchScript takes the uncached path
     learned_table = True
 
-    def __init__(self, num_prefix_tokens: int = 0, rule: str = 'bigvision') -> None:
+    def __init__(self, num_prefix_tokens: int = 0, rule: str = 'bigvision', ar_preserving: bool = False) -> None:
         super().__init__()
         self.num_prefix_tokens = num_prefix_tokens
         self.rule = rule
         self.mode, self.align_corners, self.antialias = RESAMPLE_RULES[resample_rule(rule)]
         self.offset = RESAMPLE_OFFSETS.get(rule, 0.)
+        self.ar_preserving = ar_preserving
         self._cache: Dict[Tuple[int, int], Tuple[tuple, torch.Tensor]] = {}
+
+    def _stored(self, table: Optional[torch.Tensor], grid_h: int, grid_w: int) -> Tuple[torch.Tensor, int, int]:
+        """The table resampled from and its grid: the model's (``table``, at the nominal grid)."""
+        assert table is not None  # the model's pos_embed, for TorchScript's Optional
+        return table, grid_h, grid_w
 
     def add_to(self, tokens: torch.Tensor, coords: torch.Tensor, counts: List[int], grids: List[Tuple[int, int]],
                indexed: bool, table: Optional[torch.Tensor], nominal_h: int, nominal_w: int
@@ -120,7 +131,7 @@ class LearnedPosResampler(SchemeModule):
         """The tokens plus the model's table (``table``, for the nominal grid) resampled to each image's grid, once
         per grid; images given whole take it as it is, a NaFlex dict's tokens index it. Also each image's
         prefix slots (its [CLS] / distillation rows), None without a cls slot."""
-        assert table is not None  # the model's pos_embed, for TorchScript's Optional
+        table, nominal_h, nominal_w = self._stored(table, nominal_h, nominal_w)
         slots: List[Optional[torch.Tensor]] = [None for _ in grids]
         if not torch.jit.is_scripting():
             if len(grids) > 1 or indexed:
@@ -170,7 +181,7 @@ class LearnedPosResampler(SchemeModule):
                     return self._cached(pos_embed, grid_h, grid_w, old_grid_h, old_grid_w)
         return interpolate_grid(
             pos_embed, grid_h, grid_w, old_grid_h, old_grid_w, self.num_prefix_tokens,
-            self.mode, self.align_corners, self.antialias, self.offset)
+            self.mode, self.align_corners, self.antialias, self.offset, self.ar_preserving)
 
     @torch.jit.ignore
     def _cached(self, pos_embed: torch.Tensor, grid_h: int, grid_w: int, old_h: int, old_w: int) -> torch.Tensor:
@@ -179,7 +190,8 @@ class LearnedPosResampler(SchemeModule):
         hit = self._cache.get((grid_h, grid_w))
         if hit is not None and hit[0] == tag:
             return hit[1]
-        out = resample_table(pos_embed.detach(), (grid_h, grid_w), (old_h, old_w), self.num_prefix_tokens, self.rule)
+        out = interpolate_grid(pos_embed.detach(), grid_h, grid_w, old_h, old_w, self.num_prefix_tokens, self.mode,
+                               self.align_corners, self.antialias, self.offset, self.ar_preserving)
         self._cache[(grid_h, grid_w)] = (tag, out)
         return out
 

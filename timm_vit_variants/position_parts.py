@@ -82,17 +82,20 @@ class Learned(PositionScheme, scheme='learn'):
     """A learned table; ``cls_slot``: it carries rows for [CLS] (and the distillation token) as vit_jax / timm,
     rather than being added before the class token is prepended (big_vision); ``reg_slots``: rows for the register
     tokens too, every prefix token then having one (timm's ``no_embed_class=False`` with ``reg_tokens``; DINOv2's
-    registers have none); ``resample``: how it is resized for another grid (``geometry.RESAMPLE_RULES``)."""
+    registers have none); ``resample``: how it is resized for another grid (``geometry.RESAMPLE_RULES``);
+    ``ar_preserving``: resized to the square of the grid's longer side, then its top-left grid kept (timm NaFlexVit's
+    ``pos_embed_ar_preserving``), so every aspect ratio reads the table at one scale."""
     cls_slot: bool = False
     resample: str = 'bigvision'
     reg_slots: bool = False
+    ar_preserving: bool = False
     slot: ClassVar[str] = 'abs_pos'
     FLAT: ClassVar[Mapping[str, str]] = {'cls_slot': 'pos_embed_cls_slot', 'resample': 'pos_embed_resample',
-                                         'reg_slots': 'pos_embed_reg_slots'}
-    WRITTEN_IF_SET: ClassVar[Tuple[str, ...]] = ('reg_slots',)
+                                         'reg_slots': 'pos_embed_reg_slots', 'ar_preserving': 'pos_embed_ar_preserving'}
+    WRITTEN_IF_SET: ClassVar[Tuple[str, ...]] = ('reg_slots', 'ar_preserving')
 
     def __post_init__(self) -> None:
-        self._bools('cls_slot', 'reg_slots')
+        self._bools('cls_slot', 'reg_slots', 'ar_preserving')
         resample_rule(self.resample)
 
     @property

@@ -52,7 +52,7 @@ def _sincos(cfg: SimpleViTConfig, part: SinCos, grid: Tuple[int, int], dd: Dict[
 
 
 def _learn(cfg: SimpleViTConfig, part: Learned, grid: Tuple[int, int], dd: Dict[str, Any]) -> SchemeModule:
-    return LearnedPosResampler(cfg.num_prefix_slots, part.resample)
+    return LearnedPosResampler(cfg.num_prefix_slots, part.resample, part.ar_preserving)
 
 
 def _cpe(cfg: SimpleViTConfig, part: Cpe, grid: Tuple[int, int], dd: Dict[str, Any]) -> SchemeModule:

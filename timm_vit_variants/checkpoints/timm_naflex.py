@@ -1,17 +1,18 @@
 """timm ``NaFlexVit`` weights (the SigLIP 2 NaFlex towers timm hosts, ``naflexvit_*``): ``NaFlexEmbeds``' Linear over
 P-P-C patches and its (1, G_h, G_w, D) table become ours; the blocks are timm's VisionTransformer ones, read as
 ``timm_format`` reads them."""
-from typing import Any, Dict, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 import torch.nn as nn
 
 from ..errors import ViTVariantsError
+from ..geometry import RESAMPLE_OFFSETS, RESAMPLE_RULES
 from .fills import batched_grid_table, linear_patch_kernel
 from .naflex_reader import NaFlexReader
 from .source import Rule
 from .timm_format import TimmCheckpoint
 
-__all__ = ['TimmNaFlexCheckpoint']
+__all__ = ['TimmNaFlexCheckpoint', 'naflex_rule']
 
 # timm NaFlexVit's NaFlexEmbeds under our names: a Linear over P-P-C patches, a (1, G_h, G_w, D) table.
 _NAFLEX_RULES = {
@@ -22,8 +23,17 @@ _NAFLEX_RULES = {
     'reg_token': Rule(('{p}embeds.reg_token',)),  # registers, with no table row: NaFlexEmbeds' prefix tokens
 }
 _NAFLEX_KNOWN = {rule.sources[0][len('{p}'):] for rule in _NAFLEX_RULES.values()}
-# NaFlexVit's per-image table resize -> our rule computing the same (antialiased, half-pixel, as timm calls it).
-_NAFLEX_RESAMPLE = {'bilinear': 'flexi', 'bicubic': 'timm'}
+
+
+def naflex_rule(embeds: nn.Module) -> Optional[str]:
+    """Our resample rule computing NaFlexEmbeds' per-image table resize (``F.interpolate`` of its mode, corners and
+    antialias, to the size asked for), None where none does."""
+    if getattr(embeds, 'pos_embed_use_grid_sample', False):  # samples each patch's point: no antialias when shrinking
+        return None
+    wanted = (getattr(embeds, 'pos_embed_interp_mode', None), bool(getattr(embeds, 'pos_embed_align_corners', False)),
+              bool(getattr(embeds, 'pos_embed_antialias', True)))
+    return next((name for name, (mode, corners, antialias) in RESAMPLE_RULES.items()
+                 if (mode, bool(corners), antialias) == wanted and name not in RESAMPLE_OFFSETS), None)
 
 
 class TimmNaFlexCheckpoint(NaFlexReader, TimmCheckpoint):
@@ -38,14 +48,8 @@ class TimmNaFlexCheckpoint(NaFlexReader, TimmCheckpoint):
     def _embedding_facts(self, model: nn.Module, arch: str) -> Dict[str, Any]:
         """What a NaFlexVit's embedding records beyond its tensors; the options this family does not express refused."""
         embeds = model.embeds
-        interp = getattr(embeds, 'pos_embed_interp_mode', None)
         beyond = [(getattr(embeds, 'pos_embed_type', None) != 'learned', 'a position embedding other than one learned '
                    'table (factorised, none)'),
-                  (interp not in _NAFLEX_RESAMPLE, f'a {interp!r} table resize (bilinear or bicubic are expressed)'),
-                  (not getattr(embeds, 'pos_embed_antialias', True) or getattr(embeds, 'pos_embed_align_corners', False)
-                   or getattr(embeds, 'pos_embed_use_grid_sample', False) or
-                   getattr(embeds, 'pos_embed_ar_preserving', False), 'a table resize other than antialiased, '
-                   'half-pixel and per axis'),
                   (getattr(embeds, 'norm_input', None) is not None or not isinstance(embeds.norm, nn.Identity),
                    'a norm in the patch embedding'),
                   (getattr(embeds, 'enable_patch_interpolator', False), 'its patch-size interpolator'),
@@ -60,7 +64,21 @@ class TimmNaFlexCheckpoint(NaFlexReader, TimmCheckpoint):
                                    "family's MAP head does not reproduce", path=self._config_path, key='architecture')
         (gh, gw), (ph, pw) = embeds.pos_embed_grid_size, embeds.patch_size
         return dict(patch_size=(ph, pw), in_chans=embeds.in_chans, img_size=(gh * ph, gw * pw),
-                    pos_embed_resample=_NAFLEX_RESAMPLE[interp])
+                    **self._table_facts(embeds))
+
+    def _table_facts(self, embeds: nn.Module) -> Dict[str, Any]:
+        """How the learned table is resized per image: our rule computing timm's, and whether from the square of
+        the longer side; a resize no rule computes refused."""
+        rule = naflex_rule(embeds)
+        if rule is None:
+            mode, corners, antialias = (getattr(embeds, f'pos_embed_{n}', None) for n in
+                                        ('interp_mode', 'align_corners', 'antialias'))
+            how = 'grid_sample' if getattr(embeds, 'pos_embed_use_grid_sample', False) else \
+                f'{mode!r}, align_corners={corners}, antialias={antialias}'
+            raise ViTVariantsError(f'this NaFlexVit resizes its table by {how}, which no resample rule of '
+                                   f'SimpleVisionTransformer computes ({_rules_said()})', path=self._config_path,
+                                   key='architecture')
+        return dict(pos_embed_resample=rule, pos_embed_ar_preserving=bool(embeds.pos_embed_ar_preserving))
 
     def _refuse_beyond(self, local: set) -> None:
         foreign = sorted(n for n in local if n.startswith('embeds.') and n not in _NAFLEX_KNOWN)
@@ -92,3 +110,11 @@ class TimmNaFlexCheckpoint(NaFlexReader, TimmCheckpoint):
         """The (1, G_h, G_w, D) table; sets ``self.grid``."""
         self._check_grid_table(self._prefix + 'embeds.pos_embed', dim, leading=(1,))
         return 'learn', False
+
+
+
+def _rules_said() -> str:
+    """The resizes some rule computes, as NaFlexVit's options say them."""
+    said = dict.fromkeys(f'{mode!r}, align_corners={bool(corners)}, antialias={antialias}'
+                         for name, (mode, corners, antialias) in RESAMPLE_RULES.items() if name not in RESAMPLE_OFFSETS)
+    return 'expressed: ' + '; '.join(said)
