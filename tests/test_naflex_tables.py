@@ -115,3 +115,31 @@ def test_a_table_resize_no_rule_computes_is_refused_by_name(options, said, tmp_p
     with pytest.raises(ViTVariantsError, match=f'resizes its table by {said}') as refused:
         open_checkpoint(tmp_path / 'hub')
     assert refused.value.key == 'architecture'
+
+
+@pytest.mark.parametrize('name, options', [('naflexvit_base_patch16_parfac_gap', {}),
+                                           ('naflexvit_base_patch16_gap', dict(pos_embed='factorized'))])
+def test_factorised_tables_convert(name, options, tmp_path, capsys, max_delta):
+    """Factorised tables (pos_embed_y, pos_embed_x: the 'factorized' scheme's own), each resized linearly to its side,
+    from the longer side's square where aspect-preserving (parfac_gap); written to config.json whole."""
+    args = dict(TINY, pos_embed_grid_size=(6, 7), num_classes=5, **options)
+    reference = _tower(name, **args)
+    ours, cfg = _converted(reference, args, tmp_path, capsys)
+    square = name.endswith('parfac_gap')
+    assert cfg['positions'] == [{'scheme': 'factorized', 'table_grid': [6, 7], 'ar_preserving': square}]
+    assert (tuple(ours.abs_pos.y.shape), tuple(ours.abs_pos.x.shape)) == ((1, 6, 32), (1, 7, 32))
+    _compare_with_timm(name, ours, reference, max_delta)
+
+
+def test_a_state_dict_with_factorised_tables_says_what_it_assumed(tmp_path, capsys, max_delta):
+    """A bare state dict does not record aspect preservation: NaFlexVitCfg's default (off) is assumed, and said."""
+    args = dict(TINY, pos_embed_grid_size=(6, 6), pos_embed='factorized', num_classes=5, global_pool='avg')
+    reference = _tower('naflexvit_base_patch16_siglip', **args)
+    torch.save(reference.state_dict(), tmp_path / 'fac.pth')
+    code = main(['convert', str(tmp_path / 'fac.pth'), str(tmp_path / 'out'), '--num-heads', '2',
+                 '--act-layer', 'gelu_tanh'])  # SigLIP's, which a state dict does not record
+    captured = capsys.readouterr()
+    assert code == 0 and 'verification passed' in captured.out, captured.out + captured.err
+    assert 'vs timm NaFlexVit + timm load_state_dict' in captured.out
+    assert 'assumed: architecture=' in captured.err and 'pos_embed_ar_preserving=False' in captured.err
+    _compare_with_timm('naflexvit factorised, state dict', load_like_user(tmp_path / 'out'), reference, max_delta)

@@ -4,11 +4,11 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, ClassVar, Dict, Mapping, Optional, Tuple, Type, Union
 
-from .choices import REL_POS_RESAMPLE_RULES, ROPE_TYPES, _is_int, _is_number, resample_rule
+from .choices import REL_POS_RESAMPLE_RULES, ROPE_TYPES, _is_int, _is_number, pair, resample_rule
 from .errors import ViTVariantsError
 from .part_base import Part, TokensPart
 
-__all__ = ['POSITION_SCHEMES', 'PositionScheme', 'SinCos', 'Learned', 'Cpe', 'Rope', 'RelPos']
+__all__ = ['POSITION_SCHEMES', 'PositionScheme', 'SinCos', 'Learned', 'Factorized', 'Cpe', 'Rope', 'RelPos']
 
 POSITION_SCHEMES: Dict[str, Type['PositionScheme']] = {}
 
@@ -113,6 +113,21 @@ class Learned(PositionScheme, scheme='learn'):
         if regs and tokens.cls and not self.cls_slot:
             raise self._bad('reg_slots', 'a table with rows for the registers has one for the class token too')
         return dataclasses.replace(self, cls_slot=self.cls_slot and tokens.cls, reg_slots=regs)
+
+
+@dataclass(frozen=True)
+class Factorized(PositionScheme, scheme='factorized'):
+    """Factorised learned tables (timm NaFlexVit's ``pos_embed='factorized'``): one row per grid row, (G_h, D), and
+    one per grid column, (G_w, D), a patch's position the sum of its row's and its column's. Each is resized linearly
+    (half-pixel, no antialias) to the image grid's side (``ar_preserving``: both to its longer side), its first rows
+    kept. The tables are stored at ``table_grid`` and never fitted to the nominal grid (``abs_pos.y``, ``abs_pos.x``)."""
+    table_grid: Tuple[int, int] = (16, 16)
+    ar_preserving: bool = False
+    slot: ClassVar[str] = 'abs_pos'
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, 'table_grid', pair(self.table_grid, 'table_grid'))  # a JSON list read back
+        self._bools('ar_preserving')
 
 
 @dataclass(frozen=True)

@@ -1,12 +1,17 @@
 """timm ``NaFlexVit`` weights (the SigLIP 2 NaFlex towers timm hosts, ``naflexvit_*``): ``NaFlexEmbeds``' Linear over
 P-P-C patches and its (1, G_h, G_w, D) table become ours; the blocks are timm's VisionTransformer ones, read as
-``timm_format`` reads them."""
+``timm_format`` reads them. The table's per-image resize is one of our rules (``naflex_rule``: the F.interpolate call
+of the same mode, corners and antialias), from the square of the longer side where timm's
+``pos_embed_ar_preserving`` says so (``Learned.ar_preserving``); factorised tables (``pos_embed_y``, ``pos_embed_x``)
+are the 'factorized' scheme. A family may take a table as its own scheme (``_scheme``: RADIO's, ``families/radio.py``)."""
 from typing import Any, Dict, Optional, Tuple
 
 import torch.nn as nn
 
+from ..config import SimpleViTConfig
 from ..errors import ViTVariantsError
 from ..geometry import RESAMPLE_OFFSETS, RESAMPLE_RULES
+from ..parts import Factorized, PositionScheme
 from .fills import batched_grid_table, linear_patch_kernel
 from .naflex_reader import NaFlexReader
 from .source import Rule
@@ -21,6 +26,8 @@ _NAFLEX_RULES = {
     'pos_embed': Rule(('{p}embeds.pos_embed',), batched_grid_table),
     'cls_token': Rule(('{p}embeds.cls_token',)),
     'reg_token': Rule(('{p}embeds.reg_token',)),  # registers, with no table row: NaFlexEmbeds' prefix tokens
+    'abs_pos.y': Rule(('{p}embeds.pos_embed_y',)),  # factorised tables (the 'factorized' scheme's own)
+    'abs_pos.x': Rule(('{p}embeds.pos_embed_x',)),
 }
 _NAFLEX_KNOWN = {rule.sources[0][len('{p}'):] for rule in _NAFLEX_RULES.values()}
 
@@ -44,12 +51,13 @@ class TimmNaFlexCheckpoint(NaFlexReader, TimmCheckpoint):
     KERNEL, CLS, REG = 'embeds.proj.weight', 'embeds.cls_token', 'embeds.reg_token'
     SETTINGS = dict(TimmCheckpoint.SETTINGS, pos_embed_resample='timm')  # NaFlexVitCfg's default table resize
     ALWAYS_CROPS = True
+    _scheme: Optional[PositionScheme] = None  # a position scheme no flat name says (``_position``)
 
     def _embedding_facts(self, model: nn.Module, arch: str) -> Dict[str, Any]:
         """What a NaFlexVit's embedding records beyond its tensors; the options this family does not express refused."""
         embeds = model.embeds
-        beyond = [(getattr(embeds, 'pos_embed_type', None) != 'learned', 'a position embedding other than one learned '
-                   'table (factorised, none)'),
+        beyond = [(getattr(embeds, 'pos_embed_type', None) not in ('learned', 'factorized'), 'a position embedding '
+                   'other than a learned table or factorised ones (none)'),
                   (getattr(embeds, 'norm_input', None) is not None or not isinstance(embeds.norm, nn.Identity),
                    'a norm in the patch embedding'),
                   (getattr(embeds, 'enable_patch_interpolator', False), 'its patch-size interpolator'),
@@ -68,12 +76,14 @@ class TimmNaFlexCheckpoint(NaFlexReader, TimmCheckpoint):
 
     def _table_facts(self, embeds: nn.Module) -> Dict[str, Any]:
         """How the learned table is resized per image: our rule computing timm's, and whether from the square of
-        the longer side; a resize no rule computes refused."""
+        the longer side; a resize no rule computes refused. Factorised tables have one resize (linear, half-pixel)."""
+        if embeds.pos_embed_type == 'factorized' and not getattr(embeds, 'pos_embed_use_grid_sample', False):
+            return dict(pos_embed_ar_preserving=bool(embeds.pos_embed_ar_preserving))  # its rule: ``_position``
         rule = naflex_rule(embeds)
         if rule is None:
             mode, corners, antialias = (getattr(embeds, f'pos_embed_{n}', None) for n in
                                         ('interp_mode', 'align_corners', 'antialias'))
-            how = 'grid_sample' if getattr(embeds, 'pos_embed_use_grid_sample', False) else \
+            how = 'grid_sample' if embeds.pos_embed_use_grid_sample else \
                 f'{mode!r}, align_corners={corners}, antialias={antialias}'
             raise ViTVariantsError(f'this NaFlexVit resizes its table by {how}, which no resample rule of '
                                    f'SimpleVisionTransformer computes ({_rules_said()})', path=self._config_path,
@@ -83,8 +93,8 @@ class TimmNaFlexCheckpoint(NaFlexReader, TimmCheckpoint):
     def _refuse_beyond(self, local: set) -> None:
         foreign = sorted(n for n in local if n.startswith('embeds.') and n not in _NAFLEX_KNOWN)
         if foreign:
-            raise self._error('a NaFlexVit embedding part this family does not express (factorised tables, a patch '
-                              'norm)', key=self._prefix + foreign[0])
+            raise self._error('a NaFlexVit embedding part this family does not express (a patch norm)',
+                              key=self._prefix + foreign[0])
 
     def _patch_kernel(self, facts: Dict[str, Any]) -> Tuple[int, int, int, int]:
         """(D, C, P, P) of a NaFlexVit's Linear (D, P*P*C): from its architecture, else 3 channels and a square patch
@@ -107,9 +117,36 @@ class TimmNaFlexCheckpoint(NaFlexReader, TimmCheckpoint):
 
     def _position(self, local: set, dim: int, patch: Tuple[int, int], class_token: bool,
                   facts: Dict[str, Any]) -> Tuple[str, bool]:
-        """The (1, G_h, G_w, D) table; sets ``self.grid``."""
-        self._check_grid_table(self._prefix + 'embeds.pos_embed', dim, leading=(1,))
-        return 'learn', False
+        """The (1, G_h, G_w, D) table, or the factorised (1, G_h, D) and (1, G_w, D) ones (``self._scheme``); sets
+        ``self.grid``."""
+        factorised = [n for n in ('embeds.pos_embed_y', 'embeds.pos_embed_x') if n in local]
+        if not factorised:
+            self._check_grid_table(self._prefix + 'embeds.pos_embed', dim, leading=(1,))
+            return 'learn', False
+        if 'embeds.pos_embed' in local or len(factorised) != 2:
+            raise self._error('a NaFlexVit has one learned table or two factorised tables (pos_embed_y and '
+                              'pos_embed_x)', key=self._prefix + factorised[0])
+        rows, cols = (self._axis_table(self._prefix + n, dim) for n in ('embeds.pos_embed_y', 'embeds.pos_embed_x'))
+        self._check_dims(self._prefix + factorised[0], tokens=rows * cols)
+        self.grid = (rows, cols)
+        facts.setdefault('pos_embed_resample', self.SETTINGS['pos_embed_resample'])  # no learned table: no effect
+        square = facts['pos_embed_ar_preserving'] if 'pos_embed_ar_preserving' in facts else self._unrecorded(
+            'pos_embed_ar_preserving', None, False, "a state dict does not record it; NaFlexVitCfg's default")
+        self._scheme = Factorized(table_grid=self.grid, ar_preserving=square)
+        return Factorized.scheme, False
+
+    def _axis_table(self, key: str, dim: int) -> int:
+        """The length of a factorised (1, L, D) table."""
+        shape = self._shape(key)
+        if len(shape) != 3 or shape[0] != 1 or shape[2] != dim:
+            raise self._error('a factorised position table must be (1, length, width)', key=key,
+                              shapes=(shape, (1, 'length', dim)))
+        return shape[1]
+
+    def _infer(self) -> SimpleViTConfig:
+        """The config, its position scheme the one ``_position`` made where a flat name cannot say it."""
+        config = super()._infer()
+        return config if self._scheme is None else config.replace(positions=(self._scheme,))
 
 
 

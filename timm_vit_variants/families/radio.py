@@ -15,7 +15,6 @@ The reader is timm's NaFlexVit reader with the table taken as this scheme where 
 (any other NaFlexVit table reads as the core reader reads it). The ``vit_*_radio_*`` VisionTransformer entries resize
 RADIO's table to a fixed grid when timm loads them, so they are plain timm ViTs and read by the core timm reader.
 """
-import dataclasses
 from dataclasses import dataclass
 from typing import Any, ClassVar, Dict, Optional, Tuple
 
@@ -89,12 +88,12 @@ def is_radio_cpe(embeds: nn.Module) -> bool:
 class TimmRadioCheckpoint(TimmNaFlexCheckpoint):
     """A timm NaFlexVit RADIO folder: its table read as the 'radio' scheme where its options are RADIO's CPE."""
     RULES = {**TimmNaFlexCheckpoint.RULES, 'abs_pos.table': Rule(('{p}embeds.pos_embed',), batched_grid_table)}
-    _cpe: Optional[RadioTable] = None
+    _corners: Optional[bool] = None  # RADIO's CPE: its align_corners (``_table_facts``)
 
     def _table_facts(self, embeds: nn.Module) -> Dict[str, Any]:
         if not is_radio_cpe(embeds):
             return super()._table_facts(embeds)
-        self._cpe = RadioTable(align_corners=bool(embeds.pos_embed_align_corners))
+        self._corners = bool(embeds.pos_embed_align_corners)
         return dict(pos_embed_resample=self.SETTINGS['pos_embed_resample'])  # no learned scheme: it has no effect
 
     def _embedding_facts(self, model: nn.Module, arch: str) -> Dict[str, Any]:
@@ -102,27 +101,21 @@ class TimmRadioCheckpoint(TimmNaFlexCheckpoint):
         than its table's 2048 px."""
         facts = super()._embedding_facts(model, arch)
         size = (self.source_config.get('pretrained_cfg') or {}).get('input_size')
-        if self._cpe is not None and isinstance(size, (list, tuple)) and len(size) == 3:
+        if self._corners is not None and isinstance(size, (list, tuple)) and len(size) == 3:
             facts['img_size'] = tuple(size[1:])
         return facts
 
     def _position(self, local: set, dim: int, patch: Tuple[int, int], class_token: bool,
                   facts: Dict[str, Any]) -> Tuple[str, bool]:
         found = super()._position(local, dim, patch, class_token, facts)
-        if self._cpe is None:
+        if self._corners is None:
             return found
-        self._cpe = dataclasses.replace(self._cpe, table_grid=self.grid)
+        self._scheme = RadioTable(table_grid=self.grid, align_corners=self._corners)
+        self.notes.append(f"detected: RADIO's CPE, its {self.grid[0]}x{self.grid[1]} table read at every grid as RADIO "
+                          'reads it (bilinear, no antialias, from the square of the longer side, align_corners='
+                          f"{self._corners}): the 'radio' position scheme")
         self.grid = None  # the table is never fitted to the nominal grid
         return RadioTable.scheme, False
-
-    def _infer(self) -> SimpleViTConfig:
-        config = super()._infer()
-        if self._cpe is None:
-            return config
-        self.notes.append(f"detected: RADIO's CPE, its {self._cpe.table_grid[0]}x{self._cpe.table_grid[1]} table "
-                          'read at every grid as RADIO reads it (bilinear, no antialias, from the square of the longer '
-                          f'side, align_corners={self._cpe.align_corners}): the \'radio\' position scheme')
-        return config.replace(positions=(self._cpe,))
 
 
 def _radio_folder(p: Probe) -> bool:
