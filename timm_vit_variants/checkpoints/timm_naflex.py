@@ -78,7 +78,7 @@ class TimmNaFlexCheckpoint(NaFlexReader, TimmCheckpoint):
         """How the learned table is resized per image: our rule computing timm's, and whether from the square of
         the longer side; a resize no rule computes refused. Factorised tables have one resize (linear, half-pixel)."""
         if embeds.pos_embed_type == 'factorized' and not getattr(embeds, 'pos_embed_use_grid_sample', False):
-            return dict(pos_embed_ar_preserving=bool(embeds.pos_embed_ar_preserving))  # its rule: ``_position``
+            return dict(pos_embed_ar_preserving=bool(embeds.pos_embed_ar_preserving))  # the scheme: ``_position``
         rule = naflex_rule(embeds)
         if rule is None:
             mode, corners, antialias = (getattr(embeds, f'pos_embed_{n}', None) for n in
@@ -147,7 +147,6 @@ class TimmNaFlexCheckpoint(NaFlexReader, TimmCheckpoint):
         """The config, its position scheme the one ``_position`` made where a flat name cannot say it."""
         config = super()._infer()
         return config if self._scheme is None else config.replace(positions=(self._scheme,))
-
 
 
 def _rules_said() -> str:
