@@ -143,3 +143,19 @@ def test_a_state_dict_with_factorised_tables_says_what_it_assumed(tmp_path, caps
     assert 'vs timm NaFlexVit + timm load_state_dict' in captured.out
     assert 'assumed: architecture=' in captured.err and 'pos_embed_ar_preserving=False' in captured.err
     _compare_with_timm('naflexvit factorised, state dict', load_like_user(tmp_path / 'out'), reference, max_delta)
+
+
+def test_an_aspect_preserving_table_fitted_to_another_size_is_what_timm_computes_there(tmp_path, capsys, max_delta):
+    """Converted at another size (--img-size 64 144), the table is fitted to the new grid by the same rule (the
+    longer side's square, cropped), so the model at its new nominal size is timm's source at that size; the target
+    check's reference crops the same way."""
+    args = dict(TINY, pos_embed_grid_size=(6, 6), pos_embed_interp_mode='bicubic', pos_embed_ar_preserving=True)
+    reference = _tower('naflexvit_base_patch16_siglip', **args)
+    save_for_hf(reference, str(tmp_path / 'hub'), model_args=args)
+    code = main(['convert', str(tmp_path / 'hub'), str(tmp_path / 'out'), '--img-size', '64', '144'])
+    captured = capsys.readouterr()
+    assert code == 0 and 'target geometry (64x144, patch 16) passed' in captured.out, captured.out + captured.err
+    x = torch.randn(2, 3, 64, 144, generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        max_delta('aspect-preserving table fitted to 64x144: output', load_like_user(tmp_path / 'out')(x), reference(x),
+                  TOL)

@@ -297,7 +297,7 @@ class SimpleViTConfig:
     def to_flat(self, include_training: bool = False) -> Dict[str, Any]:
         """Release 0.2.0's flat constructor kwargs (squares as ints); block options newer than it only where they
         differ from their default; training ones on request; the schemes whole (``positions``) where one has options
-        no flat name says (a family's)."""
+        no flat name says (factorised tables, a family's)."""
         values: Dict[str, Any] = {name: getattr(self, name) for name in _TOP}
         for name in ('img_size', 'patch_size'):
             values[name] = values[name][0] if values[name][0] == values[name][1] else tuple(values[name])
@@ -316,7 +316,7 @@ class SimpleViTConfig:
         out.update({name: values[name] for name, default in _NEWER.items() if values[name] != default})
         said = {(owner, name) for owner, name in _SCHEME_FLAT.values()}
         if any((type(s), f.name) not in said for s in self.positions for f in fields(s)):
-            out['positions'] = [s.to_dict() for s in self.positions]  # a family's scheme: no flat name says it
+            out['positions'] = [s.to_dict() for s in self.positions]  # no flat name says it
         if include_training:
             out.update({name: values[name] for name in _TRAINING})
         return out
