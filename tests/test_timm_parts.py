@@ -39,7 +39,8 @@ CASES = [
     ('vit_pe_core_base_patch16_224', {}, "pools by 'map'"),
     ('naflexvit_base_patch16_gap', {}, None),  # NaFlexVit with [CLS] and registers (no table rows), avg pooling
     ('naflexvit_base_patch16_map', {}, 'pools by MAP beside prefix tokens'),
-    ('naflexvit_base_patch16_par_gap', {}, 'a table resize other than antialiased, half-pixel and per axis'),
+    ('naflexvit_base_patch16_par_gap', {}, None),  # its table resized from the square of the longer side
+    ('naflexvit_base_patch16_gap', dict(pos_embed_use_grid_sample=True), 'resizes its table by grid_sample'),
 ]
 
 

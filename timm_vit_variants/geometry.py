@@ -68,6 +68,7 @@ def interpolate_grid(
         align_corners: Optional[bool],
         antialias: bool,
         offset: float = 0.,
+        ar_preserving: bool = False,
 ) -> torch.Tensor:
     """Resize the grid part of a (1, prefix + old_h*old_w, D) table; prefix rows kept. TorchScript-friendly.
 
@@ -75,6 +76,8 @@ def interpolate_grid(
     the resize is always recorded (a same-size resize is an exact identity), so the graph follows the
     input size instead of the example's. A non-zero ``offset`` samples at the scale (new + offset) / old
     (``RESAMPLE_OFFSETS``); such a resize is no identity at the same size, so that case is skipped even then.
+    ``ar_preserving`` (timm NaFlexVit's ``pos_embed_ar_preserving``) resizes to the square of the longer side and
+    keeps its top-left new_h x new_w, so every grid reads the table at one scale.
     """
     capturing = False
     if not torch.jit.is_scripting():
@@ -84,12 +87,15 @@ def interpolate_grid(
     prefix, grid = table[:, :num_prefix], table[:, num_prefix:]
     dim = grid.shape[-1]
     grid = grid.float().reshape(1, old_h, old_w, dim).permute(0, 3, 1, 2)
+    size_h, size_w = new_h, new_w
+    if ar_preserving:
+        size_h = size_w = max(new_h, new_w)
     if offset != 0.:
-        scale = [float(new_h + offset) / old_h, float(new_w + offset) / old_w]
+        scale = [float(size_h + offset) / old_h, float(size_w + offset) / old_w]
         grid = F.interpolate(grid, scale_factor=scale, mode=mode, align_corners=align_corners, antialias=antialias)
     else:
-        grid = F.interpolate(grid, size=[new_h, new_w], mode=mode, align_corners=align_corners, antialias=antialias)
-    grid = grid.permute(0, 2, 3, 1).reshape(1, new_h * new_w, dim).to(table.dtype)
+        grid = F.interpolate(grid, size=[size_h, size_w], mode=mode, align_corners=align_corners, antialias=antialias)
+    grid = grid[:, :, :new_h, :new_w].permute(0, 2, 3, 1).reshape(1, new_h * new_w, dim).to(table.dtype)
     if num_prefix > 0:
         return torch.cat([prefix, grid], dim=1)
     return grid
@@ -101,11 +107,13 @@ def resample_table(
         old_grid: Tuple[int, int],
         num_prefix: int = 0,
         rule: str = 'bigvision',
+        ar_preserving: bool = False,
 ) -> torch.Tensor:
-    """Resize a learned (1, prefix + H*W, D) table to a new grid with an ecosystem's rule."""
+    """Resize a learned (1, prefix + H*W, D) table to a new grid with an ecosystem's rule (``ar_preserving``: from
+    the square of the longer side, ``interpolate_grid``)."""
     mode, align_corners, antialias = RESAMPLE_RULES[resample_rule(rule)]
     return interpolate_grid(table, new_grid[0], new_grid[1], old_grid[0], old_grid[1], num_prefix,
-                            mode, align_corners, antialias, RESAMPLE_OFFSETS.get(rule, 0.))
+                            mode, align_corners, antialias, RESAMPLE_OFFSETS.get(rule, 0.), ar_preserving)
 
 
 def pi_resize(kernel: torch.Tensor, patch_size: Tuple[int, int]) -> torch.Tensor:
@@ -180,6 +188,7 @@ class Geometry:
             and whether it can be PI-resized.
         patch_norm: The patch norm; a 'pre' norm has per-pixel weights that fix patch size and channels.
         rel_pos_rule: The resize rule of relative-position tables (``RelPos.resample``).
+        ar_preserving: The learned table is resized from the square of the longer side (``Learned.ar_preserving``).
     """
     grid: Tuple[int, int]
     patch: Tuple[int, int]
@@ -189,13 +198,15 @@ class Geometry:
     patch_embed: str = 'conv'
     patch_norm: Optional[str] = None
     rel_pos_rule: str = DEFAULT_REL_POS_RULE
+    ar_preserving: bool = False
 
     @classmethod
     def of(cls, config: SimpleViTConfig, grid: Optional[Tuple[int, int]] = None) -> 'Geometry':
         """The geometry of a model built from ``config`` (``grid`` overrides the nominal one)."""
         return cls(tuple(grid or config.grid_size), tuple(config.patch_size), config.num_prefix_slots,
                    getattr(config.position(Learned), 'resample', cls.rule), config.in_chans, config.patch.kind,
-                   config.patch.norm, getattr(config.position(RelPos), 'resample', cls.rel_pos_rule))
+                   config.patch.norm, getattr(config.position(RelPos), 'resample', cls.rel_pos_rule),
+                   getattr(config.position(Learned), 'ar_preserving', False))
 
     @property
     def kernel_key(self) -> str:
@@ -283,7 +294,7 @@ def fit_tensor(key: str, tensor: torch.Tensor, src: Geometry, dst: Geometry) -> 
         if src.prefix != dst.prefix and max(src.prefix, dst.prefix) > 1:
             raise ViTVariantsError(f'a table with {src.prefix} prefix slots cannot become one with {dst.prefix}: only '
                                    'a single [CLS] slot is added or folded into the class token', key=key)
-        table = resample_table(tensor, dst.grid, src.grid, src.prefix, dst.rule)
+        table = resample_table(tensor, dst.grid, src.grid, src.prefix, dst.rule, dst.ar_preserving)
         if dst.prefix > src.prefix:  # an empty slot: adding zero after the cls token changes nothing
             table = torch.cat([table.new_zeros(1, 1, table.shape[-1]), table], dim=1)
         elif dst.prefix < src.prefix:

@@ -12,11 +12,11 @@ from .choices import (ACT_LAYERS, BLOCK_TYPES, MLP_LAYERS, NORM_TYPES, PATCH_EMB
                       pair, resample_rule)
 from .errors import ViTVariantsError
 from .part_base import Part, TokensPart
-from .position_parts import POSITION_SCHEMES, Cpe, Learned, PositionScheme, RelPos, Rope, SinCos
+from .position_parts import POSITION_SCHEMES, Cpe, Factorized, Learned, PositionScheme, RelPos, Rope, SinCos
 
 __all__ = [
-    'Part', 'PatchPart', 'TokensPart', 'PositionScheme', 'SinCos', 'Learned', 'Cpe', 'Rope', 'RelPos', 'BlockPart',
-    'PoolPart', 'AvgPool', 'TokenPool', 'MapPool', 'CocaPool', 'NoPool', 'HeadPart', 'TrainingPart',
+    'Part', 'PatchPart', 'TokensPart', 'PositionScheme', 'SinCos', 'Learned', 'Factorized', 'Cpe', 'Rope', 'RelPos',
+    'BlockPart', 'PoolPart', 'AvgPool', 'TokenPool', 'MapPool', 'CocaPool', 'NoPool', 'HeadPart', 'TrainingPart',
     'POSITION_SCHEMES', 'POOL_KINDS', 'pair', 'activation_name', 'resample_rule', 'RESAMPLE_RULE_NAMES',
     'PATCH_EMBED_TYPES', 'PATCH_NORM_TYPES', 'ACT_LAYERS', 'MLP_LAYERS', 'ROPE_TYPES', 'REL_POS_RESAMPLE_RULES',
     'BLOCK_TYPES', 'NORM_TYPES',

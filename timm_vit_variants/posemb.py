@@ -1,23 +1,25 @@
-"""Position embeddings: big_vision's fixed 2D sin-cos table, a learned table at the runtime grid, and CPVT's
-conditional position encoding generator.
+"""Position embeddings: big_vision's fixed 2D sin-cos table, a learned table at the runtime grid, timm NaFlexVit's
+factorised tables, and CPVT's conditional position encoding generator.
 
-Each is a position scheme (``positions.py``): the two tables of the absolute kind (``add_to`` adds each patch
+Each is a position scheme (``positions.py``): the tables of the absolute kind (``add_to`` adds each patch
 token's position, and hands back each image's prefix slots, in the one embedding step), CPVT's of the after-block
 kind (``after_block``, with ``prepare_rows`` placing packed NaFlex rows on a canvas)."""
 from typing import Dict, List, Optional, Tuple
 
 import torch
 import torch.nn as nn
-from timm.layers import register_notrace_module
+import torch.nn.functional as F
+from timm.layers import register_notrace_module, trunc_normal_
 
 from .capacity import check_fits
 from .config import resample_rule
 from .errors import ViTVariantsError
-from .geometry import RESAMPLE_OFFSETS, RESAMPLE_RULES, interpolate_grid, is_capturing, resample_table
+from .geometry import RESAMPLE_OFFSETS, RESAMPLE_RULES, interpolate_grid, is_capturing
 from .rope import inverse_powers
 from .scheme import SchemeModule
 
-__all__ = ['sincos_2d', 'sincos_2d_at', 'grid_coords', 'SinCos2dPosEmbed', 'LearnedPosResampler', 'PosEncodingGenerator']
+__all__ = ['sincos_2d', 'sincos_2d_at', 'grid_coords', 'SinCos2dPosEmbed', 'LearnedPosResampler', 'FactorizedPosEmbed',
+           'PosEncodingGenerator']
 
 
 def sincos_2d(
@@ -101,18 +103,29 @@ class SinCos2dPosEmbed(SchemeModule):
 
 @register_notrace_module
 class LearnedPosResampler(SchemeModule):
-    """Resamples a learned table to the runtime grid; in inference, each grid is resampled once and cached."""
+    """Resamples a learned table to the runtime grid; in inference, each grid is resampled once and cached.
+
+    ``ar_preserving``: from the square of the grid's longer side, its top-left kept (``geometry.interpolate_grid``).
+    The table is the model's ``pos_embed`` at the nominal grid; a scheme keeping a table of its own overrides
+    ``_stored``.
+    """
 
     __jit_ignored_attributes__ = ['_cache']  # a Python-side cache keyed by grid; TorchScript takes the uncached path
     learned_table = True
 
-    def __init__(self, num_prefix_tokens: int = 0, rule: str = 'bigvision') -> None:
+    def __init__(self, num_prefix_tokens: int = 0, rule: str = 'bigvision', ar_preserving: bool = False) -> None:
         super().__init__()
         self.num_prefix_tokens = num_prefix_tokens
         self.rule = rule
         self.mode, self.align_corners, self.antialias = RESAMPLE_RULES[resample_rule(rule)]
         self.offset = RESAMPLE_OFFSETS.get(rule, 0.)
+        self.ar_preserving = ar_preserving
         self._cache: Dict[Tuple[int, int], Tuple[tuple, torch.Tensor]] = {}
+
+    def _stored(self, table: Optional[torch.Tensor], grid_h: int, grid_w: int) -> Tuple[torch.Tensor, int, int]:
+        """The table resampled from and its grid: the model's (``table``, at the nominal grid)."""
+        assert table is not None  # the model's pos_embed, for TorchScript's Optional
+        return table, grid_h, grid_w
 
     def add_to(self, tokens: torch.Tensor, coords: torch.Tensor, counts: List[int], grids: List[Tuple[int, int]],
                indexed: bool, table: Optional[torch.Tensor], nominal_h: int, nominal_w: int
@@ -120,7 +133,7 @@ class LearnedPosResampler(SchemeModule):
         """The tokens plus the model's table (``table``, for the nominal grid) resampled to each image's grid, once
         per grid; images given whole take it as it is, a NaFlex dict's tokens index it. Also each image's
         prefix slots (its [CLS] / distillation rows), None without a cls slot."""
-        assert table is not None  # the model's pos_embed, for TorchScript's Optional
+        table, nominal_h, nominal_w = self._stored(table, nominal_h, nominal_w)
         slots: List[Optional[torch.Tensor]] = [None for _ in grids]
         if not torch.jit.is_scripting():
             if len(grids) > 1 or indexed:
@@ -170,7 +183,7 @@ class LearnedPosResampler(SchemeModule):
                     return self._cached(pos_embed, grid_h, grid_w, old_grid_h, old_grid_w)
         return interpolate_grid(
             pos_embed, grid_h, grid_w, old_grid_h, old_grid_w, self.num_prefix_tokens,
-            self.mode, self.align_corners, self.antialias, self.offset)
+            self.mode, self.align_corners, self.antialias, self.offset, self.ar_preserving)
 
     @torch.jit.ignore
     def _cached(self, pos_embed: torch.Tensor, grid_h: int, grid_w: int, old_h: int, old_w: int) -> torch.Tensor:
@@ -179,9 +192,52 @@ class LearnedPosResampler(SchemeModule):
         hit = self._cache.get((grid_h, grid_w))
         if hit is not None and hit[0] == tag:
             return hit[1]
-        out = resample_table(pos_embed.detach(), (grid_h, grid_w), (old_h, old_w), self.num_prefix_tokens, self.rule)
+        out = interpolate_grid(pos_embed.detach(), grid_h, grid_w, old_h, old_w, self.num_prefix_tokens, self.mode,
+                               self.align_corners, self.antialias, self.offset, self.ar_preserving)
         self._cache[(grid_h, grid_w)] = (tag, out)
         return out
+
+
+@register_notrace_module
+class FactorizedPosEmbed(SchemeModule):
+    """timm NaFlexVit's factorised tables (``parts.Factorized``): ``y`` (1, G_h, D) and ``x`` (1, G_w, D), each
+    resized linearly to its side of each image's grid (both to the longer side with ``ar_preserving``), a patch
+    at (y, x) given the sum of their rows. Its own tensors, at their own lengths: never fitted to the nominal grid."""
+
+    def __init__(self, dim: int, table_grid: Tuple[int, int], ar_preserving: bool = False,
+                 device: Optional[torch.device] = None, dtype: Optional[torch.dtype] = None) -> None:
+        super().__init__()
+        self.ar_preserving = ar_preserving
+        self.y = nn.Parameter(torch.zeros(1, table_grid[0], dim, device=device, dtype=dtype))
+        self.x = nn.Parameter(torch.zeros(1, table_grid[1], dim, device=device, dtype=dtype))
+        trunc_normal_(self.y, std=.02)
+        trunc_normal_(self.x, std=.02)
+
+    @staticmethod
+    def _axis(table: torch.Tensor, length: int, keep: int, dtype: torch.dtype) -> torch.Tensor:
+        """(keep, D): a (1, L, D) table resized to ``length`` rows (linear, half-pixel, in float32), its first kept."""
+        if length != table.shape[1]:
+            table = F.interpolate(table.permute(0, 2, 1).float(), size=length, mode='linear',
+                                  align_corners=False).permute(0, 2, 1)
+        return table[0, :keep].to(dtype)
+
+    def add_to(self, tokens: torch.Tensor, coords: torch.Tensor, counts: List[int], grids: List[Tuple[int, int]],
+               indexed: bool, table: Optional[torch.Tensor], nominal_h: int, nominal_w: int
+               ) -> Tuple[torch.Tensor, List[Optional[torch.Tensor]]]:
+        """The tokens plus each one's row and column rows at its image's grid (whole images and NaFlex tokens
+        alike); no prefix slots."""
+        slots: List[Optional[torch.Tensor]] = [None for _ in grids]
+        per_image = [coords] if len(grids) == 1 else list(coords.split(counts))
+        rows: List[torch.Tensor] = []
+        for i in range(len(grids)):
+            grid_h, grid_w = grids[i]
+            side_h, side_w = grid_h, grid_w
+            if self.ar_preserving:
+                side_h = side_w = max(grid_h, grid_w)
+            pe_y = self._axis(self.y, side_h, grid_h, tokens.dtype)
+            pe_x = self._axis(self.x, side_w, grid_w, tokens.dtype)
+            rows.append(pe_y[per_image[i][:, 0]] + pe_x[per_image[i][:, 1]])
+        return tokens + (rows[0] if len(rows) == 1 else torch.cat(rows)), slots
 
 
 class PosEncodingGenerator(SchemeModule):

@@ -4,13 +4,13 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, ClassVar, Dict, Mapping, Optional, Tuple, Type, Union
 
-from .choices import _is_int, _is_number, resample_rule
+from .choices import _is_int, _is_number, pair, resample_rule
 from .source_rules import (DEFAULT_REL_POS_RULE, DEFAULT_ROPE_TYPE, REL_POS_RESAMPLE_RULES, ROPE_SCALED_TO_GRID,
                            ROPE_TYPES)
 from .errors import ViTVariantsError
 from .part_base import Part, TokensPart
 
-__all__ = ['POSITION_SCHEMES', 'PositionScheme', 'SinCos', 'Learned', 'Cpe', 'Rope', 'RelPos']
+__all__ = ['POSITION_SCHEMES', 'PositionScheme', 'SinCos', 'Learned', 'Factorized', 'Cpe', 'Rope', 'RelPos']
 
 POSITION_SCHEMES: Dict[str, Type['PositionScheme']] = {}
 
@@ -84,17 +84,20 @@ class Learned(PositionScheme, scheme='learn'):
     """A learned table; ``cls_slot``: it carries rows for [CLS] (and the distillation token) as vit_jax / timm,
     rather than being added before the class token is prepended (big_vision); ``reg_slots``: rows for the register
     tokens too, every prefix token then having one (timm's ``no_embed_class=False`` with ``reg_tokens``; DINOv2's
-    registers have none); ``resample``: how it is resized for another grid (``geometry.RESAMPLE_RULES``)."""
+    registers have none); ``resample``: how it is resized for another grid (``geometry.RESAMPLE_RULES``);
+    ``ar_preserving``: resized to the square of the grid's longer side, then its top-left grid kept (timm NaFlexVit's
+    ``pos_embed_ar_preserving``), so every aspect ratio reads the table at one scale."""
     cls_slot: bool = False
     resample: str = 'bigvision'
     reg_slots: bool = False
+    ar_preserving: bool = False
     slot: ClassVar[str] = 'abs_pos'
     FLAT: ClassVar[Mapping[str, str]] = {'cls_slot': 'pos_embed_cls_slot', 'resample': 'pos_embed_resample',
-                                         'reg_slots': 'pos_embed_reg_slots'}
-    WRITTEN_IF_SET: ClassVar[Tuple[str, ...]] = ('reg_slots',)
+                                         'reg_slots': 'pos_embed_reg_slots', 'ar_preserving': 'pos_embed_ar_preserving'}
+    WRITTEN_IF_SET: ClassVar[Tuple[str, ...]] = ('reg_slots', 'ar_preserving')
 
     def __post_init__(self) -> None:
-        self._bools('cls_slot', 'reg_slots')
+        self._bools('cls_slot', 'reg_slots', 'ar_preserving')
         resample_rule(self.resample)
 
     @property
@@ -112,6 +115,21 @@ class Learned(PositionScheme, scheme='learn'):
         if regs and tokens.cls and not self.cls_slot:
             raise self._bad('reg_slots', 'a table with rows for the registers has one for the class token too')
         return dataclasses.replace(self, cls_slot=self.cls_slot and tokens.cls, reg_slots=regs)
+
+
+@dataclass(frozen=True)
+class Factorized(PositionScheme, scheme='factorized'):
+    """Factorised learned tables (timm NaFlexVit's ``pos_embed='factorized'``): one row per grid row, (G_h, D), and
+    one per grid column, (G_w, D), a patch's position the sum of its row's and its column's. Each is resized linearly
+    (half-pixel, no antialias) to the image grid's side (``ar_preserving``: both to its longer side), its first rows
+    kept. The tables are stored at ``table_grid`` and never fitted to the nominal grid (``abs_pos.y``, ``abs_pos.x``)."""
+    table_grid: Tuple[int, int] = (16, 16)
+    ar_preserving: bool = False
+    slot: ClassVar[str] = 'abs_pos'
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, 'table_grid', pair(self.table_grid, 'table_grid'))  # a JSON list read back
+        self._bools('ar_preserving')
 
 
 @dataclass(frozen=True)

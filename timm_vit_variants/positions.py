@@ -5,8 +5,9 @@
 by the state-dict prefix of what fills it, so saved folders keep their keys (``pos_embed``, ``rope.periods``,
 ``rope.freqs``, ``pos_cpe.proj.*``, ``rel_pos.tables``):
 
-* ``abs_pos``, absolute: 'sincos' (``posemb.SinCos2dPosEmbed``) or 'learn' (``posemb.LearnedPosResampler`` over the
-  model's ``pos_embed``, timm's parameter): ``add_to`` adds each patch token's position in the one embedding step
+* ``abs_pos``, absolute: 'sincos' (``posemb.SinCos2dPosEmbed``), 'learn' (``posemb.LearnedPosResampler`` over the
+  model's ``pos_embed``, timm's parameter) or 'factorized' (``posemb.FactorizedPosEmbed``, its own row and column
+  tables ``abs_pos.y``, ``abs_pos.x``): ``add_to`` adds each patch token's position in the one embedding step
   and gives each image's prefix slots.
 * ``rope`` and ``rel_pos``, attention inputs: 'rope' (``rope.py``'s kind of ``rope_type``: ``rotations`` for the
   sequences, ``layer`` for each block) and 'relpos' (``relpos.RelPosBias``: ``join_mask`` adds each block's bias to
@@ -33,9 +34,9 @@ from timm.layers import trunc_normal_
 
 from .block_context import BlockContext
 from .config import SimpleViTConfig
-from .parts import Cpe, Learned, RelPos, Rope, SinCos
+from .parts import Cpe, Factorized, Learned, RelPos, Rope, SinCos
 from .geometry import Geometry, fit_tensor, is_capturing
-from .posemb import LearnedPosResampler, PosEncodingGenerator, SinCos2dPosEmbed
+from .posemb import FactorizedPosEmbed, LearnedPosResampler, PosEncodingGenerator, SinCos2dPosEmbed
 from .relpos import RelPosBias
 from .rope import create_rope
 from .scheme import SchemeModule
@@ -52,7 +53,11 @@ def _sincos(cfg: SimpleViTConfig, part: SinCos, grid: Tuple[int, int], dd: Dict[
 
 
 def _learn(cfg: SimpleViTConfig, part: Learned, grid: Tuple[int, int], dd: Dict[str, Any]) -> SchemeModule:
-    return LearnedPosResampler(cfg.num_prefix_slots, part.resample)
+    return LearnedPosResampler(cfg.num_prefix_slots, part.resample, part.ar_preserving)
+
+
+def _factorized(cfg: SimpleViTConfig, part: Factorized, grid: Tuple[int, int], dd: Dict[str, Any]) -> SchemeModule:
+    return FactorizedPosEmbed(cfg.embed_dim, part.table_grid, part.ar_preserving, **dd)
 
 
 def _cpe(cfg: SimpleViTConfig, part: Cpe, grid: Tuple[int, int], dd: Dict[str, Any]) -> SchemeModule:
@@ -69,7 +74,8 @@ def _relpos(cfg: SimpleViTConfig, part: RelPos, grid: Tuple[int, int], dd: Dict[
 
 
 # Each position scheme's builder, by its part's ``scheme`` name; the part says which slot it fills.
-SCHEMES: Dict[str, Builder] = {'sincos': _sincos, 'learn': _learn, 'rope': _rope, 'relpos': _relpos, 'cpe': _cpe}
+SCHEMES: Dict[str, Builder] = {'sincos': _sincos, 'learn': _learn, 'factorized': _factorized, 'rope': _rope,
+                               'relpos': _relpos, 'cpe': _cpe}
 SLOTS = ('abs_pos', 'rope', 'rel_pos', 'pos_cpe')
 # The schemes' tensors a change of the nominal grid resizes (``geometry.fit_tensor``): the learned table, the
 # relative-position tables.

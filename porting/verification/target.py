@@ -6,7 +6,7 @@ transcription or the framework's own function); never ours.
 """
 import torch
 
-from timm_vit_variants.parts import SinCos
+from timm_vit_variants.parts import Learned, SinCos
 
 from ..families.registry import TABLE_RULES
 from .result import Check, NoReference
@@ -37,7 +37,14 @@ def at_target(ref: TimmReference, check: Check) -> TimmReference:
         resize = getattr(TABLE_RULES.get(rule), 'resize', None)
         if resize is None:
             raise NoReference(f"the {rule!r} table resize has no reference outside transformers' own model")
-        state['pos_embed'] = resize(state['pos_embed'].detach(), source_grid, target_grid, source.num_prefix_slots)
+        table, prefix = state['pos_embed'].detach(), source.num_prefix_slots
+        if getattr(target.position(Learned), 'ar_preserving', False):  # the longer side's square, its top-left kept
+            side = max(target_grid)
+            square = resize(table, source_grid, (side, side), prefix)
+            kept = square[:, prefix:].reshape(1, side, side, -1)[:, :target_grid[0], :target_grid[1]]
+            state['pos_embed'] = torch.cat([square[:, :prefix], kept.reshape(1, -1, square.shape[-1])], dim=1)
+        else:
+            state['pos_embed'] = resize(table, source_grid, target_grid, prefix)
     padded = target.replace(img_size=(target_grid[0] * target_patch[0], target_grid[1] * target_patch[1]))
     model = timm_equivalent(padded, num_classes=0 if head is not None else ref.model.num_classes)
     model.load_state_dict(state, strict=True, assign=True)

@@ -14,8 +14,9 @@ from timm_vit_variants.checkpoints.files import SINGLE_WEIGHT_FILES, read_json
 from timm_vit_variants.checkpoints.pickle_store import read_weights
 from timm_vit_variants.config import SimpleViTConfig, grid_for, is_family_architecture
 from timm_vit_variants.errors import ViTVariantsError
+from timm_vit_variants.geometry import RESAMPLE_OFFSETS, RESAMPLE_RULES
 from timm_vit_variants.limits import DEFAULT_LIMITS, Limits
-from timm_vit_variants.parts import Learned
+from timm_vit_variants.parts import Factorized, Learned
 
 from .result import NoReference, Outputs
 from .streamed import as_float32, materialize
@@ -23,8 +24,6 @@ from .streamed import as_float32, materialize
 __all__ = ['fit_input', 'timm_equivalent', 'naflex_vit', 'PreLogitsHead', 'TimmReference',
            'timm_weights', 'timm_model', 'rebuild_buffers', 'timm_table']
 
-# How timm's NaFlexVit resizes its table per image, for each of our resample rules that it can express.
-_NAFLEX_INTERP = {'flexi': 'bilinear', 'timm': 'bicubic'}
 
 # Input-side options and the values timm's VisionTransformer can express ('linear' is 'conv' computed as a matmul).
 _TIMM_INPUT_SIDE = {'patch_embed': ('conv', 'linear'), 'patch_norm': (None,),
@@ -105,14 +104,24 @@ def timm_equivalent(config: SimpleViTConfig, num_classes: Optional[int] = None, 
 
 
 def naflex_vit(config: SimpleViTConfig) -> nn.Module:
-    """timm's ``NaFlexVit`` with the dimensions of ``config``, its table resized per image as our rule does
-    (``'flexi'``: bilinear, antialiased, half-pixel, big_vision's rule; ``'timm'``: bicubic, antialiased).
-    Built on the meta device, uninitialised, as ``timm_equivalent``."""
+    """timm's ``NaFlexVit`` with the dimensions of ``config``, its table resized per image as our rule does (the
+    F.interpolate call of the rule's mode, corners and antialias: ``'flexi'``, big_vision's, is bilinear,
+    antialiased, half-pixel), or its factorised tables. Built on the meta device, uninitialised, as
+    ``timm_equivalent``."""
     from timm.models.naflexvit import NaFlexVit, NaFlexVitCfg
 
-    rule = getattr(config.position(Learned), 'resample', None)
-    if rule not in _NAFLEX_INTERP:
-        raise NoReference(f"timm's NaFlexVit has no {rule!r} table resize")
+    factorized, learned = config.position(Factorized), config.position(Learned)
+    if factorized is not None:
+        table = dict(pos_embed='factorized', pos_embed_grid_size=factorized.table_grid,
+                     pos_embed_ar_preserving=factorized.ar_preserving)
+    else:
+        rule = getattr(learned, 'resample', None)
+        if rule not in RESAMPLE_RULES or rule in RESAMPLE_OFFSETS:
+            raise NoReference(f"timm's NaFlexVit has no {rule!r} table resize")
+        mode, corners, antialias = RESAMPLE_RULES[rule]
+        table = dict(pos_embed_grid_size=config.grid_size, pos_embed_interp_mode=mode,
+                     pos_embed_align_corners=bool(corners), pos_embed_antialias=antialias,
+                     pos_embed_ar_preserving=learned.ar_preserving)
     cfg = NaFlexVitCfg(
         patch_size=config.patch_size,
         embed_dim=config.embed_dim,
@@ -122,9 +131,8 @@ def naflex_vit(config: SimpleViTConfig) -> nn.Module:
         qkv_bias=config.block.qkv_bias,
         act_layer=config.block.act,
         global_pool=config.head.pool.kind,
-        pos_embed_grid_size=config.grid_size,
-        pos_embed_interp_mode=_NAFLEX_INTERP[rule],
         class_token=config.tokens.cls,
+        **table,
     )
     with torch.device('meta'):
         model = NaFlexVit(cfg, in_chans=config.in_chans, num_classes=config.num_classes, img_size=config.img_size)

@@ -227,6 +227,7 @@ class TimmCheckpoint(TimmFolder):
             mlp_layer=facts.get('mlp_layer', 'mlp'), pos_embed=pos_embed, pos_embed_cls_slot=slot,
             pos_embed_reg_slots=self._reg_slots,
             pos_embed_resample=settings.get('pos_embed_resample', 'timm'), patch_embed=self.PATCH_EMBED,
+            pos_embed_ar_preserving=facts.get('pos_embed_ar_preserving', False),
             rep_size=rep_size, act_layer=self.options.act_layer or settings['act_layer'],
             norm_eps=self.options.norm_eps or settings['norm_eps'],
             grid_mode='crop' if settings['global_pool'] == 'map' or self.ALWAYS_CROPS or cropped else None,

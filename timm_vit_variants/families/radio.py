@@ -1,153 +1,133 @@
-"""RADIO (NVlabs/RADIO; C-RADIOv3) in NVIDIA's own layout: the ``model.safetensors`` of its Hub folders
-(``nvidia/C-RADIOv3-*``, ``hf_model.RADIOModel``), the ViT under ``radio_model.model.``.
+"""NVIDIA's C-RADIO towers as timm's NaFlexVit holds them (``naflexvit_*_radio_v3``, ``naflexvit_*_radio_v4``): their
+position table, RADIO's CPE, as the 'radio' position scheme (``RadioTable``, its part; ``RadioPosTable``, its
+module), and the reader of those folders (``TimmRadioCheckpoint``).
 
-The network is timm's ``VisionTransformer`` with RADIO's CPE patch generator (``enable_cpe``): a bias-free linear
-embedder over C-P-P flattened patches (``patch_generator.embedder``), one [CLS] per teacher then registers
-(``patch_generator.cls_token.token``, (tokens, D): our [CLS] the first, the rest registers), a position table for the
-largest input (``patch_generator.pos_embed``, (1, M*M, D), no prefix rows), LayerScale and no final norm. Its output
-here is every token of the last block (``forward_features``), after the input conditioner, which is preprocessing
-(its mean and std are read from the file).
+RADIO keeps its learned table at its maximum size (128 x 128 patches, 2048 px at patch 16) whatever the input, and
+gives an image of h x w patches the table resized bilinearly, without antialias, to the square of the longer side
+(L = max(h, w)), then its top-left h x w (timm: ``pos_embed_interp_mode='bilinear'``, ``pos_embed_antialias=False``,
+``pos_embed_ar_preserving=True``; ``align_corners`` as each checkpoint's Hub code: True for C-RADIOv3 B and H). So
+the table is the scheme's own tensor (``abs_pos.table``, timm's (1, G_h, G_w, D) table row-major), stored at its own
+grid and never resized: the model's nominal grid (its default input, the folder's ``pretrained_cfg.input_size``) is
+independent of it, and every input grid reads the stored table as RADIO does, whole images and packed NaFlex rows
+(each image its own grid) alike.
 
-RADIO's table has no nominal grid: at an input of g_h x g_w patches its patch generator resizes it (bilinear,
-``align_corners=False``, no antialias) to the square of the larger side and crops the top-left g_h x g_w. No resize
-rule of ours is that, so the reader evaluates it for one grid: the table's own (M x M) unless ``--source-img-size``
-names another, and the converted model holds the table of that grid. A resize of the converted model's table to
-another grid (``--img-size``) is not RADIO's and is said so by the check. ``align_corners=False`` is NVlabs/RADIO's
-code; timm notes that the Hub code released with C-RADIOv3-B/H used ``True`` (the file does not say which). Not
-read: ``summary_idxs`` and the teacher adaptors (the conditioner's mean and std are the preprocessing).
+The reader is timm's NaFlexVit reader with the table taken as this scheme where the embedding's options are RADIO's
+(any other NaFlexVit table reads as the core reader reads it). The ``vit_*_radio_*`` VisionTransformer entries resize
+RADIO's table to a fixed grid when timm loads them, so they are plain timm ViTs and read by the core timm reader.
+NVIDIA's own layout (its Hub folders' ``model.safetensors``) is read by ``radio_native.RadioCheckpoint``.
 """
-from typing import Any, Dict, Tuple
+from dataclasses import dataclass
+from typing import Any, ClassVar, Dict, Optional, Tuple
 
 import torch
-import torch.nn.functional as F
+import torch.nn as nn
+from timm.layers import register_notrace_module, trunc_normal_
 
-from ..checkpoints.fills import Misfit
-from ..checkpoints.preprocessing import assumed_preprocessing
-from ..checkpoints.routes import Route
-from ..checkpoints.source import Rule, SourceCheckpoint
-from ..config import SimpleViTConfig, pair
-from ..errors import ViTVariantsError
+from ..checkpoints.fills import batched_grid_table
+from ..checkpoints.routes import Probe, Route
+from ..checkpoints.source import Rule
+from ..checkpoints.timm_naflex import TimmNaFlexCheckpoint
+from ..choices import pair
+from ..config import SimpleViTConfig
+from ..parts import PositionScheme
+from ..posemb import LearnedPosResampler
+from ..positions import SCHEMES
+from ..scheme import SchemeModule
+from .radio_native import RADIO_PREFIX, RadioCheckpoint
 from .registry import Family
 
-__all__ = ['RADIO_PREFIX', 'RadioCheckpoint', 'radio_table', 'FAMILY']
-
-RADIO_PREFIX = 'radio_model.model.'
-_GEN = '{p}patch_generator.'
-# C-RADIOv3's widths -> heads (B, L, H, g: timm's vit_*_patch16_radio_v3 entries; H's heads are 80 wide)
-_RADIO_HEADS = {768: 12, 1024: 16, 1280: 16, 1536: 24}
-_CONDITIONER = ('radio_model.input_conditioner.norm_mean', 'radio_model.input_conditioner.norm_std')
+__all__ = ['RadioTable', 'RadioPosTable', 'TimmRadioCheckpoint', 'is_radio_cpe', 'FAMILY']
 
 
-def radio_table(table: torch.Tensor, grid: Tuple[int, int]) -> torch.Tensor:
-    """RADIO's CPE table (1, M*M, D) at ``grid`` (``ViTPatchGenerator._get_pos_embeddings`` in eval): as stored at its
-    own grid, else bilinear (``align_corners=False``, no antialias) to the square of the larger side, the top-left
-    ``grid`` kept."""
-    side = int(round(table.shape[1] ** 0.5))
-    if tuple(grid) == (side, side):
-        return table
-    square = table.reshape(1, side, side, -1).permute(0, 3, 1, 2)
-    big = max(grid)
-    square = F.interpolate(square.float(), size=(big, big), mode='bilinear', align_corners=False).to(table.dtype)
-    return square[:, :, :grid[0], :grid[1]].flatten(2).transpose(1, 2)
+@dataclass(frozen=True)
+class RadioTable(PositionScheme, scheme='radio'):
+    """RADIO's CPE (module docstring): a learned table stored at ``table_grid``, resized bilinearly without antialias
+    (``align_corners`` as the checkpoint's) to the square of each image grid's longer side, its top-left kept."""
+    table_grid: Tuple[int, int] = (128, 128)
+    align_corners: bool = False
+    slot: ClassVar[str] = 'abs_pos'
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, 'table_grid', pair(self.table_grid, 'table_grid'))  # a JSON list read back
+        self._bools('align_corners')
 
 
-def _patch_kernel(dst: torch.Tensor, weight: torch.Tensor) -> None:
-    """RADIO's embedder (D, C*P*P) over C-P-P flattened patches (its ``Im2Patches``) as our conv (D, C, P, P)."""
-    if tuple(weight.shape) != (dst.shape[0], dst[0].numel()):
-        raise Misfit('shape does not fit', weight.shape, (dst.shape[0], dst[0].numel()))
-    dst.copy_(weight.reshape(dst.shape))
+@register_notrace_module
+class RadioPosTable(LearnedPosResampler):
+    """The 'radio' scheme's module: its own (1, G_h * G_w, D) table ``table``, resampled (and cached) for each image's
+    grid as the learned scheme resamples ``pos_embed``, from the table's grid rather than the nominal one."""
+    learned_table = False
+
+    def __init__(self, dim: int, part: RadioTable, device: Optional[torch.device] = None,
+                 dtype: Optional[torch.dtype] = None) -> None:
+        super().__init__(0, ar_preserving=True)
+        self.rule = 'radio'
+        self.mode, self.align_corners, self.antialias, self.offset = 'bilinear', part.align_corners, False, 0.
+        self.table_grid = part.table_grid
+        self.table = nn.Parameter(torch.zeros(1, part.table_grid[0] * part.table_grid[1], dim, device=device,
+                                              dtype=dtype))
+        trunc_normal_(self.table, std=.02)
+
+    def _stored(self, table: Optional[torch.Tensor], grid_h: int, grid_w: int) -> Tuple[torch.Tensor, int, int]:
+        """Its own table at its own grid (the model's nominal grid plays no part)."""
+        return self.table, self.table_grid[0], self.table_grid[1]
 
 
-def _tokens(first: int, stop: Any = None):
-    """Rows [first, stop) of RADIO's (tokens, D) [CLS] and register tokens, as our (1, n, D)."""
-    def fill(dst: torch.Tensor, tokens: torch.Tensor) -> None:
-        rows = tokens[first:stop].unsqueeze(0)
-        if tuple(rows.shape) != tuple(dst.shape):
-            raise Misfit('shape does not fit', rows.shape, dst.shape)
-        dst.copy_(rows)
-    return fill
+def _build(cfg: SimpleViTConfig, part: RadioTable, grid: Tuple[int, int], dd: Dict[str, Any]) -> SchemeModule:
+    return RadioPosTable(cfg.embed_dim, part, **dd)
 
 
-class RadioCheckpoint(SourceCheckpoint):
-    """The ViT of a RADIO ``model.safetensors``, its table evaluated for one grid (module docstring)."""
-    format = 'radio'
-    PREPROCESSING_DEFAULTS = assumed_preprocessing(
-        'bicubic', 1.0, 'center', "not recorded by the checkpoint; RADIO's processor resizes to a multiple of the "
-        'patch (no crop)')
+SCHEMES[RadioTable.scheme] = _build  # the 'radio' part's module, in the one registry of schemes
 
-    @property
-    def RULES(self) -> Dict[str, Rule]:  # type: ignore[override]
-        return {'patch_embed.proj.weight': Rule((_GEN + 'embedder.weight',), _patch_kernel),
-                'cls_token': Rule((_GEN + 'cls_token.token',), _tokens(0, 1)),
-                'reg_token': Rule((_GEN + 'cls_token.token',), _tokens(1)),
-                'pos_embed': Rule((_GEN + 'pos_embed',), self._table)}
 
-    def _table(self, dst: torch.Tensor, table: torch.Tensor) -> None:
-        value = radio_table(table, self.grid)
-        if tuple(value.shape) != tuple(dst.shape):
-            raise Misfit('shape does not fit', value.shape, dst.shape)
-        dst.copy_(value)
+def is_radio_cpe(embeds: nn.Module) -> bool:
+    """Whether a timm ``NaFlexEmbeds`` resizes its learned table as RADIO does (module docstring)."""
+    return (getattr(embeds, 'pos_embed_type', None) == 'learned' and embeds.pos_embed_interp_mode == 'bilinear'
+            and not embeds.pos_embed_antialias and embeds.pos_embed_ar_preserving
+            and not getattr(embeds, 'pos_embed_use_grid_sample', False))
 
-    def _recorded_preprocessing(self) -> Dict[str, Any]:
-        """The input conditioner's mean and std (RADIO takes pixels in [0, 1])."""
-        if not all(k in self._store for k in _CONDITIONER):
-            return {}
-        mean, std = (tuple(float(v) for v in self._store.tensor(k).flatten()) for k in _CONDITIONER)
-        return dict(mean=mean, std=std)
 
-    def _infer(self) -> SimpleViTConfig:
-        p = self._prefix = RADIO_PREFIX
-        names = {n[len(p):] for n in self._store.names() if n.startswith(p)}
-        key = p + 'patch_generator.embedder.weight'
-        dim, flat = self._shape(key)
-        patch = int(round((flat // 3) ** 0.5))
-        if 3 * patch * patch != flat:
-            raise self._error('expected a linear embedder over 3-channel square patches (width, 3*P*P)', key=key,
-                              shapes=((dim, flat),))
-        if p + 'patch_generator.embedder.bias' in self._store:
-            raise self._error("a bias on the patch embedder: not C-RADIOv3's (a DINOv2-based RADIO?)",
-                              key=p + 'patch_generator.embedder.bias')
-        tokens = self._shape(p + 'patch_generator.cls_token.token')
-        table = self._shape(p + 'patch_generator.pos_embed')
-        side = int(round(table[1] ** 0.5)) if len(table) == 3 else 0
-        if len(table) != 3 or side * side != table[1] or table[2] != dim or len(tokens) != 2 or tokens[1] != dim:
-            raise self._error("RADIO's square CPE table (1, M*M, width) beside its (tokens, width) [CLS] and "
-                              'registers', key=p + 'patch_generator.pos_embed', shapes=(table, tokens))
-        self._check_dims(key, width=dim, tokens=table[1])
-        size = self.options.img_size
-        if size is None:
-            self.grid = (side, side)
-        else:
-            h, w = pair(size, 'img_size')
-            if h % patch or w % patch:
-                raise ViTVariantsError(f'the source image size {h}x{w} is not a multiple of the patch {patch}',
-                                       path=self.path, key=key)
-            self.grid = (h // patch, w // patch)
-        depth = self._depth(names, first=p + 'blocks.0.attn.qkv.weight')
-        heads = self._head_count(dim, [(_RADIO_HEADS.get(dim), f'the C-RADIOv3 release of width {dim}')],
-                                 f'a RADIO file does not record the number of attention heads, and width {dim} is not '
-                                 "one of C-RADIOv3's; give the head count", key=p + 'blocks.0.attn.qkv.weight')
-        mlp = self._shape(p + 'blocks.0.mlp.fc1.weight')[0]
-        self._check_dims(p + 'blocks.0.mlp.fc1.weight', mlp=mlp)
-        skipped = sorted({n for n in self._store.names() if not n.startswith(p)})
-        where = 'its own grid' if size is None else f'the {self.grid[0]}x{self.grid[1]} grid asked for'
-        self.notes.append(
-            f'detected: a RADIO ViT ({tokens[0]} [CLS] and register tokens: the first our [CLS], the rest registers; '
-            f'LayerScale, no final norm); its {side}x{side} CPE table evaluated for {where} as its patch generator '
-            "does (bilinear to the square of the larger side, no antialias, the top-left cropped); another --img-size "
-            "resizes that table by our rule, not RADIO's; the input conditioner's mean and std are the preprocessing"
-            + (f'; not read: {", ".join(n for n in skipped if n not in _CONDITIONER)}' if skipped else ''))
-        return SimpleViTConfig.of(
-            img_size=(self.grid[0] * patch, self.grid[1] * patch), patch_size=patch, embed_dim=dim, depth=depth,
-            num_heads=heads, mlp_dim=mlp, num_classes=0, global_pool='token', class_token=True,
-            reg_tokens=tokens[0] - 1, pos_embed='learn', pos_embed_cls_slot=False, pos_embed_resample='timm',
-            final_norm=False, fc_norm=False, patch_bias=False, qkv_bias=p + 'blocks.0.attn.qkv.bias' in self._store,
-            init_values=1.0 if 'blocks.0.ls1.gamma' in names else None,
-            norm_eps=self.options.norm_eps or 1e-6, act_layer=self.options.act_layer or 'gelu')
+class TimmRadioCheckpoint(TimmNaFlexCheckpoint):
+    """A timm NaFlexVit RADIO folder: its table read as the 'radio' scheme where its options are RADIO's CPE."""
+    RULES = {**TimmNaFlexCheckpoint.RULES, 'abs_pos.table': Rule(('{p}embeds.pos_embed',), batched_grid_table)}
+    _corners: Optional[bool] = None  # RADIO's CPE: its align_corners (``_table_facts``)
+
+    def _table_facts(self, embeds: nn.Module) -> Dict[str, Any]:
+        if not is_radio_cpe(embeds):
+            return super()._table_facts(embeds)
+        self._corners = bool(embeds.pos_embed_align_corners)
+        return dict(pos_embed_resample=self.SETTINGS['pos_embed_resample'])  # no learned scheme: it has no effect
+
+    def _embedding_facts(self, model: nn.Module, arch: str) -> Dict[str, Any]:
+        """The core reader's, the nominal input RADIO's default one (``pretrained_cfg.input_size``, 512 px) rather
+        than its table's 2048 px."""
+        facts = super()._embedding_facts(model, arch)
+        size = (self.source_config.get('pretrained_cfg') or {}).get('input_size')
+        if self._corners is not None and isinstance(size, (list, tuple)) and len(size) == 3:
+            facts['img_size'] = tuple(size[1:])
+        return facts
+
+    def _position(self, local: set, dim: int, patch: Tuple[int, int], class_token: bool,
+                  facts: Dict[str, Any]) -> Tuple[str, bool]:
+        found = super()._position(local, dim, patch, class_token, facts)
+        if self._corners is None:
+            return found
+        self._scheme = RadioTable(table_grid=self.grid, align_corners=self._corners)
+        self.notes.append(f"detected: RADIO's CPE, its {self.grid[0]}x{self.grid[1]} table read at every grid as RADIO "
+                          'reads it (bilinear, no antialias, from the square of the longer side, align_corners='
+                          f"{self._corners}): the 'radio' position scheme")
+        self.grid = None  # the table is never fitted to the nominal grid
+        return RadioTable.scheme, False
+
+
+def _radio_folder(p: Probe) -> bool:
+    """A timm NaFlexVit folder of a RADIO architecture."""
+    return 'radio' in str(p.config.get('architecture')) and p.prefix + 'embeds.proj.weight' in p.store
 
 
 FAMILY = Family(
-    name='radio',
-    # a bare state dict: before the open_clip and timm state-dict rows (2100 onward)
-    routes=(Route(2045., lambda p: RADIO_PREFIX + 'patch_generator.embedder.weight' in p.names, RadioCheckpoint),),
+    'radio',
+    # timm's NaFlexVit RADIO folders before timm's NaFlexVit folders (1000); NVIDIA's own layout (radio_native.py)
+    routes=(Route(950., _radio_folder, TimmRadioCheckpoint),
+            Route(2045., lambda p: RADIO_PREFIX + 'patch_generator.embedder.weight' in p.names, RadioCheckpoint)),
 )
