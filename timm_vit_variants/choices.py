@@ -16,8 +16,12 @@ RESAMPLE_RULE_NAMES = ('bigvision', 'timm', 'hf', 'flexi', 'dinov2', 'openclip',
 # The rotary-position forms (``rope.py``): DINOv3's, RoPE-ViT's axial and mixed (learned frequencies), EVA-02's.
 ROPE_TYPES = ('dinov3', 'axial', 'mixed', 'eva02')
 # The transformer blocks: timm's pre-norm ``Block`` (``RopeBlock`` with rotary positions), or timm's ``EvaBlock``
-# (q/v-only bias, LayerScale ``gamma_1``/``gamma_2``, fused or split qkv, SwiGLU with or without sub-LN).
-BLOCK_TYPES = ('vit', 'eva')
+# (q/v-only bias, LayerScale ``gamma_1``/``gamma_2``, fused or split qkv, SwiGLU with or without sub-LN); timm's
+# post-norm ``ResPostBlock`` and ``EvaBlockPostNorm``, its ``ParallelThingsBlock`` (two attention branches, then two
+# MLP branches) and ``ParallelScalingBlock`` (attention and MLP side by side off one fused input projection).
+BLOCK_TYPES = ('vit', 'eva', 'res_post', 'eva_post', 'parallel', 'parallel_scaling')
+# The attention of a block: timm's ``Attention`` or its ``DiffAttention`` (Ye et al. 2024, differential attention).
+ATTN_TYPES = ('attention', 'diff')
 # How a relative-position table is resized for another nominal grid: BEiT's own rule (a geometric progression and
 # a cubic spline, ``relpos_resize.py``) or timm's ``resize_rel_pos_bias_table`` (linear).
 REL_POS_RESAMPLE_RULES = ('beit', 'timm')
