@@ -14,7 +14,7 @@ from typing import Any, Dict, Optional, Sequence, Tuple
 
 import torch.nn as nn
 
-from ..config import ARGUMENT_NAMES, SimpleViTConfig, activation_name
+from ..config import ARGUMENT_NAMES, SimpleViTConfig
 from ..model_table import MODELS, heads_for_width
 from ..errors import ViTVariantsError
 from ..parts import Learned

@@ -72,7 +72,8 @@ _DUAL_LAMBDA: _Option = (lambda m: getattr(m, 'dual_lambda', False), 'differenti
 _ATTENTION: Tuple[_Option, ...] = ((_not_identity('q_norm'), QK_NORM), (_not_identity('norm'), ATTN_NORM))
 _OPTIONS: Dict[type, Tuple[_Option, ...]] = {
     Attention: _ATTENTION,
-    AttentionRope: _ATTENTION,
+    AttentionRope: _ATTENTION + ((lambda m: getattr(m, 'num_kv_heads', m.num_heads) != m.num_heads,
+                                  'grouped-query attention, fewer key/value heads than query heads (num_kv_heads)'),),
     EvaAttention: _ATTENTION + ((lambda m: getattr(m, 'qkv', None) is None, SPLIT_QKV),),
     DiffAttention: _ATTENTION + (_DUAL_LAMBDA,),
     ParallelScalingBlock: ((lambda m: getattr(m, 'out_proj', None) is not None, 'one fused output projection'),),
@@ -98,13 +99,11 @@ def _unexpressed(model: nn.Module, parts: FrozenSet[type], expressed: FrozenSet[
         cls = type(module)
         if cls not in parts:
             foreign.append(where)
-            what: Optional[str] = f"timm's {cls.__name__}" + (f': {_KNOWN[cls.__name__]}' if cls.__name__ in _KNOWN
-                                                             else '')
+            whats = [f"timm's {cls.__name__}" + (f': {_KNOWN[cls.__name__]}' if cls.__name__ in _KNOWN else '')]
         else:
-            what = next((text for has, text in _OPTIONS.get(cls, ()) if text not in expressed and has(module)),
-                        None)
-        if what is not None and what not in found:
-            found[what] = where or 'the model'
+            whats = [text for has, text in _OPTIONS.get(cls, ()) if text not in expressed and has(module)]
+        for what in whats:
+            found.setdefault(what, where or 'the model')
     return [f'{where} ({what})' for what, where in found.items()]
 
 
