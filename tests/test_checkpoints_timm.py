@@ -113,16 +113,14 @@ def test_no_embed_class_and_avg_pool_without_fc_norm(tmp_path):
         assert _diff(model, ref) <= TOL, kwargs
 
 
-@pytest.mark.parametrize('kwargs, key', [
-    (dict(qk_norm=True), 'qk_norm'),
-])
-def test_inexpressible_timm_features_are_refused(tmp_path, kwargs, key):
-    ref = VisionTransformer(embed_dim=64, num_heads=4, **TINY, **kwargs)
+def test_a_bare_state_dict_with_qk_norm_converts(tmp_path):
+    """timm's q/k LayerNorm per head (``qk_norm=True``): its ``q_norm``/``k_norm`` tensors say it, no config needed."""
+    ref = randomize(VisionTransformer(embed_dim=64, num_heads=4, qk_norm=True, **TINY))
     path = tmp_path / 'w.safetensors'
     save_file(ref.state_dict(), str(path))
-    with pytest.raises(ViTVariantsError, match=key) as info:
-        open_checkpoint(path, num_heads=4)
-    assert str(path) in str(info.value)
+    model, ckpt = _ours(path, num_heads=4)
+    assert ckpt.model_args['qk_norm']
+    assert _diff(model, ref) <= TOL
 
 
 def test_an_attention_pool_beyond_big_visions_map_head_is_refused(tmp_path):

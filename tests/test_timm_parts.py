@@ -18,16 +18,16 @@ CASES = [
     ('vit_little_patch16_reg1_gap_256', {}, None),  # LayerScale, a register, avg pooling with fc_norm
     ('eva_giant_patch14_224', {}, None),  # EVA-01: timm's Eva, q/v-only bias, no RoPE, avg pooling with fc_norm
     ('eva_giant_patch14_clip_224', {}, None),  # the same with token pooling
-    ('vit_base_patch16_rpn_224', {}, "blocks.0 (timm's ResPostBlock: post-norm residual blocks"),
+    ('vit_base_patch16_rpn_224', {}, None),  # post-norm residual blocks (timm's ResPostBlock)
     ('aimv2_large_patch14_224', {}, None),  # AIMv2: SwiGLU, RMSNorm, a patch norm; the AIMv2 family reads it
-    ('vit_small_patch16_18x2_224', {}, "blocks.0 (timm's ParallelThingsBlock"),
-    ('vit_base_patch16_xp_224', dict(qk_norm=False), "blocks.0 (timm's ParallelScalingBlock"),
-    ('vit_dlittle_patch16_reg1_gap_256', {}, "blocks.0.attn (timm's DiffAttention: differential attention)"),
+    ('vit_small_patch16_18x2_224', {}, None),  # timm's ParallelThingsBlock
+    ('vit_base_patch16_xp_224', dict(qk_norm=False), None),  # timm's ParallelScalingBlock, RMSNorm
+    ('vit_dlittle_patch16_reg1_gap_256', {}, None),  # timm's DiffAttention
     ('samvit_base_patch16_224', {}, "the model (timm's VisionTransformerSAM: SAM's image encoder, with windowed "
                                     'attention, decomposed relative positions and a neck)'),
     ('vit_relpos_small_patch16_224', {}, None),  # relative-position MLP biases: the vit_relpos family reads it
     ('eva02_base_patch16_clip_224', {}, None),  # EVA-02 CLIP: the attention's and MLP's sub-LNs, split q/k/v
-    ('eva02_enormous_patch14_clip_224', {}, "blocks.0 (timm's EvaBlockPostNorm"),
+    ('eva02_enormous_patch14_clip_224', {}, None),  # timm's EvaBlockPostNorm
     ('beit3_base_patch16_224', {}, None),  # BEiT-3 (timm's VisionTransformer): the sub-LNs in attention and MLP
     ('vit_medium_patch16_rope_reg1_gap_256', {}, None),  # EVA-02's RoPE (a reference grid), a register, no [CLS]
     ('vit_small_patch16_lingbot', {}, None),  # DINOv3's RoPE under another name: [CLS] and registers

@@ -14,8 +14,12 @@ if TYPE_CHECKING:
 PATCH_EMBED_TYPES = ('conv', 'linear', 'conv_stem', 'overlap', 'mlp')
 PATCH_NORM_TYPES = (None, 'pre', 'post', 'dual')
 # The transformer blocks: timm's pre-norm ``Block`` (``RopeBlock`` with rotary positions), or timm's ``EvaBlock``
-# (q/v-only bias, LayerScale ``gamma_1``/``gamma_2``, fused or split qkv, SwiGLU with or without sub-LN).
-BLOCK_TYPES = ('vit', 'eva')
+# (q/v-only bias, LayerScale ``gamma_1``/``gamma_2``, fused or split qkv, SwiGLU with or without sub-LN); timm's
+# post-norm ``ResPostBlock`` and ``EvaBlockPostNorm``, its ``ParallelThingsBlock`` (two attention branches, then two
+# MLP branches) and ``ParallelScalingBlock`` (attention and MLP side by side off one fused input projection).
+BLOCK_TYPES = ('vit', 'eva', 'res_post', 'eva_post', 'parallel', 'parallel_scaling')
+# The attention of a block: timm's ``Attention`` or its ``DiffAttention`` (Ye et al. 2024, differential attention).
+ATTN_TYPES = ('attention', 'diff')
 ACT_LAYERS = ('gelu_tanh', 'gelu', 'quick_gelu', 'silu', 'relu')
 # The blocks' MLP: timm's Mlp, its SwiGLUPacked (one fc1 holding both halves, silu(first) * second; DINOv2 ViT-g),
 # or its SwiGLU (separate fc1_g gate and fc1_x value; DINOv3 H+'s w1/w2/w3).

@@ -1,8 +1,9 @@
 """The layers a model is built from, passed by class as timm's ``VisionTransformer`` takes them.
 
-Three registries, keyed by the config's names: ``NORM_LAYERS`` (the model's every norm, timm's ``norm_layer``),
-``MLP_LAYERS`` (each MLP kind with its exact-width builder, timm's ``mlp_layer``) and ``BLOCKS`` (each block kind,
-timm's ``block_fn``). Every block builder takes the same keyword options (``build_blocks``), and refuses one its
+Four registries, keyed by the config's names: ``NORM_LAYERS`` (the model's every norm, timm's ``norm_layer``),
+``MLP_LAYERS`` (each MLP kind with its exact-width builder, timm's ``mlp_layer``), ``ATTN_LAYERS`` (timm's
+``attn_layer``) and ``BLOCKS`` (each block kind, timm's ``block_fn``; the arrangements other than the pre-norm
+block in ``block_arrangements.py`` and ``eva_block.py``). Every block builder takes the same keyword options (``build_blocks``), and refuses one its
 layers cannot express; so the model picks a row of each table and names no kind.
 """
 from dataclasses import dataclass
@@ -11,14 +12,15 @@ from typing import Any, Callable, Dict, Optional
 
 import torch
 import torch.nn as nn
-from timm.layers import LayerNorm, Mlp, RmsNorm, SwiGLU, SwiGLUPacked
+from timm.layers import Attention, DiffAttention, LayerNorm, Mlp, RmsNorm, SwiGLU, SwiGLUPacked
 from timm.models.vision_transformer import Block
 
 from .errors import ViTVariantsError
-from .eva_block import Eva02Block
+from .block_arrangements import parallel_block, parallel_scaling_block, post_norm_block
+from .eva_block import Eva02Block, Eva02PostNormBlock
 from .rope import RopeBlock
 
-__all__ = ['NORM_LAYERS', 'MLP_LAYERS', 'BLOCKS', 'MlpLayer', 'PlainBlock', 'build_blocks', 'norm_layer', 'vit_block']
+__all__ = ['NORM_LAYERS', 'MLP_LAYERS', 'ATTN_LAYERS', 'BLOCKS', 'MlpLayer', 'PlainBlock', 'build_blocks', 'norm_layer', 'vit_block']
 
 # timm's norms by name: LayerNorm (ViT, CLIP, ...) or RmsNorm (no mean, no bias).
 NORM_LAYERS: Dict[str, Callable[..., nn.Module]] = {'layernorm': LayerNorm, 'rmsnorm': RmsNorm}
@@ -62,6 +64,10 @@ MLP_LAYERS: Dict[str, MlpLayer] = {
 }
 
 
+# timm's attention layers by name: its ``Attention``, or its ``DiffAttention`` (two softmax maps, one subtracted).
+ATTN_LAYERS: Dict[str, Callable[..., nn.Module]] = {'attention': Attention, 'diff': DiffAttention}
+
+
 class PlainBlock(Block):
     """timm's pre-norm ``Block``, callable as every block of the loop is, ``(x, attn_mask, rope)``: it has no
     rotations, so ``rope`` is None (the position schemes hand one only to rotary blocks)."""
@@ -75,18 +81,26 @@ class PlainBlock(Block):
 
 def vit_block(dim: int, num_heads: int, *, mlp: MlpLayer, mlp_width: int, mlp_bias: bool = True,
               mlp_norm: bool = False, attn_norm: bool = False, qkv_fused: bool = True,
-              rotate_half: Optional[bool] = None, **kwargs: Any) -> nn.Module:
-    """'vit': timm's pre-norm ``Block`` (``RopeBlock``, its attention taking rotations, under a rotary scheme whose
-    pair layout is ``rotate_half``), with the exact MLP ``mlp_width``; its qkv is always one fused projection."""
+              rotate_half: Optional[bool] = None, attn_layer: Callable[..., nn.Module] = Attention,
+              **kwargs: Any) -> nn.Module:
+    """'vit': timm's pre-norm ``Block`` with ``attn_layer`` (``RopeBlock``, its attention taking rotations, under a
+    rotary scheme whose pair layout is ``rotate_half``), with the exact MLP ``mlp_width``; its qkv is always one
+    fused projection."""
     if not qkv_fused:
         raise ViTVariantsError("split q/k/v projections are EvaBlock's: use the 'eva' block", key='qkv_fused')
+    if rotate_half is not None and attn_layer is not Attention:
+        raise ViTVariantsError(f"timm's {attn_layer.__name__} applies no rotary positions: use attn_layer "
+                               "'attention' with a rotary scheme", key='attn_layer')
     block = PlainBlock if rotate_half is None else partial(RopeBlock, rotate_half=rotate_half)
     return block(dim=dim, num_heads=num_heads, mlp_ratio=mlp_width / dim, mlp_layer=mlp.exact(mlp_width, mlp_bias),
-                 scale_mlp_norm=mlp_norm, scale_attn_norm=attn_norm, **kwargs)
+                 scale_mlp_norm=mlp_norm, scale_attn_norm=attn_norm, attn_layer=attn_layer, **kwargs)
 
 
-# Each block kind's builder, all taking ``build_blocks``' options: timm's Block, or timm's EvaBlock (EVA-02).
-BLOCKS: Dict[str, Callable[..., nn.Module]] = {'vit': vit_block, 'eva': Eva02Block}
+# Each block kind's builder, all taking ``build_blocks``' options: timm's Block, its EvaBlock (EVA-02), their
+# post-norm forms, and its two parallel arrangements.
+BLOCKS: Dict[str, Callable[..., nn.Module]] = {
+    'vit': vit_block, 'eva': Eva02Block, 'res_post': post_norm_block, 'eva_post': Eva02PostNormBlock,
+    'parallel': parallel_block, 'parallel_scaling': parallel_scaling_block}
 
 
 def build_blocks(block_fn: Callable[..., nn.Module], depth: int, drop_path_rate: float, **options: Any
@@ -94,7 +108,8 @@ def build_blocks(block_fn: Callable[..., nn.Module], depth: int, drop_path_rate:
     """``depth`` blocks of ``block_fn`` with a linear drop-path schedule up to ``drop_path_rate``.
 
     ``options``, the same for every block kind: ``dim``, ``num_heads``, ``mlp`` (an ``MlpLayer``), ``mlp_width``,
-    ``mlp_bias``, ``mlp_norm``, ``qkv_bias``, ``qkv_fused``, ``qk_norm``, ``proj_bias``, ``init_values``,
+    ``mlp_bias``, ``mlp_norm``, ``attn_norm``, ``attn_layer`` (an ``ATTN_LAYERS`` class), ``qkv_bias``, ``qkv_fused``,
+    ``qk_norm``, ``proj_bias``, ``init_values``,
     ``act_layer``, ``norm_layer``, ``proj_drop``, ``attn_drop``, ``rotate_half`` (None without rotations) and
     ``device``/``dtype``.
     """

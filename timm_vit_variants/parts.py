@@ -7,7 +7,7 @@ import dataclasses
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, Dict, Mapping, Optional, Tuple, Type, Union
 
-from .choices import (ACT_LAYERS, BLOCK_TYPES, MLP_LAYERS, NORM_TYPES, PATCH_EMBED_TYPES, PATCH_NORM_TYPES,
+from .choices import (ACT_LAYERS, ATTN_TYPES, BLOCK_TYPES, MLP_LAYERS, NORM_TYPES, PATCH_EMBED_TYPES, PATCH_NORM_TYPES,
                       REL_POS_RESAMPLE_RULES, RESAMPLE_RULE_NAMES, ROPE_TYPES, _is_int, _is_number, activation_name,
                       pair, resample_rule)
 from .errors import ViTVariantsError
@@ -61,12 +61,19 @@ class PatchPart(Part):
 
 @dataclass(frozen=True)
 class BlockPart(Part):
-    """The transformer block. ``kind`` 'vit' (timm's pre-norm ``Block``) or 'eva' (timm's ``EvaBlock``: q/v-only
+    """The transformer block. ``kind`` 'vit' (timm's pre-norm ``Block``), 'eva' (timm's ``EvaBlock``: q/v-only
     bias when ``qkv_bias``, LayerScale as ``gamma_1``/``gamma_2``, split q/k/v when not ``qkv_fused``, the MLP's
-    sub-LN ``mlp_norm``); ``attn_norm`` the attention's sub-LN before its output projection (timm's
-    ``scale_attn_norm`` / ``scale_attn_inner``: EVA-02 CLIP, BEiT-3); ``norm`` the model's norm layer and ``norm_eps`` its epsilon; ``act`` the MLP activation
-    (flax ``nn.gelu`` is 'gelu_tanh'); ``mlp`` 'mlp', 'swiglu_packed' or 'swiglu' and ``mlp_dim`` its exact hidden
-    (gated) width, None for 4 * embed_dim; ``init_values`` LayerScale's initial value, None for none."""
+    sub-LN ``mlp_norm``), 'res_post' / 'eva_post' (timm's post-norm ``ResPostBlock`` / ``EvaBlockPostNorm``: each
+    branch's output normalised before it is added, no LayerScale), 'parallel' (timm's ``ParallelThingsBlock``: two
+    attention branches summed, then two MLP branches) or 'parallel_scaling' (timm's ``ParallelScalingBlock``: one
+    norm and one input projection feeding attention and MLP side by side, their outputs summed; ``qkv_bias`` is that
+    projection's, ``proj_bias`` both output projections'); ``attn`` 'attention' (timm's ``Attention``) or 'diff'
+    (its ``DiffAttention``; ``DiffParallelScalingBlock`` in a 'parallel_scaling' block); ``qk_norm`` the norm layer on
+    each head's queries and keys; ``attn_norm`` the attention's sub-LN before its output projection (timm's
+    ``scale_attn_norm`` / ``scale_attn_inner``: EVA-02 CLIP, BEiT-3); ``norm`` the model's norm layer and ``norm_eps``
+    its epsilon; ``act`` the MLP activation (flax ``nn.gelu`` is 'gelu_tanh'); ``mlp`` 'mlp', 'swiglu_packed' or
+    'swiglu' and ``mlp_dim`` its exact hidden (gated) width, None for 4 * embed_dim; ``init_values`` LayerScale's
+    initial value, None for none."""
     kind: str = 'vit'
     norm: str = 'layernorm'
     norm_eps: float = 1e-6
@@ -81,17 +88,19 @@ class BlockPart(Part):
     proj_bias: bool = True
     init_values: Optional[float] = None
     attn_norm: bool = False
+    attn: str = 'attention'
     FLAT: ClassVar[Mapping[str, str]] = {
         'kind': 'block_type', 'norm': 'norm_layer', 'norm_eps': 'norm_eps', 'act': 'act_layer', 'mlp': 'mlp_layer',
         'mlp_dim': 'mlp_dim', 'mlp_norm': 'mlp_norm', 'mlp_bias': 'mlp_bias', 'qkv_bias': 'qkv_bias',
         'qkv_fused': 'qkv_fused', 'qk_norm': 'qk_norm', 'proj_bias': 'proj_bias', 'init_values': 'init_values',
-        'attn_norm': 'attn_norm'}
-    WRITTEN_IF_SET: ClassVar[Tuple[str, ...]] = ('attn_norm',)
+        'attn_norm': 'attn_norm', 'attn': 'attn_layer'}
+    WRITTEN_IF_SET: ClassVar[Tuple[str, ...]] = ('attn_norm', 'attn')
     NAME: ClassVar[str] = 'block'
 
     def __post_init__(self) -> None:
         object.__setattr__(self, 'act', activation_name(self.act))
         self._choice('kind', BLOCK_TYPES)
+        self._choice('attn', ATTN_TYPES)
         self._choice('norm', NORM_TYPES)
         self._choice('act', ACT_LAYERS)
         self._choice('mlp', MLP_LAYERS)
@@ -101,13 +110,32 @@ class BlockPart(Part):
         self._check('init_values', lambda v: v is None or _is_number(v), 'expected a number or None')
         if self.mlp in ('swiglu_packed', 'swiglu') and self.act != 'silu':
             raise self._bad('mlp', f"{self.mlp!r} gates with silu: set act_layer='silu'")
-        if self.kind == 'vit' and not self.qkv_fused:
+        eva = self.kind in ('eva', 'eva_post')
+        if not eva and not self.qkv_fused:
             raise self._bad('qkv_fused', "split q/k/v projections are EvaBlock's: set block_type='eva'")
-        if self.kind == 'vit' and self.mlp_norm and self.mlp != 'mlp':  # timm's Block: scale_mlp_norm, Mlp only
+        if not eva and self.mlp_norm and self.mlp != 'mlp':  # timm's Block: scale_mlp_norm, Mlp only
             raise self._bad('mlp_norm', "a gated MLP's sub-LN is EvaBlock's: set block_type='eva'")
+        if eva and self.attn != 'attention':
+            raise self._bad('attn', "timm's EvaBlock has EVA's own attention: set attn_layer='attention'")
+        if self.kind == 'eva_post' and self.qk_norm:
+            raise self._bad('qk_norm', "timm's EvaBlockPostNorm has no q/k norm")
+        if self.kind == 'parallel_scaling':
+            self._parallel_scaling()
         if self.mlp_norm and self.mlp == 'swiglu_packed':
             raise self._bad('mlp_norm', "timm's EvaBlock normalises a SwiGLU's hidden features only in its split "
                                         "form: use mlp_layer='swiglu'")
+
+    def _parallel_scaling(self) -> None:
+        """What timm's ``ParallelScalingBlock`` has: a plain MLP whose first layer sits in the fused input projection
+        (always with a bias, ``mlp_bias`` there unless ``qkv_bias``), no sub-LNs, no LayerScale but one, shared."""
+        if self.mlp != 'mlp':
+            raise self._bad('mlp', "block_type='parallel_scaling' fuses a plain MLP's first layer into its input "
+                                   "projection: use mlp_layer='mlp'")
+        if not self.mlp_bias:
+            raise self._bad('mlp_bias', "block_type='parallel_scaling' always has a bias on its MLP's first layer")
+        for name in ('mlp_norm', 'attn_norm'):
+            if getattr(self, name):
+                raise self._bad(name, "timm's ParallelScalingBlock has no sub-LN")
 
 
 # -- head -------------------------------------------------------------------------------------------

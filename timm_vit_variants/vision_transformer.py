@@ -26,7 +26,7 @@ from .config import SimpleViTConfig, TensorSpec
 from .errors import ViTVariantsError
 from .geometry import Geometry, check_fit
 from .heads import HeadMixin
-from .layers import BLOCKS, MLP_LAYERS, build_blocks, norm_layer as layer_norm
+from .layers import ATTN_LAYERS, BLOCKS, MLP_LAYERS, build_blocks, norm_layer as layer_norm
 from .limits import DEFAULT_LIMITS, Limits
 from .block_context import BlockContext
 from .embedding import EmbeddingMixin
@@ -121,7 +121,8 @@ class SimpleVisionTransformer(EmbeddingMixin, NaFlexMixin, PositionsMixin, HeadM
         self.blocks = build_blocks(
             BLOCKS[block.kind], cfg.depth, cfg.training.drop_path_rate, dim=embed_dim, num_heads=cfg.num_heads,
             mlp=MLP_LAYERS[block.mlp], mlp_width=block.mlp_dim, mlp_bias=block.mlp_bias, mlp_norm=block.mlp_norm,
-            attn_norm=block.attn_norm, qkv_bias=block.qkv_bias, qkv_fused=block.qkv_fused, qk_norm=block.qk_norm, proj_bias=block.proj_bias,
+            attn_norm=block.attn_norm, attn_layer=ATTN_LAYERS[block.attn], qkv_bias=block.qkv_bias,
+            qkv_fused=block.qkv_fused, qk_norm=block.qk_norm, proj_bias=block.proj_bias,
             init_values=block.init_values, act_layer=act_layer, norm_layer=norm_layer,
             proj_drop=cfg.training.proj_drop_rate, attn_drop=cfg.training.attn_drop_rate,
             rotate_half=block_rotation(positions), **dd)
@@ -376,7 +377,12 @@ class SimpleVisionTransformer(EmbeddingMixin, NaFlexMixin, PositionsMixin, HeadM
         for i, blk in enumerate(self.blocks):
             if i <= stop:  # not ``break``: TorchScript unrolls loops over modules
                 mask, rope = self._layer_inputs(i, context)
-                if self.grad_checkpointing and not torch.jit.is_scripting():
+                if hasattr(blk, 'no_rotations'):  # timm's own forward, (x, attn_mask): a block without rotations
+                    if self.grad_checkpointing and not torch.jit.is_scripting():
+                        x = checkpoint(blk, x, attn_mask=mask, use_reentrant=False)
+                    else:
+                        x = blk(x, attn_mask=mask)
+                elif self.grad_checkpointing and not torch.jit.is_scripting():
                     x = checkpoint(blk, x, attn_mask=mask, rope=rope, use_reentrant=False)
                 else:
                     x = blk(x, attn_mask=mask, rope=rope)

@@ -17,24 +17,13 @@ from ..errors import ViTVariantsError
 from .source import SourceCheckpoint
 from .tensor_rules import timm_recorded_preprocessing
 
-__all__ = ['TimmFolder', 'Built', 'block_facts']
+__all__ = ['TimmFolder', 'Built']
 
 # create_model kwargs that load weights or configs from elsewhere: never taken from a file's config.
 _LOADING_ARGS = frozenset({'pretrained', 'pretrained_cfg', 'pretrained_cfg_overlay', 'checkpoint_path', 'cache_dir'})
 # model_args sizes and the limit each is checked against, before anything is built from them.
 _CLAIMS = {'depth': 'depth', 'embed_dim': 'width', 'num_heads': 'heads', 'mlp_dim': 'mlp', 'num_classes': 'classes',
            'img_size': 'img_size', 'patch_size': 'img_size', 'rep_size': 'width'}
-
-
-def block_facts(block: nn.Module) -> Dict[str, Any]:
-    """LayerScale and a packed SwiGLU (timm's ``init_values``, ``SwiGLUPacked``: a ``GluMlp``, which ``timm_parts``
-    lets through only in that form), read off a built block."""
-    facts: Dict[str, Any] = {}
-    if hasattr(block.ls1, 'gamma'):
-        facts['init_values'] = 1.0  # only the initialiser: the stored gamma is loaded
-    if type(block.mlp).__name__ == 'GluMlp':
-        facts['mlp_layer'] = 'swiglu_packed'
-    return facts
 
 
 class Built:
@@ -62,14 +51,15 @@ class Built:
                        if k not in self._OWN_CHECKS and (classes_recorded or not k.startswith('head.'))}
 
     @classmethod
-    def of_vit(cls, arch: str, args: Dict[str, Any], model: nn.Module, classes_recorded: bool) -> 'Built':
-        """A VisionTransformer's (or NaFlexVit's) build: depth, width, MLP, qkv bias and [CLS] token."""
-        blocks = model.blocks
+    def of_vit(cls, arch: str, args: Dict[str, Any], model: nn.Module, block: Dict[str, Any],
+               classes_recorded: bool) -> 'Built':
+        """A VisionTransformer's (or NaFlexVit's) build: depth, and width, MLP (its first layer's rows) and qkv bias
+        of its first block's settings (``timm_blocks.block_settings``), and [CLS] token."""
         embeds_cls = getattr(getattr(model, 'embeds', None), 'cls_token', None)
         return cls(arch, args, model, dict(
-            depth=len(blocks), embed_dim=blocks[0].norm1.normalized_shape[0], mlp_dim=blocks[0].mlp.fc1.out_features,
-            qkv_bias=blocks[0].attn.qkv.bias is not None,
-            class_token=getattr(model, 'cls_token', embeds_cls) is not None), classes_recorded)
+            depth=len(model.blocks), embed_dim=block['embed_dim'], mlp_dim=block['fc1_width'],
+            qkv_bias=block['qkv_bias'], class_token=getattr(model, 'cls_token', embeds_cls) is not None),
+            classes_recorded)
 
     def check(self, reader: SourceCheckpoint, found: Dict[str, Any], local: set,
               evidence: Optional[Dict[str, str]] = None) -> None:

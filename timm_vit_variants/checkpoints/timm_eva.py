@@ -8,7 +8,7 @@ from typing import Any
 
 import timm
 import torch.nn as nn
-from timm.models.eva import Eva
+from timm.models.eva import Eva, EvaBlockPostNorm
 
 from ..config import SimpleViTConfig, activation_name
 from ..dino_models import DINOV3, DINOV3_HEADS, EVA_ROPE, ROPEVIT, ROPEVIT_KINDS
@@ -85,13 +85,15 @@ class TimmEvaCheckpoint(TimmCheckpoint):
             getattr(attn.qkv if fused else attn.q_proj, 'bias', None) is not None
         norms = dict(attn_norm=not isinstance(attn.norm, nn.Identity),
                      mlp_norm=not isinstance(getattr(block.mlp, 'norm', None), (nn.Identity, type(None))))
-        # timm's own EvaBlock where the plain block has no equivalent (split q/k/v, the sub-LNs)
-        eva = dict(block_type='eva', qkv_fused=fused, **norms) if not fused or any(norms.values()) else {}
+        # timm's own EvaBlock where the plain block has no equivalent (split q/k/v, the sub-LNs), its post-norm form
+        post = isinstance(block, EvaBlockPostNorm)
+        eva = dict(block_type='eva_post' if post else 'eva', qkv_fused=fused, **norms) \
+            if post or not fused or any(norms.values()) else {}
         config = SimpleViTConfig.of(
             img_size=tuple(model.patch_embed.img_size), patch_size=patch, in_chans=model.patch_embed.proj.in_channels,
             num_classes=model.num_classes, global_pool=model.global_pool, embed_dim=model.embed_dim,
             depth=len(model.blocks), num_heads=block.attn.num_heads, mlp_dim=mlp_dim,
-            mlp_layer='swiglu' if swiglu else 'mlp', init_values=1.0 if block.gamma_1 is not None else None,
+            mlp_layer='swiglu' if swiglu else 'mlp', init_values=1.0 if getattr(block, 'gamma_1', None) is not None else None,
             qkv_bias=qkv_bias, class_token=model.cls_token is not None,
             reg_tokens=0 if model.reg_token is None else model.reg_token.shape[1],
             pos_embed='+'.join(part for part, used in (('learn', ape), ('rope', bool(kind))) if used) or 'none',
@@ -107,7 +109,7 @@ class TimmEvaCheckpoint(TimmCheckpoint):
         self.notes.append(f'detected a timm Eva {arch} (' + (
             f'{kind} RoPE, base {self._theta:g}{", periods recomputed in fp32 as timm does" if kind == "dinov3" else ""}'
             if kind else 'no RoPE: a learned table with its [CLS] slot, q/v-only biases') +
-            f'{", table resize rule " + repr("timm") if ape else ""}'
+            f'{", table resize rule " + repr("timm") if ape else ""}{", post-norm blocks" if post else ""}'
             f'{", the attention sub-LN" if norms["attn_norm"] else ""}{", the MLP sub-LN" if norms["mlp_norm"] else ""})')
         return config
 

@@ -14,21 +14,21 @@ from typing import Any, Dict, Optional, Sequence, Tuple
 
 import torch.nn as nn
 
-from ..config import ARGUMENT_NAMES, SimpleViTConfig, activation_name
+from ..config import ARGUMENT_NAMES, SimpleViTConfig
 from ..model_table import MODELS, heads_for_width
 from ..errors import ViTVariantsError
 from ..parts import Learned
 from .preprocessing import (assumed_preprocessing, checked_input_size,
                             imagenet_preprocessing)
-from .timm_build import Built, TimmFolder, block_facts
-from .timm_parts import ATTN_NORM, MLP_NORM, VIT_PARTS, refuse_unexpressed
+from .timm_blocks import PLAIN, block_settings, layout_of
+from .timm_build import Built, TimmFolder
+from .timm_parts import ATTN_NORM, MLP_NORM, QK_NORM, VIT_PARTS, refuse_unexpressed
 
 __all__ = ['TimmCheckpoint']
 
 _BLOCK_RE = re.compile(r'^blocks\.(\d+)\.')
 # timm VisionTransformer features without a SimpleVisionTransformer equivalent, by tensor name.
 _UNSUPPORTED = (
-    (re.compile(r'\.[qk]_norm\.'), 'qk_norm is not supported'),
     (re.compile(r'^attn_pool\.pos_embed$'), 'an attention pool with its own position table is not supported'),
 )
 
@@ -58,7 +58,7 @@ class TimmCheckpoint(TimmFolder):
     def _foreign_facts(self, arch: str, args: Dict[str, Any]) -> Dict[str, Any]:
         """Settings no tensor records, read off a meta-device build of a timm ``vit_*`` architecture."""
         model = self._meta_build(arch, args)
-        refuse_unexpressed(model, VIT_PARTS, arch, self._config_path, frozenset({ATTN_NORM, MLP_NORM}))
+        refuse_unexpressed(model, VIT_PARTS, arch, self._config_path, frozenset({ATTN_NORM, MLP_NORM, QK_NORM}))
         blocks = model.blocks
         if not len(blocks):
             raise ViTVariantsError(f'{arch} with these model_args has no transformer blocks', path=self._config_path,
@@ -67,17 +67,17 @@ class TimmCheckpoint(TimmFolder):
             raise ViTVariantsError(f"global_pool={model.global_pool!r} is not supported (token, avg, map or '')",
                                    path=self._config_path, key='global_pool')
         try:
-            act = activation_name(blocks[0].mlp.act)
+            block = block_settings(blocks[0])
         except ViTVariantsError as e:
             raise ViTVariantsError(str(e), path=self._config_path, key='architecture') from None
-        facts = dict(num_heads=blocks[0].attn.num_heads, global_pool=model.global_pool, act_layer=act,
+        facts = dict(global_pool=model.global_pool, layout=layout_of(blocks[0]),
                      pool_include_prefix=bool(getattr(model, 'pool_include_prefix', False)),
-                     norm_eps=blocks[0].norm1.eps, built=Built.of_vit(arch, args, model, self._classes is not None),
+                     built=Built.of_vit(arch, args, model, block, self._classes is not None),
                      # final_norm=False (InternViT, RADIO): no norm after the blocks, before or after the pool
                      final_norm=not (isinstance(model.norm, nn.Identity) and isinstance(model.fc_norm, nn.Identity)),
-                     **block_facts(blocks[0]))
+                     **block)
         if '_clip_' in arch:
-            self._clip_note(arch, act)
+            self._clip_note(arch, block['act_layer'])
         return dict(facts, **self._embedding_facts(model, arch))
 
     def _embedding_facts(self, model: nn.Module, arch: str) -> Dict[str, Any]:
@@ -187,12 +187,16 @@ class TimmCheckpoint(TimmFolder):
                                   lambda i: f'{p}blocks.{i}')
         if not depth:
             raise self._error('no transformer blocks found', key=p + 'blocks.0.attn.qkv.weight')
-        fc1_width = mlp_dim = self._shape(p + 'blocks.0.mlp.fc1.weight')[0]
+        layout = facts.get('layout', PLAIN)
+        block = lambda part, name: f'blocks.0.{layout.key(part, name)}'  # noqa: E731
+        # the MLP's first layer: its own fc1, or the rows before q, k and v of a fused input projection
+        fc1 = p + (block('attn', 'in_proj.weight') if layout.fused else block('mlp', 'fc1.weight'))
+        fc1_width = mlp_dim = self._shape(fc1)[0] - (3 * dim if layout.fused else 0)
         if facts.get('mlp_layer') == 'swiglu_packed':  # timm's SwiGLUPacked: fc1 holds both halves
             mlp_dim //= 2
         rep_size = self._shape(p + 'pre_logits.fc.weight')[0] if 'pre_logits.fc.weight' in local else None
         num_classes = self._shape(p + 'head.weight')[0] if 'head.weight' in local else 0
-        self._check_dims(p + 'blocks.0.mlp.fc1.weight', mlp=mlp_dim, classes=num_classes, width=rep_size)
+        self._check_dims(fc1, mlp=mlp_dim, classes=num_classes, width=rep_size)
         num_heads = self._heads(dim, facts)
         declared = facts.get('img_size')
         # timm's patch conv is VALID: a declared size the patch does not divide (SigLIP's 384 at patch 14) is cropped
@@ -214,7 +218,7 @@ class TimmCheckpoint(TimmFolder):
             settings['pos_embed_resample'] = self._unrecorded(
                 'pos_embed_resample', None, 'deit', "DeiT's main.py fine-tuning resize, told by its {'model': ...} "
                 'wrapper')
-        qkv_bias = 'blocks.0.attn.qkv.bias' in local
+        qkv_bias = block('attn', 'in_proj.bias' if layout.fused else 'qkv.bias') in local
         if 'built' in facts:
             facts['built'].check(self, dict(depth=depth, embed_dim=dim, mlp_dim=fc1_width, num_classes=num_classes,
                                             qkv_bias=qkv_bias, class_token=class_token), local)
@@ -224,6 +228,8 @@ class TimmCheckpoint(TimmFolder):
             qkv_bias=qkv_bias, class_token=class_token, dist_token=dist_token,
             reg_tokens=self._shape(p + self.REG)[1] if self.REG in local else 0,
             init_values=facts.get('init_values') or (1.0 if 'blocks.0.ls1.gamma' in local else None),
+            block_type=layout.block_type, attn_layer=facts.get('attn_layer', 'attention'),
+            norm_layer=facts.get('norm_layer', 'layernorm'), qk_norm=block('attn', 'q_norm.weight') in local,
             mlp_layer=facts.get('mlp_layer', 'mlp'), pos_embed=pos_embed, pos_embed_cls_slot=slot,
             pos_embed_reg_slots=self._reg_slots,
             pos_embed_resample=settings.get('pos_embed_resample', 'timm'), patch_embed=self.PATCH_EMBED,
@@ -239,7 +245,8 @@ class TimmCheckpoint(TimmFolder):
             **(dict(attn_pool_include_prefix=facts.get('pool_include_prefix', False))
                if settings['global_pool'] == 'map' and (class_token or self.REG in local) else {}),
             # timm's Block scale_attn_norm / scale_mlp_norm (BEiT-3): a sub-LN inside attention and inside the MLP
-            attn_norm='blocks.0.attn.norm.weight' in local, mlp_norm='blocks.0.mlp.norm.weight' in local,
+            attn_norm=block('attn', 'norm.weight') in local,
+            mlp_norm=layout.mlp is not None and block('mlp', 'norm.weight') in local,
             head_bias='head.bias' in local or 'head.weight' not in local,
         )
 

@@ -10,30 +10,35 @@ it is not.
 from typing import Callable, Dict, FrozenSet, List, Optional, Tuple
 
 import torch.nn as nn
-from timm.layers import (Attention, AttentionPoolLatent, AttentionRope, DropPath, GELUTanh, GluMlp, LayerNorm,
-                         LayerScale, Mlp, PatchDropout, PatchEmbed, QuickGELU, RotaryEmbeddingCat,
+from timm.layers import (Attention, AttentionPoolLatent, AttentionRope, DiffAttention, DropPath, GELUTanh, GluMlp,
+                         LayerNorm, LayerScale, Mlp, PatchDropout, PatchEmbed, QuickGELU, RmsNorm, RotaryEmbeddingCat,
                          RotaryEmbeddingDinoV3, RotaryEmbeddingMixed, SwiGLU)
 from timm.models.deit import VisionTransformerDistilled
-from timm.models.eva import Eva, EvaAttention, EvaBlock
+from timm.models.eva import Eva, EvaAttention, EvaBlock, EvaBlockPostNorm
 from timm.models.naflexvit import NaFlexEmbeds, NaFlexVit
-from timm.models.vision_transformer import Block, VisionTransformer
+from timm.models.vision_transformer import (Block, DiffParallelScalingBlock, ParallelScalingBlock,
+                                            ParallelThingsBlock, ResPostBlock, VisionTransformer)
 
 from ..errors import ViTVariantsError
 
-__all__ = ['COMMON_PARTS', 'VIT_PARTS', 'EVA_PARTS', 'ATTN_NORM', 'MLP_NORM', 'SPLIT_QKV', 'refuse_unexpressed']
+__all__ = ['COMMON_PARTS', 'VIT_PARTS', 'EVA_PARTS', 'ATTN_NORM', 'MLP_NORM', 'QK_NORM', 'SPLIT_QKV',
+           'refuse_unexpressed']
 
 # Parts every timm ViT reader expresses: containers, the dense layers, LayerNorm, the activations, LayerScale, the
 # patch conv, SigLIP's MAP head, and what is the identity at inference (dropout, drop path, patch dropout).
 COMMON_PARTS: FrozenSet[type] = frozenset({
     nn.Sequential, nn.ModuleList, nn.Identity, nn.Linear, nn.Conv2d, nn.Dropout, nn.LayerNorm, LayerNorm, nn.GELU,
     GELUTanh, QuickGELU, nn.SiLU, nn.ReLU, LayerScale, PatchEmbed, AttentionPoolLatent, DropPath, PatchDropout})
-# timm's VisionTransformer family (DeiT's distilled one and NaFlexVit too): pre-norm ``Block``s, fused-qkv
-# ``Attention``, ``Mlp`` or a packed SwiGLU (``GluMlp``, as timm's DINOv2 giant uses).
+# timm's VisionTransformer family (DeiT's distilled one and NaFlexVit too): the blocks ``timm_blocks`` reads (pre-norm
+# ``Block``s, post-norm ``ResPostBlock``s, the parallel ``ParallelThingsBlock`` and ``ParallelScalingBlock``s),
+# fused-qkv ``Attention`` or ``DiffAttention``, ``Mlp`` or a packed SwiGLU (``GluMlp``, as timm's DINOv2 giant uses),
+# and ``RmsNorm`` as the model's norm layer (``DiffAttention``'s own sub-norm is one too).
 VIT_PARTS = COMMON_PARTS | {VisionTransformer, VisionTransformerDistilled, NaFlexVit, NaFlexEmbeds, Block, Attention,
-                            Mlp, GluMlp}
+                            Mlp, GluMlp, ResPostBlock, ParallelThingsBlock, ParallelScalingBlock,
+                            DiffParallelScalingBlock, DiffAttention, RmsNorm}
 # timm's Eva: ``EvaBlock``s, ``EvaAttention`` (q/v-only bias) or ``AttentionRope``, ``Mlp`` or ``SwiGLU``, and the
 # rotary tables of its DINOv3 and RoPE-ViT ports (which RoPE forms are expressed is the Eva reader's check).
-EVA_PARTS = COMMON_PARTS | {Eva, EvaBlock, EvaAttention, AttentionRope, Mlp, SwiGLU, RotaryEmbeddingCat,
+EVA_PARTS = COMMON_PARTS | {Eva, EvaBlock, EvaBlockPostNorm, EvaAttention, AttentionRope, Mlp, SwiGLU, RotaryEmbeddingCat,
                             RotaryEmbeddingMixed, RotaryEmbeddingDinoV3}
 
 # What some of timm's other parts are, by class name, said in the refusal.
@@ -64,11 +69,17 @@ def _not_identity(name: str) -> Callable[[nn.Module], bool]:
 ATTN_NORM = 'a norm inside attention, scale_norm'
 MLP_NORM = 'a norm inside the MLP, scale_mlp_norm'
 SPLIT_QKV = 'separate q, k and v projections'
-_ATTENTION: Tuple[_Option, ...] = ((_not_identity('q_norm'), 'qk_norm'), (_not_identity('norm'), ATTN_NORM))
+QK_NORM = 'qk_norm'
+_DUAL_LAMBDA: _Option = (lambda m: getattr(m, 'dual_lambda', False), 'differential attention with dual scalar lambdas')
+_ATTENTION: Tuple[_Option, ...] = ((_not_identity('q_norm'), QK_NORM), (_not_identity('norm'), ATTN_NORM))
 _OPTIONS: Dict[type, Tuple[_Option, ...]] = {
     Attention: _ATTENTION,
-    AttentionRope: _ATTENTION,
+    AttentionRope: _ATTENTION + ((lambda m: getattr(m, 'num_kv_heads', m.num_heads) != m.num_heads,
+                                  'grouped-query attention, fewer key/value heads than query heads (num_kv_heads)'),),
     EvaAttention: _ATTENTION + ((lambda m: getattr(m, 'qkv', None) is None, SPLIT_QKV),),
+    DiffAttention: _ATTENTION + (_DUAL_LAMBDA,),
+    ParallelScalingBlock: ((lambda m: getattr(m, 'out_proj', None) is not None, 'one fused output projection'),),
+    DiffParallelScalingBlock: (_DUAL_LAMBDA,),
     Mlp: ((_not_identity('norm'), MLP_NORM),),
     SwiGLU: ((_not_identity('norm'), MLP_NORM),),
     GluMlp: ((_not_identity('norm'), 'a norm inside the MLP'),
@@ -90,13 +101,11 @@ def _unexpressed(model: nn.Module, parts: FrozenSet[type], expressed: FrozenSet[
         cls = type(module)
         if cls not in parts:
             foreign.append(where)
-            what: Optional[str] = f"timm's {cls.__name__}" + (f': {_KNOWN[cls.__name__]}' if cls.__name__ in _KNOWN
-                                                             else '')
+            whats = [f"timm's {cls.__name__}" + (f': {_KNOWN[cls.__name__]}' if cls.__name__ in _KNOWN else '')]
         else:
-            what = next((text for has, text in _OPTIONS.get(cls, ()) if text not in expressed and has(module)),
-                        None)
-        if what is not None and what not in found:
-            found[what] = where or 'the model'
+            whats = [text for has, text in _OPTIONS.get(cls, ()) if text not in expressed and has(module)]
+        for what in whats:
+            found.setdefault(what, where or 'the model')
     return [f'{where} ({what})' for what, where in found.items()]
 
 
