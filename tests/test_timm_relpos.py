@@ -1,7 +1,7 @@
 """timm's relative-position ViTs (``vision_transformer_relpos``), built tiny by timm with random weights (the bias
 MLPs' too), saved with timm's ``save_for_hf`` (or as a bare state dict), converted by the CLI, loaded back as a user
 does, and compared with timm's own forward at the stored grid and, after timm's ``set_input_size``, at a
-non-square one; the post-norm ``*_rpn_*`` entries and the table bias are refused by name."""
+non-square one (the post-norm ``*_rpn_*`` entries as the 'res_post' block kind); the table bias is refused by name."""
 import pytest
 import timm
 import torch
@@ -29,13 +29,11 @@ CONVERTS = [
     ('vit_srelpos_medium_patch16_224', {}),
     ('vit_relpos_small_patch16_224', dict(rel_pos_type='mlp_swin')),  # Swin-v2's coordinates, 16 * sigmoid
     ('vit_relpos_medium_patch16_cls_224', dict(rel_pos_type='mlp_swin', shared_rel_pos=True)),
+    ('vit_relpos_small_patch16_rpn_224', {}),  # post-norm blocks (timm's ResPostRelPosBlock: the 'res_post' kind)
+    ('vit_relpos_base_patch32_plus_rpn_256', {}),
 ]
 # architecture, extra model_args, what the refusal names
 REFUSED = [
-    ('vit_relpos_small_patch16_rpn_224', {}, "blocks.0 (timm's ResPostRelPosBlock: post-norm residual blocks"),
-    ('vit_relpos_medium_patch16_rpn_224', {}, "timm's ResPostRelPosBlock"),
-    ('vit_relpos_base_patch16_rpn_224', {}, "timm's ResPostRelPosBlock"),
-    ('vit_relpos_base_patch32_plus_rpn_256', {}, "timm's ResPostRelPosBlock"),
     ('vit_relpos_small_patch16_224', dict(rel_pos_type='bias'), "blocks.0.attn.rel_pos (timm's RelPosBias"),
     ('vit_relpos_small_patch16_224', dict(qk_norm=True), 'has qk_norm'),
 ]

@@ -10,9 +10,9 @@ beside a [CLS]) or the [CLS] token. The rest is timm's ViT under timm's names; t
 ``rel_pos.mlps.{i}`` (``rel_pos.mlps.0`` shared).
 
 A folder's ``architecture`` and ``model_args`` are rebuilt on the meta device and every setting is read off that
-build (its parts checked by ``timm_parts.refuse_unexpressed``: the post-norm ``ResPostRelPosBlock`` of the
-``*_rpn_*`` entries and the table bias of ``rel_pos_type='bias'`` are refused by name), then held against the
-tensors. A bare state dict records no image size, head count per attention (the MLP's output width does), or
+build (its parts checked by ``timm_parts.refuse_unexpressed``: the table bias of ``rel_pos_type='bias'`` is refused
+by name; the post-norm ``ResPostRelPosBlock`` of the ``*_rpn_*`` entries is the 'res_post' block kind), then held
+against the tensors. A bare state dict records no image size, head count per attention (the MLP's output width does), or
 pooling: timm's defaults are assumed and said so.
 """
 import re
@@ -21,23 +21,29 @@ from typing import Any, Dict, Optional, Tuple
 import timm
 import torch.nn as nn
 from timm.layers import Mlp, RelPosMlp
-from timm.models.vision_transformer_relpos import RelPosAttention, RelPosBlock, VisionTransformerRelPos
+from timm.models.vision_transformer_relpos import (RelPosAttention, RelPosBlock, ResPostRelPosBlock,
+                                                   VisionTransformerRelPos)
 
 from ..checkpoints.routes import Route
 from ..checkpoints.source import Rule
 from ..checkpoints.tensor_rules import RuleFn
-from ..checkpoints.timm_build import Built, block_facts
+from ..checkpoints.timm_blocks import BLOCK_LAYOUTS, PLAIN, BlockLayout, block_settings
+from ..checkpoints.timm_build import Built
 from ..checkpoints.timm_format import TimmCheckpoint
 from ..checkpoints.timm_parts import COMMON_PARTS, refuse_unexpressed
-from ..config import SimpleViTConfig, activation_name
+from ..config import SimpleViTConfig
 from ..errors import ViTVariantsError
 from .registry import Family
 from .relpos_mlp import MlpRelPos
 
 __all__ = ['RELPOS_PARTS', 'is_relpos_architecture', 'is_relpos_state_dict', 'TimmRelPosCheckpoint', 'FAMILY']
 
-# The timm parts of a VisionTransformerRelPos this reader expresses: pre-norm blocks, their attention, the MLP bias.
-RELPOS_PARTS = COMMON_PARTS | {VisionTransformerRelPos, RelPosBlock, RelPosAttention, RelPosMlp, Mlp, nn.Sigmoid}
+# The timm parts of a VisionTransformerRelPos this reader expresses: pre-norm and post-norm blocks, their attention,
+# the MLP bias.
+RELPOS_PARTS = COMMON_PARTS | {VisionTransformerRelPos, RelPosBlock, ResPostRelPosBlock, RelPosAttention, RelPosMlp,
+                               Mlp, nn.Sigmoid}
+# Its blocks as the block kinds they are ('vit', and 'res_post': timm's ResPostBlock with the bias in the attention)
+BLOCK_LAYOUTS.update({RelPosBlock: PLAIN, ResPostRelPosBlock: BlockLayout('res_post', layer_scale=None)})
 _BLOCK_MLP = 'blocks.{i}.attn.rel_pos.mlp.'
 _SHARED_MLP = 'shared_rel_pos.mlp.'
 _OURS = re.compile(r'^rel_pos\.mlps\.(\d+)\.(.+)$')
@@ -84,7 +90,8 @@ class TimmRelPosCheckpoint(TimmCheckpoint):
         refuse_unexpressed(model, RELPOS_PARTS, arch, self._config_path)
         where = dict(path=self._config_path, key='architecture')
         block = model.blocks[0]
-        if not isinstance(block.attn.q_norm, nn.Identity):
+        settings = block_settings(block)
+        if settings['qk_norm']:
             raise ViTVariantsError(f'{arch} with these model_args has qk_norm, which this family does not express',
                                    **where)
         rel = model.shared_rel_pos if model.shared_rel_pos is not None else block.attn.rel_pos
@@ -97,15 +104,15 @@ class TimmRelPosCheckpoint(TimmCheckpoint):
         config = SimpleViTConfig.of(
             img_size=tuple(model.patch_embed.img_size), patch_size=tuple(model.patch_embed.patch_size),
             in_chans=model.in_chans, num_classes=model.num_classes, global_pool=model.global_pool,
-            embed_dim=model.embed_dim, depth=len(model.blocks), num_heads=block.attn.num_heads,
-            mlp_dim=block.mlp.fc1.out_features, qkv_bias=block.attn.qkv.bias is not None,
+            embed_dim=model.embed_dim, depth=len(model.blocks), mlp_dim=settings['fc1_width'],
             class_token=model.cls_token is not None, positions=(part,), fc_norm=not isinstance(model.fc_norm,
                                                                                             nn.Identity),
-            act_layer=self.options.act_layer or activation_name(block.mlp.act),
-            norm_eps=self.options.norm_eps or block.norm1.eps, patch_bias=model.patch_embed.proj.bias is not None,
-            grid_mode='crop', **block_facts(block))
+            patch_bias=model.patch_embed.proj.bias is not None, grid_mode='crop',
+            **{**{k: v for k, v in settings.items() if k not in ('fc1_width', 'embed_dim', 'qk_norm')},
+               'act_layer': self.options.act_layer or settings['act_layer'],
+               'norm_eps': self.options.norm_eps or settings['norm_eps']})
         local = {n[len(self._prefix):] for n in self._candidates()}
-        Built.of_vit(arch, args, model, self._classes is not None).check(self, self._found(local), local)
+        Built.of_vit(arch, args, model, settings, self._classes is not None).check(self, self._found(local), local)
         self._note(arch, part)
         return config
 
@@ -138,8 +145,8 @@ class TimmRelPosCheckpoint(TimmCheckpoint):
                          classes=found['num_classes'])
         if 'blocks.0.ls1.gamma' not in local:
             raise self._error("a VisionTransformerRelPos state dict without LayerScale may hold timm's post-norm "
-                              'ResPostRelPosBlock (the *_rpn_* entries), which this family does not express; the '
-                              "folder's config.json tells them apart", key=p + 'blocks.0.ls1.gamma')
+                              'ResPostRelPosBlock (the *_rpn_* entries) or pre-norm blocks, whose tensors are the '
+                              "same; the folder's config.json tells them apart", key=p + 'blocks.0.ls1.gamma')
         part = MlpRelPos(mode='cr' if mlp + 'fc2.bias' in local else 'swin', hidden=hidden, shared=self.shared)
         self._unrecorded('architecture', None, self.KIND, 'a state dict does not record its architecture; told by '
                          'its relative-position MLP')
