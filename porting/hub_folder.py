@@ -24,9 +24,10 @@ import torch
 from timm.models import load_pretrained
 
 from timm_vit_variants import SimpleVisionTransformer, SimpleViTConfig, architecture_for
+from timm_vit_variants.cfgs import pretrained_cfg as default_pretrained_cfg
 from timm_vit_variants.checkpoints.files import CONFIG_FILE, read_json, weight_files
 from timm_vit_variants.checkpoints.stores import SafetensorsStore
-from timm_vit_variants.config import DATA_CONFIG_KEYS, is_family_architecture
+from timm_vit_variants.config import DATA_CONFIG_KEYS, PREPROCESSING_KEYS, is_family_architecture
 from timm_vit_variants.model_table import MODELS
 from timm_vit_variants.errors import ViTVariantsError
 from timm_vit_variants.limits import DEFAULT_LIMITS, Limits
@@ -199,11 +200,14 @@ def save_pretrained_folder(
     ``card_kwargs`` go to ``build_model_card`` (e.g. ``source``, ``verification``, ``license``,
     ``base_model``, ``datasets``, ``conversion_command``, ``repo_id``).
     ``pretrained_cfg`` overrides preprocessing fields (mean, std, crop_pct, interpolation);
-    by default the model's own ``pretrained_cfg`` values are kept.
+    by default the model's own ``pretrained_cfg`` values are kept, and a model built by the class itself (which has
+    none) gets the package's defaults, not those of the registered row that labels it.
     """
     config = model.config
     architecture = architecture_for(config)
-    data_cfg = {k: v for k, v in (getattr(model, 'pretrained_cfg', None) or {}).items() if k in DATA_CONFIG_KEYS}
+    own = getattr(model, 'pretrained_cfg', None) or {k: v for k, v in default_pretrained_cfg().items()
+                                                     if k in PREPROCESSING_KEYS}
+    data_cfg = {k: v for k, v in own.items() if k in DATA_CONFIG_KEYS}
     data_cfg.update(pretrained_cfg or {})
     state = model.state_dict()
     labels = list(label_names) if label_names and len(label_names) == config.num_classes else None

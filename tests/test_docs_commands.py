@@ -52,7 +52,8 @@ SKIPS = [
     (r'^(python3 -m venv|\. \.venv/bin/activate|source |pip install)', 'installs the environment this suite runs in'),
     (r'(^|\s)-m pytest', 'is this test suite (or a part of it)'),
     (r'^python examples/quickstart\.py', 'the training demo trains for minutes; tests/test_train_quickstart.py runs it'),
-    (r'benchmarks/bench_', 'benchmarks run for minutes; their figures and conditions are in docs/benchmarks.md'),
+    (r'benchmarks/(bench_|timm_zoo\.py)', 'benchmarks run for minutes; their figures and conditions are in '
+                                        'docs/benchmarks.md'),
     (r'^(PYTHONPATH=\S* python -c|python train\.py|torchrun|vit-variants-run|vit-variants-train-ddp|'
      r'python -m timm_vit_variants\.training|python pytorch-image-models/)',
      "needs a dataset (DATA) or pytorch-image-models' scripts, which the suite replays in tests/test_train_*.py and "

@@ -35,8 +35,8 @@ CASES = [
     ('vit_base_patch16_radio_v3', {}, None),  # no final norm, [CLS] + 7 registers
     ('vit_so150m_patch16_reg4_gap_256', {}, None),  # registers with rows in the table, no [CLS]
     ('vit_so150m_patch16_reg4_map_256', {}, None),  # MAP over the patch tokens alone, beside 4 registers
-    ('vit_pe_spatial_base_patch16_512', {}, 'a RoPE scaled to a reference grid (ref_feat_shape)'),
-    ('vit_pe_core_base_patch16_224', {}, "pools by 'map'"),
+    ('vit_pe_spatial_base_patch16_512', {}, None),  # Perception Encoder: PE's RoPE (the pe family)
+    ('vit_pe_core_base_patch16_224', {}, None),  # and its MAP head with the projection
     ('naflexvit_base_patch16_gap', {}, None),  # NaFlexVit with [CLS] and registers (no table rows), avg pooling
     ('naflexvit_base_patch16_map', {}, 'pools by MAP beside prefix tokens'),
     ('naflexvit_base_patch16_par_gap', {}, None),  # its table resized from the square of the longer side
