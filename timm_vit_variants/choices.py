@@ -16,8 +16,9 @@ RESAMPLE_RULE_NAMES = ('bigvision', 'timm', 'hf', 'flexi', 'dinov2', 'openclip',
 # The rotary-position forms (``rope.py``): DINOv3's, RoPE-ViT's axial and mixed (learned frequencies), EVA-02's.
 ROPE_TYPES = ('dinov3', 'axial', 'mixed', 'eva02')
 # The transformer blocks: timm's pre-norm ``Block`` (``RopeBlock`` with rotary positions), or timm's ``EvaBlock``
-# (q/v-only bias, LayerScale ``gamma_1``/``gamma_2``, fused or split qkv, SwiGLU with or without sub-LN).
-BLOCK_TYPES = ('vit', 'eva')
+# (q/v-only bias, LayerScale ``gamma_1``/``gamma_2``, fused or split qkv, SwiGLU with or without sub-LN); a family
+# adds its own kind here (``add_block_type``) beside its builder in ``layers.BLOCKS``.
+BLOCK_TYPES: Tuple[str, ...] = ('vit', 'eva')
 # How a relative-position table is resized for another nominal grid: BEiT's own rule (a geometric progression and
 # a cubic spline, ``relpos_resize.py``) or timm's ``resize_rel_pos_bias_table`` (linear).
 REL_POS_RESAMPLE_RULES = ('beit', 'timm')
@@ -27,6 +28,13 @@ ACT_LAYERS = ('gelu_tanh', 'gelu', 'quick_gelu', 'silu', 'relu')
 MLP_LAYERS = ('mlp', 'swiglu_packed', 'swiglu')
 # The model's norm layer (timm's ``LayerNorm`` or ``RmsNorm``), used for every norm as timm's ``norm_layer``.
 NORM_TYPES = ('layernorm', 'rmsnorm')
+
+
+def add_block_type(name: str) -> None:
+    """Register a family's block kind (its builder goes into ``layers.BLOCKS``), so a config may name it."""
+    global BLOCK_TYPES
+    if name not in BLOCK_TYPES:
+        BLOCK_TYPES = BLOCK_TYPES + (name,)
 
 
 def resample_rule(name: Any) -> str:

@@ -7,7 +7,7 @@ SwiGLU MLP, packed (``mlp.fc1`` holding gate then value: EVA-02 Ti/S, xformers' 
 ``fc1_x``) with the sub-LN ``mlp.norm`` (EVA-02 B/L's ``ffn_ln``). The block is built with no prefix tokens: the
 model's rotation tensor covers every slot, the identity on [CLS], so one path serves NCHW batches and packed rows.
 """
-from typing import Any, Optional
+from typing import Any, List, Optional
 
 import torch
 from timm.models.eva import EvaBlock
@@ -48,3 +48,16 @@ class Eva02Block(EvaBlock):
         k_bias = getattr(self.attn, 'k_bias', None)
         if k_bias is not None and k_bias.is_meta:
             self.attn.k_bias = torch.zeros(k_bias.shape, dtype=k_bias.dtype)
+
+    def forward(self, x: torch.Tensor, attn_mask: Optional[torch.Tensor] = None,
+                rope: Optional[torch.Tensor] = None, grid: Optional[List[int]] = None) -> torch.Tensor:
+        """timm's ``EvaBlock.forward`` (written out: TorchScript calls no ``super()``), called as every block of the
+        loop is; ``grid`` is not needed (every token attends to every other)."""
+        x_attn = self.attn(self.norm1(x), rope=rope, attn_mask=attn_mask)
+        if self.gamma_1 is not None:
+            x_attn = self.gamma_1 * x_attn
+        x = x + self.drop_path1(x_attn)
+        x_mlp = self.mlp(self.norm2(x))
+        if self.gamma_2 is not None:
+            x_mlp = self.gamma_2 * x_mlp
+        return x + self.drop_path2(x_mlp)
