@@ -205,7 +205,7 @@ class PositionsMixin:
             for key in RESIZED_KEYS:
                 owner, _, name = key.rpartition('.')
                 module = getattr(self, owner) if owner else self
-                old = None if module is None else getattr(module, name)
+                old = None if module is None else getattr(module, name, None)  # a family's scheme may store none
                 if old is not None:
                     with torch.no_grad():
                         fitted = fit_tensor(key, old.detach(), before, after)

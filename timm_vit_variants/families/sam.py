@@ -106,7 +106,6 @@ class SamCheckpoint(TimmFolder):
         first = model.blocks[0]
         refused = {
             'pre_norm': not isinstance(model.norm_pre, nn.Identity),
-            'global_pool': model.global_pool != 'avg',
             'act_layer': not (type(first.mlp.act) is nn.GELU and first.mlp.act.approximate == 'none'),
         }
         for name, bad in refused.items():
