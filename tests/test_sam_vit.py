@@ -87,3 +87,14 @@ def test_sam_options_without_an_equivalent_are_refused_by_name(tmp_path, extra, 
         convert(folder, tmp_path / 'out')
     assert info.value.key == key and str(folder / 'config.json') in str(info.value), str(info.value)
     assert len(str(info.value).splitlines()) == 1
+
+
+def test_a_sam_config_survives_the_flat_model_args_a_folder_records():
+    from timm_vit_variants.config import SimpleViTConfig
+    from timm_vit_variants.families.sam_parts import SamNeck, SamWindows
+    from timm_vit_variants.parts import BlockPart, HeadPart, Learned
+
+    config = SimpleViTConfig.of(img_size=64, patch_size=8, embed_dim=32, depth=3, num_heads=2, num_classes=0,
+                                positions=(Learned(resample='timm'), SamWindows(window_size=3, global_blocks=(1, 2))),
+                                block=BlockPart(kind='sam', act='gelu'), head=HeadPart(pool=SamNeck(chans=16)))
+    assert SimpleViTConfig.from_dict(config.to_flat()) == config
