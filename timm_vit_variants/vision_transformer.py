@@ -346,7 +346,8 @@ class SimpleVisionTransformer(EmbeddingMixin, NaFlexMixin, PositionsMixin, HeadM
             output_fmt='NCHW' if reshape else 'NLC', intermediates_only=True)
 
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
-        """Final-norm tokens [B, T, D]; for a NaFlex dict or a list of images, ``{'patches', 'patch_valid'}``."""
+        """Final-norm tokens [B, T, D] (after a pool's step over the grid: SAM's neck, [B, N, C]); for a NaFlex dict
+        or a list of images, ``{'patches', 'patch_valid'}``."""
         final, _, packed, grid = self._forward_tokens(x, [], len(self.blocks) - 1)
         tokens = self._pool_grid(self._final_norm(final, packed), grid)
         if not torch.jit.is_scripting():
