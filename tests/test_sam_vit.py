@@ -57,6 +57,21 @@ def test_a_timm_sam_folder_converts_with_the_cli_and_runs_as_timm_at_any_grid(tm
                       reference.forward_features(x).flatten(2).transpose(1, 2), TOL)
 
 
+@pytest.mark.parametrize('arch', ['samvit_base_patch16', 'samvit_base_patch16_224'])
+def test_a_sam_folder_converted_to_another_grid_runs_as_timm_there(tmp_path, arch, max_delta):
+    """The table resized once by timm's rule; the global blocks' tables kept at their trained grid and resized as the
+    model runs, as timm resizes them on each call."""
+    folder, reference = _folder(tmp_path, arch, CASES[arch])
+    out = tmp_path / 'out'
+    proc = subprocess.run([sys.executable, '-m', 'porting', 'convert', str(folder), str(out), '--img-size', '72',
+                           '40'], capture_output=True, text=True, cwd=REPO, timeout=600)
+    assert proc.returncode == 0 and 'target geometry (72x40, patch 8) passed' in proc.stdout, proc.stdout + proc.stderr
+    ours = load_like_user(out)
+    x = torch.randn(2, 3, 72, 40, generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        max_delta(f'{arch} converted to 72x40', ours(x), reference(x), TOL)
+
+
 def test_a_sam_model_resized_in_place_runs_as_timm_at_its_new_grid(tmp_path, max_delta):
     folder, reference = _folder(tmp_path, 'samvit_base_patch16', CASES['samvit_base_patch16'])
     convert(folder, tmp_path / 'out')

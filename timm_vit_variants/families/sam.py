@@ -84,7 +84,8 @@ class SamCheckpoint(TimmFolder):
         positions = (Learned(cls_slot=False, resample='timm'),) if model.pos_embed is not None else ()
         positions += (SamWindows(window_size=max(windows) or 1, global_blocks=tuple(i for i, w in enumerate(windows)
                                                                                     if not w),
-                                 rel_pos=bool(first.attn.use_rel_pos)),)
+                                 rel_pos=bool(first.attn.use_rel_pos),
+                                 table_grid=tuple(model.patch_embed.grid_size)),)
         proj = model.patch_embed.proj
         self.notes.append(f'detected: timm {arch} (SAM image encoder: {len(blocks)} blocks, windows of '
                           f'{max(windows)} but global blocks {[i for i, w in enumerate(windows) if not w]}, '

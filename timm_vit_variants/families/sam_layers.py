@@ -51,7 +51,7 @@ def sam_block(dim: int, num_heads: int, *, mlp: Any, mlp_width: int, mlp_bias: b
               rotate_half: Optional[bool] = None, depth: int = 0, sam_windows: Sequence[int] = (),
               sam_grid: Tuple[int, int] = (0, 0), sam_rel_pos: bool = True, **kwargs: Any) -> nn.Module:
     """'sam': block ``depth`` of a SAM encoder, its window ``sam_windows[depth]`` (0: global, its tables sized for
-    ``sam_grid``), with the exact MLP ``mlp_width``; the options timm's SAM block has no equivalent of refused."""
+    the grid ``sam_grid``), with the exact MLP ``mlp_width``; the options timm's SAM block has no equivalent of refused."""
     if not sam_windows:
         raise ViTVariantsError("the 'sam' block needs the 'sam_windows' position scheme (each block's window)",
                                key='positions')
@@ -93,7 +93,7 @@ def _build_windows(cfg: SimpleViTConfig, part: SamWindows, grid: Tuple[int, int]
     outside = [i for i in part.global_blocks if i >= cfg.depth]
     if outside:
         raise ViTVariantsError(f'global_blocks {outside} are beyond the {cfg.depth} blocks', key='positions')
-    return SamWindowsModule([part.window_of(i) for i in range(cfg.depth)], grid, part.rel_pos)
+    return SamWindowsModule([part.window_of(i) for i in range(cfg.depth)], part.table_grid or grid, part.rel_pos)
 
 
 class SamNeckModule(PoolModule, kind='sam_neck'):

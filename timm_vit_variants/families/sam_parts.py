@@ -20,18 +20,25 @@ class SamWindows(PositionScheme, scheme='sam_windows'):
     timm's ``window_partition``), the others over the whole grid; with ``rel_pos``, each block's attention adds
     MViTv2's decomposed relative positions from its own height and width tables (``attn.rel_pos_h``/``_w``: a
     window's extent, or the nominal grid's for a global block), linearly resized to another grid as it runs (timm's
-    ``get_rel_pos``). Needs the 'sam' block kind."""
+    ``get_rel_pos``). ``table_grid``: the grid a global block's tables cover, the one they were trained at (None: the
+    nominal grid), so a model made for another grid keeps them as they are and resizes them as it runs, as timm does.
+    Needs the 'sam' block kind."""
     window_size: int = 14
     global_blocks: Tuple[int, ...] = ()
     rel_pos: bool = True
+    table_grid: Optional[Tuple[int, int]] = None
     slot: ClassVar[str] = 'rel_pos'
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, 'global_blocks', tuple(self.global_blocks)
-                           if isinstance(self.global_blocks, (list, tuple)) else self.global_blocks)
+        for name in ('global_blocks', 'table_grid'):  # JSON gives lists
+            value = getattr(self, name)
+            object.__setattr__(self, name, tuple(value) if isinstance(value, list) else value)
         self._check('window_size', lambda v: _is_int(v) and v >= 1, 'expected a positive integer')
         self._check('global_blocks', lambda v: isinstance(v, tuple) and all(_is_int(i) and i >= 0 for i in v),
                     'expected a list of block indices')
+        self._check('table_grid', lambda v: v is None or (isinstance(v, tuple) and len(v) == 2 and
+                                                         all(_is_int(i) and i >= 1 for i in v)),
+                    'expected None or two positive integers (rows, cols)')
         self._bools('rel_pos')
 
     def window_of(self, block: int) -> int:
