@@ -37,6 +37,11 @@ def add_block_type(name: str) -> None:
         BLOCK_TYPES = BLOCK_TYPES + (name,)
 
 
+def block_types() -> Tuple[str, ...]:
+    """The block kinds a config may name now: ``BLOCK_TYPES`` and those families added."""
+    return BLOCK_TYPES
+
+
 def resample_rule(name: Any) -> str:
     """``name`` if it names a learned-table resample rule (``RESAMPLE_RULE_NAMES``), else ViTVariantsError."""
     if name not in RESAMPLE_RULE_NAMES:
