@@ -23,8 +23,7 @@ CASES = [
     ('vit_small_patch16_18x2_224', {}, None),  # timm's ParallelThingsBlock
     ('vit_base_patch16_xp_224', dict(qk_norm=False), None),  # timm's ParallelScalingBlock, RMSNorm
     ('vit_dlittle_patch16_reg1_gap_256', {}, None),  # timm's DiffAttention
-    ('samvit_base_patch16_224', {}, "the model (timm's VisionTransformerSAM: SAM's image encoder, with windowed "
-                                    'attention, decomposed relative positions and a neck)'),
+    ('samvit_base_patch16_224', {}, None),  # SAM's encoder: windowed attention, decomposed rel-pos; the SAM family
     ('vit_relpos_small_patch16_224', {}, None),  # relative-position MLP biases: the vit_relpos family reads it
     ('eva02_base_patch16_clip_224', {}, None),  # EVA-02 CLIP: the attention's and MLP's sub-LNs, split q/k/v
     ('eva02_enormous_patch14_clip_224', {}, None),  # timm's EvaBlockPostNorm

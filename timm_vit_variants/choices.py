@@ -16,8 +16,9 @@ PATCH_NORM_TYPES = (None, 'pre', 'post', 'dual')
 # The transformer blocks: timm's pre-norm ``Block`` (``RopeBlock`` with rotary positions), or timm's ``EvaBlock``
 # (q/v-only bias, LayerScale ``gamma_1``/``gamma_2``, fused or split qkv, SwiGLU with or without sub-LN); timm's
 # post-norm ``ResPostBlock`` and ``EvaBlockPostNorm``, its ``ParallelThingsBlock`` (two attention branches, then two
-# MLP branches) and ``ParallelScalingBlock`` (attention and MLP side by side off one fused input projection).
-BLOCK_TYPES = ('vit', 'eva', 'res_post', 'eva_post', 'parallel', 'parallel_scaling')
+# MLP branches) and ``ParallelScalingBlock`` (attention and MLP side by side off one fused input projection); a
+# family adds its own kind here (``add_block_type``) beside its builder in ``layers.BLOCKS``.
+BLOCK_TYPES: Tuple[str, ...] = ('vit', 'eva', 'res_post', 'eva_post', 'parallel', 'parallel_scaling')
 # The attention of a block: timm's ``Attention`` or its ``DiffAttention`` (Ye et al. 2024, differential attention).
 ATTN_TYPES = ('attention', 'diff')
 ACT_LAYERS = ('gelu_tanh', 'gelu', 'quick_gelu', 'silu', 'relu')
@@ -26,6 +27,18 @@ ACT_LAYERS = ('gelu_tanh', 'gelu', 'quick_gelu', 'silu', 'relu')
 MLP_LAYERS = ('mlp', 'swiglu_packed', 'swiglu')
 # The model's norm layer (timm's ``LayerNorm`` or ``RmsNorm``), used for every norm as timm's ``norm_layer``.
 NORM_TYPES = ('layernorm', 'rmsnorm')
+
+
+def add_block_type(name: str) -> None:
+    """Register a family's block kind (its builder goes into ``layers.BLOCKS``), so a config may name it."""
+    global BLOCK_TYPES
+    if name not in BLOCK_TYPES:
+        BLOCK_TYPES = BLOCK_TYPES + (name,)
+
+
+def block_types() -> Tuple[str, ...]:
+    """The block kinds a config may name now: ``BLOCK_TYPES`` and those families added."""
+    return BLOCK_TYPES
 
 
 def resample_rule(name: Any) -> str:

@@ -63,6 +63,12 @@ Size = Union[int, Tuple[int, int]]
 S = TypeVar('S', bound=PositionScheme)
 
 
+def _beyond_flat(part: Part) -> bool:
+    """Whether ``part`` sets a field that has no flat name (a family's scheme or pool) to other than its default."""
+    return any(f.name not in part.FLAT and (f.default is dataclasses.MISSING or getattr(part, f.name) != f.default)
+               for f in fields(part))
+
+
 def _grid_mode(mode: Any, legacy: Any) -> Optional[str]:
     """``grid_mode``, taking the older ``dynamic_img_pad`` (True: 'pad', False: 'strict') into account."""
     if legacy is not None and not isinstance(legacy, bool):
@@ -83,13 +89,6 @@ def _parse_pos_embed(value: Any) -> Tuple[Type[PositionScheme], ...]:
     if None in schemes or list(schemes) != sorted(schemes, key=_slot_rank):
         raise ViTVariantsError(f'pos_embed={value!r}: expected one of {POS_EMBED_TYPES}', key='pos_embed')
     return schemes
-
-
-def _unflattened(scheme: PositionScheme) -> bool:
-    """Whether ``scheme`` has a setting off its default that no flat name carries (a family's scheme registered
-    after this module): the flat form then lists the schemes composed too, or it would lose that setting."""
-    flat = {f for owner, f in _SCHEME_FLAT.values() if owner is type(scheme)}
-    return any(f.name not in flat and getattr(scheme, f.name) != f.default for f in fields(scheme))
 
 
 def _slot_rank(scheme: Any) -> int:
@@ -321,8 +320,12 @@ class SimpleViTConfig:
         values['global_pool'], values['pos_embed'] = self.head.pool.kind, self.flat_pos_embed
         out = {name: values[name] for name in _FLAT_0_2}
         out.update({name: values[name] for name, default in _NEWER.items() if values[name] != default})
-        if any(_unflattened(s) for s in self.positions):  # a family's scheme whose settings have no flat name
+        # A family's scheme or pool may hold settings no flat name carries: then the part is written whole (``of``
+        # reads the parts, then the flat names on top, which agree).
+        if any(_beyond_flat(s) for s in self.positions):
             out['positions'] = [s.to_dict() for s in self.positions]
+        if _beyond_flat(self.head.pool):
+            out['head'] = self.head.to_dict()
         if include_training:
             out.update({name: values[name] for name in _TRAINING})
         return out

@@ -10,7 +10,7 @@ attention and MLP with each branch's output normalised before it is added (``nor
 The blocks are built with no prefix tokens: the model's rotation tensor covers every slot, the identity on [CLS], so
 one path serves NCHW batches and packed rows.
 """
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 import torch
 from timm.layers import Attention
@@ -63,6 +63,19 @@ class Eva02Block(_MetaKBias, EvaBlock):
             dim, mlp=mlp, mlp_width=mlp_width, mlp_bias=mlp_bias, mlp_norm=mlp_norm, attn_norm=attn_norm,
             proj_bias=proj_bias, rotate_half=rotate_half, attn_layer=attn_layer), **kwargs)
 
+    def forward(self, x: torch.Tensor, attn_mask: Optional[torch.Tensor] = None,
+                rope: Optional[torch.Tensor] = None, grid: Optional[List[int]] = None) -> torch.Tensor:
+        """timm's ``EvaBlock.forward`` (written out: TorchScript calls no ``super()``), called as every block of the
+        loop is; ``grid`` is not needed (every token attends to every other)."""
+        x_attn = self.attn(self.norm1(x), rope=rope, attn_mask=attn_mask)
+        if self.gamma_1 is not None:
+            x_attn = self.gamma_1 * x_attn
+        x = x + self.drop_path1(x_attn)
+        x_mlp = self.mlp(self.norm2(x))
+        if self.gamma_2 is not None:
+            x_mlp = self.gamma_2 * x_mlp
+        return x + self.drop_path2(x_mlp)
+
 
 class Eva02PostNormBlock(_MetaKBias, EvaBlockPostNorm):
     """timm's ``EvaBlockPostNorm`` (same code, same state-dict names) built from ``layers.build_blocks``' options;
@@ -77,3 +90,10 @@ class Eva02PostNormBlock(_MetaKBias, EvaBlockPostNorm):
         super().__init__(dim, num_heads, **_eva_options(
             dim, mlp=mlp, mlp_width=mlp_width, mlp_bias=mlp_bias, mlp_norm=mlp_norm, attn_norm=attn_norm,
             proj_bias=proj_bias, rotate_half=rotate_half, attn_layer=attn_layer), **kwargs)
+
+    def forward(self, x: torch.Tensor, attn_mask: Optional[torch.Tensor] = None,
+                rope: Optional[torch.Tensor] = None, grid: Optional[List[int]] = None) -> torch.Tensor:
+        """timm's ``EvaBlockPostNorm.forward`` (written out: TorchScript calls no ``super()``), called as every block
+        of the loop is; ``grid`` is not needed."""
+        x = x + self.drop_path1(self.norm1(self.attn(x, rope=rope, attn_mask=attn_mask)))
+        return x + self.drop_path2(self.norm2(self.mlp(x)))

@@ -12,7 +12,7 @@ or none. A family adds its own kind by subclassing ``PoolModule`` with ``kind=..
 ``pre_logits.fc``, ``head``, ``head_dist``, the state-dict names of timm's ViT) and runs, resets and reports it.
 """
 from collections import OrderedDict
-from typing import Any, Callable, Dict, Optional, Tuple, Type, Union
+from typing import Any, Callable, Dict, List, Optional, Tuple, Type, Union
 
 import torch
 import torch.nn as nn
@@ -72,6 +72,11 @@ class PoolModule(nn.Module):
 
     def init_pool(self) -> None:
         """The model's ``init_weights`` step for this pool's own tensors beyond timm's initialisers (none here)."""
+
+    def map_grid(self, x: torch.Tensor, grid: List[int]) -> torch.Tensor:
+        """A step of this pool over the final tokens ``x`` [B, prefix + N, D] of an NCHW batch on ``grid`` (rows,
+        cols), in ``forward_features`` where the grid is known (SAM's conv neck); the tokens as they are here."""
+        return x
 
     def pool_tokens(self, x: torch.Tensor, patch_valid: Optional[torch.Tensor] = None) -> torch.Tensor:
         """The pooled features of the final tokens ``x``; ``patch_valid`` [B, N] leaves padding out."""

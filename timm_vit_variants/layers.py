@@ -8,7 +8,7 @@ layers cannot express; so the model picks a row of each table and names no kind.
 """
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 import torch
 import torch.nn as nn
@@ -69,11 +69,12 @@ ATTN_LAYERS: Dict[str, Callable[..., nn.Module]] = {'attention': Attention, 'dif
 
 
 class PlainBlock(Block):
-    """timm's pre-norm ``Block``, callable as every block of the loop is, ``(x, attn_mask, rope)``: it has no
-    rotations, so ``rope`` is None (the position schemes hand one only to rotary blocks)."""
+    """timm's pre-norm ``Block``, callable as every block of the loop is, ``(x, attn_mask, rope, grid)``: it has no
+    rotations, so ``rope`` is None (the position schemes hand one only to rotary blocks), and attends over every
+    token whatever the ``grid`` (NCHW's token grid, which a windowed block partitions; None for packed rows)."""
 
     def forward(self, x: torch.Tensor, attn_mask: Optional[torch.Tensor] = None,
-                rope: Optional[torch.Tensor] = None) -> torch.Tensor:
+                rope: Optional[torch.Tensor] = None, grid: Optional[List[int]] = None) -> torch.Tensor:
         x = x + self.drop_path1(self.ls1(self.attn(self.norm1(x), attn_mask=attn_mask)))
         x = x + self.drop_path2(self.ls2(self.mlp(self.norm2(x))))
         return x

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, Dict, Mapping, Optional, Tuple, Type, Union
 
 from .choices import (ACT_LAYERS, ATTN_TYPES, BLOCK_TYPES, MLP_LAYERS, NORM_TYPES, PATCH_EMBED_TYPES, PATCH_NORM_TYPES,
+                      block_types,
                       REL_POS_RESAMPLE_RULES, RESAMPLE_RULE_NAMES, ROPE_TYPES, _is_int, _is_number, activation_name,
                       pair, resample_rule)
 from .errors import ViTVariantsError
@@ -99,7 +100,7 @@ class BlockPart(Part):
 
     def __post_init__(self) -> None:
         object.__setattr__(self, 'act', activation_name(self.act))
-        self._choice('kind', BLOCK_TYPES)
+        self._choice('kind', block_types())  # read when checked: a family may add its kind
         self._choice('attn', ATTN_TYPES)
         self._choice('norm', NORM_TYPES)
         self._choice('act', ACT_LAYERS)

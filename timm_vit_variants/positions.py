@@ -42,7 +42,7 @@ from .rope import create_rope
 from .scheme import SchemeModule
 
 __all__ = ['SchemeModule', 'SCHEMES', 'SLOTS', 'RESIZED_KEYS', 'STEM_PATTERN', 'AFTER_FIRST_BLOCK', 'PositionsMixin', 'block_rotation',
-           'build_positions']
+           'block_options', 'build_positions']
 
 # A scheme's module from the config, its part (``parts.PositionScheme``), the nominal grid and device/dtype.
 Builder = Callable[[SimpleViTConfig, Any, Tuple[int, int], Dict[str, Any]], SchemeModule]
@@ -104,6 +104,16 @@ def block_rotation(positions: Dict[str, Optional[nn.Module]]) -> Optional[bool]:
     """The pair layout the blocks rotate (``rotate_half``) under the built rotary scheme; None without one."""
     rotary = positions['rope']
     return None if rotary is None else rotary.rotate_half
+
+
+def block_options(positions: Dict[str, Optional[nn.Module]]) -> Dict[str, Any]:
+    """What the built schemes give every block's builder (``SchemeModule.block_options``)."""
+    options: Dict[str, Any] = {}
+    for slot in SLOTS:
+        scheme = positions[slot]
+        if scheme is not None:
+            options.update(scheme.block_options())
+    return options
 
 
 class PositionsMixin:

@@ -220,7 +220,8 @@ class RopeBlock(Block):
                                   device=device, dtype=dtype)
 
     def forward(self, x: torch.Tensor, attn_mask: Optional[torch.Tensor] = None,
-                rope: Optional[torch.Tensor] = None) -> torch.Tensor:
+                rope: Optional[torch.Tensor] = None, grid: Optional[List[int]] = None) -> torch.Tensor:
+        """``grid``, the loop's token grid, is not needed: every token attends to every other."""
         x = x + self.drop_path1(self.ls1(self.attn(self.norm1(x), rope=rope, attn_mask=attn_mask)))
         x = x + self.drop_path2(self.ls2(self.mlp(self.norm2(x))))
         return x

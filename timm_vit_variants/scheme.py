@@ -5,7 +5,7 @@ hooks on whichever scheme fills a slot; a scheme overrides only those it needs, 
 step (``add_to``, ``rotations``/``layer``, ``join_mask``, ``after_block``) is the scheme's kind, called by the mixin
 only on the slot of that kind.
 """
-from typing import ClassVar, Dict, Iterable, List, Optional, Tuple
+from typing import Any, ClassVar, Dict, Iterable, List, Optional, Tuple
 
 import torch
 import torch.nn as nn
@@ -44,6 +44,12 @@ class SchemeModule(nn.Module):
     @torch.jit.ignore
     def set_grid_size(self, grid_size: Tuple[int, int]) -> None:
         """A new nominal grid (``set_input_size``); the model resizes the scheme's stored tables itself."""
+
+    @torch.jit.ignore
+    def block_options(self) -> Dict[str, Any]:
+        """Options this scheme gives every block's builder beyond ``layers.build_blocks``' own (a family's block
+        kind that needs them, SAM's windows); none by default."""
+        return {}
 
     @torch.jit.ignore
     def keep_layers(self, depth: int) -> None:

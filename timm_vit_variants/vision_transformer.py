@@ -33,7 +33,7 @@ from .embedding import EmbeddingMixin
 from .parts import Learned
 from .naflex import NaFlexMixin, Patches, drop_tokens, is_naflex
 from .patch_embed import AdaptivePatchEmbed
-from .positions import AFTER_FIRST_BLOCK, STEM_PATTERN, PositionsMixin, block_rotation, build_positions
+from .positions import AFTER_FIRST_BLOCK, STEM_PATTERN, PositionsMixin, block_options, block_rotation, build_positions
 
 __all__ = ['SimpleVisionTransformer']
 
@@ -125,7 +125,7 @@ class SimpleVisionTransformer(EmbeddingMixin, NaFlexMixin, PositionsMixin, HeadM
             qkv_fused=block.qkv_fused, qk_norm=block.qk_norm, proj_bias=block.proj_bias,
             init_values=block.init_values, act_layer=act_layer, norm_layer=norm_layer,
             proj_drop=cfg.training.proj_drop_rate, attn_drop=cfg.training.attn_drop_rate,
-            rotate_half=block_rotation(positions), **dd)
+            rotate_half=block_rotation(positions), **block_options(positions), **dd)
         reduction = self.patch_embed.patch_size[0]
         self.feature_info = [dict(module=f'blocks.{i}', num_chs=embed_dim, reduction=reduction)
                              for i in range(cfg.depth)]
@@ -276,8 +276,8 @@ class SimpleVisionTransformer(EmbeddingMixin, NaFlexMixin, PositionsMixin, HeadM
         final, intermediates, packed, grid = self._forward_tokens(
             x, take_indices, max_index if stop_early else len(self.blocks) - 1)
         if norm:
-            intermediates = [self._final_norm(y, packed) for y in intermediates]
-        features = self._final_norm(final, packed)
+            intermediates = [self._pool_grid(self._final_norm(y, packed), grid) for y in intermediates]
+        features = self._pool_grid(self._final_norm(final, packed), grid)
         valid: Optional[torch.Tensor] = None
         if not torch.jit.is_scripting():
             if packed is not None:
@@ -347,9 +347,10 @@ class SimpleVisionTransformer(EmbeddingMixin, NaFlexMixin, PositionsMixin, HeadM
             output_fmt='NCHW' if reshape else 'NLC', intermediates_only=True)
 
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
-        """Final-norm tokens [B, T, D]; for a NaFlex dict or a list of images, ``{'patches', 'patch_valid'}``."""
-        final, _, packed, _ = self._forward_tokens(x, [], len(self.blocks) - 1)
-        tokens = self._final_norm(final, packed)
+        """Final-norm tokens [B, T, D] (after a pool's step over the grid: SAM's neck, [B, N, C]); for a NaFlex dict
+        or a list of images, ``{'patches', 'patch_valid'}``."""
+        final, _, packed, grid = self._forward_tokens(x, [], len(self.blocks) - 1)
+        tokens = self._pool_grid(self._final_norm(final, packed), grid)
         if not torch.jit.is_scripting():
             if packed is not None:
                 tokens, valid = self._naflex_layout(tokens, packed)
@@ -369,6 +370,14 @@ class SimpleVisionTransformer(EmbeddingMixin, NaFlexMixin, PositionsMixin, HeadM
                 return torch.cat([torch.cat([cls_norm(p[:prefix]), self.norm(p[prefix:])]) for p in pieces])
         return torch.cat([cls_norm(x[:, :prefix]), self.norm(x[:, prefix:])], dim=1)
 
+    def _pool_grid(self, x: torch.Tensor, grid: Optional[List[int]]) -> torch.Tensor:
+        """The pool's step over the token grid of an NCHW batch, after the final norm (``PoolModule.map_grid``:
+        SAM's conv neck); packed rows have no one grid and pass as they are."""
+        pool = self.attn_pool
+        if pool is not None and grid is not None:
+            return pool.map_grid(x, grid)
+        return x
+
     def _run_blocks(self, x: torch.Tensor, context: BlockContext, take: List[int], stop: int
                     ) -> Tuple[torch.Tensor, List[torch.Tensor]]:
         """Blocks 0..``stop``, each with its attention inputs and the position schemes acting after it, and the
@@ -383,9 +392,9 @@ class SimpleVisionTransformer(EmbeddingMixin, NaFlexMixin, PositionsMixin, HeadM
                     else:
                         x = blk(x, attn_mask=mask)
                 elif self.grad_checkpointing and not torch.jit.is_scripting():
-                    x = checkpoint(blk, x, attn_mask=mask, rope=rope, use_reentrant=False)
+                    x = checkpoint(blk, x, attn_mask=mask, rope=rope, grid=context.grid, use_reentrant=False)
                 else:
-                    x = blk(x, attn_mask=mask, rope=rope)
+                    x = blk(x, attn_mask=mask, rope=rope, grid=context.grid)
                 x = self._after_block(i, x, context)
                 if i in take:
                     taken.append(x)
