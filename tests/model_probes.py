@@ -48,3 +48,11 @@ def assert_list_equals_each_alone(model: torch.nn.Module, images: Sequence[torch
             count = alone.shape[0] - prefix
             assert laid['patch_valid'][i].sum() == count
             torch.testing.assert_close(laid['patches'][i, :prefix + count], alone, rtol=0, atol=1e-5)
+
+
+def weight_decay_of(model: torch.nn.Module, parameter: torch.nn.Parameter) -> float:
+    """The weight decay timm's optimizer factory (``create_optimizer_v2``, which reads ``no_weight_decay``) gives
+    ``parameter`` of ``model`` at a decay of 0.05."""
+    from timm.optim import create_optimizer_v2
+    optimizer = create_optimizer_v2(model, 'adamw', lr=1e-3, weight_decay=0.05)
+    return next(g['weight_decay'] for g in optimizer.param_groups for p in g['params'] if p is parameter)

@@ -10,7 +10,7 @@ change no rule defines), and the model's runtime resampling calls ``interpolate_
 """
 import math
 from dataclasses import dataclass
-from typing import Dict, Iterable, Iterator, Optional, Tuple
+from typing import Iterable, Iterator, Optional, Tuple
 
 import torch
 import torch.nn.functional as F

@@ -19,7 +19,7 @@ from .rope import inverse_powers
 from .scheme import SchemeModule
 
 __all__ = ['sincos_2d', 'sincos_2d_at', 'grid_coords', 'SinCos2dPosEmbed', 'LearnedPosResampler', 'FactorizedPosEmbed',
-           'PosEncodingGenerator']
+           'PosEncodingGenerator', 'SquareTable']
 
 
 def sincos_2d(
@@ -306,3 +306,17 @@ class PosEncodingGenerator(SchemeModule):
         out = flat.clone()
         out[used] = flat[used] + encoded[where]
         return out.reshape(x.shape)
+
+
+class SquareTable(SchemeModule):
+    """A scheme's own learned (side * side, D) table (``table``, timm's init, kept out of weight decay as timm keeps
+    ``pos_embed``), for schemes that read it their own way at each grid (a family's: Idefics' buckets, Qwen3's
+    stretch) rather than through the model's ``pos_embed``."""
+    undecayed = ('table',)
+
+    def __init__(self, dim: int, side: int, device: Optional[torch.device] = None,
+                 dtype: Optional[torch.dtype] = None) -> None:
+        super().__init__()
+        self.side = side
+        self.table = nn.Parameter(torch.zeros(side * side, dim, device=device, dtype=dtype))
+        trunc_normal_(self.table, std=.02)

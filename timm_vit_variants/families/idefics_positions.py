@@ -18,13 +18,13 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Dict, List, Optional, Tuple
 
 import torch
-import torch.nn as nn
-from timm.layers import register_notrace_module, trunc_normal_
+from timm.layers import register_notrace_module
 
 from ..config import SimpleViTConfig
 from ..errors import ViTVariantsError
 from ..parts import PositionScheme
 from ..positions import SCHEMES
+from ..posemb import SquareTable
 from ..scheme import SchemeModule
 
 __all__ = ['Bucketed', 'BucketedTable', 'bucket_rows']
@@ -47,17 +47,8 @@ def bucket_rows(coords: torch.Tensor, sizes: torch.Tensor, side: int) -> torch.T
 
 
 @register_notrace_module
-class BucketedTable(SchemeModule):
+class BucketedTable(SquareTable):
     """The 'bucketed' scheme's module: the (side * side, D) table, each patch token given its bucketed row."""
-    undecayed = ('table',)  # a position table, kept out of weight decay as timm keeps pos_embed
-
-    def __init__(self, dim: int, side: int, device: Optional[torch.device] = None,
-                 dtype: Optional[torch.dtype] = None) -> None:
-        super().__init__()
-        self.side = side
-        self.table = nn.Parameter(torch.zeros(side * side, dim, device=device, dtype=dtype))
-        trunc_normal_(self.table, std=.02)
-
     def add_to(self, tokens: torch.Tensor, coords: torch.Tensor, counts: List[int], grids: List[Tuple[int, int]],
                indexed: bool, table: Optional[torch.Tensor], nominal_h: int, nominal_w: int
                ) -> Tuple[torch.Tensor, List[Optional[torch.Tensor]]]:

@@ -17,8 +17,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Dict, List, Optional, Tuple
 
 import torch
-import torch.nn as nn
-from timm.layers import register_notrace_module, trunc_normal_
+from timm.layers import register_notrace_module
 
 from ..config import SimpleViTConfig
 from ..errors import ViTVariantsError
@@ -26,6 +25,7 @@ from ..geometry import interpolate_grid
 from ..parts import PositionScheme
 from ..positions import SCHEMES
 from ..rope import RotaryScheme, rope_frequencies
+from ..posemb import SquareTable
 from ..scheme import SchemeModule
 
 __all__ = ['Stretched', 'StretchedTable', 'AxialHalf', 'AxialHalfRope', 'THETA']
@@ -41,18 +41,9 @@ class Stretched(PositionScheme, scheme='stretched'):
 
 
 @register_notrace_module
-class StretchedTable(SchemeModule):
+class StretchedTable(SquareTable):
     """The 'stretched' scheme's module: the (side * side, D) table, resized bilinearly (corners aligned) to each
     image's grid."""
-    undecayed = ('table',)  # a position table, kept out of weight decay as timm keeps pos_embed
-
-    def __init__(self, dim: int, side: int, device: Optional[torch.device] = None,
-                 dtype: Optional[torch.dtype] = None) -> None:
-        super().__init__()
-        self.side = side
-        self.table = nn.Parameter(torch.zeros(side * side, dim, device=device, dtype=dtype))
-        trunc_normal_(self.table, std=.02)
-
     def forward(self, rows: int, cols: int) -> torch.Tensor:
         """(rows * cols, D): the table resized to a rows x cols grid (``geometry.interpolate_grid``: float32, the
         table's dtype back; the table itself at its own grid, except while a graph is captured)."""
