@@ -95,30 +95,27 @@ def architecture_for(config: SimpleViTConfig) -> str:
     ``config.json`` always carries the full ``model_args``, so the nearest name only labels the
     family; it never decides the network.
     """
-    def distance(name: str) -> Tuple[int, ...]:
-        ref = MODELS[name].config()
-        return tuple(int(_dim(config, d) != _dim(ref, d)) for d in _DIMS)
-
     flat = config.to_flat(include_training=True)
     network = config.to_flat()
 
-    def other_fields(name: str) -> int:
-        # among rows as near by ``_DIMS``, the one agreeing on more of the rest (pos_embed_resample, LayerScale, ...)
-        ref = MODELS[name].config().to_flat()
-        return sum(network.get(key) != ref.get(key) for key in network.keys() | ref.keys())
+    def rank(name: str) -> Tuple[Any, ...]:
+        """Nearest first: fewest mismatched ``_DIMS`` (the most telling first among equals), then fewest other
+        fields that differ (pos_embed_resample, LayerScale, ...), then the nearest width and depth (a narrow test
+        model is labelled by its family's smallest row), then the name, so the label never depends on the order in
+        which the families registered their rows."""
+        entry = MODELS[name]
+        ref = entry.config()
+        distance = tuple(int(_dim(config, d) != _dim(ref, d)) for d in _DIMS)
+        ref_flat = ref.to_flat()
+        others = sum(network.get(key) != ref_flat.get(key) for key in network.keys() | ref_flat.keys())
+        size_gap = abs(entry.kwargs['embed_dim'] - config.embed_dim), abs(entry.kwargs['depth'] - config.depth)
+        return sum(distance), distance, others, size_gap, name
 
     # timm's create_model drops None keyword arguments, so a row that sets a field this config leaves None
     # (DINOv3's init_values, a rep_size) would fill it when the folder is loaded: such rows cannot label it.
     eligible = [name for name, entry in MODELS.items()
                 if not any(value is not None and flat.get(key) is None for key, value in entry.kwargs.items())]
-    def size_gap(name: str) -> Tuple[int, int]:
-        # then the nearest in width and depth (a narrow test model is labelled by its family's smallest row)
-        ref = MODELS[name].kwargs
-        return abs(ref['embed_dim'] - config.embed_dim), abs(ref['depth'] - config.depth)
-
-    # the name last: the label never depends on the order in which the families registered their rows
-    return min(eligible, key=lambda name: (sum(distance(name)), distance(name), other_fields(name), size_gap(name),
-                                           name))
+    return min(eligible, key=rank)
 
 
 def heads_for_width(width: int) -> Optional[int]:
